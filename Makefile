@@ -1,0 +1,45 @@
+# The two commands a fresh machine needs are `make demo` and `make test`.
+# Both create .venv and install what they need; nothing is assumed installed by hand.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NVCC   ?= $(shell command -v nvcc 2>/dev/null)
+
+.PHONY: help venv demo run test lint typecheck cuda-check gpu-check clean
+
+help:
+	@echo "make demo   - set up .venv and run the demo on the default backend"
+	@echo "make run    - set up .venv and start the daemon on the embedded default config"
+	@echo "make test   - set up .venv and run the whole CPU test suite (what CI runs)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/safemon demo
+
+run: $(STAMP)
+	$(VENV)/bin/safemon run
+
+# Every .cu compiled with the run-time defines and flags, so CUDA syntax errors fail CI without a GPU.
+cuda-check: $(STAMP)
+	@if [ -n "$(NVCC)" ]; then $(PY) -m safemon.kernels.nvcc_check --nvcc "$(NVCC)"; \
+	else echo "cuda-check: nvcc not found, skipped"; fi
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check safemon tests
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: $(STAMP) cuda-check lint
+	$(PY) -m pytest -m "not gpu" -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,38 @@
+"""safemon: a runtime safety-pattern framework for GPU inference.
+
+The public surface is re-exported here; see README.md for a tour.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from safemon.errors import (
+    BackendUnavailableError,
+    CompileError,
+    ConfigError,
+    InvalidInputError,
+    PatternError,
+    SafemonError,
+    SafeStateError,
+    UncorrectableError,
+    VoteTimeoutError,
+)
+
+try:
+    __version__ = version("safemon")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "BackendUnavailableError",
+    "CompileError",
+    "ConfigError",
+    "InvalidInputError",
+    "PatternError",
+    "SafeStateError",
+    "SafemonError",
+    "UncorrectableError",
+    "VoteTimeoutError",
+    "__version__",
+]

@@ -1,0 +1,1 @@
+"""One module per `safemon` sub-command; each exposes `register(subparsers)`."""

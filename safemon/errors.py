@@ -1,0 +1,70 @@
+"""The typed errors safemon raises. Every public failure is one of these.
+
+The hierarchy is shallow on purpose: an application catches `SafemonError` to handle
+everything, or one subclass to handle one reaction (retry on `VoteTimeoutError`, stop and
+alert on `SafeStateError`, fix the caller on `InvalidInputError`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendUnavailableError",
+    "CompileError",
+    "ConfigError",
+    "InvalidInputError",
+    "PatternError",
+    "SafeStateError",
+    "SafemonError",
+    "UncorrectableError",
+    "VoteTimeoutError",
+]
+
+
+class SafemonError(Exception):
+    """Base class of every error safemon raises on purpose."""
+
+
+class InvalidInputError(SafemonError, ValueError):
+    """An input was rejected before any computation (dtype, shape, layout, non-finite values)."""
+
+
+class BackendUnavailableError(SafemonError, RuntimeError):
+    """The requested compute backend cannot be used here (e.g. `cupy` without a CUDA device)."""
+
+
+class CompileError(SafemonError, RuntimeError):
+    """A CUDA kernel failed to compile; the message carries the NVRTC log."""
+
+
+class SafeStateError(SafemonError, RuntimeError):
+    """The system is in the latched SAFE state and releases no output until an operator reset."""
+
+
+class VoteTimeoutError(SafemonError, TimeoutError):
+    """No trustworthy result could be formed before the request's deadline."""
+
+
+class ConfigError(SafemonError, ValueError):
+    """A configuration file or override is invalid; the message names each bad field."""
+
+
+class PatternError(SafemonError, RuntimeError):
+    """A golden pattern is missing, tampered with, or does not match its manifest."""
+
+
+class UncorrectableError(SafemonError, RuntimeError):
+    """An ECC check found errors it cannot correct.
+
+    Attributes:
+        buffer: the name of the protected buffer.
+        words: indices of the uncorrectable words (into the buffer viewed as code words).
+    """
+
+    def __init__(self, buffer: str, words: list[int] | tuple[int, ...]) -> None:
+        self.buffer = buffer
+        self.words = tuple(int(w) for w in words)
+        shown = ", ".join(str(w) for w in self.words[:16])
+        more = f" (+{len(self.words) - 16} more)" if len(self.words) > 16 else ""
+        super().__init__(
+            f"uncorrectable ECC error in buffer {buffer!r} at word(s) {shown}{more}"
+        )

@@ -1,0 +1,199 @@
+"""The variant catalog: which checksums, levels, modes and tile configurations exist.
+
+A `Variant` is the frozen, hashable description of one protected kernel build. It is
+recorded with every result, so two results can only be compared bit-for-bit when their
+variants are equal. `docs/SIGNATURES.md` states the rules each variant implements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "CHECKSUMS",
+    "CHECKSUM_WORDS",
+    "COMBINATIONS",
+    "LEVELS",
+    "MODES",
+    "STANDARD_COMBINATIONS",
+    "TILES",
+    "TileConfig",
+    "Variant",
+    "auto_tile",
+    "make_variant",
+    "standard_variants",
+]
+
+Checksum = Literal["xor", "twos", "ones", "fletcher", "crc32c"]
+Mode = Literal["exact", "fma"]
+
+CHECKSUMS: tuple[str, ...] = ("xor", "twos", "ones", "fletcher", "crc32c")
+#: Number of uint32 ES words one checksum occupies.
+CHECKSUM_WORDS: dict[str, int] = {"xor": 1, "twos": 1, "ones": 1, "fletcher": 2, "crc32c": 1}
+#: Single-checksum levels: I (inner, per MAC), M (intermediate, per k step), E (external, per k-tile).
+LEVELS: tuple[str, ...] = ("I", "M", "E")
+#: The level name recorded for a combination X_Y (X at I, Y at M).
+COMBINED_LEVEL = "I+M"
+MODES: tuple[str, ...] = ("exact", "fma")
+#: Every ordered pair of distinct checksums is a valid combination `X_Y`.
+COMBINATIONS: tuple[str, ...] = tuple(
+    f"{x}_{y}" for x in CHECKSUMS for y in CHECKSUMS if x != y
+)
+#: The combinations of the seed paper's evaluation; part of `standard_variants()`.
+STANDARD_COMBINATIONS: tuple[str, ...] = ("xor_fletcher", "ones_fletcher", "twos_fletcher")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """A 2-D register tiling: BM×BN block tile in shared memory, BK-wide k-tiles, TM×TN per thread.
+
+    Thread `t` of a block owns rows `ty*TM .. ty*TM+TM-1` and columns `tx*TN .. tx*TN+TN-1`
+    of the block tile, with `ty = t // (BN // TN)` and `tx = t % (BN // TN)`.
+    """
+
+    name: str
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+
+    def __post_init__(self) -> None:
+        for field in ("bm", "bn", "bk", "tm", "tn"):
+            if getattr(self, field) <= 0:
+                raise ValueError(f"tile {self.name!r}: {field} must be positive")
+        if self.bm % self.tm or self.bn % self.tn:
+            raise ValueError(f"tile {self.name!r}: BM must divide by TM and BN by TN")
+        if (self.bm * self.bk) % self.threads or (self.bk * self.bn) % self.threads:
+            raise ValueError(f"tile {self.name!r}: tile loads must split evenly over threads")
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def grid(self, m: int, n: int) -> tuple[int, int]:
+        """(blocks along N, blocks along M) for an M×N output."""
+        return (-(-n // self.bn), -(-m // self.bm))
+
+    def total_threads(self, m: int, n: int) -> int:
+        """Number of launched threads, i.e. rows of the ES array, for an M×N output."""
+        gx, gy = self.grid(m, n)
+        return gx * gy * self.threads
+
+    def k_padded(self, k: int) -> int:
+        """K rounded up to a whole number of k-tiles (the padded k steps every thread runs)."""
+        return -(-k // self.bk) * self.bk
+
+    def describe(self) -> str:
+        return f"{self.name}:{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}"
+
+
+TILES: dict[str, TileConfig] = {
+    # Small matrices (the seed's 20²..80²): many blocks even for tiny outputs.
+    "small": TileConfig("small", bm=32, bn=32, bk=8, tm=4, tn=4),
+    # Throughput: 256 threads, 8×8 register tile per thread.
+    "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8),
+}
+
+#: Outputs with at most this many elements use the "small" tile when `tile=None`.
+AUTO_SMALL_MAX_ELEMENTS = 256 * 256
+
+
+def auto_tile(m: int, n: int) -> TileConfig:
+    """The tile `tile=None` picks: a pure function of the output shape, so replicas agree."""
+    return TILES["small"] if m * n <= AUTO_SMALL_MAX_ELEMENTS else TILES["large"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel build: the checksum(s), where they fold, the arithmetic mode and the tiling.
+
+    `checksum` is None for the unprotected kernel. For a combination `X_Y`, `level` is "I+M".
+    """
+
+    checksum: str | None
+    level: str | None
+    mode: str
+    tile: TileConfig
+
+    @property
+    def is_combination(self) -> bool:
+        return self.checksum is not None and "_" in self.checksum
+
+    @property
+    def parts(self) -> tuple[tuple[str, str], ...]:
+        """The (checksum, level) pairs in ES word order."""
+        if self.checksum is None or self.level is None:
+            return ()
+        if self.is_combination:
+            x, y = self.checksum.split("_")
+            return ((x, "I"), (y, "M"))
+        return ((self.checksum, self.level),)
+
+    @property
+    def words(self) -> int:
+        """ES words per thread."""
+        return sum(CHECKSUM_WORDS[c] for c, _ in self.parts)
+
+    @property
+    def name(self) -> str:
+        """Short stable name, e.g. `ones/I/exact/small` or `unprotected/fma/large`."""
+        if self.checksum is None:
+            return f"unprotected/{self.mode}/{self.tile.name}"
+        return f"{self.checksum}/{self.level}/{self.mode}/{self.tile.name}"
+
+    def as_dict(self) -> dict[str, object]:
+        t = self.tile
+        return {
+            "checksum": self.checksum,
+            "level": self.level,
+            "mode": self.mode,
+            "tile": {"name": t.name, "bm": t.bm, "bn": t.bn, "bk": t.bk, "tm": t.tm, "tn": t.tn},
+            "words": self.words,
+        }
+
+
+def make_variant(
+    checksum: str | None, level: str | None, mode: str, tile: TileConfig | str
+) -> Variant:
+    """Validate the parts and build a `Variant`.
+
+    Raises:
+        ValueError: unknown checksum, level, mode or tile name, or a level that does not
+            fit the checksum (a combination `X_Y` takes level "I" or "I+M").
+        TypeError: `tile` is neither a name nor a `TileConfig`.
+    """
+    if isinstance(tile, str):
+        if tile not in TILES:
+            raise ValueError(f"unknown tile {tile!r}; known: {', '.join(TILES)}")
+        tile = TILES[tile]
+    elif not isinstance(tile, TileConfig):
+        raise TypeError(f"tile must be a name or a TileConfig, not {type(tile).__name__}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    if checksum is None:
+        return Variant(None, None, mode, tile)
+    if checksum in COMBINATIONS:
+        if level not in ("I", COMBINED_LEVEL):
+            raise ValueError(
+                f"combination {checksum!r} folds its first checksum at I and its second at M; "
+                f"level must be 'I' or 'I+M', not {level!r}"
+            )
+        return Variant(checksum, COMBINED_LEVEL, mode, tile)
+    if checksum not in CHECKSUMS:
+        raise ValueError(
+            f"unknown checksum {checksum!r}; known: {', '.join(CHECKSUMS)} "
+            f"or a combination X_Y of two of them"
+        )
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
+    return Variant(checksum, level, mode, tile)
+
+
+def standard_variants(mode: str = "exact", tile: TileConfig | str = "small") -> list[Variant]:
+    """The evaluated catalog: 5 checksums × 3 levels, then the seed's three combinations."""
+    out = [make_variant(c, lv, mode, tile) for c in CHECKSUMS for lv in LEVELS]
+    out += [make_variant(c, "I", mode, tile) for c in STANDARD_COMBINATIONS]
+    return out

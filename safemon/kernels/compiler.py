@@ -1,0 +1,127 @@
+"""Compile `.cu` files with NVRTC through CuPy, once per (device, source, options), and cache.
+
+This is the one place that turns kernel sources into loaded modules; the protected-MMM
+backend, the ECC kernels and the fault-injection builds all go through `load_module`.
+The same option list is what `safemon.kernels.nvcc_check` hands to `nvcc -arch=sm_90` in CI,
+so a syntax error fails CI on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from safemon.errors import BackendUnavailableError, CompileError
+
+__all__ = [
+    "BASE_OPTIONS",
+    "KernelBuild",
+    "clear_cache",
+    "cuda_available",
+    "import_cupy",
+    "load_module",
+]
+
+#: Flags every build gets. Denormals are kept and division/sqrt are IEEE so that the NumPy
+#: reference can mirror results bit for bit; `--fmad` is set per build by the arithmetic mode.
+BASE_OPTIONS: tuple[str, ...] = ("-std=c++17", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+
+
+@dataclass(frozen=True)
+class KernelBuild:
+    """One compilation: a `.cu` file, its preprocessor defines and its extra options.
+
+    The same object drives NVRTC at run time and `nvcc` in CI (`safemon.kernels.nvcc_check`).
+    """
+
+    source: Path
+    defines: tuple[tuple[str, str], ...] = ()
+    options: tuple[str, ...] = ()
+    include_dirs: tuple[Path, ...] = field(default=())
+
+    @classmethod
+    def make(
+        cls,
+        source: Path,
+        defines: Mapping[str, object] | None = None,
+        options: Sequence[str] = (),
+    ) -> KernelBuild:
+        defs = tuple(sorted((k, str(v)) for k, v in (defines or {}).items()))
+        return cls(source, defs, tuple(options), (source.parent,))
+
+    def flags(self) -> list[str]:
+        """Compiler flags common to NVRTC and nvcc (defines, includes, options)."""
+        out = list(BASE_OPTIONS) + list(self.options)
+        out += [f"-D{k}={v}" for k, v in self.defines]
+        out += [f"-I{d}" for d in self.include_dirs]
+        return out
+
+
+def import_cupy() -> ModuleType:
+    """Import CuPy or raise `BackendUnavailableError` saying why it cannot be used."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CUDA library that fails to load
+        raise BackendUnavailableError(
+            f"the cupy backend needs CuPy and a CUDA device; importing cupy failed: {exc}. "
+            "Install the cuda12 or cuda13 extra (pip install 'safemon[cuda13]')."
+        ) from exc
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        raise BackendUnavailableError(f"CuPy is installed but no CUDA device is usable: {exc}") from exc
+    if count < 1:
+        raise BackendUnavailableError("CuPy is installed but no CUDA device is present")
+    return cupy
+
+
+@functools.cache
+def cuda_available() -> bool:
+    """True when CuPy imports and at least one CUDA device answers. Cached for the process."""
+    try:
+        import_cupy()
+    except BackendUnavailableError:
+        return False
+    return True
+
+
+_lock = threading.Lock()
+_modules: dict[tuple[int, KernelBuild], Any] = {}
+
+
+def load_module(build: KernelBuild) -> Any:
+    """Return the compiled `cupy.RawModule` for `build` on the current device, compiling once.
+
+    Raises:
+        BackendUnavailableError: no CuPy or no device.
+        CompileError: NVRTC rejected the source; the message carries the full NVRTC log.
+    """
+    cupy = import_cupy()
+    device = cupy.cuda.Device().id
+    key = (device, build)
+    with _lock:
+        mod = _modules.get(key)
+        if mod is not None:
+            return mod
+        code = build.source.read_text()
+        mod = cupy.RawModule(code=code, options=tuple(build.flags()), backend="nvrtc")
+        try:
+            mod.compile()
+        except Exception as exc:
+            log = getattr(exc, "get_message", lambda: str(exc))()
+            raise CompileError(
+                f"NVRTC failed to compile {build.source.name} with {build.flags()}:\n{log}"
+            ) from exc
+        _modules[key] = mod
+        return mod
+
+
+def clear_cache() -> None:
+    """Forget every compiled module (test-only: forces the next `load_module` to recompile)."""
+    with _lock:
+        _modules.clear()
