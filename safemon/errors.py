@@ -11,6 +11,7 @@ __all__ = [
     "BackendUnavailableError",
     "CompileError",
     "ConfigError",
+    "DisagreementError",
     "InvalidInputError",
     "PatternError",
     "SafeStateError",
@@ -42,6 +43,10 @@ class SafeStateError(SafemonError, RuntimeError):
 
 class VoteTimeoutError(SafemonError, TimeoutError):
     """No trustworthy result could be formed before the request's deadline."""
+
+
+class DisagreementError(SafemonError, RuntimeError):
+    """The channels disagreed and the policy could not single out a trustworthy result."""
 
 
 class ConfigError(SafemonError, ValueError):
