@@ -1,0 +1,797 @@
+"""The deployment configuration: pydantic models, YAML loading and environment overrides.
+
+One `Config` describes one daemon and its channels. It is built in three layers, later
+layers winning:
+
+1. the embedded default (the model defaults: 2oo3 with three process channels, NumPy/auto
+   backend, variant ones/I/exact/auto, ipc:// in a private runtime dir, metrics on
+   127.0.0.1:9464, DTI 1 s);
+2. a YAML file (`load_config(path)`); keys it leaves out keep their defaults, unknown keys
+   are refused;
+3. environment variables `SAFEMON_<SECTION>__<FIELD>=<value>`: a double underscore nests
+   (`SAFEMON_METRICS__PORT=9500`), a number addresses a list item
+   (`SAFEMON_CHANNELS__1__GPU=1`), a single name sets a top-level field
+   (`SAFEMON_POLICY=2oo2`). Values are parsed as YAML (`9500` is an int, `null` is None,
+   `[16x16x16, 32x32x32]` a list), then validated like the file.
+
+Every model forbids unknown keys, and integer, float and bool fields are strict (a quoted
+"9500" or a `1` for a bool is refused, not converted). Any problem raises
+`safemon.errors.ConfigError` whose message lists each bad field as a dotted path with the
+reason, e.g. `timing.ftti_s: must be >= ...`.
+
+Derived values are resolved at load time and stored, so `Config.model_dump()` round-trips
+through `Config.model_validate` to an equal object:
+- `channels: null` (the default) becomes `Policy(policy).channels` process channels
+  `ch0, ch1, ...` with the default variant;
+- `degraded_policy: null` becomes the voter table's choice (2oo3 → 2oo2, the stricter of
+  its two options; 1oo2D → 1oo1D; none for 1oo1D and 2oo2);
+- `endpoints.runtime_dir: null` becomes `$XDG_RUNTIME_DIR/safemon-<name>`, or
+  `/tmp/safemon-<uid>-<name>` without XDG_RUNTIME_DIR;
+- the placeholders `{runtime_dir}` and `{name}` in endpoint addresses are substituted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from safemon.errors import ConfigError
+from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_tile, make_variant
+from safemon.states import Policy
+
+__all__ = [
+    "ENV_PREFIX",
+    "ENV_RESERVED",
+    "ActionsConfig",
+    "ChannelConfig",
+    "Config",
+    "EndpointsConfig",
+    "LoggingConfig",
+    "MetricsConfig",
+    "PatternsConfig",
+    "RestartConfig",
+    "SecurityConfig",
+    "TimingConfig",
+    "VariantConfig",
+    "WeightsConfig",
+    "default_config",
+    "load_config",
+]
+
+ENV_PREFIX = "SAFEMON_"
+#: SAFEMON_* variables that are not configuration overrides (so they are not refused as
+#: unknown fields). SAFEMON_CONFIG names the config file for the CLI.
+ENV_RESERVED: frozenset[str] = frozenset({"SAFEMON_CONFIG"})
+
+#: Names end up in file names, socket paths and Prometheus label values: keep them tame.
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,31}$"
+#: sockaddr_un.sun_path holds 108 bytes on Linux including the terminating NUL; ZeroMQ
+#: refuses longer ipc:// paths at bind time, which is too late to find out.
+IPC_PATH_MAX_BYTES = 107
+#: Self-test patterns run on every channel every DTI; a typo like 16384x16384x16384 would
+#: turn the diagnosis into the main load, so each dimension is capped.
+MAX_PATTERN_DIM = 4096
+_DIMS_RE = re.compile(r"^([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)$")
+_PLACEHOLDER_RE = re.compile(r"\{[^{}]*\}")
+_HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+PositiveSeconds = Annotated[StrictFloat, Field(gt=0.0)]
+
+
+class _FieldProblems(ValueError):
+    """Raised by cross-field validators: several (relative dotted path, reason) pairs.
+
+    Pydantic would report a plain ValueError from a model validator at the model's own
+    location; carrying the paths lets `load_config` name the exact field to change.
+    """
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{p}: {r}" for p, r in problems))
+
+
+def _raise_if(problems: list[tuple[str, str]]) -> None:
+    if problems:
+        raise _FieldProblems(problems)
+
+
+class _Model(BaseModel):
+    # allow_inf_nan=False: YAML's `.inf`/`.nan` would silently disable a deadline check.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_default=True)
+
+
+class VariantConfig(_Model):
+    """The protected-kernel variant of one channel (see `safemon.kernels.catalog`).
+
+    `checksum` None means the unprotected kernel; `tile` "auto" picks `auto_tile(M, N)`
+    per request, a pure function of the shape so replicas agree.
+    """
+
+    checksum: str | None = "ones"
+    level: str | None = "I"
+    mode: Literal["exact", "fma"] = "exact"
+    tile: str = "auto"
+
+    @model_validator(mode="after")
+    def _check_catalog(self) -> Self:
+        if self.tile != "auto" and self.tile not in TILES:
+            raise _FieldProblems(
+                [("tile", f"unknown tile {self.tile!r}; known: auto, {', '.join(TILES)}")]
+            )
+        try:
+            # The tile does not interact with the other parts, so "auto" is checked as "small".
+            make_variant(
+                self.checksum, self.level, self.mode, "small" if self.tile == "auto" else self.tile
+            )
+        except ValueError as exc:
+            field = "level" if "level" in str(exc) else "checksum"
+            raise _FieldProblems([(field, str(exc))]) from None
+        return self
+
+    def to_variant(self, m: int, n: int) -> Variant:
+        """The catalog `Variant` this channel runs for an M×N output (resolves tile "auto")."""
+        tile: TileConfig | str = auto_tile(m, n) if self.tile == "auto" else self.tile
+        return make_variant(self.checksum, self.level, self.mode, tile)
+
+
+class ChannelConfig(_Model):
+    """One redundant channel.
+
+    placement "process": its own OS process (spawned; optionally pinned to GPU `gpu`).
+    placement "stream": a CUDA stream inside the daemon process; such channels share the
+    daemon's process (a crash takes all of them down, which the safety case must accept)
+    and are always reached over `inproc://`, whatever `endpoints.channel_base` says.
+    """
+
+    name: Name
+    placement: Literal["process", "stream"] = "process"
+    gpu: Annotated[StrictInt, Field(ge=0)] | None = None
+    variant: VariantConfig = Field(default_factory=VariantConfig)
+
+
+class WeightsConfig(_Model):
+    """Resident weights: `ecc` keeps them SEC-DED protected on the GPU (DESIGN.md, ECC)."""
+
+    ecc: StrictBool = True
+    word_bits: Literal[32, 64] = 32
+
+
+class TimingConfig(_Model):
+    """Deadlines and periods, all in seconds.
+
+    request_deadline_s: the voter answers each request within this time (a late channel
+        counts as failed for that request).
+    dti_s: diagnostic test interval; every channel runs a golden self-test at least once
+        per DTI.
+    selftest_deadline_s: a self-test result later than this counts as a failed self-test.
+    dti_jitter: fraction in [0, 0.5] by which the scheduler may *shorten* a period (to
+        de-synchronise channels); it never lengthens it, so the DTI bound holds.
+    scrub_interval_s: period of the ECC scrubber over resident weights; None = off.
+    heartbeat_interval_s / heartbeat_timeout_s: channel liveness; a channel silent for the
+        timeout is treated as failed.
+    ftti_s: fault-tolerant time interval of the protected function.
+    drain_timeout_s: on shutdown, how long in-flight requests may take to finish.
+    """
+
+    request_deadline_s: PositiveSeconds = 0.25
+    dti_s: PositiveSeconds = 1.0
+    selftest_deadline_s: PositiveSeconds = 0.2
+    dti_jitter: Annotated[StrictFloat, Field(ge=0.0, le=0.5)] = 0.1
+    scrub_interval_s: PositiveSeconds | None = 10.0
+    heartbeat_interval_s: PositiveSeconds = 0.1
+    heartbeat_timeout_s: PositiveSeconds = 0.5
+    ftti_s: PositiveSeconds = 2.0
+    drain_timeout_s: PositiveSeconds = 5.0
+
+    @model_validator(mode="after")
+    def _check_intervals(self) -> Self:
+        problems: list[tuple[str, str]] = []
+        if self.selftest_deadline_s > self.dti_s:
+            problems.append(
+                (
+                    "selftest_deadline_s",
+                    f"must be <= dti_s ({self.dti_s} s), got {self.selftest_deadline_s} s",
+                )
+            )
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            problems.append(
+                (
+                    "heartbeat_timeout_s",
+                    f"must be > heartbeat_interval_s ({self.heartbeat_interval_s} s), got {self.heartbeat_timeout_s} s",
+                )
+            )
+        # Worst case for a latent fault: it strikes just after a self-test passed. The next
+        # self-test starts at most dti_s later (jitter only shortens periods) and its verdict
+        # is due at most selftest_deadline_s after that (a late verdict is a failure), so the
+        # fault detection time FDTI <= dti_s + selftest_deadline_s. FDTI + FRTI <= FTTI is
+        # required; FRTI is measured at run time (safemon_fault_reaction_seconds), so the
+        # configuration can only refuse intervals that are already too long without it.
+        if self.dti_s + self.selftest_deadline_s > self.ftti_s:
+            problems.append(
+                (
+                    "ftti_s",
+                    f"must be >= dti_s + selftest_deadline_s ({self.dti_s + self.selftest_deadline_s:g} s, "
+                    f"the worst-case detection time of a latent fault), got {self.ftti_s} s",
+                )
+            )
+        # A crashed or hung channel is only detected by the heartbeat timeout: same bound.
+        if self.heartbeat_timeout_s > self.ftti_s:
+            problems.append(
+                (
+                    "heartbeat_timeout_s",
+                    f"must be <= ftti_s ({self.ftti_s} s): it bounds the detection time of a dead channel",
+                )
+            )
+        _raise_if(problems)
+        return self
+
+
+class RestartConfig(_Model):
+    """Channel restart budget: at most `max_restarts` within a sliding `window_s`, with
+    exponential backoff `backoff_initial_s * backoff_factor**k`, capped at `backoff_max_s`.
+    Past the budget the channel is isolated."""
+
+    max_restarts: Annotated[StrictInt, Field(ge=0, le=1000)] = 3
+    window_s: PositiveSeconds = 60.0
+    backoff_initial_s: Annotated[StrictFloat, Field(ge=0.0)] = 0.1
+    backoff_factor: Annotated[StrictFloat, Field(ge=1.0, le=10.0)] = 2.0
+    backoff_max_s: Annotated[StrictFloat, Field(ge=0.0)] = 10.0
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> Self:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise _FieldProblems(
+                [("backoff_max_s", f"must be >= backoff_initial_s ({self.backoff_initial_s} s)")]
+            )
+        return self
+
+
+class ActionsConfig(_Model):
+    """What the safe-state controller does on fault events.
+
+    hook: a command line (split with `shlex`, run without a shell) started on each event
+    with the event as JSON on stdin; None = no hook.
+    """
+
+    restart: StrictBool = True
+    isolate: StrictBool = True
+    notify: StrictBool = True
+    hook: str | None = None
+
+    @field_validator("hook")
+    @classmethod
+    def _check_hook(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            argv = shlex.split(v)
+        except ValueError as exc:
+            raise ValueError(f"not a valid command line: {exc}") from None
+        if not argv:
+            raise ValueError("must not be empty (use null for no hook)")
+        return v
+
+
+_SCHEMES = ("ipc://", "inproc://", "tcp://")
+
+
+def _parse_tcp(address: str) -> tuple[str, int] | str:
+    """(host, port) of a tcp:// address, or a reason string if it is not one."""
+    rest = address[len("tcp://") :]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host:
+        return "tcp:// address needs host:port"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"tcp:// port must be 1..65535, got {port!r}"
+    return host, int(port)
+
+
+def _address_problem(address: str) -> str | None:
+    """A reason why a *resolved* endpoint address is unusable, or None."""
+    if not address.startswith(_SCHEMES):
+        return f"must start with one of {', '.join(_SCHEMES)}, got {address!r}"
+    if _PLACEHOLDER_RE.search(address):
+        return f"unknown placeholder in {address!r}; known: {{runtime_dir}}, {{name}}"
+    if address.startswith("ipc://"):
+        path = address[len("ipc://") :]
+        if not path.startswith("/"):
+            return f"ipc:// path must be absolute, got {path!r}"
+        if len(path.encode()) > IPC_PATH_MAX_BYTES - len("-channelname-32-chars-long.sock"):
+            return (
+                f"ipc:// path is too long ({len(path.encode())} bytes; Unix sockets allow "
+                f"{IPC_PATH_MAX_BYTES} including the per-channel suffix); use a shorter runtime_dir"
+            )
+    elif address.startswith("inproc://"):
+        if len(address) == len("inproc://"):
+            return "inproc:// needs a name"
+    else:
+        parsed = _parse_tcp(address)
+        if isinstance(parsed, str):
+            return parsed
+    return None
+
+
+class EndpointsConfig(_Model):
+    """Socket addresses. Each is `ipc://`, `inproc://` or `tcp://`; `{runtime_dir}` and
+    `{name}` are substituted at load time.
+
+    ingress: where clients send requests (ROUTER). control: operator commands (reset,
+    status). events: the PUB socket of state/fault events. channel_base: the prefix of the
+    per-channel addresses, see `Config.channel_address`.
+    """
+
+    runtime_dir: Path | None = None
+    ingress: str = "ipc://{runtime_dir}/ingress.sock"
+    control: str = "ipc://{runtime_dir}/control.sock"
+    events: str = "ipc://{runtime_dir}/events.sock"
+    channel_base: str = "ipc://{runtime_dir}/channel"
+
+    @field_validator("ingress", "control", "events", "channel_base")
+    @classmethod
+    def _check_scheme(cls, v: str) -> str:
+        if not v.startswith(_SCHEMES):
+            raise ValueError(f"must start with one of {', '.join(_SCHEMES)}")
+        return v
+
+    @field_validator("runtime_dir")
+    @classmethod
+    def _check_runtime_dir(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_absolute():
+            raise ValueError(f"must be an absolute path, got {str(v)!r}")
+        return v
+
+    def addresses(self) -> dict[str, str]:
+        """The four address fields by name."""
+        return {
+            "ingress": self.ingress,
+            "control": self.control,
+            "events": self.events,
+            "channel_base": self.channel_base,
+        }
+
+
+class SecurityConfig(_Model):
+    """CURVE authentication. Required (curve=true and keys_dir set) when any endpoint is
+    tcp://, because a network peer could otherwise inject results into the vote."""
+
+    curve: StrictBool = False
+    keys_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> Self:
+        if self.curve and self.keys_dir is None:
+            raise _FieldProblems([("keys_dir", "required when curve is true")])
+        return self
+
+
+def _check_host(v: str) -> str:
+    try:
+        ipaddress.ip_address(v)
+    except ValueError:
+        if not _HOSTNAME_RE.match(v):
+            raise ValueError(f"not an IP address or host name: {v!r}") from None
+    return v
+
+
+class MetricsConfig(_Model):
+    """The Prometheus endpoint. port 0 lets the OS pick a free port (tests).
+    tls_cert and tls_key: PEM files; both or neither."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[StrictInt, Field(ge=0, le=65535)] = 9464
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _check_host_field(cls, v: str) -> str:
+        return _check_host(v)
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> Self:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            missing = "tls_key" if self.tls_key is None else "tls_cert"
+            raise _FieldProblems([(missing, "tls_cert and tls_key must be given together")])
+        return self
+
+
+class PatternsConfig(_Model):
+    """Golden patterns for self-tests. dir None = the package's built-in patterns.
+    dims: the "MxNxK" shapes each self-test runs."""
+
+    dir: Path | None = None
+    dims: list[str] = Field(default_factory=lambda: ["16x16x16"], min_length=1)
+
+    @field_validator("dims")
+    @classmethod
+    def _check_dims(cls, v: list[str]) -> list[str]:
+        bad = []
+        for i, d in enumerate(v):
+            m = _DIMS_RE.match(d)
+            if m is None:
+                bad.append(f"[{i}] {d!r} is not 'MxNxK' with positive integers")
+            elif max(int(g) for g in m.groups()) > MAX_PATTERN_DIM:
+                bad.append(f"[{i}] {d!r} has a dimension above {MAX_PATTERN_DIM}")
+        if len(set(v)) != len(v):
+            bad.append("duplicate shapes")
+        if bad:
+            raise ValueError("; ".join(bad))
+        return v
+
+    def shapes(self) -> list[tuple[int, int, int]]:
+        """`dims` as (M, N, K) integer tuples."""
+        out = []
+        for d in self.dims:
+            m, n, k = d.split("x")
+            out.append((int(m), int(n), int(k)))
+        return out
+
+
+class LoggingConfig(_Model):
+    """format "auto" = console on a TTY, JSON otherwise (see `safemon.logging`)."""
+
+    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+
+
+#: The voter table's degradation options (DESIGN.md, Voter policies).
+_DEGRADED_OPTIONS: dict[Policy, tuple[Policy, ...]] = {
+    Policy.ONE_OO_ONE_D: (),
+    Policy.TWO_OO_TWO: (),
+    Policy.ONE_OO_TWO_D: (Policy.ONE_OO_ONE_D,),
+    Policy.TWO_OO_THREE: (Policy.TWO_OO_TWO, Policy.ONE_OO_TWO_D),
+}
+
+
+class Config(_Model):
+    """One deployment. Build it with `load_config` or `default_config`; treat it as read-only.
+
+    name: deployment name ([a-z0-9-], used in the runtime dir and logs).
+    policy: the voter policy; fixes the number of channels.
+    degraded_policy: what the voter falls back to when a channel is lost (2oo3: "2oo2" or
+        "1oo2D"; 1oo2D: "1oo1D"; others: none, they go to SAFE).
+    backend: "numpy" (reference, CPU), "cupy" (GPU) or "auto" (cupy when a device is usable).
+    """
+
+    name: Name = "safemon"
+    policy: Policy = Policy.TWO_OO_THREE
+    degraded_policy: Policy | None = None
+    backend: Literal["auto", "numpy", "cupy"] = "auto"
+    channels: list[ChannelConfig] | None = None
+    weights: WeightsConfig = Field(default_factory=WeightsConfig)
+    timing: TimingConfig = Field(default_factory=TimingConfig)
+    restart: RestartConfig = Field(default_factory=RestartConfig)
+    actions: ActionsConfig = Field(default_factory=ActionsConfig)
+    endpoints: EndpointsConfig = Field(default_factory=EndpointsConfig)
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    patterns: PatternsConfig = Field(default_factory=PatternsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @model_validator(mode="after")
+    def _resolve_and_check(self, info: ValidationInfo) -> Self:
+        problems: list[tuple[str, str]] = []
+        policy = Policy(self.policy)
+
+        if self.channels is None:
+            self.channels = [ChannelConfig(name=f"ch{i}") for i in range(policy.channels)]
+        options = _DEGRADED_OPTIONS[policy]
+        if self.degraded_policy is None:
+            self.degraded_policy = options[0] if options else None
+        elif self.degraded_policy not in options:
+            allowed = " or ".join(repr(p.value) for p in options) if options else "null"
+            problems.append(
+                (
+                    "degraded_policy",
+                    f"{policy.value} can only degrade to {allowed}, got {self.degraded_policy.value!r}",
+                )
+            )
+
+        if len(self.channels) != policy.channels:
+            problems.append(
+                (
+                    "channels",
+                    f"policy {policy.value} needs {policy.channels} channel(s), got {len(self.channels)}",
+                )
+            )
+        seen: dict[str, int] = {}
+        for i, ch in enumerate(self.channels):
+            if ch.name in seen:
+                problems.append(
+                    (
+                        f"channels.{i}.name",
+                        f"duplicate channel name {ch.name!r} (also channels.{seen[ch.name]})",
+                    )
+                )
+            seen.setdefault(ch.name, i)
+            if self.backend == "numpy" and ch.gpu is not None:
+                problems.append(
+                    (f"channels.{i}.gpu", "must be null when backend is numpy (no GPU is used)")
+                )
+            if ch.variant.checksum is None and policy in (Policy.ONE_OO_ONE_D, Policy.ONE_OO_TWO_D):
+                problems.append(
+                    (
+                        f"channels.{i}.variant.checksum",
+                        f"{policy.value} relies on per-request signature checks; an unprotected kernel is not allowed",
+                    )
+                )
+
+        if self.actions.restart and self.restart.max_restarts == 0:
+            problems.append(
+                (
+                    "restart.max_restarts",
+                    "must be >= 1 when actions.restart is true (or set actions.restart: false)",
+                )
+            )
+        if self.timing.scrub_interval_s is not None and not self.weights.ecc:
+            problems.append(
+                (
+                    "timing.scrub_interval_s",
+                    "must be null when weights.ecc is false (nothing to scrub)",
+                )
+            )
+
+        self._resolve_endpoints(info, problems)
+        self._check_channel_addresses(problems)
+
+        tcp = [k for k, a in self.endpoints.addresses().items() if a.startswith("tcp://")]
+        if tcp and not self.security.curve:
+            problems.append(
+                (
+                    "security.curve",
+                    f"must be true (with keys_dir) because endpoints {', '.join(tcp)} use tcp://",
+                )
+            )
+        _raise_if(problems)
+        return self
+
+    def _resolve_endpoints(self, info: ValidationInfo, problems: list[tuple[str, str]]) -> None:
+        ep = self.endpoints
+        if ep.runtime_dir is None:
+            env = info.context.get("env") if isinstance(info.context, Mapping) else None
+            ep.runtime_dir = _default_runtime_dir(self.name, os.environ if env is None else env)
+        substitutions = {"{runtime_dir}": str(ep.runtime_dir), "{name}": self.name}
+        resolved: dict[str, str] = {}
+        for field, address in ep.addresses().items():
+            for key, value in substitutions.items():
+                address = address.replace(key, value)
+            why = _address_problem(address)
+            if why is not None:
+                problems.append((f"endpoints.{field}", why))
+            setattr(ep, field, address)
+            resolved[field] = address
+        seen: dict[str, str] = {}
+        for field, address in resolved.items():
+            if address in seen:
+                problems.append(
+                    (f"endpoints.{field}", f"same address as endpoints.{seen[address]}")
+                )
+            seen.setdefault(address, field)
+
+    def _check_channel_addresses(self, problems: list[tuple[str, str]]) -> None:
+        base = self.endpoints.channel_base
+        if not base.startswith("tcp://") or self.channels is None:
+            return
+        parsed = _parse_tcp(base)
+        if isinstance(parsed, tuple) and parsed[1] + len(self.channels) - 1 > 65535:
+            problems.append(
+                ("endpoints.channel_base", "tcp:// port + number of channels exceeds 65535")
+            )
+
+    def channel_address(self, name: str) -> str:
+        """The address channel `name` binds and the daemon connects to.
+
+        stream channels: `inproc://safemon-<deployment>-<channel>` (they live in the daemon).
+        ipc:// base: `<base>-<channel>.sock`; inproc:// base: `<base>-<channel>`;
+        tcp://host:port base: `tcp://host:<port + channel index>`.
+
+        Raises:
+            KeyError: no channel has that name.
+        """
+        assert self.channels is not None  # resolved by validation
+        index = {ch.name: i for i, ch in enumerate(self.channels)}
+        if name not in index:
+            raise KeyError(f"no channel named {name!r}")
+        i = index[name]
+        ch = self.channels[i]
+        base = self.endpoints.channel_base
+        if ch.placement == "stream":
+            return f"inproc://safemon-{self.name}-{name}"
+        if base.startswith("ipc://"):
+            return f"{base}-{name}.sock"
+        if base.startswith("inproc://"):
+            return f"{base}-{name}"
+        parsed = _parse_tcp(base)
+        assert isinstance(parsed, tuple)  # validated at load
+        return f"tcp://{parsed[0]}:{parsed[1] + i}"
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        """The configured channel names, in config order."""
+        return tuple(ch.name for ch in self.channels or ())
+
+    def policy_chain(self) -> tuple[Policy, ...]:
+        """Every policy the voter may run: `policy`, then each successive degradation
+        (e.g. 2oo3 → 1oo2D → 1oo1D). The metrics use it to pre-create label values."""
+        chain = [Policy(self.policy)]
+        nxt = self.degraded_policy
+        while nxt is not None and nxt not in chain:
+            chain.append(nxt)
+            opts = _DEGRADED_OPTIONS[nxt]
+            nxt = opts[0] if opts else None
+        return tuple(chain)
+
+
+def _default_runtime_dir(name: str, env: Mapping[str, str]) -> Path:
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / f"safemon-{name}"
+    # /tmp is shared: the uid in the name keeps users apart (the daemon creates it 0700).
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path("/tmp") / f"safemon-{uid}-{name}"
+
+
+def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """Nested override dict from SAFEMON_* variables, plus problems (as message lines)."""
+    out: dict[str, Any] = {}
+    problems: list[str] = []
+    top_fields = set(Config.model_fields)
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or var in ENV_RESERVED:
+            continue
+        parts = var[len(ENV_PREFIX) :].lower().split("__")
+        if any(not p for p in parts):
+            problems.append(f"{var}: empty path segment")
+            continue
+        if parts[0] not in top_fields:
+            problems.append(
+                f"{var}: {parts[0]!r} is not a configuration field (known: {', '.join(sorted(top_fields))})"
+            )
+            continue
+        try:
+            value = yaml.safe_load(env[var]) if env[var] != "" else None
+        except yaml.YAMLError as exc:
+            problems.append(f"{var}: value is not valid YAML: {exc}")
+            continue
+        out = _set_path(out, parts, value)
+    return out, problems
+
+
+def _set_path(tree: dict[str, Any], parts: list[str], value: Any) -> dict[str, Any]:
+    node: Any = tree
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        key: str | int = int(part) if part.isdigit() else part
+        if last:
+            node[key] = value
+        else:
+            node = node.setdefault(key, {})
+    return tree
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """Deep-merge `override` into `base`. A dict with integer keys patches a list by index."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for k, v in override.items():
+            out[k] = _merge(base.get(k), v) if k in base else v
+        return out
+    if (
+        isinstance(base, list)
+        and isinstance(override, dict)
+        and all(isinstance(k, int) for k in override)
+    ):
+        out_list = list(base)
+        for k, v in override.items():
+            if not 0 <= k < len(out_list):
+                raise ConfigError(
+                    f"invalid configuration:\n  - environment override index {k} is out of range (list has {len(out_list)} items)"
+                )
+            out_list[k] = _merge(out_list[k], v)
+        return out_list
+    return override
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "<root>"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    lines: list[str] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, _FieldProblems):
+            prefix = f"{_dotted(loc)}." if loc else ""
+            lines.extend(f"{prefix}{p}: {r}" for p, r in cause.problems)
+            continue
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (not a configuration field)"
+        elif err["type"] not in ("missing",):
+            msg = f"{msg} (got {_short(err.get('input'))})"
+        lines.append(f"{_dotted(loc)}: {msg}")
+    return lines
+
+
+def _validate(data: Mapping[str, Any], env: Mapping[str, str], source: str) -> Config:
+    overrides, problems = _env_overrides(env)
+    if problems:
+        raise ConfigError(
+            f"invalid configuration ({source}):\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+    merged = _merge(dict(data), overrides) if overrides else dict(data)
+    try:
+        return Config.model_validate(merged, context={"env": env})
+    except ValidationError as exc:
+        lines = _format_errors(exc)
+        where = f"{source} + SAFEMON_* environment" if overrides else source
+        raise ConfigError(
+            f"invalid configuration ({where}):\n" + "\n".join(f"  - {line}" for line in lines)
+        ) from None
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Load, override and validate a configuration.
+
+    Args:
+        path: a YAML file; None = the embedded default.
+        env: the environment for SAFEMON_* overrides and XDG_RUNTIME_DIR; None = os.environ.
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML, a top level that is not a mapping, an
+            unknown SAFEMON_* variable, or any invalid field; the message lists each
+            problem on its own line as `dotted.path: reason`.
+    """
+    env = os.environ if env is None else env
+    if path is None:
+        return _validate({}, env, "embedded default")
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {str(p)!r}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"configuration {str(p)!r} is not valid YAML: {exc}") from None
+    if data is None:
+        data = {}  # an empty file means "all defaults", like an empty mapping
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"invalid configuration ({p}):\n  - <root>: must be a mapping of sections, got {type(data).__name__}"
+        )
+    return _validate(data, env, str(p))
+
+
+def default_config() -> Config:
+    """The embedded default, without SAFEMON_* overrides (XDG_RUNTIME_DIR still applies)."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    return _validate({}, {} if xdg is None else {"XDG_RUNTIME_DIR": xdg}, "embedded default")
