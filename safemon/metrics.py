@@ -1,0 +1,490 @@
+"""Prometheus metrics of one safemon deployment (DESIGN.md, Observability).
+
+`Metrics` creates the whole set on a registry it is given (tests pass a fresh
+`CollectorRegistry`), with the prefix `safemon_`, base units, and counters ending in
+`_total`. Label values never come from message content: channel names and policies come
+from the `Config`, every other label from a fixed enum in this module (or the voter's and
+the wire format's own enums). A value outside those sets raises `UnknownLabelError`, so a
+bug or a hostile peer cannot blow up the series count. Every labelled series known in
+advance is created at start-up, so dashboards show zeros instead of gaps.
+
+How figures of the channel processes reach the one endpoint
+-----------------------------------------------------------
+Kernel times and ECC counts are measured inside the channel processes, but only the
+daemon serves metrics. The channels forward them in message headers and the daemon
+observes them here:
+
+- each RESULT header carries the kernel time of that request (`observe_kernel`); a lost
+  result fails its request anyway, so nothing is double-counted or silently missing;
+- each HEARTBEAT header carries the channel's *cumulative* ECC counts per buffer kind
+  together with its incarnation (a restart counter or pid); `update_channel_ecc` adds the
+  difference since the last heartbeat of the same incarnation, so a dropped heartbeat loses
+  nothing and a restarted channel starts again from zero, as Prometheus counters expect.
+
+Prometheus' multiprocess mode was rejected: it needs a shared writable directory of mmap
+files (impossible for tcp:// channels on other hosts), per-pid file cleanup when a channel
+crashes or restarts (exactly the events a safety monitor must survive), it cannot express
+live gauges such as `channel_up` across processes, and channel processes would need the
+environment set before `prometheus_client` is imported. Forwarding keeps a single
+registry in a single process and lets the daemon validate every value first.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from safemon.config import Config, MetricsConfig
+from safemon.errors import InvalidInputError
+from safemon.patterns.voter import OUTCOMES as VOTE_OUTCOMES
+from safemon.states import ChannelState, Mode, Policy
+from safemon.transport.wire import RejectReason
+
+__all__ = [
+    "FAULT_REACTION_BUCKETS",
+    "KERNEL_BUCKETS",
+    "PREFIX",
+    "REQUEST_OUTCOMES",
+    "SELFTEST_BUCKETS",
+    "VOTE_LATENCY_BUCKETS",
+    "VOTE_OUTCOMES",
+    "BufferKind",
+    "FaultKind",
+    "Metrics",
+    "MetricsServer",
+    "SelftestResult",
+    "UnknownLabelError",
+    "start_http_server",
+]
+
+PREFIX = "safemon"
+
+#: `requests_total{outcome}`: the voter's outcomes plus requests refused at ingress.
+REQUEST_OUTCOMES: tuple[str, ...] = (*VOTE_OUTCOMES, "invalid_input")
+
+# Buckets in seconds. Each histogram also gets the matching deadline from the config as a
+# bucket edge, so "fraction over the deadline" is read exactly, not interpolated.
+#: 50 µs (a loopback round trip) .. 1 s; 300 µs and 1 ms are the p50/p99 targets.
+VOTE_LATENCY_BUCKETS: tuple[float, ...] = (
+    50e-6, 75e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 750e-6,
+    1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0,
+)  # fmt: skip
+#: 10 µs (an 80² kernel) .. 1 s (4096³ and beyond).
+KERNEL_BUCKETS: tuple[float, ...] = (
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+    1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0,
+)  # fmt: skip
+SELFTEST_BUCKETS: tuple[float, ...] = (
+    100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5,
+)  # fmt: skip
+#: Detection to safe reaction; compared with the FTTI (an edge added from the config).
+FAULT_REACTION_BUCKETS: tuple[float, ...] = (
+    100e-6, 1e-3, 5e-3, 10e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+
+class UnknownLabelError(ValueError):
+    """A label value outside the set known from the config or the module's enums."""
+
+
+class SelftestResult(StrEnum):
+    """`selftests_total{result}`."""
+
+    PASS = "pass"
+    FAIL = "fail"  # C or ES differed from the golden pattern
+    TIMEOUT = "timeout"  # no verdict within timing.selftest_deadline_s
+
+
+class BufferKind(StrEnum):
+    """`ecc_*_total{buffer}`: the kind of protected buffer. Buffer *names* are chosen by
+    the application, so they are not label values; the daemon maps each to its kind."""
+
+    WEIGHTS = "weights"  # resident weights (scrubbed)
+    INPUT = "input"  # an uploaded operand
+    OUTPUT = "output"  # a result checked after download
+    PATTERN = "pattern"  # golden-pattern data resident for self-tests
+
+
+class FaultKind(StrEnum):
+    """`fault_reaction_seconds{kind}`: what was detected."""
+
+    DISAGREEMENT = "disagreement"
+    SELFTEST_FAIL = "selftest_fail"
+    DEADLINE_MISS = "deadline_miss"
+    HEARTBEAT_LOST = "heartbeat_lost"
+    ECC_UNCORRECTABLE = "ecc_uncorrectable"
+    CHANNEL_CRASH = "channel_crash"
+
+
+def _buckets(base: Iterable[float], *extra: float) -> tuple[float, ...]:
+    return tuple(sorted({*base, *extra}))
+
+
+def _check_seconds(what: str, seconds: float) -> float:
+    # A negative or NaN duration is a clock bug; recording it would corrupt the histogram.
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidInputError(f"{what}: seconds must be a number, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidInputError(f"{what}: seconds must be finite and >= 0, got {seconds!r}")
+    return float(seconds)
+
+
+def _check_count(what: str, count: int) -> int:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidInputError(f"{what}: count must be an int >= 0, got {count!r}")
+    return count
+
+
+class Metrics:
+    """The safemon metric set on `registry`, with label values fixed by `config`.
+
+    Args:
+        config: the deployment; its channel names, policy chain and deadlines are used.
+        registry: where to register (a fresh `CollectorRegistry` in tests; the daemon
+            passes its own, or `prometheus_client.REGISTRY`).
+        backend: the backend actually in use ("numpy" or "cupy"), for `build_info`;
+            None = `config.backend` (which may say "auto").
+        mode: the mode gauge's initial value.
+
+    Raises:
+        ValueError: (from prometheus_client) a metric of the same name already exists on
+            `registry`.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        registry: CollectorRegistry,
+        *,
+        backend: str | None = None,
+        mode: Mode = Mode.NORMAL,
+    ) -> None:
+        self.registry = registry
+        self.channels: tuple[str, ...] = config.channel_names
+        self.policies: tuple[Policy, ...] = config.policy_chain()
+        self._channel_set = frozenset(self.channels)
+        self._policy_values = frozenset(p.value for p in self.policies)
+        self._lock = threading.Lock()
+        # (channel, buffer kind, "corrected"|"uncorrectable") -> (incarnation, last total)
+        self._ecc_seen: dict[tuple[str, str, str], tuple[str, int]] = {}
+
+        def name(short: str) -> str:
+            return f"{PREFIX}_{short}"
+
+        t = config.timing
+        self.requests = Counter(
+            name("requests_total"), "Requests answered, by outcome.", ["outcome"], registry=registry
+        )
+        self.votes = Counter(
+            name("votes_total"),
+            "Voter decisions, by policy in force and outcome.",
+            ["policy", "outcome"],
+            registry=registry,
+        )
+        self.channel_disagreements = Counter(
+            name("channel_disagreements_total"),
+            "Votes in which the channel was in the minority or mismatched.",
+            ["channel"],
+            registry=registry,
+        )
+        self.channel_up = Gauge(
+            name("channel_up"),
+            "1 while the channel votes (state UP), else 0.",
+            ["channel"],
+            registry=registry,
+        )
+        self.selftests = Counter(
+            name("selftests_total"),
+            "Golden-pattern self-tests, by channel and result.",
+            ["channel", "result"],
+            registry=registry,
+        )
+        self.selftest_duration = Histogram(
+            name("selftest_duration_seconds"),
+            "Self-test duration from dispatch to verdict.",
+            buckets=_buckets(SELFTEST_BUCKETS, t.selftest_deadline_s),
+            registry=registry,
+        )
+        self.dti_overruns = Counter(
+            name("dti_overruns_total"),
+            "Self-tests that started later than one DTI after the previous one.",
+            ["channel"],
+            registry=registry,
+        )
+        self.mode = Gauge(
+            name("mode"),
+            "1 for the current system mode, 0 for the others.",
+            ["mode"],
+            registry=registry,
+        )
+        self.ecc_corrected = Counter(
+            name("ecc_corrected_total"),
+            "Single-bit errors corrected by SEC-DED.",
+            ["buffer"],
+            registry=registry,
+        )
+        self.ecc_uncorrectable = Counter(
+            name("ecc_uncorrectable_total"),
+            "Uncorrectable (double-bit) errors detected by SEC-DED.",
+            ["buffer"],
+            registry=registry,
+        )
+        self.vote_latency = Histogram(
+            name("vote_latency_seconds"),
+            "Time from request ingress to the vote's answer.",
+            buckets=_buckets(VOTE_LATENCY_BUCKETS, t.request_deadline_s),
+            registry=registry,
+        )
+        self.kernel_seconds = Histogram(
+            name("kernel_seconds"),
+            "Protected kernel time per request, as reported by the channel.",
+            ["channel"],
+            buckets=KERNEL_BUCKETS,
+            registry=registry,
+        )
+        self.messages_rejected = Counter(
+            name("messages_rejected_total"),
+            "Received messages dropped, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.fault_reaction = Histogram(
+            name("fault_reaction_seconds"),
+            "Time from fault detection to the completed safe reaction.",
+            ["kind"],
+            buckets=_buckets(FAULT_REACTION_BUCKETS, t.ftti_s),
+            registry=registry,
+        )
+        # Info appends `_info`: the exposed series is safemon_build_info{...} 1.
+        self.build = Info(name("build"), "safemon build and runtime.", registry=registry)
+
+        self._preinitialise()
+        from safemon import __version__  # late: safemon/__init__ may import this module
+
+        self.build.info(
+            {
+                "version": __version__,
+                "python": platform.python_version(),
+                "backend": backend if backend is not None else config.backend,
+            }
+        )
+        self.set_mode(mode)
+
+    def _preinitialise(self) -> None:
+        for o in REQUEST_OUTCOMES:
+            self.requests.labels(outcome=o)
+        for p in self.policies:
+            for o in VOTE_OUTCOMES:
+                self.votes.labels(policy=p.value, outcome=o)
+        for ch in self.channels:
+            self.channel_disagreements.labels(channel=ch)
+            self.channel_up.labels(channel=ch).set(0)
+            for r in SelftestResult:
+                self.selftests.labels(channel=ch, result=r.value)
+            self.dti_overruns.labels(channel=ch)
+            self.kernel_seconds.labels(channel=ch)
+        for b in BufferKind:
+            self.ecc_corrected.labels(buffer=b.value)
+            self.ecc_uncorrectable.labels(buffer=b.value)
+        for reason in RejectReason:
+            self.messages_rejected.labels(reason=reason.value)
+        for k in FaultKind:
+            self.fault_reaction.labels(kind=k.value)
+
+    # ------------------------------------------------------------------ label guards
+
+    def _channel(self, channel: str) -> str:
+        if channel not in self._channel_set:
+            raise UnknownLabelError(
+                f"unknown channel {channel!r}; configured: {', '.join(self.channels)}"
+            )
+        return channel
+
+    @staticmethod
+    def _member(kind: str, value: str, allowed: Iterable[str]) -> str:
+        allowed = tuple(allowed)
+        if value not in allowed:
+            raise UnknownLabelError(f"unknown {kind} {value!r}; known: {', '.join(allowed)}")
+        return str(value)
+
+    # ------------------------------------------------------------------ recording
+
+    def count_request(self, outcome: str) -> None:
+        """One request answered with `outcome` (one of `REQUEST_OUTCOMES`)."""
+        self.requests.labels(
+            outcome=self._member("request outcome", outcome, REQUEST_OUTCOMES)
+        ).inc()
+
+    def observe_vote(self, policy: Policy | str, outcome: str, seconds: float) -> None:
+        """One voter decision under `policy` with `outcome` (the voter's `OUTCOMES`) that
+        took `seconds` from ingress to answer."""
+        p = self._member("policy", str(policy), sorted(self._policy_values))
+        o = self._member("vote outcome", outcome, VOTE_OUTCOMES)
+        s = _check_seconds("vote latency", seconds)
+        self.votes.labels(policy=p, outcome=o).inc()
+        self.vote_latency.observe(s)
+
+    def count_disagreement(self, channel: str) -> None:
+        """`channel` was outvoted or mismatched in one vote."""
+        self.channel_disagreements.labels(channel=self._channel(channel)).inc()
+
+    def set_channel_up(self, channel: str, up: bool) -> None:
+        """Whether `channel` currently votes."""
+        self.channel_up.labels(channel=self._channel(channel)).set(1 if up else 0)
+
+    def set_channel_state(self, channel: str, state: ChannelState) -> None:
+        """Record a channel state change: only UP counts as up."""
+        self.set_channel_up(channel, ChannelState(state) is ChannelState.UP)
+
+    def observe_selftest(
+        self, channel: str, result: SelftestResult | str, seconds: float | None
+    ) -> None:
+        """One self-test verdict for `channel`; `seconds` from dispatch to verdict (None
+        for a timeout, whose duration is the deadline by definition and not measured)."""
+        r = self._member("self-test result", str(result), [v.value for v in SelftestResult])
+        ch = self._channel(channel)
+        if seconds is not None:
+            self.selftest_duration.observe(_check_seconds("self-test", seconds))
+        self.selftests.labels(channel=ch, result=r).inc()
+
+    def count_dti_overrun(self, channel: str) -> None:
+        """`channel`'s self-test started later than one DTI after its previous one."""
+        self.dti_overruns.labels(channel=self._channel(channel)).inc()
+
+    def set_mode(self, mode: Mode | str) -> None:
+        """Set the mode gauge: 1 for `mode`, 0 for every other mode."""
+        current = Mode(self._member("mode", str(mode), [m.value for m in Mode]))
+        for m in Mode:
+            self.mode.labels(mode=m.value).set(1 if m is current else 0)
+
+    def count_ecc(
+        self, buffer: BufferKind | str, *, corrected: int = 0, uncorrectable: int = 0
+    ) -> None:
+        """Add ECC events found in the daemon's own process (e.g. on the host after download)."""
+        b = self._member("buffer kind", str(buffer), [v.value for v in BufferKind])
+        c = _check_count("ecc corrected", corrected)
+        u = _check_count("ecc uncorrectable", uncorrectable)
+        if c:
+            self.ecc_corrected.labels(buffer=b).inc(c)
+        if u:
+            self.ecc_uncorrectable.labels(buffer=b).inc(u)
+
+    def update_channel_ecc(
+        self,
+        channel: str,
+        incarnation: str | int,
+        corrected: Mapping[str, int],
+        uncorrectable: Mapping[str, int],
+    ) -> None:
+        """Fold a channel's *cumulative* ECC counts (from its heartbeat) into the counters.
+
+        Args:
+            channel: the reporting channel.
+            incarnation: identifies one run of the channel process; a new value means the
+                process restarted and its totals start again from zero.
+            corrected, uncorrectable: totals since the incarnation started, by buffer kind.
+
+        Raises:
+            UnknownLabelError: unknown channel or buffer kind.
+            InvalidInputError: a negative total, or a total that went down within one
+                incarnation (the header is corrupt or forged; nothing is recorded).
+        """
+        ch = self._channel(channel)
+        inc = str(incarnation)
+        with self._lock:  # heartbeats of one channel may be handled on different threads
+            updates: list[tuple[Counter, str, tuple[str, str, str], int, int]] = []
+            for kind, counter, totals in (
+                ("corrected", self.ecc_corrected, corrected),
+                ("uncorrectable", self.ecc_uncorrectable, uncorrectable),
+            ):
+                for buffer, total in totals.items():
+                    b = self._member("buffer kind", str(buffer), [v.value for v in BufferKind])
+                    n = _check_count(f"ecc {kind} total", total)
+                    key = (ch, b, kind)
+                    prev_inc, prev = self._ecc_seen.get(key, (inc, 0))
+                    if prev_inc != inc:
+                        prev = 0  # a restarted process counts from zero again
+                    elif n < prev:
+                        raise InvalidInputError(
+                            f"channel {ch!r} ECC {kind} total for {b!r} went down from {prev} "
+                            f"to {n} within incarnation {inc!r}"
+                        )
+                    updates.append((counter, b, key, n, n - prev))
+            # Everything was validated first: a bad report records nothing.
+            for counter, b, key, n, delta in updates:
+                self._ecc_seen[key] = (inc, n)
+                if delta:
+                    counter.labels(buffer=b).inc(delta)
+
+    def observe_kernel(self, channel: str, seconds: float) -> None:
+        """One protected kernel time reported by `channel` in a RESULT header."""
+        self.kernel_seconds.labels(channel=self._channel(channel)).observe(
+            _check_seconds("kernel", seconds)
+        )
+
+    def count_rejected(self, reason: RejectReason | str) -> None:
+        """One received message dropped for `reason` (usable as the wire format's
+        reject-counter hook)."""
+        r = self._member("reject reason", str(reason), [v.value for v in RejectReason])
+        self.messages_rejected.labels(reason=r).inc()
+
+    def observe_fault_reaction(self, kind: FaultKind | str, seconds: float) -> None:
+        """A fault of `kind` was detected and the reaction completed `seconds` later."""
+        k = self._member("fault kind", str(kind), [v.value for v in FaultKind])
+        self.fault_reaction.labels(kind=k).observe(_check_seconds("fault reaction", seconds))
+
+
+@dataclass
+class MetricsServer:
+    """A running metrics HTTP(S) endpoint. `url` is the scrape URL; `stop()` shuts it down
+    and joins its thread (idempotent)."""
+
+    url: str
+    _server: Any = field(repr=False)
+    _thread: threading.Thread = field(repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout_s)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_http_server(config: Config | MetricsConfig, registry: CollectorRegistry) -> MetricsServer:
+    """Serve `registry` on `config.metrics.host:port` (HTTPS when tls_cert/tls_key are set).
+
+    Port 0 binds a free port; the returned `url` carries the actual one.
+
+    Raises:
+        OSError: the address cannot be bound, or the TLS files cannot be read.
+    """
+    mc = config.metrics if isinstance(config, Config) else config
+    tls = mc.tls_cert is not None and mc.tls_key is not None
+    server, thread = prometheus_client.start_http_server(
+        mc.port,
+        addr=mc.host,
+        registry=registry,
+        certfile=str(mc.tls_cert) if tls else None,
+        keyfile=str(mc.tls_key) if tls else None,
+    )
+    port = int(server.server_port)
+    host = f"[{mc.host}]" if ":" in mc.host else mc.host
+    scheme = "https" if tls else "http"
+    return MetricsServer(url=f"{scheme}://{host}:{port}/metrics", _server=server, _thread=thread)
