@@ -1,0 +1,209 @@
+"""CuPy backend of the ECC codec: loads `cuda/ecc.cu` and launches encode / check / locate.
+
+The kernels are compiled with the Hsiao row masks of `safemon.ecc.code` as defines and
+decode with that module's syndrome table, so the device and the host codec compute the
+same check bytes by construction; the `gpu`-marked tests hold them to it bit for bit.
+
+Decoding is two-pass: a read-only kernel counts words with a nonzero syndrome (one 8-byte
+device-to-host copy when the data are clean); only when it counts errors does a second
+kernel locate them, classify them with the syndrome table and, if asked, correct them.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from safemon.ecc.code import (
+    EccReport,
+    check_bits,
+    check_masks,
+    n_check_words,
+    n_words,
+    syndrome_table,
+)
+from safemon.errors import InvalidInputError
+from safemon.kernels.compiler import KernelBuild, import_cupy, load_module
+
+__all__ = [
+    "BLOCK",
+    "SOURCE",
+    "count_errors_device",
+    "data_device",
+    "decode_device",
+    "encode_device",
+    "is_device_array",
+    "nvcc_builds",
+]
+
+#: The kernel source, shipped as package data.
+SOURCE: Path = Path(__file__).with_name("cuda") / "ecc.cu"
+#: Threads per block of every ECC kernel.
+BLOCK = 256
+#: Groups (4 words) per thread per loop trip; the kernels' ECC_UNROLL32/64 defines.
+UNROLL = {32: 4, 64: 2}
+#: Resident blocks per multiprocessor the grid-stride launches aim for.
+BLOCKS_PER_SM = 8
+
+
+def _defines() -> dict[str, str]:
+    defs: dict[str, str] = {}
+    for r, m in enumerate(check_masks(32)):
+        defs[f"ECC32_M{r}"] = f"0x{m:08x}u"
+    for r, m in enumerate(check_masks(64)):
+        defs[f"ECC64_M{r}"] = f"0x{m:016x}ull"
+    defs["ECC_UNROLL32"] = str(UNROLL[32])
+    defs["ECC_UNROLL64"] = str(UNROLL[64])
+    return defs
+
+
+def _build() -> KernelBuild:
+    return KernelBuild.make(SOURCE, _defines(), ())
+
+
+def nvcc_builds() -> list[KernelBuild]:
+    """Every build of `cuda/ecc.cu` the runtime loads (one: both word sizes in one module)."""
+    return [_build()]
+
+
+def is_device_array(x: object) -> bool:
+    """True for a `cupy.ndarray`, checked without importing CuPy when it is not loaded."""
+    import sys
+
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+_lock = threading.Lock()
+_tables: dict[tuple[int, int], Any] = {}
+
+
+def _table_on_device(cupy: Any, word_bits: int) -> Any:
+    dev = cupy.cuda.Device().id
+    with _lock:
+        t = _tables.get((dev, word_bits))
+        if t is None:
+            t = cupy.asarray(syndrome_table(word_bits))
+            _tables[(dev, word_bits)] = t
+        return t
+
+
+def _grid(cupy: Any, work_items: int) -> int:
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    need = (work_items + BLOCK - 1) // BLOCK
+    return max(1, min(need, sms * BLOCKS_PER_SM))
+
+
+def _check_data(cupy: Any, data: Any) -> None:
+    if not isinstance(data, cupy.ndarray):
+        raise InvalidInputError(f"expected a CuPy array, got {type(data).__name__}")
+    if not data.flags.c_contiguous:
+        raise InvalidInputError("ECC needs a C-contiguous array (it is viewed as raw words)")
+
+
+def _check_check(cupy: Any, check: Any, data: Any, word_bits: int) -> None:
+    nbytes = data.nbytes
+    want = n_check_words(nbytes, word_bits)
+    if not isinstance(check, cupy.ndarray):
+        raise InvalidInputError(
+            f"check must be a CuPy array on the data's device, got {type(check).__name__}"
+        )
+    if check.dtype != np.uint32 or check.ndim != 1 or check.size != want:
+        raise InvalidInputError(
+            f"check must be a 1-D uint32 array of {want} elements for {nbytes} bytes of "
+            f"{word_bits}-bit words, got {check.dtype} with shape {check.shape}"
+        )
+    if not check.flags.c_contiguous:
+        raise InvalidInputError("check must be C-contiguous")
+    if data_device(check) != data_device(data):
+        raise InvalidInputError(
+            f"check is on device {data_device(check)} but data on device {data_device(data)}"
+        )
+
+
+def data_device(x: Any) -> int:
+    """CUDA device id of a CuPy array."""
+    return int(x.device.id)
+
+
+def encode_device(data: Any, word_bits: int = 32) -> Any:
+    """Packed check array (CuPy uint32, shape (ceil(words/4),)) of a C-contiguous CuPy array.
+
+    Runs on `data`'s device and the current stream; returns without synchronising.
+    """
+    cupy = import_cupy()
+    check_bits(word_bits)
+    _check_data(cupy, data)
+    with cupy.cuda.Device(data_device(data)):
+        ngroups = n_check_words(data.nbytes, word_bits)
+        check = cupy.empty(ngroups, dtype=cupy.uint32)
+        if ngroups == 0:
+            return check
+        fn = load_module(_build()).get_function(f"ecc{word_bits}_encode")
+        grid = _grid(cupy, (ngroups + UNROLL[word_bits] - 1) // UNROLL[word_bits])
+        fn((grid,), (BLOCK,), (data, np.uint64(data.nbytes), check, np.uint64(ngroups)))
+        return check
+
+
+def count_errors_device(data: Any, check: Any, word_bits: int = 32) -> Any:
+    """Launch the read-only check; returns a CuPy uint64 array of one element (no sync)."""
+    cupy = import_cupy()
+    ngroups = n_check_words(data.nbytes, word_bits)
+    nerr = cupy.zeros(1, dtype=cupy.uint64)
+    if ngroups:
+        fn = load_module(_build()).get_function(f"ecc{word_bits}_check")
+        grid = _grid(cupy, (ngroups + UNROLL[word_bits] - 1) // UNROLL[word_bits])
+        fn((grid,), (BLOCK,), (data, np.uint64(data.nbytes), check, np.uint64(ngroups), nerr))
+    return nerr
+
+
+def decode_device(data: Any, check: Any, word_bits: int = 32, correct: bool = True) -> EccReport:
+    """Device counterpart of `safemon.ecc.code.decode_host`; same report, same in-place fixes.
+
+    Synchronises with the current stream (it reads the error count back).
+
+    Raises:
+        InvalidInputError: bad types/shapes/devices, or the data changed while decoding.
+    """
+    cupy = import_cupy()
+    check_bits(word_bits)
+    _check_data(cupy, data)
+    nb = data.nbytes
+    nw = n_words(nb, word_bits)
+    with cupy.cuda.Device(data_device(data)):
+        _check_check(cupy, check, data, word_bits)
+        n = int(count_errors_device(data, check, word_bits).get()[0])
+        if n == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return EccReport.from_found(nw, word_bits, empty, empty, applied=correct)
+        ngroups = n_check_words(nb, word_bits)
+        nfound = cupy.zeros(1, dtype=cupy.uint64)
+        out_word = cupy.empty(n, dtype=cupy.int64)
+        out_pos = cupy.empty(n, dtype=cupy.int16)
+        fn = load_module(_build()).get_function(f"ecc{word_bits}_locate")
+        fn(
+            (_grid(cupy, ngroups),),
+            (BLOCK,),
+            (
+                data,
+                np.uint64(nb),
+                check,
+                np.uint64(ngroups),
+                _table_on_device(cupy, word_bits),
+                np.int32(1 if correct else 0),
+                nfound,
+                np.uint64(n),
+                out_word,
+                out_pos,
+            ),
+        )
+        found = int(nfound.get()[0])
+        if found != n:
+            raise InvalidInputError(
+                f"the buffer changed during decode ({n} bad words counted, then {found}); "
+                "ECC checks must not race with writers"
+            )
+        return EccReport.from_found(nw, word_bits, out_word.get(), out_pos.get(), applied=correct)
