@@ -314,7 +314,9 @@ def encode(
         # that also works for 0-d and empty arrays (memoryview.cast refuses zero-length shapes).
         buffer = array.reshape(-1).view(np.uint8).data
         specs.append(
-            FrameSpec(dtype=name, shape=tuple(int(d) for d in array.shape), crc32=zlib.crc32(buffer))
+            FrameSpec(
+                dtype=name, shape=tuple(int(d) for d in array.shape), crc32=zlib.crc32(buffer)
+            )
         )
         buffers.append(buffer)
     try:
@@ -572,7 +574,9 @@ class StalenessFilter:
         if seq > highest:
             shift = seq - highest
             mask = (1 << self._window) - 1
-            self._seen[stream] = ((self._seen[stream] << shift) | 1) & mask if shift < self._window else 1
+            self._seen[stream] = (
+                ((self._seen[stream] << shift) | 1) & mask if shift < self._window else 1
+            )
             self._highest[stream] = seq
             return
         if header.kind not in WINDOWED_KINDS:
@@ -587,7 +591,8 @@ class StalenessFilter:
             )
         if (self._seen[stream] >> offset) & 1:
             raise Rejected(
-                RejectReason.STALE, f"{header.kind.value} seq {seq} from {header.channel!r} replayed"
+                RejectReason.STALE,
+                f"{header.kind.value} seq {seq} from {header.channel!r} replayed",
             )
         self._seen[stream] |= 1 << offset
 
