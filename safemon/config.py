@@ -308,8 +308,12 @@ def _parse_tcp(address: str) -> tuple[str, int] | str:
     return host, int(port)
 
 
-def _address_problem(address: str) -> str | None:
-    """A reason why a *resolved* endpoint address is unusable, or None."""
+def _address_problem(address: str, suffix: str = "") -> str | None:
+    """A reason why a *resolved* endpoint address is unusable, or None.
+
+    `suffix` is the longest text appended to an ipc:// path at run time (the per-channel
+    part of `channel_base`), counted against the Unix socket path limit.
+    """
     if not address.startswith(_SCHEMES):
         return f"must start with one of {', '.join(_SCHEMES)}, got {address!r}"
     if _PLACEHOLDER_RE.search(address):
@@ -318,10 +322,12 @@ def _address_problem(address: str) -> str | None:
         path = address[len("ipc://") :]
         if not path.startswith("/"):
             return f"ipc:// path must be absolute, got {path!r}"
-        if len(path.encode()) > IPC_PATH_MAX_BYTES - len("-channelname-32-chars-long.sock"):
+        size = len((path + suffix).encode())
+        if size > IPC_PATH_MAX_BYTES:
+            shown = f"{path + suffix!r}" if suffix else f"{path!r}"
             return (
-                f"ipc:// path is too long ({len(path.encode())} bytes; Unix sockets allow "
-                f"{IPC_PATH_MAX_BYTES} including the per-channel suffix); use a shorter runtime_dir"
+                f"ipc:// socket path {shown} is {size} bytes; Unix sockets allow "
+                f"{IPC_PATH_MAX_BYTES}: use a shorter runtime_dir"
             )
     elif address.startswith("inproc://"):
         if len(address) == len("inproc://"):
@@ -577,7 +583,11 @@ class Config(_Model):
         for field, address in ep.addresses().items():
             for key, value in substitutions.items():
                 address = address.replace(key, value)
-            why = _address_problem(address)
+            suffix = ""
+            if field == "channel_base" and self.channels:
+                # The longest per-channel socket path is the one that must fit.
+                suffix = max((f"-{ch.name}.sock" for ch in self.channels), key=len)
+            why = _address_problem(address, suffix)
             if why is not None:
                 problems.append((f"endpoints.{field}", why))
             setattr(ep, field, address)
@@ -691,25 +701,41 @@ def _set_path(tree: dict[str, Any], parts: list[str], value: Any) -> dict[str, A
     return tree
 
 
-def _merge(base: Any, override: Any) -> Any:
-    """Deep-merge `override` into `base`. A dict with integer keys patches a list by index."""
+def _merge(base: Any, override: Any, path: str = "") -> Any:
+    """Deep-merge `override` into `base`. A dict with integer keys patches a list by index.
+
+    Raises:
+        ConfigError: an index override for a list that is not set, or out of its range.
+    """
+    indexed = (
+        isinstance(override, dict) and bool(override) and all(isinstance(k, int) for k in override)
+    )
+    if indexed and not isinstance(base, list):
+        raise ConfigError(
+            "invalid configuration:\n"
+            f"  - {path}: SAFEMON_* overrides index into this list, but it is not a list in the "
+            "configuration (set the whole list instead, e.g. SAFEMON_CHANNELS='[{name: a}, ...]')"
+        )
     if isinstance(base, dict) and isinstance(override, dict):
         out = dict(base)
         for k, v in override.items():
-            out[k] = _merge(base.get(k), v) if k in base else v
+            sub = f"{path}.{k}".lstrip(".")
+            if k in base:
+                out[k] = _merge(base[k], v, sub)
+            else:
+                # Still recurse: an index override below a missing list must be refused.
+                out[k] = _merge({}, v, sub) if isinstance(v, dict) else v
         return out
-    if (
-        isinstance(base, list)
-        and isinstance(override, dict)
-        and all(isinstance(k, int) for k in override)
-    ):
+    if indexed:
         out_list = list(base)
         for k, v in override.items():
             if not 0 <= k < len(out_list):
                 raise ConfigError(
-                    f"invalid configuration:\n  - environment override index {k} is out of range (list has {len(out_list)} items)"
+                    "invalid configuration:\n"
+                    f"  - {path}.{k}: SAFEMON_* override index {k} is out of range "
+                    f"(the list has {len(out_list)} items)"
                 )
-            out_list[k] = _merge(out_list[k], v)
+            out_list[k] = _merge(out_list[k], v, f"{path}.{k}")
         return out_list
     return override
 

@@ -1,0 +1,342 @@
+"""Configuration: defaults, example files, environment overrides, and refused inputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from safemon.config import Config, default_config, load_config
+from safemon.errors import ConfigError, SafemonError
+from safemon.kernels.catalog import TILES
+from safemon.states import Policy
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+XDG = {"XDG_RUNTIME_DIR": "/run/user/1000"}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def problems(exc: pytest.ExceptionInfo[ConfigError]) -> list[str]:
+    """The bullet lines of a ConfigError message."""
+    return [ln.strip()[2:] for ln in str(exc.value).splitlines() if ln.startswith("  - ")]
+
+
+# ---------------------------------------------------------------- the embedded default
+
+
+def test_default_is_2oo3_with_three_process_channels() -> None:
+    c = load_config(env=XDG)
+    assert c.policy is Policy.TWO_OO_THREE
+    assert c.degraded_policy is Policy.TWO_OO_TWO
+    assert c.backend == "auto"
+    assert c.channel_names == ("ch0", "ch1", "ch2")
+    for ch in c.channels or ():
+        assert ch.placement == "process"
+        assert ch.gpu is None
+        v = ch.variant
+        assert (v.checksum, v.level, v.mode, v.tile) == ("ones", "I", "exact", "auto")
+    assert (c.metrics.host, c.metrics.port) == ("127.0.0.1", 9464)
+    assert c.timing.dti_s == 1.0
+    assert c.weights.ecc is True
+
+
+def test_default_endpoints_are_ipc_inside_the_xdg_runtime_dir() -> None:
+    c = load_config(env=XDG)
+    assert c.endpoints.runtime_dir == Path("/run/user/1000/safemon-safemon")
+    assert c.endpoints.ingress == "ipc:///run/user/1000/safemon-safemon/ingress.sock"
+    assert c.endpoints.events == "ipc:///run/user/1000/safemon-safemon/events.sock"
+    assert c.channel_address("ch1") == "ipc:///run/user/1000/safemon-safemon/channel-ch1.sock"
+
+
+def test_runtime_dir_falls_back_to_tmp_with_uid_and_name() -> None:
+    c = load_config(env={"SAFEMON_NAME": "plant-a"})
+    assert c.endpoints.runtime_dir == Path(f"/tmp/safemon-{os.getuid()}-plant-a")
+    assert c.endpoints.control == f"ipc:///tmp/safemon-{os.getuid()}-plant-a/control.sock"
+
+
+def test_default_config_ignores_safemon_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFEMON_POLICY", "1oo1D")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/42")
+    assert default_config().policy is Policy.TWO_OO_THREE
+    assert default_config() == load_config(env={"XDG_RUNTIME_DIR": "/run/user/42"})
+    assert load_config().policy is Policy.ONE_OO_ONE_D  # env=None reads os.environ
+
+
+def test_empty_file_means_all_defaults(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "# nothing\n"), env=XDG) == load_config(env=XDG)
+
+
+# ---------------------------------------------------------------- example files
+
+
+@pytest.mark.parametrize(
+    ("file", "policy", "channels", "degraded"),
+    [
+        ("hft0.yaml", Policy.ONE_OO_ONE_D, 1, None),
+        ("hft1.yaml", Policy.ONE_OO_TWO_D, 2, Policy.ONE_OO_ONE_D),
+        ("hft2.yaml", Policy.TWO_OO_THREE, 3, Policy.TWO_OO_TWO),
+    ],
+)
+def test_example_configs_validate(
+    file: str, policy: Policy, channels: int, degraded: Policy | None
+) -> None:
+    c = load_config(CONFIGS / file, env=XDG)
+    assert c.policy is policy
+    assert len(c.channels or ()) == channels == policy.channels
+    assert c.degraded_policy == degraded
+
+
+def test_hft1_example_uses_diverse_tiles_on_two_gpus() -> None:
+    c = load_config(CONFIGS / "hft1.yaml", env=XDG)
+    assert c.channels is not None
+    assert {ch.variant.tile for ch in c.channels} == {"small", "large"}
+    assert [ch.gpu for ch in c.channels] == [0, 1]
+
+
+def test_hft2_example_spells_out_the_embedded_default() -> None:
+    """Only the name differs, so the commented file documents the real defaults."""
+    assert load_config(CONFIGS / "hft2.yaml", env=XDG) == load_config(
+        env={**XDG, "SAFEMON_NAME": "hft2-demo"}
+    )
+
+
+@pytest.mark.parametrize("source", [None, "hft0.yaml", "hft1.yaml", "hft2.yaml"])
+def test_model_dump_round_trips(source: str | None, tmp_path: Path) -> None:
+    c = load_config(None if source is None else CONFIGS / source, env=XDG)
+    assert Config.model_validate(c.model_dump()) == c
+    # Through YAML too, as `safemon config --dump > file` would do it.
+    dumped = write(tmp_path, yaml.safe_dump(c.model_dump(mode="json")))
+    assert load_config(dumped, env={}) == c
+
+
+# ---------------------------------------------------------------- environment overrides
+
+
+def test_env_overrides_a_nested_field_and_a_top_level_field() -> None:
+    c = load_config(env={**XDG, "SAFEMON_METRICS__PORT": "9500", "SAFEMON_POLICY": "2oo2"})
+    assert c.metrics.port == 9500
+    assert c.policy is Policy.TWO_OO_TWO
+    assert c.channel_names == ("ch0", "ch1")  # default channels follow the policy
+    assert c.degraded_policy is None
+
+
+def test_env_overrides_win_over_the_file_and_index_into_lists() -> None:
+    env = {
+        **XDG,
+        "SAFEMON_CHANNELS__1__GPU": "3",
+        "SAFEMON_TIMING__DTI_S": "0.5",
+        "SAFEMON_PATTERNS__DIMS": "[16x16x16, 32x32x8]",
+        "SAFEMON_ACTIONS__HOOK": "null",
+    }
+    c = load_config(CONFIGS / "hft1.yaml", env=env)
+    assert c.channels is not None
+    assert [ch.gpu for ch in c.channels] == [0, 3]
+    assert c.timing.dti_s == 0.5
+    assert c.patterns.shapes() == [(16, 16, 16), (32, 32, 8)]
+    assert c.actions.hook is None
+
+
+def test_env_list_index_out_of_range_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"channels\.7: .*out of range \(the list has 2 items\)"):
+        load_config(CONFIGS / "hft1.yaml", env={"SAFEMON_CHANNELS__7__GPU": "1"})
+
+
+def test_env_reserved_variable_is_not_an_override() -> None:
+    assert load_config(env={**XDG, "SAFEMON_CONFIG": "/etc/safemon.yaml"}) == load_config(env=XDG)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"SAFEMON_POLCY": "2oo2"}, "SAFEMON_POLCY"),
+        ({"SAFEMON_METRICS__PROT": "1"}, "metrics.prot"),
+        ({"SAFEMON_METRICS__PORT": "abc"}, "metrics.port"),
+        ({"SAFEMON_METRICS__PORT": "'9500'"}, "metrics.port"),  # a string is not converted
+        ({"SAFEMON_METRICS____PORT": "1"}, "SAFEMON_METRICS____PORT"),
+        ({"SAFEMON_CHANNELS__0__GPU": "1"}, "channels: SAFEMON_* overrides index"),
+    ],
+)
+def test_bad_env_override_is_named(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(env=env)
+    assert named in str(exc.value)
+
+
+# ---------------------------------------------------------------- refused files
+
+BAD_FILES: list[tuple[str, list[str]]] = [
+    ("colour: red\n", ["colour"]),
+    ("metrics: {prot: 1}\n", ["metrics.prot"]),
+    ("channels: [{name: a, colour: red}, {name: b}, {name: c}]\n", ["channels.0.colour"]),
+    (
+        "channels: [{name: a, variant: {checksum: ones, lvl: I}}, {name: b}, {name: c}]\n",
+        ["channels.0.variant.lvl"],
+    ),
+    (
+        # Several independent field errors in one file: every one is named.
+        "metrics: {port: 70000}\ntiming: {dti_jitter: 0.9}\nlogging: {level: loud}\n"
+        "channels: [{name: a, placement: thread}, {name: b}, {name: c}]\n",
+        ["metrics.port", "timing.dti_jitter", "logging.level", "channels.0.placement"],
+    ),
+    ("policy: 3oo4\n", ["policy"]),
+    ("backend: torch\n", ["backend"]),
+    ("name: Plant_A\n", ["name"]),
+    ("policy: 2oo2\nchannels: [{name: a}, {name: b}, {name: c}]\n", ["channels"]),
+    ("channels: [{name: a}, {name: b}, {name: a}]\n", ["channels.2.name"]),
+    ("channels: [{name: Ch_0}, {name: b}, {name: c}]\n", ["channels.0.name"]),
+    ("channels: [{name: a, gpu: -1}, {name: b}, {name: c}]\n", ["channels.0.gpu"]),
+    ("backend: numpy\nchannels: [{name: a}, {name: b, gpu: 0}, {name: c}]\n", ["channels.1.gpu"]),
+    (
+        "channels: [{name: a, variant: {checksum: md5}}, {name: b}, {name: c}]\n",
+        ["channels.0.variant.checksum"],
+    ),
+    (
+        "channels: [{name: a}, {name: b, variant: {tile: huge}}, {name: c}]\n",
+        ["channels.1.variant.tile"],
+    ),
+    (
+        "channels: [{name: a}, {name: b}, {name: c, variant: {checksum: ones_fletcher, level: E}}]\n",
+        ["channels.2.variant.level"],
+    ),
+    (
+        "channels: [{name: a, variant: {mode: fast}}, {name: b}, {name: c}]\n",
+        ["channels.0.variant.mode"],
+    ),
+    (
+        "policy: 1oo1D\nchannels: [{name: a, variant: {checksum: null, level: null}}]\n",
+        ["channels.0.variant.checksum"],
+    ),
+    ("degraded_policy: 1oo1D\n", ["degraded_policy"]),
+    (
+        "policy: 2oo2\nchannels: [{name: a}, {name: b}]\ndegraded_policy: 1oo1D\n",
+        ["degraded_policy"],
+    ),
+    ("weights: {ecc: 1}\n", ["weights.ecc"]),
+    ("weights: {word_bits: 16}\n", ["weights.word_bits"]),
+    ("weights: {ecc: false}\n", ["timing.scrub_interval_s"]),
+    ("metrics: {port: '9464'}\n", ["metrics.port"]),
+    ("metrics: {host: 'not a host!'}\n", ["metrics.host"]),
+    ("metrics: {tls_cert: /etc/c.pem}\n", ["metrics.tls_key"]),
+    (
+        "timing: {dti_s: 1.0, selftest_deadline_s: 1.5, ftti_s: 5.0}\n",
+        ["timing.selftest_deadline_s"],
+    ),
+    ("timing: {dti_s: 1.0, selftest_deadline_s: 0.2, ftti_s: 1.1}\n", ["timing.ftti_s"]),
+    (
+        "timing: {heartbeat_interval_s: 0.5, heartbeat_timeout_s: 0.5}\n",
+        ["timing.heartbeat_timeout_s"],
+    ),
+    ("timing: {heartbeat_timeout_s: 3.0}\n", ["timing.heartbeat_timeout_s"]),
+    ("timing: {request_deadline_s: .inf}\n", ["timing.request_deadline_s"]),
+    ("timing: {request_deadline_s: 0}\n", ["timing.request_deadline_s"]),
+    ("timing: {dti_s: '1.0'}\n", ["timing.dti_s"]),
+    ("restart: {backoff_initial_s: 5.0, backoff_max_s: 1.0}\n", ["restart.backoff_max_s"]),
+    ("restart: {max_restarts: 0}\n", ["restart.max_restarts"]),
+    ('actions: {hook: "notify \'unclosed"}\n', ["actions.hook"]),
+    ("actions: {hook: '  '}\n", ["actions.hook"]),
+    ("endpoints: {runtime_dir: relative/dir}\n", ["endpoints.runtime_dir"]),
+    ("endpoints: {ingress: 'http://x:1'}\n", ["endpoints.ingress"]),
+    ("endpoints: {control: 'ipc://{runtime_dir}/{nope}.sock'}\n", ["endpoints.control"]),
+    ("endpoints: {events: 'ipc://{runtime_dir}/ingress.sock'}\n", ["endpoints.events"]),
+    # 91-byte runtime dir: ingress.sock still fits in 107 bytes, channel-ch0.sock does not.
+    ("endpoints: {runtime_dir: /" + "d" * 90 + "}\n", ["endpoints.channel_base"]),
+    (
+        "endpoints: {runtime_dir: /" + "d" * 100 + "}\n",
+        [f"endpoints.{e}" for e in ("ingress", "control", "events", "channel_base")],
+    ),
+    ("endpoints: {ingress: 'tcp://0.0.0.0'}\n", ["endpoints.ingress", "security.curve"]),
+    ("endpoints: {ingress: 'tcp://0.0.0.0:5555'}\n", ["security.curve"]),
+    ("security: {curve: true}\n", ["security.keys_dir"]),
+    ("patterns: {dims: ['16x16', '0x4x4', '8192x8x8']}\n", ["patterns.dims"]),
+    ("patterns: {dims: []}\n", ["patterns.dims"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "fields"), BAD_FILES, ids=[f[1][0] + f"-{i}" for i, f in enumerate(BAD_FILES)]
+)
+def test_bad_file_names_each_bad_field(text: str, fields: list[str], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, text), env=XDG)
+    lines = problems(exc)
+    for f in fields:
+        assert any(line.startswith(f"{f}:") for line in lines), (f, str(exc.value))
+    assert len(lines) == len(fields), str(exc.value)
+    assert "c.yaml" in str(exc.value)  # the message says which file
+
+
+def test_unknown_key_message_says_unknown(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"metrics\.prot: unknown key"):
+        load_config(write(tmp_path, "metrics: {prot: 1}\n"), env=XDG)
+
+
+def test_field_error_message_shows_the_bad_value(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"metrics\.port: .*65535.*\(got 70000\)"):
+        load_config(write(tmp_path, "metrics: {port: 70000}\n"), env=XDG)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("- a\n- b\n", "must be a mapping"),
+        ("a: [1,\n", "not valid YAML"),
+        ("7\n", "must be a mapping"),
+    ],
+)
+def test_non_mapping_or_broken_yaml_is_refused(text: str, match: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(tmp_path, text), env=XDG)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml", env=XDG)
+
+
+def test_config_error_is_a_safemon_value_error() -> None:
+    assert issubclass(ConfigError, SafemonError)
+    assert issubclass(ConfigError, ValueError)
+
+
+# ---------------------------------------------------------------- helpers on Config
+
+
+def test_channel_addresses_by_placement_and_scheme(tmp_path: Path) -> None:
+    text = (
+        "endpoints: {channel_base: 'tcp://10.0.0.5:7000'}\n"
+        "security: {curve: true, keys_dir: /etc/safemon/keys}\n"
+        "channels: [{name: a}, {name: b, placement: stream}, {name: c}]\n"
+    )
+    c = load_config(write(tmp_path, text), env=XDG)
+    assert c.channel_address("a") == "tcp://10.0.0.5:7000"
+    assert c.channel_address("b") == "inproc://safemon-safemon-b"  # lives in the daemon
+    assert c.channel_address("c") == "tcp://10.0.0.5:7002"
+    with pytest.raises(KeyError):
+        c.channel_address("d")
+    inproc = load_config(env={**XDG, "SAFEMON_ENDPOINTS__CHANNEL_BASE": "inproc://{name}-ch"})
+    assert inproc.channel_address("ch0") == "inproc://safemon-ch-ch0"
+
+
+def test_policy_chain_follows_the_degradations() -> None:
+    two_of_three = load_config(env={**XDG, "SAFEMON_DEGRADED_POLICY": "1oo2D"})
+    assert two_of_three.policy_chain() == (
+        Policy.TWO_OO_THREE,
+        Policy.ONE_OO_TWO_D,
+        Policy.ONE_OO_ONE_D,
+    )
+    assert load_config(env=XDG).policy_chain() == (Policy.TWO_OO_THREE, Policy.TWO_OO_TWO)
+    assert load_config(CONFIGS / "hft0.yaml", env=XDG).policy_chain() == (Policy.ONE_OO_ONE_D,)
+
+
+def test_variant_auto_tile_resolves_by_output_size() -> None:
+    ch = (load_config(env=XDG).channels or [])[0]
+    assert ch.variant.to_variant(80, 80).tile == TILES["small"]
+    assert ch.variant.to_variant(4096, 4096).tile == TILES["large"]
+    assert ch.variant.to_variant(80, 80).name == "ones/I/exact/small"
