@@ -1,0 +1,597 @@
+"""The DTI scheduler: a sans-IO state machine that plans periodic self-tests and ECC scrubs.
+
+Every channel runs at least one golden self-test per DTI (DESIGN.md, Vocabulary). The shell
+carries out the plan by putting a SELFTEST (or SCRUB) job into the channel's *own* input
+queue, so the diagnosis interleaves with live work and tests the same path the work takes.
+This module never reads a clock, sleeps or touches a socket: the shell stamps every event
+with `now` (seconds, one monotonic clock) and calls `Scheduler.handle(event)`.
+
+Contract
+--------
+Events in (frozen dataclasses):
+
+- `Tick(now)`: time passes.
+- `ChannelJoined(channel, now)`: start scheduling `channel`. Its first self-test is due at
+  `next_due(config, Job.SELFTEST, now, u)`, i.e. within one DTI; an immediate test (a
+  rejoining channel must pass one before it votes) is asked for with `RunNow`.
+- `ChannelLeft(channel, now)`: stop scheduling `channel`; its outstanding self-tests become
+  stale (their results are ignored, no overrun is reported for them). Leaving an unknown
+  channel does nothing. A restarted channel process should leave and join again, so that
+  results of the old process can never count for the new one.
+- `SelfTestDone(channel, test_id, passed, now)`: a self-test finished.
+- `ScrubDone(channel, corrected, uncorrectable, now)`: an ECC scrub of the channel's
+  resident weights finished; counts are numbers of words (int >= 0).
+- `RunNow(channel, now)`: start a self-test now (1oo2D mismatch, rejoin gate). It counts as a
+  started self-test for the DTI bound, so the next periodic one is planned from it.
+
+Instructions out (frozen dataclasses), in the order they happen:
+
+- `StartSelfTest(channel, test_id, pattern_id, deadline)`: enqueue a golden self-test.
+  `test_id` is unique for the scheduler's life; `deadline` is absolute (seconds, same clock).
+- `StartScrub(channel, deadline)`: enqueue an ECC scrub.
+- `SelfTestPassed(channel, test_id, latency)`: latency = completion `now` - start, seconds.
+- `SelfTestFailed(channel, test_id, detected_at)`: the result did not match the golden
+  pattern: a fault, detected at `detected_at`.
+- `DtiOverrun(channel, test_id, deadline)`: the test had not completed before `deadline`: a
+  fault. Reported exactly once per test; a completion that arrives later is stale.
+- `ScrubFindings(channel, corrected, uncorrectable)`: only when either count is nonzero.
+- `ScrubOverrun(channel, deadline)`: a scrub had not completed before its deadline.
+- `DtiLate(channel, due, now)`: a periodic self-test started after its due time because the
+  shell ticked late (`now > due`): the DTI bound was broken by the shell's timer. A shell
+  that sends `Tick(next_wakeup())` (or earlier) never sees it.
+
+Timing rules (all pure functions of the config, `next_due` and `deadline_for`):
+
+- Self-test starts of one channel are at most `dti` apart (join → first start included);
+  jitter draws `u` in [0, 1) from the injected `random.Random` and plans the next start at
+  `last_start + dti * (1 - jitter * u)`: only ever earlier than the DTI bound.
+- A self-test started at `t` must complete with `now < t + selftest_deadline`; the first
+  event with `now >= t + selftest_deadline` reports the overrun. Because
+  `selftest_deadline <= dti`, a periodic test is settled before the next one is due.
+- Scrubs start every `scrub_interval` (no jitter) and must complete before
+  `start + scrub_deadline` (default: `scrub_interval`).
+- Every event first advances the scheduler's clock to `event.now`: overruns are reported,
+  then due self-tests and scrubs started, channel by channel in join order, before the
+  event itself is applied. So a result stamped at or after its deadline is stale.
+
+Bad events raise `InvalidInputError` and leave the scheduler unchanged: time going
+backwards, a non-finite time, joining a channel twice, `RunNow` for an unknown channel,
+negative scrub counts. Results the protocol produces in normal operation are counted,
+never raised: results for unknown, already settled or another channel's test ids
+(`stale_results`), scrub results from unknown channels (`stale_scrubs`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeAlias
+
+from safemon.errors import ConfigError, InvalidInputError
+
+__all__ = [
+    "ChannelJoined",
+    "ChannelLeft",
+    "DtiLate",
+    "DtiOverrun",
+    "Job",
+    "RunNow",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerEvent",
+    "SchedulerInstruction",
+    "ScrubDone",
+    "ScrubFindings",
+    "ScrubOverrun",
+    "SelfTestDone",
+    "SelfTestFailed",
+    "SelfTestPassed",
+    "StartScrub",
+    "StartSelfTest",
+    "Tick",
+    "deadline_for",
+    "next_due",
+]
+
+
+def _is_seconds(value: object) -> bool:
+    # bool is an int; True seconds is a bug, not one second.
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+    )
+
+
+def _check_time(name: str, value: float) -> None:
+    if not _is_seconds(value):
+        raise InvalidInputError(f"{name} must be a finite number of seconds, got {value!r}")
+
+
+def _check_channel(channel: str) -> None:
+    if not isinstance(channel, str) or not channel:
+        raise InvalidInputError(f"channel must be a non-empty name, got {channel!r}")
+
+
+class Job(StrEnum):
+    """The named periodic jobs of one channel (STYLE.md item 8)."""
+
+    SELFTEST = "selftest"
+    SCRUB = "scrub"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Timing of the periodic diagnosis. All durations in seconds.
+
+    Attributes:
+        dti: diagnostic test interval; self-test starts of one channel are at most this far
+            apart. > 0.
+        selftest_deadline: a self-test must complete within this long after its start,
+            0 < selftest_deadline <= dti (so a test is settled before the next is due).
+        patterns: golden pattern ids, used round-robin per channel; non-empty, unique,
+            non-empty strings. A list is accepted and stored as a tuple.
+        jitter: fraction in [0, 1); each planned interval is `dti * (1 - jitter * u)` with
+            u in [0, 1), so tests only ever come earlier. 0 = no jitter and no random draws.
+        scrub_interval: period of the ECC scrub of resident weights; None = no scrubbing.
+        scrub_deadline: a scrub must complete within this long after its start; None means
+            `scrub_interval`; must be in (0, scrub_interval].
+
+    Raises:
+        ConfigError: naming each bad field.
+    """
+
+    dti: float
+    selftest_deadline: float
+    patterns: tuple[str, ...]
+    jitter: float = 0.0
+    scrub_interval: float | None = None
+    scrub_deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not _is_seconds(self.dti) or self.dti <= 0:
+            problems.append(f"dti must be a finite number of seconds > 0, got {self.dti!r}")
+        if not _is_seconds(self.selftest_deadline) or self.selftest_deadline <= 0:
+            problems.append(
+                f"selftest_deadline must be a finite number of seconds > 0, got {self.selftest_deadline!r}"
+            )
+        elif _is_seconds(self.dti) and self.selftest_deadline > self.dti:
+            problems.append(
+                f"selftest_deadline ({self.selftest_deadline}) must be <= dti ({self.dti})"
+            )
+        if isinstance(self.patterns, str) or not isinstance(self.patterns, Sequence):
+            problems.append(f"patterns must be a sequence of pattern ids, got {self.patterns!r}")
+        else:
+            pats = tuple(self.patterns)
+            if not pats:
+                problems.append("patterns must not be empty")
+            elif not all(isinstance(p, str) and p for p in pats):
+                problems.append(f"patterns must be non-empty strings, got {pats!r}")
+            elif len(set(pats)) != len(pats):
+                problems.append(f"patterns must be unique, got {pats!r}")
+            # Lossless: a YAML list and a tuple name the same rotation.
+            object.__setattr__(self, "patterns", pats)
+        if not _is_seconds(self.jitter) or not 0.0 <= self.jitter < 1.0:
+            problems.append(f"jitter must be a fraction in [0, 1), got {self.jitter!r}")
+        if self.scrub_interval is not None and (
+            not _is_seconds(self.scrub_interval) or self.scrub_interval <= 0
+        ):
+            problems.append(
+                f"scrub_interval must be None or a finite number of seconds > 0, got {self.scrub_interval!r}"
+            )
+        if self.scrub_deadline is not None:
+            if self.scrub_interval is None:
+                problems.append("scrub_deadline is set but scrub_interval is None (scrubbing off)")
+            elif not _is_seconds(self.scrub_deadline) or self.scrub_deadline <= 0:
+                problems.append(
+                    f"scrub_deadline must be a finite number of seconds > 0, got {self.scrub_deadline!r}"
+                )
+            elif _is_seconds(self.scrub_interval) and self.scrub_deadline > self.scrub_interval:
+                problems.append(
+                    f"scrub_deadline ({self.scrub_deadline}) must be <= scrub_interval ({self.scrub_interval})"
+                )
+        if problems:
+            raise ConfigError("invalid scheduler config: " + "; ".join(problems))
+
+
+def next_due(config: SchedulerConfig, job: Job, last_start: float, u: float = 0.0) -> float:
+    """When `job` is next due for a channel whose last such job started at `last_start`.
+
+    For a channel that has not run the job yet, `last_start` is its join time.
+
+    Args:
+        config: the scheduler config.
+        job: SELFTEST (jittered) or SCRUB (not jittered; `u` is ignored).
+        last_start: seconds, the scheduler's clock.
+        u: the jitter draw, in [0, 1).
+
+    Returns:
+        Absolute time in seconds: `last_start + dti * (1 - jitter * u)` for SELFTEST, which
+        is in `(last_start + dti * (1 - jitter), last_start + dti]`;
+        `last_start + scrub_interval` for SCRUB.
+
+    Raises:
+        InvalidInputError: `u` outside [0, 1), a non-finite `last_start`.
+        ConfigError: SCRUB asked for while scrubbing is off.
+    """
+    _check_time("last_start", last_start)
+    if not _is_seconds(u) or not 0.0 <= u < 1.0:
+        raise InvalidInputError(f"jitter draw u must be in [0, 1), got {u!r}")
+    if job is Job.SELFTEST:
+        return last_start + config.dti * (1.0 - config.jitter * u)
+    if config.scrub_interval is None:
+        raise ConfigError("scrubbing is off (scrub_interval is None): no scrub is ever due")
+    return last_start + config.scrub_interval
+
+
+def deadline_for(config: SchedulerConfig, job: Job, start: float) -> float:
+    """The absolute time by which a `job` started at `start` must have completed (exclusive).
+
+    Raises:
+        InvalidInputError: a non-finite `start`.
+        ConfigError: SCRUB asked for while scrubbing is off.
+    """
+    _check_time("start", start)
+    if job is Job.SELFTEST:
+        return start + config.selftest_deadline
+    if config.scrub_interval is None:
+        raise ConfigError("scrubbing is off (scrub_interval is None): scrubs have no deadline")
+    window = config.scrub_deadline if config.scrub_deadline is not None else config.scrub_interval
+    return start + window
+
+
+# ---------------------------------------------------------------------------- events in
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passes; `now` in seconds."""
+
+    now: float
+
+
+@dataclass(frozen=True)
+class ChannelJoined:
+    """Start scheduling `channel` (first self-test due within one DTI)."""
+
+    channel: str
+    now: float
+
+
+@dataclass(frozen=True)
+class ChannelLeft:
+    """Stop scheduling `channel`; its outstanding tests become stale."""
+
+    channel: str
+    now: float
+
+
+@dataclass(frozen=True)
+class SelfTestDone:
+    """Self-test `test_id` of `channel` finished; `passed` = output matched the golden pattern."""
+
+    channel: str
+    test_id: int
+    passed: bool
+    now: float
+
+
+@dataclass(frozen=True)
+class ScrubDone:
+    """A scrub of `channel` finished; word counts (int >= 0)."""
+
+    channel: str
+    corrected: int
+    uncorrectable: int
+    now: float
+
+
+@dataclass(frozen=True)
+class RunNow:
+    """Start an on-demand self-test of `channel` now."""
+
+    channel: str
+    now: float
+
+
+SchedulerEvent: TypeAlias = Tick | ChannelJoined | ChannelLeft | SelfTestDone | ScrubDone | RunNow
+
+
+# ---------------------------------------------------------------------- instructions out
+
+
+@dataclass(frozen=True)
+class StartSelfTest:
+    """Enqueue golden self-test `test_id` with `pattern_id` on `channel`; due before `deadline`."""
+
+    channel: str
+    test_id: int
+    pattern_id: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class StartScrub:
+    """Enqueue an ECC scrub of `channel`'s resident weights; due before `deadline`."""
+
+    channel: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class SelfTestPassed:
+    """Self-test `test_id` passed; `latency` = seconds from start to completion."""
+
+    channel: str
+    test_id: int
+    latency: float
+
+
+@dataclass(frozen=True)
+class SelfTestFailed:
+    """Self-test `test_id` failed (a fault), detected at `detected_at` seconds."""
+
+    channel: str
+    test_id: int
+    detected_at: float
+
+
+@dataclass(frozen=True)
+class DtiOverrun:
+    """Self-test `test_id` had not completed before `deadline` (a fault)."""
+
+    channel: str
+    test_id: int
+    deadline: float
+
+
+@dataclass(frozen=True)
+class ScrubFindings:
+    """A scrub of `channel` found errors: `corrected` and `uncorrectable` word counts."""
+
+    channel: str
+    corrected: int
+    uncorrectable: int
+
+
+@dataclass(frozen=True)
+class ScrubOverrun:
+    """A scrub of `channel` had not completed before `deadline`."""
+
+    channel: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class DtiLate:
+    """A periodic self-test of `channel` due at `due` started only at `now` (shell ticked late)."""
+
+    channel: str
+    due: float
+    now: float
+
+
+SchedulerInstruction: TypeAlias = (
+    StartSelfTest
+    | StartScrub
+    | SelfTestPassed
+    | SelfTestFailed
+    | DtiOverrun
+    | ScrubFindings
+    | ScrubOverrun
+    | DtiLate
+)
+
+
+# ------------------------------------------------------------------------------ the core
+
+
+@dataclass(frozen=True)
+class _Pending:
+    started: float
+    deadline: float
+
+
+@dataclass
+class _Channel:
+    joined_at: float
+    next_selftest: float
+    next_scrub: float | None
+    scrub_deadline: float | None = None  # the outstanding scrub's deadline, if one runs
+    last_selftest_start: float | None = None
+    rotation: int = 0
+    pending: dict[int, _Pending] = field(default_factory=dict)
+
+
+class Scheduler:
+    """Plans self-tests and scrubs for every joined channel (module docstring: contract).
+
+    Args:
+        config: timing rules.
+        rng: source of the jitter draws. Required when `config.jitter > 0` so that runs are
+            reproducible from a seed; unused (and may be None) without jitter.
+
+    Raises:
+        ConfigError: jitter without an `rng`.
+    """
+
+    def __init__(self, config: SchedulerConfig, rng: random.Random | None = None) -> None:
+        if config.jitter > 0 and rng is None:
+            raise ConfigError("jitter > 0 needs an injected random.Random (rng=...)")
+        self._config = config
+        self._rng = rng
+        self._channels: dict[str, _Channel] = {}
+        self._now: float | None = None
+        self._next_test_id = 1
+        self.stale_results = 0
+        self.stale_scrubs = 0
+
+    # -- read-only views, for the shell's metrics and for tests
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self._config
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """Joined channels, in join order."""
+        return tuple(self._channels)
+
+    def pending(self, channel: str) -> tuple[int, ...]:
+        """Outstanding self-test ids of `channel` (empty for an unknown channel)."""
+        ch = self._channels.get(channel)
+        return tuple(ch.pending) if ch else ()
+
+    def last_selftest_start(self, channel: str) -> float | None:
+        """When `channel`'s latest self-test started, None if none yet or unknown."""
+        ch = self._channels.get(channel)
+        return ch.last_selftest_start if ch else None
+
+    def selftest_due(self, channel: str) -> float:
+        """When `channel`'s next periodic self-test is due. Raises KeyError if unknown."""
+        return self._channels[channel].next_selftest
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time at which a `Tick` has work to do; None with no channel joined.
+
+        A shell that always ticks at (or before) this time keeps every DTI bound exactly.
+        """
+        times: list[float] = []
+        for ch in self._channels.values():
+            times.append(ch.next_selftest)
+            times.extend(p.deadline for p in ch.pending.values())
+            if ch.next_scrub is not None:
+                times.append(ch.next_scrub)
+            if ch.scrub_deadline is not None:
+                times.append(ch.scrub_deadline)
+        return min(times) if times else None
+
+    # -- the state machine
+
+    def handle(self, event: SchedulerEvent) -> list[SchedulerInstruction]:
+        """Apply one event; return the instructions it causes, in order.
+
+        Raises:
+            InvalidInputError: see the module docstring; the scheduler is then unchanged.
+        """
+        self._validate(event)
+        out: list[SchedulerInstruction] = []
+        self._now = event.now
+        self._advance(event.now, out)
+        match event:
+            case Tick():
+                pass
+            case ChannelJoined(channel=c, now=now):
+                self._channels[c] = _Channel(
+                    joined_at=now,
+                    next_selftest=next_due(self._config, Job.SELFTEST, now, self._draw()),
+                    next_scrub=(
+                        next_due(self._config, Job.SCRUB, now)
+                        if self._config.scrub_interval is not None
+                        else None
+                    ),
+                )
+            case ChannelLeft(channel=c):
+                self._channels.pop(c, None)
+            case SelfTestDone(channel=c, test_id=tid, passed=passed, now=now):
+                ch = self._channels.get(c)
+                pend = ch.pending.pop(tid, None) if ch else None
+                if pend is None:
+                    # Unknown id, another channel's id, or already settled (overrun at the
+                    # advance above, or a duplicate): a result that proves nothing now.
+                    self.stale_results += 1
+                elif passed:
+                    out.append(SelfTestPassed(c, tid, now - pend.started))
+                else:
+                    out.append(SelfTestFailed(c, tid, now))
+            case ScrubDone(channel=c, corrected=corr, uncorrectable=unc):
+                ch = self._channels.get(c)
+                if ch is None:
+                    self.stale_scrubs += 1
+                else:
+                    # Findings are facts about memory even when the scrub overran: report
+                    # them rather than drop an uncorrectable word on a timing technicality.
+                    ch.scrub_deadline = None
+                    if corr or unc:
+                        out.append(ScrubFindings(c, corr, unc))
+            case RunNow(channel=c, now=now):
+                self._start_selftest(c, self._channels[c], now, out)
+        return out
+
+    def _validate(self, event: SchedulerEvent) -> None:
+        _check_time("now", event.now)
+        if self._now is not None and event.now < self._now:
+            raise InvalidInputError(
+                f"time went backwards: event at {event.now} after {self._now}"
+            )
+        match event:
+            case ChannelJoined(channel=c):
+                _check_channel(c)
+                if c in self._channels:
+                    raise InvalidInputError(
+                        f"channel {c!r} joined twice; send ChannelLeft first when it restarts"
+                    )
+            case ChannelLeft(channel=c):
+                _check_channel(c)
+            case RunNow(channel=c):
+                _check_channel(c)
+                if c not in self._channels:
+                    raise InvalidInputError(f"RunNow for channel {c!r}, which has not joined")
+            case SelfTestDone(channel=c, test_id=tid, passed=passed):
+                _check_channel(c)
+                if isinstance(tid, bool) or not isinstance(tid, int):
+                    raise InvalidInputError(f"test_id must be an int, got {tid!r}")
+                if not isinstance(passed, bool):
+                    raise InvalidInputError(f"passed must be a bool, got {passed!r}")
+            case ScrubDone(channel=c, corrected=corr, uncorrectable=unc):
+                _check_channel(c)
+                for name, n in (("corrected", corr), ("uncorrectable", unc)):
+                    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                        raise InvalidInputError(f"{name} must be an int >= 0, got {n!r}")
+            case Tick():
+                pass
+
+    def _draw(self) -> float:
+        # No draw without jitter, so a seeded rng shared with other users is not consumed.
+        if self._config.jitter == 0 or self._rng is None:
+            return 0.0
+        return self._rng.random()
+
+    def _start_selftest(
+        self, name: str, ch: _Channel, now: float, out: list[SchedulerInstruction]
+    ) -> None:
+        tid = self._next_test_id
+        self._next_test_id += 1
+        pats = self._config.patterns
+        pattern = pats[ch.rotation % len(pats)]
+        ch.rotation += 1
+        deadline = deadline_for(self._config, Job.SELFTEST, now)
+        ch.pending[tid] = _Pending(started=now, deadline=deadline)
+        ch.last_selftest_start = now
+        ch.next_selftest = next_due(self._config, Job.SELFTEST, now, self._draw())
+        out.append(StartSelfTest(name, tid, pattern, deadline))
+
+    def _advance(self, now: float, out: list[SchedulerInstruction]) -> None:
+        for name, ch in self._channels.items():
+            # Overruns first: at the shared instant `deadline == next due` the old test is
+            # settled before the new one starts.
+            for tid in sorted(t for t, p in ch.pending.items() if now >= p.deadline):
+                pend = ch.pending.pop(tid)
+                out.append(DtiOverrun(name, tid, pend.deadline))
+            if ch.scrub_deadline is not None and now >= ch.scrub_deadline:
+                out.append(ScrubOverrun(name, ch.scrub_deadline))
+                ch.scrub_deadline = None
+            if now >= ch.next_selftest:
+                if now > ch.next_selftest:
+                    out.append(DtiLate(name, ch.next_selftest, now))
+                self._start_selftest(name, ch, now, out)
+            if ch.next_scrub is not None and now >= ch.next_scrub:
+                # scrub_deadline <= scrub_interval, so the previous scrub is settled here.
+                deadline = deadline_for(self._config, Job.SCRUB, now)
+                ch.scrub_deadline = deadline
+                ch.next_scrub = next_due(self._config, Job.SCRUB, now)
+                out.append(StartScrub(name, deadline))
