@@ -15,6 +15,7 @@ tests; this is a report (docs/ECC.md, "Overheads").
 
 from __future__ import annotations
 
+import functools
 import json
 import platform
 from collections.abc import Callable, Sequence
@@ -87,39 +88,45 @@ def run_ecc_bench(
     }
     rows: list[dict[str, Any]] = result["rows"]
     for size in sizes_mib:
-        nbytes = int(size) * MIB
-        src = cupy.random.randint(0, 2**31 - 1, size=nbytes // 4, dtype=cupy.int32).view(cupy.uint8)
-        dst = cupy.empty_like(src)
-
-        def copy() -> None:
-            dst.data.copy_from_device_async(src.data, nbytes)
-
-        copy_ms = _median_ms(cupy, copy, repeats, warmup)
-        copy_gbs = 2 * nbytes / copy_ms / 1e6
-        rows.append(
-            {"size_mib": size, "word_bits": None, "op": "copy", "median_ms": copy_ms,
-             "gb_per_s": copy_gbs, "ratio_to_copy": 1.0}
-        )
-        for wb in word_bits:
-            check = encode_device(src, wb)
-            cbytes = n_check_words(nbytes, wb) * 4
-            ops: dict[str, Callable[[], object]] = {
-                "encode": lambda wb=wb: encode_device(src, wb),
-                "check": lambda wb=wb, check=check: count_errors_device(src, check, wb),
-                "decode": lambda wb=wb, check=check: decode(src, check, word_bits=wb),
-            }
-            for op, fn in ops.items():
-                ms = _median_ms(cupy, fn, repeats, warmup)
-                gbs = (nbytes + cbytes) / ms / 1e6
-                rows.append(
-                    {"size_mib": size, "word_bits": wb, "op": op, "median_ms": ms,
-                     "gb_per_s": gbs, "ratio_to_copy": gbs / copy_gbs}
-                )
-        del src, dst
+        rows.extend(_bench_size(cupy, int(size), word_bits, repeats, warmup))
         cupy.get_default_memory_pool().free_all_blocks()
     if print_table:
         print(markdown_table(result))
     return result
+
+
+def _bench_size(
+    cupy: Any, size_mib: int, word_bits: Sequence[int], repeats: int, warmup: int
+) -> list[dict[str, Any]]:
+    nbytes = size_mib * MIB
+    src = cupy.random.randint(0, 2**31 - 1, size=nbytes // 4, dtype=cupy.int32).view(cupy.uint8)
+    dst = cupy.empty_like(src)
+
+    def copy() -> None:
+        dst.data.copy_from_device_async(src.data, nbytes)
+
+    copy_ms = _median_ms(cupy, copy, repeats, warmup)
+    copy_gbs = 2 * nbytes / copy_ms / 1e6
+    rows: list[dict[str, Any]] = [
+        {"size_mib": size_mib, "word_bits": None, "op": "copy", "median_ms": copy_ms,
+         "gb_per_s": copy_gbs, "ratio_to_copy": 1.0}
+    ]
+    for wb in word_bits:
+        check = encode_device(src, wb)
+        cbytes = n_check_words(nbytes, wb) * 4
+        ops: dict[str, Callable[[], object]] = {
+            "encode": functools.partial(encode_device, src, wb),
+            "check": functools.partial(count_errors_device, src, check, wb),
+            "decode": functools.partial(decode, src, check, word_bits=wb),
+        }
+        for op, fn in ops.items():
+            ms = _median_ms(cupy, fn, repeats, warmup)
+            gbs = (nbytes + cbytes) / ms / 1e6
+            rows.append(
+                {"size_mib": size_mib, "word_bits": wb, "op": op, "median_ms": ms,
+                 "gb_per_s": gbs, "ratio_to_copy": gbs / copy_gbs}
+            )
+    return rows
 
 
 def markdown_table(result: dict[str, Any]) -> str:

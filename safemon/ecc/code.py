@@ -153,7 +153,8 @@ def syndrome_table(word_bits: int) -> npt.NDArray[np.int16]:
 def _parity(x: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
     """Bitwise parity of each unsigned integer element, as uint8 0/1."""
     if hasattr(np, "bitwise_count"):  # NumPy >= 2.0
-        return (np.bitwise_count(x) & 1).astype(np.uint8)
+        counted: npt.NDArray[np.uint8] = (np.bitwise_count(x) & 1).astype(np.uint8)
+        return counted
     y = x.copy()
     shift = x.dtype.itemsize * 4
     while shift:

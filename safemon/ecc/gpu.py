@@ -92,7 +92,7 @@ def _table_on_device(cupy: Any, word_bits: int) -> Any:
 
 
 def _grid(cupy: Any, work_items: int) -> int:
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
     need = (work_items + BLOCK - 1) // BLOCK
     return max(1, min(need, sms * BLOCKS_PER_SM))
 

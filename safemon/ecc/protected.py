@@ -182,7 +182,8 @@ class ProtectedArray:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return np.dtype(self._data.dtype)
+        dt: np.dtype[Any] = np.dtype(self._data.dtype)
+        return dt
 
     @property
     def nbytes(self) -> int:
