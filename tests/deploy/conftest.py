@@ -61,10 +61,14 @@ def prometheus_tools() -> PrometheusTools:
     if tools is not None:
         return tools
     if shutil.which("apt-get") is None:
-        pytest.skip("promtool/prometheus are not on PATH and apt-get is missing, so they cannot be installed")
+        pytest.skip(
+            "promtool/prometheus are not on PATH and apt-get is missing, so they cannot be installed"
+        )
     _apt_install_prometheus()
     tools = _find_tools()
     if tools is None:
         # Installed but still not found: a real failure of the environment, not a reason to skip.
-        raise RuntimeError("apt-get installed 'prometheus' but promtool/prometheus are still not on PATH")
+        raise RuntimeError(
+            "apt-get installed 'prometheus' but promtool/prometheus are still not on PATH"
+        )
     return tools

@@ -1,0 +1,33 @@
+"""The metric catalogue the deploy checks use (`promql.SAFEMON_METRICS`) is exactly what
+`safemon.metrics.Metrics` exports: same names, types and label names."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from safemon.config import default_config
+from safemon.metrics import Metrics
+from tests.deploy.promql import SAFEMON_METRICS, series_names
+
+#: prometheus_client's family type -> the catalogue's (Info is a gauge of value 1 on the wire).
+_TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram", "info": "gauge"}
+
+
+def test_catalogue_matches_the_exported_metrics() -> None:
+    registry = CollectorRegistry()
+    Metrics(default_config(), registry)
+    known = series_names()
+    exported: dict[str, tuple[str, set[str]]] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue  # prometheus_client's creation timestamps; never queried
+            assert sample.name in known, f"exported but not in the catalogue: {sample.name}"
+            metric = known[sample.name]
+            labels = exported.setdefault(metric, (_TYPES[family.type], set()))[1]
+            labels.update(set(sample.labels) - {"le"})
+    assert set(exported) == set(SAFEMON_METRICS)
+    for metric, (kind, declared) in SAFEMON_METRICS.items():
+        assert exported[metric][0] == kind, metric
+        # Metrics() pre-initialises every label combination, so each metric has samples.
+        assert exported[metric][1] == declared, metric
