@@ -11,8 +11,9 @@ peer only if *all* of these hold; anything else is denied:
 
 Failing closed also covers the cases around it: the authenticator refuses to start without a
 readable, private allowed-clients directory; CURVE server sockets made by ``make_socket`` set
-``ZMQ_ZAP_ENFORCE_DOMAIN``, so if no authenticator runs in the context every handshake fails
-instead of libzmq's default of accepting any key; an error inside the decision denies.
+a ZAP domain and ``ZMQ_ZAP_ENFORCE_DOMAIN``, so if no authenticator runs in the context every
+handshake fails (libzmq's default for a CURVE server without a domain is to accept any key); an
+error inside the decision denies.
 
 The decision is the pure function :func:`zap_reply` (sans-IO, tested without sockets); the class
 is only the thread that moves frames between it and the ZAP socket.

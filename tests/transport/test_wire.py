@@ -91,7 +91,7 @@ def test_encode_refuses_arrays_it_would_have_to_convert(array: Any, fragment: st
 
 
 def test_encode_refuses_non_arrays() -> None:
-    with pytest.raises(InvalidInputError, match="not a numpy.ndarray"):
+    with pytest.raises(InvalidInputError, match=r"not a numpy\.ndarray"):
         encode(Kind.REQUEST, epoch=0, seq=0, arrays=[[1.0, 2.0]])  # type: ignore[list-item]
 
 
@@ -118,7 +118,13 @@ def test_encode_refuses_unknown_kind_and_respects_limits() -> None:
     with pytest.raises(InvalidInputError, match="unknown message kind"):
         encode("pickle", epoch=0, seq=0)
     with pytest.raises(InvalidInputError, match="at most 8"):
-        encode(Kind.RESULT, epoch=0, seq=0, arrays=[np.zeros(3, np.float32)], limits=Limits(max_frame_bytes=8))
+        encode(
+            Kind.RESULT,
+            epoch=0,
+            seq=0,
+            arrays=[np.zeros(3, np.float32)],
+            limits=Limits(max_frame_bytes=8),
+        )
 
 
 def _valid() -> list[Any]:
@@ -211,7 +217,12 @@ def test_reject_counter_counts_by_reason_and_calls_hook() -> None:
     assert counter[RejectReason.FRAME_COUNT] == 2
     assert counter["malformed"] == 1 and counter[RejectReason.STALE] == 1
     assert counter[RejectReason.BAD_CRC] == 0 and counter.total == 4
-    assert seen == [RejectReason.FRAME_COUNT, RejectReason.MALFORMED, RejectReason.FRAME_COUNT, RejectReason.STALE]
+    assert seen == [
+        RejectReason.FRAME_COUNT,
+        RejectReason.MALFORMED,
+        RejectReason.FRAME_COUNT,
+        RejectReason.STALE,
+    ]
 
 
 def test_rejected_detail_is_bounded() -> None:
