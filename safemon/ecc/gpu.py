@@ -11,7 +11,9 @@ kernel locate them, classify them with the syndrome table and, if asked, correct
 
 from __future__ import annotations
 
+import functools
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +33,14 @@ from safemon.kernels.compiler import KernelBuild, import_cupy, load_module
 __all__ = [
     "BLOCK",
     "SOURCE",
+    "clear_launch_cache",
     "count_errors_device",
     "data_device",
     "decode_device",
     "encode_device",
     "is_device_array",
     "nvcc_builds",
+    "spin_function",
 ]
 
 #: The kernel source, shipped as package data.
@@ -45,8 +49,9 @@ SOURCE: Path = Path(__file__).with_name("cuda") / "ecc.cu"
 BLOCK = 256
 #: Groups (4 words) per thread per loop trip; the kernels' ECC_UNROLL32/64 defines.
 UNROLL = {32: 4, 64: 2}
-#: Resident blocks per multiprocessor the grid-stride launches aim for.
-BLOCKS_PER_SM = 8
+#: Grid-stride launches cap the grid at this many blocks per multiprocessor (4 waves of
+#: 8 resident 256-thread blocks: measured best on an H100 among 4, 8, 16 and 32).
+BLOCKS_PER_SM = 32
 
 
 def _defines() -> dict[str, str]:
@@ -61,7 +66,65 @@ def _defines() -> dict[str, str]:
 
 
 def _build() -> KernelBuild:
+    return _build_for(UNROLL[32], UNROLL[64])
+
+
+@functools.cache
+def _build_for(unroll32: int, unroll64: int) -> KernelBuild:
+    del unroll32, unroll64  # the cache key: _defines() reads UNROLL
     return KernelBuild.make(SOURCE, _defines(), ())
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """The loaded kernels of one word size on one device, and what sizes their grids."""
+
+    encode: Any
+    check: Any
+    locate: Any
+    unroll: int
+    max_blocks: int
+
+
+_launch_cache: dict[tuple[int, int, KernelBuild, int], _Launch] = {}
+
+
+def _launch(cupy: Any, word_bits: int) -> _Launch:
+    # Cached so that a call costs a dict lookup, not a module lookup: at 64 MiB the kernels
+    # run for tens of microseconds, comparable to Python-side overhead.
+    dev = int(cupy.cuda.runtime.getDevice())
+    build = _build()
+    key = (dev, word_bits, build, BLOCKS_PER_SM)
+    got = _launch_cache.get(key)
+    if got is None:
+        mod = load_module(build)
+        sms = int(cupy.cuda.Device(dev).attributes["MultiProcessorCount"])
+        got = _Launch(
+            encode=mod.get_function(f"ecc{word_bits}_encode"),
+            check=mod.get_function(f"ecc{word_bits}_check"),
+            locate=mod.get_function(f"ecc{word_bits}_locate"),
+            unroll=UNROLL[word_bits],
+            max_blocks=sms * BLOCKS_PER_SM,
+        )
+        with _lock:
+            _launch_cache[key] = got
+    return got
+
+
+def clear_launch_cache() -> None:
+    """Forget the loaded kernels (test-only; pair with `safemon.kernels.compiler.clear_cache`)."""
+    with _lock:
+        _launch_cache.clear()
+        _tables.clear()
+
+
+def spin_function() -> Any:
+    """The `ecc_spin(ns)` helper kernel of the benchmark, from the current build."""
+    return load_module(_build()).get_function("ecc_spin")
+
+
+def _grid_for(launch: _Launch, threads: int) -> int:
+    return max(1, min((threads + BLOCK - 1) // BLOCK, launch.max_blocks))
 
 
 def nvcc_builds() -> list[KernelBuild]:
@@ -89,12 +152,6 @@ def _table_on_device(cupy: Any, word_bits: int) -> Any:
             t = cupy.asarray(syndrome_table(word_bits))
             _tables[(dev, word_bits)] = t
         return t
-
-
-def _grid(cupy: Any, work_items: int) -> int:
-    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
-    need = (work_items + BLOCK - 1) // BLOCK
-    return max(1, min(need, sms * BLOCKS_PER_SM))
 
 
 def _check_data(cupy: Any, data: Any) -> None:
@@ -142,9 +199,9 @@ def encode_device(data: Any, word_bits: int = 32) -> Any:
         check = cupy.empty(ngroups, dtype=cupy.uint32)
         if ngroups == 0:
             return check
-        fn = load_module(_build()).get_function(f"ecc{word_bits}_encode")
-        grid = _grid(cupy, (ngroups + UNROLL[word_bits] - 1) // UNROLL[word_bits])
-        fn((grid,), (BLOCK,), (data, np.uint64(data.nbytes), check, np.uint64(ngroups)))
+        k = _launch(cupy, word_bits)
+        grid = _grid_for(k, (ngroups + k.unroll - 1) // k.unroll)
+        k.encode((grid,), (BLOCK,), (data, np.uint64(data.nbytes), check, np.uint64(ngroups)))
         return check
 
 
@@ -154,9 +211,9 @@ def count_errors_device(data: Any, check: Any, word_bits: int = 32) -> Any:
     ngroups = n_check_words(data.nbytes, word_bits)
     nerr = cupy.zeros(1, dtype=cupy.uint64)
     if ngroups:
-        fn = load_module(_build()).get_function(f"ecc{word_bits}_check")
-        grid = _grid(cupy, (ngroups + UNROLL[word_bits] - 1) // UNROLL[word_bits])
-        fn((grid,), (BLOCK,), (data, np.uint64(data.nbytes), check, np.uint64(ngroups), nerr))
+        k = _launch(cupy, word_bits)
+        grid = _grid_for(k, (ngroups + k.unroll - 1) // k.unroll)
+        k.check((grid,), (BLOCK,), (data, np.uint64(data.nbytes), check, np.uint64(ngroups), nerr))
     return nerr
 
 
@@ -183,9 +240,9 @@ def decode_device(data: Any, check: Any, word_bits: int = 32, correct: bool = Tr
         nfound = cupy.zeros(1, dtype=cupy.uint64)
         out_word = cupy.empty(n, dtype=cupy.int64)
         out_pos = cupy.empty(n, dtype=cupy.int16)
-        fn = load_module(_build()).get_function(f"ecc{word_bits}_locate")
-        fn(
-            (_grid(cupy, ngroups),),
+        k = _launch(cupy, word_bits)
+        k.locate(
+            (_grid_for(k, ngroups),),
             (BLOCK,),
             (
                 data,

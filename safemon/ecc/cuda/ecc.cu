@@ -280,3 +280,14 @@ __global__ void ecc64_locate(unsigned char* __restrict__ data, u64 nbytes, u32* 
 }
 
 }  // extern "C"
+
+// Benchmark helper (safemon.ecc.bench): keeps the stream busy for `ns` nanoseconds so that
+// the next operation is already queued when its start event is reached, and the timing
+// measures the GPU work rather than Python's launch latency.
+extern "C" __global__ void ecc_spin(u64 ns) {
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
