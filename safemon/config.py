@@ -140,6 +140,11 @@ class VariantConfig(_Model):
             raise _FieldProblems(
                 [("tile", f"unknown tile {self.tile!r}; known: auto, {', '.join(TILES)}")]
             )
+        if self.checksum is None and self.level is not None:
+            # make_variant would ignore the level; an unprotected kernel folds nothing.
+            raise _FieldProblems(
+                [("level", f"must be null when checksum is null (unprotected), got {self.level!r}")]
+            )
         try:
             # The tile does not interact with the other parts, so "auto" is checked as "small".
             make_variant(
@@ -794,7 +799,9 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     Raises:
         ConfigError: unreadable file, invalid YAML, a top level that is not a mapping, an
             unknown SAFEMON_* variable, or any invalid field; the message lists each
-            problem on its own line as `dotted.path: reason`.
+            problem on its own line as `dotted.path: reason`. Checks that relate fields of
+            different sections (channel count, tcp:// needs CURVE, ...) run once every
+            section is valid on its own, so they show up after the field errors are fixed.
     """
     env = os.environ if env is None else env
     if path is None:

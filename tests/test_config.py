@@ -213,6 +213,10 @@ BAD_FILES: list[tuple[str, list[str]]] = [
         "policy: 1oo1D\nchannels: [{name: a, variant: {checksum: null, level: null}}]\n",
         ["channels.0.variant.checksum"],
     ),
+    (
+        "channels: [{name: a, variant: {checksum: null}}, {name: b}, {name: c}]\n",
+        ["channels.0.variant.level"],
+    ),
     ("degraded_policy: 1oo1D\n", ["degraded_policy"]),
     (
         "policy: 2oo2\nchannels: [{name: a}, {name: b}]\ndegraded_policy: 1oo1D\n",
@@ -340,3 +344,11 @@ def test_variant_auto_tile_resolves_by_output_size() -> None:
     assert ch.variant.to_variant(80, 80).tile == TILES["small"]
     assert ch.variant.to_variant(4096, 4096).tile == TILES["large"]
     assert ch.variant.to_variant(80, 80).name == "ones/I/exact/small"
+
+
+def test_unprotected_channels_are_allowed_where_the_vote_compares_c(tmp_path: Path) -> None:
+    """2oo3 compares C bit-for-bit, so an unprotected kernel is a legal (faster) choice."""
+    text = "channels: [{name: a, variant: {checksum: null, level: null}}, {name: b}, {name: c}]\n"
+    c = load_config(write(tmp_path, text), env=XDG)
+    assert c.channels is not None
+    assert c.channels[0].variant.to_variant(16, 16).name == "unprotected/exact/small"
