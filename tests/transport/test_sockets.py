@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,8 +42,8 @@ class TrackingContext(zmq.Context):  # type: ignore[type-arg]
 
     made: list[zmq.Socket[bytes]]
 
-    def socket(self, *args: object, **kwargs: object) -> zmq.Socket[bytes]:  # type: ignore[override]
-        sock = super().socket(*args, **kwargs)  # type: ignore[arg-type]
+    def socket(self, *args: Any, **kwargs: Any) -> zmq.Socket[bytes]:
+        sock: zmq.Socket[bytes] = super().socket(*args, **kwargs)
         self.made.append(sock)
         return sock
 

@@ -15,6 +15,7 @@ from safemon.transport.wire import (
     WIRE_DTYPES,
     Kind,
     Limits,
+    MetaValue,
     RejectCounter,
     Rejected,
     RejectReason,
@@ -39,7 +40,8 @@ def _reason(frames: list[Any], limits: Limits = LIMITS) -> RejectReason:
 
 
 def _header(frames: list[Any]) -> dict[str, Any]:
-    return json.loads(bytes(frames[0]))
+    header: dict[str, Any] = json.loads(bytes(frames[0]))
+    return header
 
 
 def _with_header(frames: list[Any], header: dict[str, Any]) -> list[Any]:
@@ -69,7 +71,13 @@ def test_encode_and_decode_are_zero_copy() -> None:
 
 
 def test_meta_scalars_of_every_allowed_type_round_trip() -> None:
-    meta = {"weight_id": "w1", "deadline_ms": 250, "kernel_seconds": 1.5e-4, "ok": False, "x": None}
+    meta: dict[str, MetaValue] = {
+        "weight_id": "w1",
+        "deadline_ms": 250,
+        "kernel_seconds": 1.5e-4,
+        "ok": False,
+        "x": None,
+    }
     frames = encode(Kind.REQUEST, epoch=1, seq=1, meta=meta)
     assert decode(frames, LIMITS).meta == meta
 
