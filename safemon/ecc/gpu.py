@@ -48,10 +48,11 @@ SOURCE: Path = Path(__file__).with_name("cuda") / "ecc.cu"
 #: Threads per block of every ECC kernel.
 BLOCK = 256
 #: Groups (4 words) per thread per loop trip; the kernels' ECC_UNROLL32/64 defines.
-UNROLL = {32: 4, 64: 2}
-#: Grid-stride launches cap the grid at this many blocks per multiprocessor (4 waves of
-#: 8 resident 256-thread blocks: measured best on an H100 among 4, 8, 16 and 32).
-BLOCKS_PER_SM = 32
+UNROLL = {32: 2, 64: 1}
+#: Grid-stride launches cap the grid at this many blocks per multiprocessor. On an H100
+#: (docs/ECC.md) 4..32 were 2-15 % slower and no cap was within noise of 64; unroll 2/1
+#: was as good as 4/2 and 8/4.
+BLOCKS_PER_SM = 64
 
 
 def _defines() -> dict[str, str]:

@@ -18,10 +18,10 @@
 #endif
 
 #ifndef ECC_UNROLL32
-#define ECC_UNROLL32 4
+#define ECC_UNROLL32 2
 #endif
 #ifndef ECC_UNROLL64
-#define ECC_UNROLL64 2
+#define ECC_UNROLL64 1
 #endif
 
 typedef unsigned int u32;
