@@ -225,14 +225,24 @@ class ControllerConfig:
             )
         if self.degraded_policy not in (Policy.TWO_OO_TWO, Policy.ONE_OO_TWO_D):
             problems.append(f"degraded_policy must be 2oo2 or 1oo2D, got {self.degraded_policy!r}")
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+        if (
+            isinstance(self.max_restarts, bool)
+            or not isinstance(self.max_restarts, int)
+            or self.max_restarts < 0
+        ):
             problems.append(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
         if not _is_seconds(self.restart_window) or self.restart_window <= 0:
-            problems.append(f"restart_window must be a finite number of seconds > 0, got {self.restart_window!r}")
+            problems.append(
+                f"restart_window must be a finite number of seconds > 0, got {self.restart_window!r}"
+            )
         if not _is_seconds(self.backoff_initial) or self.backoff_initial < 0:
-            problems.append(f"backoff_initial must be a finite number of seconds >= 0, got {self.backoff_initial!r}")
+            problems.append(
+                f"backoff_initial must be a finite number of seconds >= 0, got {self.backoff_initial!r}"
+            )
         if not _is_seconds(self.backoff_factor) or self.backoff_factor < 1:
-            problems.append(f"backoff_factor must be a finite number >= 1, got {self.backoff_factor!r}")
+            problems.append(
+                f"backoff_factor must be a finite number >= 1, got {self.backoff_factor!r}"
+            )
         if not _is_seconds(self.backoff_max) or (
             _is_seconds(self.backoff_initial) and self.backoff_max < self.backoff_initial
         ):
@@ -448,7 +458,9 @@ class SafeStateController:
     def __init__(self, config: ControllerConfig) -> None:
         self._config = config
         self._mode = Mode.NORMAL
-        self._states: dict[str, ChannelState] = dict.fromkeys(config.channels, ChannelState.STARTING)
+        self._states: dict[str, ChannelState] = dict.fromkeys(
+            config.channels, ChannelState.STARTING
+        )
         self._formed = False
         self._voting: tuple[str, ...] = ()
         self._policy = config.policy
@@ -509,8 +521,13 @@ class SafeStateController:
                 self._on_pass(c, now, out)
             case SelfTestResult(channel=c, passed=False, now=now):
                 self._on_fault(
-                    Fault(channel=c, kind=FaultKind.SELFTEST_FAILED, detected_at=now, now=now,
-                          detail="self-test did not match its golden pattern"),
+                    Fault(
+                        channel=c,
+                        kind=FaultKind.SELFTEST_FAILED,
+                        detected_at=now,
+                        now=now,
+                        detail="self-test did not match its golden pattern",
+                    ),
                     out,
                 )
             case ChannelStarted(channel=c, now=now):
@@ -550,7 +567,9 @@ class SafeStateController:
 
     # -- small emitters; every change is checked against the transition tables
 
-    def _notify(self, out: list[ControllerInstruction], event_type: str, **payload: JsonValue) -> None:
+    def _notify(
+        self, out: list[ControllerInstruction], event_type: str, **payload: JsonValue
+    ) -> None:
         if self._config.notify:
             out.append(Notify(event_type, payload))
 
@@ -597,13 +616,17 @@ class SafeStateController:
     def _reconfigure(self, out: list[ControllerInstruction], reason: str) -> None:
         """Voting set := the UP channels under their effective policy (once formed)."""
         if not self._formed:
-            if any(s not in (ChannelState.UP, ChannelState.ISOLATED) for s in self._states.values()):
+            if any(
+                s not in (ChannelState.UP, ChannelState.ISOLATED) for s in self._states.values()
+            ):
                 return  # still waiting for a channel's first self-test
             self._formed = True
         up = self._up()
         policy = effective_policy(self._config, len(up))
         if policy is None:
-            self._enter_safe(out, f"{reason}; {len(up)} channel(s) up is too few for {self._config.policy.value}")
+            self._enter_safe(
+                out, f"{reason}; {len(up)} channel(s) up is too few for {self._config.policy.value}"
+            )
             return
         full = policy is self._config.policy
         # Degrading: mode first, then the smaller set; upgrading: the fuller set, then the
@@ -635,7 +658,8 @@ class SafeStateController:
         self._restarts[c] = times
         if len(times) >= self._config.max_restarts:
             return self._isolate(
-                out, c,
+                out,
+                c,
                 f"{reason}; restart budget spent ({len(times)} restarts within {self._config.restart_window} s)",
             )
         delay = backoff_delay(self._config, len(times))
@@ -649,8 +673,13 @@ class SafeStateController:
 
     def _on_fault(self, f: Fault, out: list[ControllerInstruction]) -> None:
         self._notify(
-            out, "fault", channel=f.channel, kind=f.kind.value, detail=f.detail,
-            detected_at=f.detected_at, mode=self._mode.value,
+            out,
+            "fault",
+            channel=f.channel,
+            kind=f.kind.value,
+            detail=f.detail,
+            detected_at=f.detected_at,
+            mode=self._mode.value,
         )
         if self._mode is Mode.SAFE:
             return  # latched: only Reset changes anything
@@ -660,7 +689,9 @@ class SafeStateController:
             if self._formed and policy is Policy.ONE_OO_TWO_D and f.kind in _DISAGREEMENTS:
                 self._diagnose(f, out)
             else:
-                self._enter_safe(out, f"{what} cannot be pinned on one channel under {policy.value}")
+                self._enter_safe(
+                    out, f"{what} cannot be pinned on one channel under {policy.value}"
+                )
                 self._record(out, f, now)
             return
         state = self._states[c]
@@ -669,7 +700,9 @@ class SafeStateController:
         voting = c in self._voting
         rule = policy if voting else self._config.policy
         if rule in (Policy.ONE_OO_ONE_D, Policy.TWO_OO_TWO):
-            self._enter_safe(out, f"{what} under {rule.value}: no redundancy left to continue safely")
+            self._enter_safe(
+                out, f"{what} under {rule.value}: no redundancy left to continue safely"
+            )
         else:
             if rule is Policy.ONE_OO_TWO_D:
                 done = self._isolate(out, c, f"{what} under 1oo2D")
@@ -707,11 +740,17 @@ class SafeStateController:
                     self._diagnosis = None
                     self.unexplained_mismatches += 1
                     self._notify(
-                        out, "mismatch_unexplained", channels=list(self._voting),
-                        kind=d.fault.kind.value, count=self.unexplained_mismatches,
+                        out,
+                        "mismatch_unexplained",
+                        channels=list(self._voting),
+                        kind=d.fault.kind.value,
+                        count=self.unexplained_mismatches,
                     )
             return
-        if state in (ChannelState.STARTING, ChannelState.QUARANTINED) and c not in self._awaiting_start:
+        if (
+            state in (ChannelState.STARTING, ChannelState.QUARANTINED)
+            and c not in self._awaiting_start
+        ):
             self._set_state(out, c, ChannelState.UP, "passed its self-test")
             self._reconfigure(out, f"{c} rejoined after a passed self-test")
 
@@ -729,8 +768,13 @@ class SafeStateController:
         elif state is ChannelState.UP:
             # A voting channel that started again lost its state behind our back.
             self._on_fault(
-                Fault(channel=c, kind=FaultKind.CRASH, detected_at=now, now=now,
-                      detail="channel restarted while voting"),
+                Fault(
+                    channel=c,
+                    kind=FaultKind.CRASH,
+                    detected_at=now,
+                    now=now,
+                    detail="channel restarted while voting",
+                ),
                 out,
             )
 

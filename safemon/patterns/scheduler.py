@@ -99,11 +99,7 @@ __all__ = [
 
 def _is_seconds(value: object) -> bool:
     # bool is an int; True seconds is a bug, not one second.
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-    )
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def _check_time(name: str, value: float) -> None:
@@ -525,9 +521,7 @@ class Scheduler:
     def _validate(self, event: SchedulerEvent) -> None:
         _check_time("now", event.now)
         if self._now is not None and event.now < self._now:
-            raise InvalidInputError(
-                f"time went backwards: event at {event.now} after {self._now}"
-            )
+            raise InvalidInputError(f"time went backwards: event at {event.now} after {self._now}")
         match event:
             case ChannelJoined(channel=c):
                 _check_channel(c)

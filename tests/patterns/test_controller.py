@@ -40,7 +40,9 @@ NAMES = {1: ("a",), 2: ("a", "b"), 3: ("a", "b", "c")}
 def make(policy: Policy, **kw: Any) -> SafeStateController:
     """A controller whose channels all passed their first self-test at t=0 (set formed)."""
     kw.setdefault("notify", False)  # most tests look at actions; notify has its own tests
-    ctl = SafeStateController(ControllerConfig(channels=NAMES[policy.channels], policy=policy, **kw))
+    ctl = SafeStateController(
+        ControllerConfig(channels=NAMES[policy.channels], policy=policy, **kw)
+    )
     for c in ctl.config.channels:
         assert ctl.handle(ChannelStarted(c, 0.0)) == [RequestSelfTest(c)]
         ctl.handle(SelfTestResult(c, True, 0.0))
@@ -52,10 +54,20 @@ def of(out: Sequence[ControllerInstruction], cls: type[T]) -> list[T]:
     return [i for i in out if isinstance(i, cls)]
 
 
-def fault(c: str | None, kind: FaultKind, now: float, detected_at: float | None = None,
-          occurred_at: float | None = None) -> Fault:
-    return Fault(channel=c, kind=kind, now=now,
-                 detected_at=now if detected_at is None else detected_at, occurred_at=occurred_at)
+def fault(
+    c: str | None,
+    kind: FaultKind,
+    now: float,
+    detected_at: float | None = None,
+    occurred_at: float | None = None,
+) -> Fault:
+    return Fault(
+        channel=c,
+        kind=kind,
+        now=now,
+        detected_at=now if detected_at is None else detected_at,
+        occurred_at=occurred_at,
+    )
 
 
 def view(ctl: SafeStateController) -> tuple[Mode, tuple[str, ...], Policy]:
@@ -106,8 +118,13 @@ def test_config_rejects_bad_fields(kwargs: dict[str, Any], fragment: str) -> Non
 
 def test_backoff_sequence_is_exponential_and_capped() -> None:
     """Delays: initial * factor**n, never above backoff_max, even for huge n."""
-    cfg = ControllerConfig(("a", "b", "c"), Policy.TWO_OO_THREE, backoff_initial=0.5,
-                           backoff_factor=2.0, backoff_max=5.0)
+    cfg = ControllerConfig(
+        ("a", "b", "c"),
+        Policy.TWO_OO_THREE,
+        backoff_initial=0.5,
+        backoff_factor=2.0,
+        backoff_max=5.0,
+    )
     assert [backoff_delay(cfg, n) for n in range(6)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
     assert backoff_delay(cfg, 10_000) == 5.0
     flat = ControllerConfig(("a",), Policy.ONE_OO_ONE_D, backoff_initial=1.0, backoff_factor=1.0)
@@ -133,8 +150,9 @@ def test_backoff_sequence_is_exponential_and_capped() -> None:
         (Policy.TWO_OO_THREE, Policy.ONE_OO_TWO_D, 0, None),
     ],
 )
-def test_effective_policy_table(policy: Policy, degraded: Policy, n_up: int,
-                                expected: Policy | None) -> None:
+def test_effective_policy_table(
+    policy: Policy, degraded: Policy, n_up: int, expected: Policy | None
+) -> None:
     """The degradation table of the module docstring, row by row."""
     cfg = ControllerConfig(NAMES[policy.channels], policy, degraded_policy=degraded)
     assert effective_policy(cfg, n_up) is expected
@@ -147,7 +165,9 @@ def test_voting_set_forms_only_after_every_channel_passed_its_self_test() -> Non
     """No SetVoting until all channels are UP; then the full set under the configured policy."""
     ctl = SafeStateController(ControllerConfig(NAMES[3], Policy.TWO_OO_THREE, notify=False))
     assert states(ctl) == dict.fromkeys(NAMES[3], STARTING) and ctl.mode is Mode.NORMAL
-    assert ctl.handle(SelfTestResult("a", True, 0.0)) == [SetChannelState("a", UP, "passed its self-test")]
+    assert ctl.handle(SelfTestResult("a", True, 0.0)) == [
+        SetChannelState("a", UP, "passed its self-test")
+    ]
     assert ctl.handle(SelfTestResult("b", True, 0.1))[1:] == []
     out = ctl.handle(SelfTestResult("c", True, 0.2))
     assert out[-1] == SetVoting(("a", "b", "c"), Policy.TWO_OO_THREE)
@@ -163,9 +183,12 @@ def test_a_channel_failing_its_first_self_test_under_2oo3_is_restarted_before_fo
     assert of(out, RestartChannel) == [RestartChannel("c", 0.5)]
     assert not of(out, SetVoting) and ctl.mode is Mode.NORMAL and not ctl.formed
     assert ctl.handle(ChannelStarted("c", 1.0)) == [
-        SetChannelState("c", STARTING, "process started; must pass a self-test"), RequestSelfTest("c")]
+        SetChannelState("c", STARTING, "process started; must pass a self-test"),
+        RequestSelfTest("c"),
+    ]
     assert of(ctl.handle(SelfTestResult("c", True, 1.5)), SetVoting) == [
-        SetVoting(("a", "b", "c"), Policy.TWO_OO_THREE)]
+        SetVoting(("a", "b", "c"), Policy.TWO_OO_THREE)
+    ]
 
 
 def test_a_channel_failing_its_first_self_test_under_2oo2_goes_safe() -> None:
@@ -190,8 +213,15 @@ def test_1oo1d_any_fault_goes_safe(kind: FaultKind) -> None:
 
 
 @pytest.mark.parametrize("channel", [None, "a", "b"])
-@pytest.mark.parametrize("kind", [FaultKind.DISAGREEMENT_UNRESOLVED, FaultKind.CRASH,
-                                  FaultKind.HEARTBEAT_LOST, FaultKind.ECC_UNCORRECTABLE])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        FaultKind.DISAGREEMENT_UNRESOLVED,
+        FaultKind.CRASH,
+        FaultKind.HEARTBEAT_LOST,
+        FaultKind.ECC_UNCORRECTABLE,
+    ],
+)
 def test_2oo2_mismatch_or_channel_fault_goes_safe(channel: str | None, kind: FaultKind) -> None:
     """2oo2: a mismatch or any channel's fault leaves no redundancy: SAFE."""
     ctl = make(Policy.TWO_OO_TWO)
@@ -213,7 +243,9 @@ def test_1oo2d_the_failing_channel_is_isolated_and_the_survivor_runs_1oo1d() -> 
     ctl = make(Policy.ONE_OO_TWO_D)
     ctl.handle(fault(None, FaultKind.DISAGREEMENT_UNRESOLVED, 1.0, occurred_at=0.9))
     out = ctl.handle(SelfTestResult("b", False, 1.5))
-    assert of(out, SetChannelState) == [SetChannelState("b", ISOLATED, "selftest_failed on b under 1oo2D")]
+    assert of(out, SetChannelState) == [
+        SetChannelState("b", ISOLATED, "selftest_failed on b under 1oo2D")
+    ]
     assert of(out, IsolateChannel) == [IsolateChannel("b")]
     assert of(out, SetMode) == [SetMode(Mode.DEGRADED, "selftest_failed on b")]
     assert of(out, SetVoting) == [SetVoting(("a",), Policy.ONE_OO_ONE_D)]
@@ -243,8 +275,12 @@ def test_1oo2d_both_pass_stays_and_counts_the_unexplained_mismatch() -> None:
     ctl.handle(fault(None, FaultKind.DISAGREEMENT_UNRESOLVED, 1.0))
     assert ctl.handle(SelfTestResult("a", True, 1.2)) == []
     out = ctl.handle(SelfTestResult("b", True, 1.3))
-    assert out == [Notify("mismatch_unexplained", {"channels": ["a", "b"],
-                                                   "kind": "disagreement_unresolved", "count": 1})]
+    assert out == [
+        Notify(
+            "mismatch_unexplained",
+            {"channels": ["a", "b"], "kind": "disagreement_unresolved", "count": 1},
+        )
+    ]
     assert ctl.unexplained_mismatches == 1 and ctl.voting == ("a", "b") and ctl.mode is Mode.NORMAL
     assert ctl.handle(SelfTestResult("b", True, 1.4)) == []  # no diagnosis pending any more
 
@@ -269,7 +305,9 @@ def test_1oo2d_with_isolation_disabled_goes_safe() -> None:
 def test_2oo3_minority_is_quarantined_restarted_and_the_others_vote_degraded() -> None:
     """2oo3 minority: QUARANTINED → RESTARTING with backoff; DEGRADED with two under 2oo2."""
     ctl = make(Policy.TWO_OO_THREE)
-    out = ctl.handle(fault("b", FaultKind.DISAGREEMENT_MINORITY, 3.0, detected_at=2.75, occurred_at=2.5))
+    out = ctl.handle(
+        fault("b", FaultKind.DISAGREEMENT_MINORITY, 3.0, detected_at=2.75, occurred_at=2.5)
+    )
     assert out == [
         SetChannelState("b", QUARANTINED, "disagreement_minority on b under 2oo3"),
         SetChannelState("b", RESTARTING, "restart in 0.5 s"),
@@ -335,7 +373,9 @@ def test_2oo3_degraded_to_1oo2d_follows_the_1oo2d_rules() -> None:
     ctl.handle(fault("a", FaultKind.CRASH, 1.0))
     assert ctl.policy is Policy.ONE_OO_TWO_D and ctl.voting == ("b", "c")
     assert ctl.handle(fault(None, FaultKind.DISAGREEMENT_UNRESOLVED, 1.5)) == [
-        RequestSelfTest("b"), RequestSelfTest("c")]
+        RequestSelfTest("b"),
+        RequestSelfTest("c"),
+    ]
     out = ctl.handle(SelfTestResult("c", False, 1.7))
     assert of(out, IsolateChannel) == [IsolateChannel("c")]
     assert view(ctl) == (Mode.DEGRADED, ("b",), Policy.ONE_OO_ONE_D)
@@ -409,9 +449,13 @@ def test_safe_is_latched_until_reset() -> None:
     ctl = make(Policy.TWO_OO_THREE)
     ctl.handle(fault(None, FaultKind.DISAGREEMENT_UNRESOLVED, 1.0))
     before = states(ctl)
-    for ev in (fault("a", FaultKind.CRASH, 2.0), SelfTestResult("a", True, 2.1),
-               SelfTestResult("b", False, 2.2), ChannelStarted("c", 2.3),
-               fault(None, FaultKind.DISAGREEMENT_UNRESOLVED, 2.4)):
+    for ev in (
+        fault("a", FaultKind.CRASH, 2.0),
+        SelfTestResult("a", True, 2.1),
+        SelfTestResult("b", False, 2.2),
+        ChannelStarted("c", 2.3),
+        fault(None, FaultKind.DISAGREEMENT_UNRESOLVED, 2.4),
+    ):
         assert ctl.handle(ev) == []
     assert ctl.mode is Mode.SAFE and states(ctl) == before
 
@@ -428,8 +472,10 @@ def test_reset_from_safe_goes_normal_with_every_channel_starting() -> None:
     r = "operator reset: must pass a self-test before voting"
     assert of(out, SetChannelState) == [
         SetChannelState("a", STARTING, r),
-        SetChannelState("b", RESTARTING, r), SetChannelState("b", STARTING, r),
-        SetChannelState("c", RESTARTING, r), SetChannelState("c", STARTING, r),
+        SetChannelState("b", RESTARTING, r),
+        SetChannelState("b", STARTING, r),
+        SetChannelState("c", RESTARTING, r),
+        SetChannelState("c", STARTING, r),
     ]
     # a's restart is still pending: its self-test waits for ChannelStarted.
     assert of(out, RequestSelfTest) == [RequestSelfTest("b"), RequestSelfTest("c")]
@@ -460,7 +506,8 @@ def test_reset_while_degraded_readmits_isolated_channels() -> None:
     ctl.handle(fault("b", FaultKind.CHANNEL_ERROR, 1.0))
     out = ctl.handle(Reset(2.0))
     assert of(out, SetChannelState) == [
-        SetChannelState("b", STARTING, "operator reset: re-admitted, must pass a self-test")]
+        SetChannelState("b", STARTING, "operator reset: re-admitted, must pass a self-test")
+    ]
     assert of(out, RestartChannel) == [RestartChannel("b", 0.0)] and not of(out, SetMode)
     assert ctl.mode is Mode.DEGRADED and ctl.voting == ("a",)
     ctl.handle(ChannelStarted("b", 3.0))
@@ -481,7 +528,9 @@ def test_reset_while_degraded_readmits_isolated_channels() -> None:
 def test_reaction_records_carry_detection_and_reaction_times() -> None:
     """FDTI = detected_at - occurred_at (None if unknown); FRTI = now - detected_at."""
     ctl = make(Policy.TWO_OO_THREE)
-    out = ctl.handle(fault("a", FaultKind.ECC_UNCORRECTABLE, 10.0, detected_at=9.5, occurred_at=9.0))
+    out = ctl.handle(
+        fault("a", FaultKind.ECC_UNCORRECTABLE, 10.0, detected_at=9.5, occurred_at=9.0)
+    )
     assert of(out, RecordReaction) == [RecordReaction(FaultKind.ECC_UNCORRECTABLE, 0.5, 0.5)]
     out = ctl.handle(fault("b", FaultKind.DEADLINE_MISS, 12.0, detected_at=11.0))
     assert of(out, RecordReaction) == [RecordReaction(FaultKind.DEADLINE_MISS, None, 1.0)]
@@ -494,8 +543,9 @@ def test_notify_and_hook_follow_the_enabled_actions() -> None:
     out = ctl.handle(fault("a", FaultKind.CRASH, 1.0))
     notes = [n.event_type for n in of(out, Notify)]
     assert notes == ["fault", "channel", "channel", "mode"]
-    assert of(out, RunHook) == [RunHook("mode", {"old": "NORMAL", "mode": "DEGRADED",
-                                                 "reason": "crash on a"})]
+    assert of(out, RunHook) == [
+        RunHook("mode", {"old": "NORMAL", "mode": "DEGRADED", "reason": "crash on a"})
+    ]
     quiet = make(Policy.TWO_OO_THREE, notify=False, hook=False)
     out = quiet.handle(fault("a", FaultKind.CRASH, 1.0))
     assert not of(out, Notify) and not of(out, RunHook)
@@ -514,8 +564,10 @@ def test_notify_and_hook_follow_the_enabled_actions() -> None:
         (Fault(channel="zz", kind=FaultKind.CRASH, detected_at=2.0, now=2.0), "unknown channel"),
         (Fault(channel="a", kind="crash", detected_at=2.0, now=2.0), "FaultKind"),  # type: ignore[arg-type]
         (Fault(channel="a", kind=FaultKind.CRASH, detected_at=2.5, now=2.0), "detected_at"),
-        (Fault(channel="a", kind=FaultKind.CRASH, detected_at=2.0, now=2.0, occurred_at=2.1),
-         "occurred_at"),
+        (
+            Fault(channel="a", kind=FaultKind.CRASH, detected_at=2.0, now=2.0, occurred_at=2.1),
+            "occurred_at",
+        ),
         (SelfTestResult("a", 1, 2.0), "passed must be a bool"),  # type: ignore[arg-type]
     ],
 )

@@ -40,8 +40,12 @@ ALLOWED = {
     Policy.ONE_OO_ONE_D: {Policy.ONE_OO_ONE_D},
     Policy.TWO_OO_TWO: {Policy.TWO_OO_TWO},
     Policy.ONE_OO_TWO_D: {Policy.ONE_OO_TWO_D, Policy.ONE_OO_ONE_D},
-    Policy.TWO_OO_THREE: {Policy.TWO_OO_THREE, Policy.TWO_OO_TWO, Policy.ONE_OO_TWO_D,
-                          Policy.ONE_OO_ONE_D},
+    Policy.TWO_OO_THREE: {
+        Policy.TWO_OO_THREE,
+        Policy.TWO_OO_TWO,
+        Policy.ONE_OO_TWO_D,
+        Policy.ONE_OO_ONE_D,
+    },
 }
 
 
@@ -55,12 +59,20 @@ class ControllerMachine(RuleBasedStateMachine):
         isolate=st.booleans(),
         max_restarts=st.integers(0, 3),
     )
-    def setup(self, policy: Policy, degraded: Policy, restart: bool, isolate: bool,
-              max_restarts: int) -> None:
+    def setup(
+        self, policy: Policy, degraded: Policy, restart: bool, isolate: bool, max_restarts: int
+    ) -> None:
         self.cfg = ControllerConfig(
-            channels=NAMES[: policy.channels], policy=policy, degraded_policy=degraded,
-            max_restarts=max_restarts, restart_window=20.0, backoff_initial=0.5,
-            backoff_factor=2.0, backoff_max=4.0, restart=restart, isolate=isolate,
+            channels=NAMES[: policy.channels],
+            policy=policy,
+            degraded_policy=degraded,
+            max_restarts=max_restarts,
+            restart_window=20.0,
+            backoff_initial=0.5,
+            backoff_factor=2.0,
+            backoff_max=4.0,
+            restart=restart,
+            isolate=isolate,
         )
         self.ctl = SafeStateController(self.cfg)
         self.now = 0.0
@@ -100,7 +112,9 @@ class ControllerMachine(RuleBasedStateMachine):
                     check_transition(MODE_TRANSITIONS, self.mode, m)
                     if m is Mode.SAFE and isinstance(event, SelfTestResult) and event.passed:
                         # Only a set that can never be big enough goes SAFE on good news.
-                        assert ChannelState.ISOLATED in self.states.values(), f"SAFE on a pass: {out}"
+                        assert ChannelState.ISOLATED in self.states.values(), (
+                            f"SAFE on a pass: {out}"
+                        )
                     assert m is not self.mode, "a SetMode that changes nothing"
                     if self.mode is Mode.SAFE:
                         assert isinstance(event, Reset), "SAFE left without Reset"
@@ -130,14 +144,25 @@ class ControllerMachine(RuleBasedStateMachine):
     def wait(self, dt: float) -> None:
         self.now += dt
 
-    @rule(channel=st.sampled_from([*NAMES, None]), kind=st.sampled_from(list(FaultKind)),
-          lag=st.floats(0.0, 0.5), known=st.booleans())
+    @rule(
+        channel=st.sampled_from([*NAMES, None]),
+        kind=st.sampled_from(list(FaultKind)),
+        lag=st.floats(0.0, 0.5),
+        known=st.booleans(),
+    )
     def fault(self, channel: str | None, kind: FaultKind, lag: float, known: bool) -> None:
         if channel is not None and channel not in self.cfg.channels:
             return
         detected = max(0.0, self.now - lag)
-        self.feed(Fault(channel=channel, kind=kind, detected_at=detected, now=self.now,
-                        occurred_at=max(0.0, detected - lag) if known else None))
+        self.feed(
+            Fault(
+                channel=channel,
+                kind=kind,
+                detected_at=detected,
+                now=self.now,
+                occurred_at=max(0.0, detected - lag) if known else None,
+            )
+        )
 
     @rule(channel=st.sampled_from(NAMES), passed=st.booleans())
     def selftest(self, channel: str, passed: bool) -> None:
@@ -190,7 +215,9 @@ class ControllerMachine(RuleBasedStateMachine):
 
 
 ControllerMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=40, deadline=None,
+    max_examples=300,
+    stateful_step_count=40,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestControllerMachine = ControllerMachine.TestCase

@@ -93,7 +93,11 @@ def test_jitter_without_rng_is_a_config_error() -> None:
 def test_next_due_and_deadline_for_are_pure_functions_of_the_config() -> None:
     """next_due / deadline_for compute the documented formulas."""
     cfg = SchedulerConfig(
-        dti=10.0, selftest_deadline=2.0, patterns=("p",), jitter=0.5, scrub_interval=30.0,
+        dti=10.0,
+        selftest_deadline=2.0,
+        patterns=("p",),
+        jitter=0.5,
+        scrub_interval=30.0,
         scrub_deadline=20.0,
     )
     assert next_due(cfg, Job.SELFTEST, 100.0) == 110.0
@@ -101,7 +105,9 @@ def test_next_due_and_deadline_for_are_pure_functions_of_the_config() -> None:
     assert next_due(cfg, Job.SCRUB, 100.0, 0.9) == 130.0  # scrubs are not jittered
     assert deadline_for(cfg, Job.SELFTEST, 100.0) == 102.0
     assert deadline_for(cfg, Job.SCRUB, 100.0) == 120.0
-    assert deadline_for(SchedulerConfig(1.0, 1.0, ("p",), scrub_interval=7.0), Job.SCRUB, 1.0) == 8.0
+    assert (
+        deadline_for(SchedulerConfig(1.0, 1.0, ("p",), scrub_interval=7.0), Job.SCRUB, 1.0) == 8.0
+    )
 
 
 @pytest.mark.parametrize("u", [-0.01, 1.0, float("nan")])
@@ -292,8 +298,9 @@ def test_no_jitter_consumes_no_random_draws() -> None:
 
 
 # A DTI far beyond the scrub times keeps self-tests out of these scrub checks.
-SCFG = SchedulerConfig(dti=1000.0, selftest_deadline=2.0, patterns=("p",), scrub_interval=15.0,
-                       scrub_deadline=5.0)
+SCFG = SchedulerConfig(
+    dti=1000.0, selftest_deadline=2.0, patterns=("p",), scrub_interval=15.0, scrub_deadline=5.0
+)
 
 
 def test_scrubs_run_periodically_and_report_only_nonzero_findings() -> None:
