@@ -20,6 +20,9 @@ from safemon.errors import (
     VoteTimeoutError,
 )
 
+from safemon.kernels.api import MatmulResult, matmul, protected_matmul
+from safemon.kernels.catalog import TileConfig, Variant
+
 try:
     __version__ = version("safemon")
 except PackageNotFoundError:  # running from a source tree that was never installed
@@ -31,10 +34,15 @@ __all__ = [
     "ConfigError",
     "DisagreementError",
     "InvalidInputError",
+    "MatmulResult",
     "PatternError",
     "SafeStateError",
     "SafemonError",
+    "TileConfig",
     "UncorrectableError",
+    "Variant",
     "VoteTimeoutError",
     "__version__",
+    "matmul",
+    "protected_matmul",
 ]

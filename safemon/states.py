@@ -87,9 +87,11 @@ CHANNEL_TRANSITIONS: frozenset[tuple[ChannelState, ChannelState]] = frozenset(
         (ChannelState.UP, ChannelState.QUARANTINED),
         (ChannelState.UP, ChannelState.RESTARTING),
         (ChannelState.UP, ChannelState.ISOLATED),
+        (ChannelState.UP, ChannelState.STARTING),  # operator reset: must pass a self-test again
         (ChannelState.QUARANTINED, ChannelState.UP),  # passed its self-test
         (ChannelState.QUARANTINED, ChannelState.RESTARTING),
         (ChannelState.QUARANTINED, ChannelState.ISOLATED),
+        (ChannelState.QUARANTINED, ChannelState.STARTING),  # operator reset
         (ChannelState.RESTARTING, ChannelState.STARTING),
         (ChannelState.RESTARTING, ChannelState.ISOLATED),
         (ChannelState.ISOLATED, ChannelState.STARTING),  # operator reset only

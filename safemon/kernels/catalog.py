@@ -67,6 +67,9 @@ class TileConfig:
             raise ValueError(f"tile {self.name!r}: BM must divide by TM and BN by TN")
         if (self.bm * self.bk) % self.threads or (self.bk * self.bn) % self.threads:
             raise ValueError(f"tile {self.name!r}: tile loads must split evenly over threads")
+        if self.tm % 4 or self.tn % 4:
+            # The kernels read register fragments from shared memory as float4.
+            raise ValueError(f"tile {self.name!r}: TM and TN must be multiples of 4")
 
     @property
     def threads(self) -> int:
@@ -95,6 +98,8 @@ TILES: dict[str, TileConfig] = {
     "small": TileConfig("small", bm=32, bn=32, bk=8, tm=4, tn=4),
     # Throughput: 256 threads, 8×8 register tile per thread.
     "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8),
+    # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
+    "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8),
 }
 
 #: Outputs with at most this many elements use the "small" tile when `tile=None`.
@@ -103,7 +108,11 @@ AUTO_SMALL_MAX_ELEMENTS = 256 * 256
 
 def auto_tile(m: int, n: int) -> TileConfig:
     """The tile `tile=None` picks: a pure function of the output shape, so replicas agree."""
-    return TILES["small"] if m * n <= AUTO_SMALL_MAX_ELEMENTS else TILES["large"]
+    if m * n <= AUTO_SMALL_MAX_ELEMENTS:
+        return TILES["small"]
+    if m <= TILES["wide"].bm:
+        return TILES["wide"]
+    return TILES["large"]
 
 
 @dataclass(frozen=True)

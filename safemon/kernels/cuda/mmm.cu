@@ -1,0 +1,229 @@
+// Register-tiled SIMT matrix multiplication with per-thread execution signatures.
+//
+// C (M×N) = A (M×K) · B (K×N), float32, row-major. One block computes a BM×BN tile of C;
+// thread t owns the TM×TN sub-tile at rows ty*TM.., columns tx*TN.. with ty = t / (BN/TN),
+// tx = t % (BN/TN). K is walked in BK-wide k-tiles staged in shared memory. Out-of-range
+// elements are zero-padded, and every thread runs every padded MAC and folds it (the edge rule
+// of docs/SIGNATURES.md), so no branch sits in the inner loop.
+//
+// Compile-time parameters (set by safemon/kernels/gpu.py; nvcc_check uses the same):
+//   BM BN BK TM TN        tile configuration
+//   MODE_FMA              0: exact (separate rounding of product and sum), 1: fmaf
+//   SIG_I SIG_M SIG_E     checksum at each level (signature.cuh: SIG_NONE..SIG_CRC32C)
+//   SAFEMON_INJECT        1 only in the fault-injection build (safemon/faults): adds the
+//                         injection arguments; production builds never see that code.
+//
+// ES layout: ES[g * ES_WORDS + w], g = (blockIdx.y * gridDim.x + blockIdx.x) * THREADS + t;
+// words are the I-level checksum's, then M's, then E's (only the enabled ones).
+#include "signature.cuh"
+#include "crc32c_table.cuh"
+
+#ifndef BM
+#error "BM, BN, BK, TM, TN, MODE_FMA, SIG_I, SIG_M, SIG_E must be defined"
+#endif
+#ifndef SAFEMON_INJECT
+#define SAFEMON_INJECT 0
+#endif
+
+#define THREADS ((BM / TM) * (BN / TN))
+#define ES_WORDS (Sig<SIG_I>::WORDS + Sig<SIG_M>::WORDS + Sig<SIG_E>::WORDS)
+#define USES_CRC (SIG_I == SIG_CRC32C || SIG_M == SIG_CRC32C || SIG_E == SIG_CRC32C)
+// Row padding of the transposed A tile: breaks the bank conflicts of its column-wise stores
+// while keeping rows 16-byte aligned for the float4 fragment reads.
+#define A_PAD 4
+
+static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
+static_assert((BM * BK) % THREADS == 0 && (BK * BN) % THREADS == 0, "tile loads must split evenly");
+
+__device__ __forceinline__ float safemon_mac(float acc, float a, float b) {
+#if MODE_FMA
+    return __fmaf_rn(a, b, acc);
+#else
+    // Explicit round-to-nearest intrinsics are never contracted into an FMA.
+    return __fadd_rn(acc, __fmul_rn(a, b));
+#endif
+}
+
+#if SAFEMON_INJECT
+// Fault-injection arguments (one struct per launch; blockIdx.z selects the injection).
+// target: 0 none, 1 operand a, 2 operand b, 3 accumulator, 4 ES word, 5 input A element, 6 input B element
+struct Injection {
+    int target;
+    int thread;   // global thread id g (targets 1-4); -1 with scope 2 means every thread of `block`
+    int block;    // linear block id for scope 2
+    int kstep;    // padded k step of the fault (targets 1-3), ignored when permanent
+    int index;    // i (target 1), j (target 2), i*TN+j (target 3), ES word (target 4), element (5, 6)
+    int bit;      // bit to flip (0..31)
+    int scope;    // 0 transient (one k step), 1 permanent in one thread, 2 permanent in one block
+};
+#define INJ_ARGS , const Injection* __restrict__ injections, unsigned* __restrict__ verdicts, \
+                 const unsigned* __restrict__ golden_es, const float* __restrict__ golden_c
+#else
+#define INJ_ARGS
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+            unsigned* __restrict__ ES, int M, int N, int K INJ_ARGS) {
+    __shared__ __align__(16) float As[BK][BM + A_PAD];  // transposed: As[k][m]
+    __shared__ __align__(16) float Bs[BK][BN];
+#if USES_CRC
+    __shared__ unsigned crc_table[256];
+    for (int i = threadIdx.x; i < 256; i += THREADS) crc_table[i] = SAFEMON_CRC32C_TABLE[i];
+    const unsigned* table = crc_table;  // made visible by the first tile's __syncthreads
+#else
+    const unsigned* table = nullptr;
+#endif
+    const int t = threadIdx.x;
+    const int tx = t % (BN / TN);
+    const int ty = t / (BN / TN);
+    const int row0 = blockIdx.y * BM;
+    const int col0 = blockIdx.x * BN;
+    const long long block_id = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    const long long g = block_id * THREADS + t;
+
+#if SAFEMON_INJECT
+    const Injection inj = injections[blockIdx.z];
+    const bool inj_thread = (inj.scope == 2) ? (block_id == inj.block) : (g == inj.thread);
+    const unsigned inj_mask = 1u << inj.bit;
+#endif
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+    Sig<SIG_I> sig_i;
+    Sig<SIG_M> sig_m;
+    Sig<SIG_E> sig_e;
+
+    for (int k0 = 0; k0 < K; k0 += BK) {
+#pragma unroll
+        for (int r = 0; r < (BM * BK) / THREADS; ++r) {
+            const int e = t + r * THREADS;
+            const int m = e / BK, kk = e % BK;
+            const int gr = row0 + m, gk = k0 + kk;
+            float v = (gr < M && gk < K) ? A[(long long)gr * K + gk] : 0.0f;
+#if SAFEMON_INJECT
+            if (inj.target == 5 && gr < M && gk < K && (long long)gr * K + gk == inj.index)
+                v = __uint_as_float(__float_as_uint(v) ^ inj_mask);
+#endif
+            As[kk][m] = v;
+        }
+#pragma unroll
+        for (int r = 0; r < (BK * BN) / THREADS; ++r) {
+            const int e = t + r * THREADS;
+            const int kk = e / BN, n = e % BN;
+            const int gk = k0 + kk, gc = col0 + n;
+            float v = (gk < K && gc < N) ? B[(long long)gk * N + gc] : 0.0f;
+#if SAFEMON_INJECT
+            if (inj.target == 6 && gk < K && gc < N && (long long)gk * N + gc == inj.index)
+                v = __uint_as_float(__float_as_uint(v) ^ inj_mask);
+#endif
+            Bs[kk][n] = v;
+        }
+        __syncthreads();
+
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i += 4) {
+                const float4 v = *reinterpret_cast<const float4*>(&As[kk][ty * TM + i]);
+                a[i] = v.x; a[i + 1] = v.y; a[i + 2] = v.z; a[i + 3] = v.w;
+            }
+#pragma unroll
+            for (int j = 0; j < TN; j += 4) {
+                const float4 v = *reinterpret_cast<const float4*>(&Bs[kk][tx * TN + j]);
+                b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
+            }
+#if SAFEMON_INJECT
+            const bool inj_now = inj_thread && (inj.scope != 0 || k0 + kk == inj.kstep);
+            if (inj_now && inj.target == 1)
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+                    if (i == inj.index) a[i] = __uint_as_float(__float_as_uint(a[i]) ^ inj_mask);
+            if (inj_now && inj.target == 2)
+#pragma unroll
+                for (int j = 0; j < TN; ++j)
+                    if (j == inj.index) b[j] = __uint_as_float(__float_as_uint(b[j]) ^ inj_mask);
+#endif
+#if SIG_M != SIG_NONE
+#pragma unroll
+            for (int i = 0; i < TM; ++i) sig_m.fold(__float_as_uint(a[i]), table);
+#pragma unroll
+            for (int j = 0; j < TN; ++j) sig_m.fold(__float_as_uint(b[j]), table);
+#endif
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    acc[i][j] = safemon_mac(acc[i][j], a[i], b[j]);
+#if SAFEMON_INJECT
+                    if (inj_now && inj.target == 3 && i * TN + j == inj.index)
+                        acc[i][j] = __uint_as_float(__float_as_uint(acc[i][j]) ^ inj_mask);
+#endif
+#if SIG_I != SIG_NONE
+                    sig_i.fold(__float_as_uint(a[i]), table);
+                    sig_i.fold(__float_as_uint(b[j]), table);
+                    sig_i.fold(__float_as_uint(acc[i][j]), table);
+#endif
+                }
+            }
+        }
+#if SIG_E != SIG_NONE
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) sig_e.fold(__float_as_uint(acc[i][j]), table);
+#endif
+        __syncthreads();
+    }
+
+#if SAFEMON_INJECT
+    // Campaign mode: compare with the golden run instead of storing, one verdict word per
+    // injection: bit 0 = ES differs, bit 1 = C differs (in range only).
+    {
+        unsigned es_words[ES_WORDS > 0 ? ES_WORDS : 1];
+        int w = 0;
+        if (Sig<SIG_I>::WORDS) { sig_i.store(es_words + w); w += Sig<SIG_I>::WORDS; }
+        if (Sig<SIG_M>::WORDS) { sig_m.store(es_words + w); w += Sig<SIG_M>::WORDS; }
+        if (Sig<SIG_E>::WORDS) { sig_e.store(es_words + w); }
+        if (inj.target == 4 && g == inj.thread && inj.index < ES_WORDS)
+            es_words[inj.index] ^= inj_mask;
+        unsigned verdict = 0u;
+        for (int v = 0; v < ES_WORDS; ++v)
+            if (es_words[v] != golden_es[g * ES_WORDS + v]) verdict |= 1u;
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                if (r < M && c < N &&
+                    __float_as_uint(acc[i][j]) != __float_as_uint(golden_c[(long long)r * N + c]))
+                    verdict |= 2u;
+            }
+        if (verdict) atomicOr(&verdicts[blockIdx.z], verdict);
+        if (C == nullptr) return;
+    }
+#endif
+
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = row0 + ty * TM + i;
+        if (r >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c = col0 + tx * TN + j;
+            if (c < N) C[(long long)r * N + c] = acc[i][j];
+        }
+    }
+    if (ES_WORDS > 0) {
+        unsigned* out = ES + g * ES_WORDS;
+        int w = 0;
+        if (Sig<SIG_I>::WORDS) { sig_i.store(out + w); w += Sig<SIG_I>::WORDS; }
+        if (Sig<SIG_M>::WORDS) { sig_m.store(out + w); w += Sig<SIG_M>::WORDS; }
+        if (Sig<SIG_E>::WORDS) { sig_e.store(out + w); }
+    }
+}

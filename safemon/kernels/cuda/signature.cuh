@@ -1,0 +1,75 @@
+// Execution-signature folds, one policy per checksum (docs/SIGNATURES.md).
+// Each policy holds its running state in registers and folds one 32-bit word at a time.
+// The NumPy reference (safemon/kernels/signatures.py) reproduces every word bit for bit.
+#pragma once
+
+#define SIG_NONE 0
+#define SIG_XOR 1
+#define SIG_TWOS 2
+#define SIG_ONES 3
+#define SIG_FLETCHER 4
+#define SIG_CRC32C 5
+
+// End-around-carry add, as in the seed paper: the carry out of the 32-bit add is added back.
+__device__ __forceinline__ unsigned safemon_ones_add(unsigned s, unsigned w) {
+    unsigned r;
+    asm("add.cc.u32 %0, %1, %2;\n\t"
+        "addc.u32 %0, %0, 0;"
+        : "=r"(r)
+        : "r"(s), "r"(w));
+    return r;
+}
+
+template <int KIND> struct Sig;
+
+template <> struct Sig<SIG_NONE> {
+    static constexpr int WORDS = 0;
+    __device__ __forceinline__ void fold(unsigned, const unsigned*) {}
+    __device__ __forceinline__ void store(unsigned*) const {}
+};
+
+template <> struct Sig<SIG_XOR> {
+    static constexpr int WORDS = 1;
+    unsigned s = 0u;
+    __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s ^= w; }
+    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
+};
+
+template <> struct Sig<SIG_TWOS> {
+    static constexpr int WORDS = 1;
+    unsigned s = 0u;
+    __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s += w; }
+    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
+};
+
+template <> struct Sig<SIG_ONES> {
+    static constexpr int WORDS = 1;
+    unsigned s = 0u;
+    __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s = safemon_ones_add(s, w); }
+    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
+};
+
+// Fletcher with end-around-carry adds instead of `% 65535`-style modulo (the seed measured
+// the modulo as the slow part on GPUs).
+template <> struct Sig<SIG_FLETCHER> {
+    static constexpr int WORDS = 2;
+    unsigned s1 = 0u, s2 = 0u;
+    __device__ __forceinline__ void fold(unsigned w, const unsigned*) {
+        s1 = safemon_ones_add(s1, w);
+        s2 = safemon_ones_add(s2, s1);
+    }
+    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s1; out[1] = s2; }
+};
+
+// CRC-32C over the word's little-endian bytes, byte-wise through a 256-entry table that the
+// kernel keeps in shared memory (four shared-memory reads per word, as in the seed).
+template <> struct Sig<SIG_CRC32C> {
+    static constexpr int WORDS = 1;
+    unsigned c = 0xFFFFFFFFu;
+    __device__ __forceinline__ void fold(unsigned w, const unsigned* table) {
+        c ^= w;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) c = table[c & 0xFFu] ^ (c >> 8);
+    }
+    __device__ __forceinline__ void store(unsigned* out) const { out[0] = c ^ 0xFFFFFFFFu; }
+};

@@ -1,0 +1,95 @@
+"""The CuPy backend: compile the protected-MMM kernel per variant, launch it, return C and ES.
+
+Kernels are compiled once per (device, variant) through `compiler.load_module` and launched on
+CuPy's current stream, so a channel in stream mode only needs `with stream:` around the call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from safemon.kernels.catalog import (
+    CHECKSUMS,
+    LEVELS,
+    TILES,
+    TileConfig,
+    Variant,
+    make_variant,
+)
+from safemon.kernels.compiler import KernelBuild, import_cupy, load_module
+
+__all__ = ["SIG_CODES", "build_for", "gpu_matmul", "nvcc_builds"]
+
+CUDA_DIR = Path(__file__).parent / "cuda"
+MMM_SOURCE = CUDA_DIR / "mmm.cu"
+KERNEL_NAME = "safemon_mmm"
+#: Checksum name → the SIG_* code of signature.cuh.
+SIG_CODES: dict[str | None, int] = {
+    None: 0, "xor": 1, "twos": 2, "ones": 3, "fletcher": 4, "crc32c": 5,
+}
+
+
+def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
+    """The compilation of `variant` (the injection build when `inject`)."""
+    t = variant.tile
+    levels = {level: kind for kind, level in variant.parts}
+    defines: dict[str, object] = {
+        "BM": t.bm, "BN": t.bn, "BK": t.bk, "TM": t.tm, "TN": t.tn,
+        "MODE_FMA": int(variant.mode == "fma"),
+        "SIG_I": SIG_CODES[levels.get("I")],
+        "SIG_M": SIG_CODES[levels.get("M")],
+        "SIG_E": SIG_CODES[levels.get("E")],
+        "SAFEMON_INJECT": int(inject),
+    }
+    fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
+    return KernelBuild.make(MMM_SOURCE, defines, (fmad,))
+
+
+def kernel_for(variant: Variant, *, inject: bool = False) -> Any:
+    """The compiled `cupy.RawKernel` of `variant` on the current device."""
+    return load_module(build_for(variant, inject=inject)).get_function(KERNEL_NAME)
+
+
+def gpu_matmul(a: Any, b: Any, variant: Variant) -> tuple[Any, Any]:
+    """Run the kernel of `variant` on the current CuPy stream.
+
+    Args:
+        a: (M, K) float32 C-contiguous, NumPy (uploaded) or CuPy.
+        b: (K, N) float32 C-contiguous, NumPy (uploaded) or CuPy.
+    Returns:
+        (c, es) as CuPy arrays on the current device: (M, N) float32 and (threads, words) uint32.
+    """
+    cp = import_cupy()
+    a_d = cp.asarray(a)
+    b_d = cp.asarray(b)
+    m, k = a_d.shape
+    n = b_d.shape[1]
+    t = variant.tile
+    gx, gy = t.grid(m, n)
+    c = cp.empty((m, n), dtype=cp.float32)
+    es = cp.empty((gx * gy * t.threads, variant.words), dtype=cp.uint32)
+    kernel = kernel_for(variant)
+    kernel((gx, gy, 1), (t.threads, 1, 1), (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k)))
+    return c, es
+
+
+def nvcc_builds() -> list[KernelBuild]:
+    """Builds that together compile every code path of mmm.cu (for CI's nvcc check).
+
+    Every checksum once, every level with a fold in it, both modes, every tile, a combination and
+    the injection build; not the full cross product, which repeats the same code paths.
+    """
+    tiles: list[TileConfig] = list(TILES.values())
+    builds: list[KernelBuild] = []
+    for i, kind in enumerate(CHECKSUMS):
+        level = LEVELS[i % len(LEVELS)]
+        builds.append(build_for(make_variant(kind, level, ("exact", "fma")[i % 2], tiles[i % len(tiles)])))
+    builds.append(build_for(make_variant("crc32c", "E", "exact", "small")))
+    for i, tile in enumerate(tiles):
+        builds.append(build_for(make_variant(None, None, ("fma", "exact")[i % 2], tile)))
+    builds.append(build_for(make_variant("ones_crc32c", "I", "exact", "large")))
+    builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
+    return builds
