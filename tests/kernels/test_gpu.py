@@ -1,0 +1,137 @@
+"""GPU kernels against the NumPy reference, bit for bit (run on the device machine).
+
+References are computed once per session in a process pool (they are the slow part), then
+each case launches the kernel and compares C and ES bits, and repeats the launch to check that
+the result is reproducible.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import Any
+
+import numpy as np
+import pytest
+
+from safemon.kernels.catalog import Variant, auto_tile, make_variant, standard_variants
+
+pytestmark = pytest.mark.gpu
+
+SEED_SIZES = [(20, 20, 20), (40, 40, 40), (80, 80, 80), (32, 29, 144), (8, 900, 8), (15, 225, 48),
+              (160, 160, 160), (320, 320, 320), (97, 61, 113)]  # (M, N, K)
+BIG = (1024, 1024, 1024)
+BIG_SPECS = [(None, None, "exact"), ("ones", "I", "exact"), ("xor", "M", "exact"), ("twos", "E", "exact"),
+             ("fletcher", "I", "exact"), ("crc32c", "M", "exact"), ("ones_fletcher", "I", "exact"),
+             ("crc32c", "I", "exact"), ("ones", "M", "fma"), (None, None, "fma")]
+
+
+def _inputs(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m * 1_000_003 + n * 1009 + k)
+    return rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+
+
+def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
+    cases = []
+    for dims in SEED_SIZES:
+        tile = auto_tile(dims[0], dims[1])
+        for mode in ("exact", "fma"):
+            for v in standard_variants(mode, tile):
+                cases.append((dims, v))
+            cases.append((dims, make_variant(None, None, mode, tile)))
+    for tile in ("small", "large", "wide"):  # every tile on an odd shape
+        for spec in [("ones", "I"), ("crc32c", "I"), ("fletcher", "E")]:
+            cases.append(((97, 61, 113), make_variant(*spec, "exact", tile)))
+    for c, lv, mode in BIG_SPECS:
+        cases.append((BIG, make_variant(c, lv, mode, auto_tile(BIG[0], BIG[1]))))
+    return cases
+
+
+CASES = _cases()
+
+
+def _reference(case: tuple[tuple[int, int, int], Variant]) -> tuple[bytes, bytes]:
+    from safemon.kernels.reference import reference_matmul
+
+    (m, n, k), v = case
+    a, b = _inputs(m, n, k)
+    c, es = reference_matmul(a, b, v)
+    return c.tobytes(), es.tobytes()
+
+
+@pytest.fixture(scope="session")
+def references() -> dict[int, tuple[bytes, bytes]]:
+    workers = max(1, min(14, (os.cpu_count() or 2) - 1))
+    order = sorted(range(len(CASES)), key=lambda i: -np.prod(CASES[i][0]))  # big ones first
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        results = pool.map(_reference, [CASES[i] for i in order], chunksize=1)
+        return dict(zip(order, results, strict=True))
+
+
+def _ids() -> list[str]:
+    return [f"{m}x{n}x{k}-{v.name}" for (m, n, k), v in CASES]
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=_ids())
+def test_gpu_equals_reference_bit_for_bit(index: int, references: dict[int, tuple[bytes, bytes]]) -> None:
+    import cupy as cp
+
+    from safemon.kernels.gpu import gpu_matmul
+
+    (m, n, k), v = CASES[index]
+    a, b = _inputs(m, n, k)
+    c_ref, es_ref = references[index]
+    c, es = gpu_matmul(a, b, v)
+    assert cp.asnumpy(c).tobytes() == c_ref, f"C differs for {v.name}"
+    assert cp.asnumpy(es).tobytes() == es_ref, f"ES differs for {v.name}"
+    c2, es2 = gpu_matmul(cp.asarray(a), cp.asarray(b), v)
+    assert cp.asnumpy(c2).tobytes() == c_ref and cp.asnumpy(es2).tobytes() == es_ref
+
+
+def test_gpu_nan_is_canonical_like_the_reference() -> None:
+    import cupy as cp
+
+    from safemon.kernels.gpu import gpu_matmul
+    from safemon.kernels.reference import reference_matmul
+
+    big = np.float32(3e38)
+    a = np.array([[big, big, 1.0]], dtype=np.float32)
+    b = np.array([[big], [-big], [2.0]], dtype=np.float32)
+    for mode in ("exact", "fma"):
+        v = make_variant("crc32c", "I", mode, "small")
+        c, es = gpu_matmul(a, b, v)
+        c_ref, es_ref = reference_matmul(a, b, v)
+        assert cp.asnumpy(c).view(np.uint32).tolist() == c_ref.view(np.uint32).tolist()
+        assert np.array_equal(cp.asnumpy(es), es_ref)
+
+
+def test_protected_matmul_auto_uses_the_gpu_and_returns_device_arrays() -> None:
+    import cupy as cp
+
+    import safemon
+
+    a, b = _inputs(30, 20, 10)
+    r = safemon.protected_matmul(a, b)
+    assert r.backend == "cupy" and isinstance(r.c, cp.ndarray) and isinstance(r.es, cp.ndarray)
+
+
+def test_modules_are_compiled_once_and_cache_resets() -> None:
+    from safemon.kernels import compiler
+    from safemon.kernels.gpu import build_for
+
+    v = make_variant("ones", "I", "exact", "small")
+    first = compiler.load_module(build_for(v))
+    assert compiler.load_module(build_for(v)) is first
+    compiler.clear_cache()
+    assert compiler.load_module(build_for(v)) is not first
+
+
+def test_compile_error_carries_the_nvrtc_log(tmp_path: Any) -> None:
+    from safemon.errors import CompileError
+    from safemon.kernels.compiler import KernelBuild, load_module
+
+    bad = tmp_path / "bad.cu"
+    bad.write_text('extern "C" __global__ void k() { this_is_not_cuda; }\n')
+    with pytest.raises(CompileError, match="this_is_not_cuda"):
+        load_module(KernelBuild.make(bad))
