@@ -1,0 +1,1 @@
+"""Package data: the built-in golden pattern store (see safemon.patterns.golden)."""
