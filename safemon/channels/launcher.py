@@ -1,0 +1,131 @@
+"""Start and stop channel workers: spawned processes or streams (threads) in this process.
+
+Process mode execs a fresh interpreter (`python -m safemon.channels.worker`), the `spawn`
+discipline CUDA needs: nothing (no zmq context, no CUDA context) is inherited, and the
+resolved config travels as JSON on stdin, never pickled. The child pins its CUDA device
+itself (`ChannelConfig.gpu`). Stream mode runs the worker on a thread of this process,
+on the caller's zmq context (inproc:// needs one context) and its own CUDA stream.
+
+`Launcher` is the OS effect the supervisor is given (STYLE.md item 9), so the supervisor's
+tests can use a fake one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from safemon.channels.worker import ChannelWorker
+from safemon.config import Config
+from safemon.transport.sockets import Context
+
+__all__ = ["ChannelHandle", "Launcher", "ProcessHandle", "RealLauncher", "StreamHandle"]
+
+log = structlog.get_logger("safemon.launcher")
+
+
+class ChannelHandle(Protocol):
+    """A started channel."""
+
+    name: str
+    incarnation: int
+
+    def alive(self) -> bool:
+        """Whether the process / thread still runs."""
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop it (politely, then forcibly after `timeout_s` seconds); idempotent."""
+
+
+class Launcher(Protocol):
+    """Starts channel `name` as incarnation `incarnation` of daemon epoch `epoch`."""
+
+    def start(self, name: str, incarnation: int, epoch: int) -> ChannelHandle: ...
+
+
+@dataclass
+class ProcessHandle:
+    """A channel process started by `RealLauncher`."""
+
+    name: str
+    incarnation: int
+    proc: subprocess.Popen[bytes]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, timeout_s: float) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout_s)
+
+
+@dataclass
+class StreamHandle:
+    """A stream channel: a worker thread of this process."""
+
+    name: str
+    incarnation: int
+    worker: ChannelWorker
+    thread: threading.Thread
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def stop(self, timeout_s: float) -> None:
+        self.worker.stop()
+        self.thread.join(timeout_s)
+
+
+class RealLauncher:
+    """Launch per `config.channels[*].placement`.
+
+    Args:
+        config: the resolved deployment.
+        ctx: the daemon's zmq context, used only by stream channels.
+    """
+
+    def __init__(self, config: Config, ctx: Context) -> None:
+        assert config.channels is not None
+        self.config = config
+        self.ctx = ctx
+        self._placement = {c.name: c.placement for c in config.channels}
+        self._json = config.model_dump_json().encode()
+
+    def start(self, name: str, incarnation: int, epoch: int) -> ChannelHandle:
+        if self._placement[name] == "stream":
+            worker = ChannelWorker(self.ctx, self.config, name, incarnation=incarnation, epoch=epoch)
+            thread = threading.Thread(target=self._run_stream, args=(worker,),
+                                      name=f"safemon-{name}-{incarnation}", daemon=True)
+            thread.start()
+            return StreamHandle(name, incarnation, worker, thread)
+        argv = [sys.executable, "-m", "safemon.channels.worker", "--channel", name,
+                "--incarnation", str(incarnation), "--epoch", str(epoch)]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=dict(os.environ),
+                                close_fds=True, start_new_session=False)
+        assert proc.stdin is not None
+        proc.stdin.write(self._json)
+        proc.stdin.close()
+        log.info("channel_spawned", channel=name, pid=proc.pid, incarnation=incarnation)
+        return ProcessHandle(name, incarnation, proc)
+
+    @staticmethod
+    def _run_stream(worker: ChannelWorker) -> None:
+        try:
+            worker.run()
+        except Exception:  # a dead stream is seen by the supervisor as a crash
+            log.exception("stream_channel_died", channel=worker.name)

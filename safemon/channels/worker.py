@@ -1,0 +1,360 @@
+"""The channel worker: one redundant replica's loop (process or stream placement).
+
+A worker binds a DEALER socket at `config.channel_address(name)`; the daemon connects to
+it. Everything for this channel - live work, golden self-tests, scrubs, weight uploads,
+injected faults - arrives on that one socket and is handled strictly in arrival order, so
+self-tests interleave with live work through the channel's own queue (DESIGN.md).
+
+Messages in (docs/PROTOCOL.md kinds):
+- REQUEST job="live": frames [x (M, K) float32]; meta weight_id, deadline_ms.
+  Runs the channel's variant on (x, resident weight) and answers RESULT [C, ES].
+- REQUEST job="selftest": frames [A, B] of a golden pattern; meta test_id. Same kernel
+  path, answered RESULT [C, ES] with the test_id.
+- CONTROL command="weight", args=weight_id, frames [W (K, N) float32]: keep W resident
+  (an ECC `ProtectedArray` when config.weights.ecc; verified before every use).
+- CONTROL command="scrub": patrol the resident weights; answered EVENT event="scrub"
+  with the pass's corrected / uncorrectable word counts.
+- CONTROL command="inject", args=KIND / command="clear": fault injection (`faults.py`).
+- CONTROL command="stop": leave the loop.
+
+Messages out: REGISTER once at start (variant, pid, device, incarnation), HEARTBEAT every
+`timing.heartbeat_interval_s` (with the cumulative ECC counts of the weights, by buffer
+kind, and the incarnation, so the daemon's counters survive a restart), RESULT (ok=False
+with an `error` text when the channel could not compute, e.g. an uncorrectable weight).
+RESULT and EVENT echo the request's epoch and seq; REGISTER/HEARTBEAT/EVENT use the
+monotonic counter `incarnation * 2**32 + n`, so a restarted channel's messages stay fresh
+for the daemon's staleness filter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+import zmq
+
+from safemon.channels.faults import FaultState
+from safemon.config import Config
+from safemon.ecc import ProtectedArray
+from safemon.errors import SafemonError, UncorrectableError
+from safemon.kernels.api import resolve_backend, run_variant
+from safemon.transport import Kind, Limits, Message, encode, make_socket, recv_message, send_message
+from safemon.transport.sockets import Context, Socket
+
+__all__ = ["ChannelWorker", "main"]
+
+log = structlog.get_logger("safemon.channel")
+
+
+class _Crash(Exception):
+    """Raised inside the loop by an injected `crash` in stream mode (no process to exit)."""
+
+
+class ChannelWorker:
+    """One channel's loop. Not thread-safe: one thread runs `run()`; `stop()` from any.
+
+    Args:
+        ctx: this process's own zmq context (stream mode: the daemon's, for inproc://).
+        config: the deployment.
+        name: this channel's name in `config.channels`.
+        incarnation: the launcher's start counter for this channel (int >= 0).
+        epoch: the daemon epoch, stamped on REGISTER / HEARTBEAT.
+        exit_process: called for an injected `crash`; None = stream mode (the loop ends).
+        clock: monotonic seconds (injected for tests).
+    """
+
+    def __init__(
+        self,
+        ctx: Context,
+        config: Config,
+        name: str,
+        *,
+        incarnation: int,
+        epoch: int,
+        exit_process: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        assert config.channels is not None
+        chans = {c.name: c for c in config.channels}
+        if name not in chans:
+            raise KeyError(f"no channel named {name!r}")
+        self.config = config
+        self.name = name
+        self.chan = chans[name]
+        self.incarnation = incarnation
+        self.epoch = epoch
+        self.backend = resolve_backend(config.backend)
+        self._ctx = ctx
+        self._exit_process = exit_process
+        self._clock = clock
+        self._stop = threading.Event()
+        self._weights: dict[str, ProtectedArray | npt.NDArray[np.float32]] = {}
+        self._faults = FaultState()
+        self._counter = 0
+        self._started = clock()
+        self._stream: Any = None
+        self._limits = Limits()
+        self.log = log.bind(channel=name, epoch=epoch, incarnation=incarnation)
+
+    # ---------------------------------------------------------------- public
+
+    def stop(self) -> None:
+        """Ask the loop to end (it notices within one heartbeat interval)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Bind, register, serve until `stop()`, a `stop` command or an injected crash."""
+        self._setup_device()
+        sock = make_socket(
+            self._ctx, zmq.DEALER, self.config.channel_address(self.name), bind=True
+        )
+        try:
+            self._send(sock, Kind.REGISTER, self._next_seq(), meta={
+                "variant": self._variant_text(),
+                "pid": os.getpid(),
+                "device": -1 if self.chan.gpu is None else self.chan.gpu,
+                "incarnation": self.incarnation,
+            })
+            self._loop(sock)
+        except _Crash:
+            self.log.warning("channel_crash_injected")
+        finally:
+            sock.close(linger=0)
+
+    # ---------------------------------------------------------------- internals
+
+    def _setup_device(self) -> None:
+        if self.backend != "cupy":
+            return
+        from safemon.kernels.compiler import import_cupy
+
+        cupy = import_cupy()
+        if self.chan.gpu is not None:
+            cupy.cuda.Device(self.chan.gpu).use()
+        # Stream placement: each channel gets its own non-blocking stream, so replicas in
+        # one process do not serialise on the legacy default stream.
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+
+    def _variant_text(self) -> str:
+        v = self.chan.variant
+        return f"{v.checksum}/{v.level}/{v.mode}/{v.tile}"
+
+    def _next_seq(self) -> int:
+        self._counter += 1
+        return self.incarnation * 2**32 + self._counter
+
+    def _send(
+        self,
+        sock: Socket,
+        kind: Kind,
+        seq: int,
+        *,
+        epoch: int | None = None,
+        meta: dict[str, Any] | None = None,
+        arrays: tuple[npt.NDArray[Any], ...] = (),
+        corrupt: bool = False,
+    ) -> None:
+        frames = encode(
+            kind, epoch=self.epoch if epoch is None else epoch, seq=seq, channel=self.name,
+            meta=meta, arrays=arrays,
+        )
+        if corrupt and len(frames) > 1:
+            bad = bytearray(frames[1])
+            if bad:
+                bad[0] ^= 0xFF  # after the CRC was computed: the receiver must reject it
+            frames[1] = bytes(bad)
+        try:
+            send_message(sock, frames, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            # The daemon is not connected (yet/any more): the deadline turns this into a
+            # DeadlineMiss, and heartbeats resume once it reconnects.
+            self.log.debug("send_dropped", kind=kind.value)
+
+    def _heartbeat(self, sock: Socket) -> None:
+        corrected = sum(getattr(w, "corrected_total", 0) for w in self._weights.values())
+        uncorrectable = sum(getattr(w, "uncorrectable_total", 0) for w in self._weights.values())
+        self._send(sock, Kind.HEARTBEAT, self._next_seq(), meta={
+            "state": "UP",
+            "uptime_s": self._clock() - self._started,
+            "incarnation": self.incarnation,
+            "ecc_corrected": int(corrected),
+            "ecc_uncorrectable": int(uncorrectable),
+        })
+
+    def _loop(self, sock: Socket) -> None:
+        interval = self.config.timing.heartbeat_interval_s
+        next_hb = self._clock()
+        while not self._stop.is_set():
+            now = self._clock()
+            if now >= next_hb:
+                if not self._faults.hang:
+                    self._heartbeat(sock)
+                next_hb = now + interval
+            timeout_ms = max(0, int((next_hb - self._clock()) * 1000))
+            got = recv_message(sock, limits=self._limits, timeout_ms=timeout_ms)
+            if got is None:
+                continue
+            msg = got.message
+            if msg.kind is Kind.CONTROL:
+                if self._control(sock, msg):
+                    return
+            elif msg.kind is Kind.REQUEST and not self._faults.hang:
+                self._request(sock, msg)
+
+    def _control(self, sock: Socket, msg: Message) -> bool:
+        """Apply one control message; True means leave the loop."""
+        command = msg.meta.get("command")
+        args = msg.meta.get("args")
+        if command == "stop":
+            return True
+        if command == "clear":
+            self._faults.clear()
+            self.log.info("faults_cleared")
+        elif command == "inject" and isinstance(args, str):
+            try:
+                self._faults.inject(args)
+            except SafemonError as exc:
+                self.log.warning("inject_refused", error=str(exc))
+                return False
+            self.log.warning("fault_injected", fault=args)
+            if self._faults.crash:
+                self._crash()
+        elif self._faults.hang:
+            return False  # hung: only clear/stop/inject get through
+        elif command == "weight" and isinstance(args, str) and len(msg.arrays) == 1:
+            self._store_weight(args, msg.arrays[0])
+        elif command == "scrub":
+            corrected = uncorrectable = 0
+            for w in self._weights.values():
+                if isinstance(w, ProtectedArray):
+                    res = w.scrub()
+                    corrected += res.corrected
+                    uncorrectable += res.new_uncorrectable
+            self._send(sock, Kind.EVENT, self._next_seq(), epoch=msg.epoch, meta={
+                "event": "scrub", "buffer": "weights", "corrected": corrected,
+                "uncorrectable": uncorrectable, "count": corrected + uncorrectable,
+            })
+        return False
+
+    def _crash(self) -> None:
+        if self._exit_process is not None:
+            self._exit_process()
+        raise _Crash()
+
+    def _store_weight(self, weight_id: str, w: npt.NDArray[Any]) -> None:
+        host = np.array(w, dtype=np.float32, order="C", copy=True)
+        if self.config.weights.ecc:
+            self._weights[weight_id] = ProtectedArray.from_host(
+                host, name=f"w-{weight_id}", word_bits=self.config.weights.word_bits,
+                backend="cupy" if self.backend == "cupy" else "numpy",
+            )
+        elif self.backend == "cupy":
+            from safemon.kernels.compiler import import_cupy
+
+            self._weights[weight_id] = import_cupy().asarray(host)
+        else:
+            self._weights[weight_id] = host
+
+    def _request(self, sock: Socket, msg: Message) -> None:
+        job = msg.meta.get("job", "live")
+        meta: dict[str, Any] = {"job": job, "variant": "", "ok": False, "kernel_seconds": 0.0}
+        if "test_id" in msg.meta:
+            meta["test_id"] = msg.meta["test_id"]
+        c: npt.NDArray[np.float32] | None = None
+        es: npt.NDArray[np.uint32] | None = None
+        try:
+            if job == "selftest" and len(msg.arrays) == 2:
+                a, b = msg.arrays
+                weight: Any = self._to_device(b)
+            elif job == "live" and len(msg.arrays) == 1:
+                a = msg.arrays[0]
+                wid = msg.meta.get("weight_id")
+                if not isinstance(wid, str) or wid not in self._weights:
+                    raise SafemonError(f"unknown weight id {wid!r}")
+                weight = self._weights[wid]
+            else:
+                raise SafemonError(f"malformed {job!r} request ({len(msg.arrays)} frames)")
+            variant = self.chan.variant.to_variant(int(a.shape[0]), int(weight.shape[1]))
+            t0 = time.perf_counter()
+            res = self._run(a, weight, variant)
+            meta["kernel_seconds"] = time.perf_counter() - t0
+            c, es = res
+            self._faults.apply(c, es)
+            meta["variant"] = variant.name
+            meta["ok"] = True
+        except UncorrectableError as exc:
+            meta["error"] = f"ecc_uncorrectable: {exc}"
+        except (SafemonError, TypeError, ValueError) as exc:
+            meta["error"] = f"channel_error: {exc}"
+        if self._faults.slow:
+            deadline_ms = msg.meta.get("deadline_ms")
+            wait = float(deadline_ms) / 1000.0 if isinstance(deadline_ms, int | float) else 0.0
+            self._stop.wait(wait + self.config.timing.request_deadline_s * 0.5)
+        corrupt = self._faults.corrupt_frame and c is not None
+        self._faults.corrupt_frame = self._faults.corrupt_frame and not corrupt
+        arrays = (c, es) if c is not None and es is not None else ()
+        self._send(sock, Kind.RESULT, msg.seq, epoch=msg.epoch, meta=meta, arrays=arrays,
+                   corrupt=corrupt)
+
+    def _to_device(self, x: npt.NDArray[Any]) -> Any:
+        if self.backend == "cupy":
+            from safemon.kernels.compiler import import_cupy
+
+            return import_cupy().asarray(x)
+        return np.ascontiguousarray(x)
+
+    def _run(self, a: npt.NDArray[Any], weight: Any, variant: Any) -> tuple[
+        npt.NDArray[np.float32], npt.NDArray[np.uint32]
+    ]:
+        """Run the variant; returns host copies of C and ES (writable, C-contiguous)."""
+        if self.backend == "cupy":
+            with self._stream:
+                res = run_variant(self._to_device(a), weight, variant, "cupy")
+                c, es = res.c.get(stream=self._stream), res.es.get(stream=self._stream)
+                self._stream.synchronize()
+        else:
+            res = run_variant(np.ascontiguousarray(a), weight, variant, "numpy")
+            c, es = res.c, res.es
+        return (
+            np.array(c, dtype=np.float32, order="C", copy=True),
+            np.array(es, dtype=np.uint32, order="C", copy=True),
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Process-mode entry point: `python -m safemon.channels.worker --channel NAME
+    --incarnation N --epoch E`, the resolved config as JSON on stdin (no pickle)."""
+    parser = argparse.ArgumentParser(prog="safemon-channel")
+    parser.add_argument("--channel", required=True)
+    parser.add_argument("--incarnation", type=int, required=True)
+    parser.add_argument("--epoch", type=int, required=True)
+    args = parser.parse_args(argv)
+    config = Config.model_validate_json(sys.stdin.read())
+    from safemon.logging import configure_logging
+
+    configure_logging(config.logging.format, config.logging.level, role="channel")
+    ctx: Context = zmq.Context()
+    worker = ChannelWorker(
+        ctx, config, args.channel, incarnation=args.incarnation, epoch=args.epoch,
+        exit_process=lambda: os._exit(70),
+    )
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    try:
+        worker.run()
+    finally:
+        ctx.term()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""The channel supervisor: starts channels, watches their liveness, restarts them on request.
+
+It decides nothing about safety: the safe-state controller says *when* a channel is
+restarted (with backoff) or isolated, and the daemon shell forwards those instructions
+here. The supervisor carries them out through an injected `Launcher` and reports what it
+observes: a channel registered (`Started`, the controller's `ChannelStarted`; it then
+votes again only after passing a self-test, which is the controller's rule), or a channel
+lost (`Lost`: its process/thread exited - kind "crash" - or it was silent for
+`timing.heartbeat_timeout_s` - kind "heartbeat_lost").
+
+Time is passed in (`now`, monotonic seconds), so every rule is testable without sleeping
+(STYLE.md item 9). Not thread-safe: the daemon's loop thread owns it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import structlog
+
+from safemon.channels.launcher import ChannelHandle, Launcher
+from safemon.config import Config
+
+__all__ = ["Lost", "Started", "Supervisor"]
+
+log = structlog.get_logger("safemon.supervisor")
+
+#: A freshly spawned interpreter imports numpy, pydantic and zmq (and CuPy compiles kernels)
+#: before it can register: much longer than a heartbeat timeout, but still bounded.
+STARTUP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Started:
+    """Channel `channel` (incarnation `incarnation`) registered at `now`."""
+
+    channel: str
+    incarnation: int
+    now: float
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Channel `channel` is gone: `kind` "crash" (exited) or "heartbeat_lost" (silent)."""
+
+    channel: str
+    kind: str
+    detected_at: float
+    detail: str
+
+
+@dataclass
+class _Slot:
+    incarnation: int = -1
+    handle: ChannelHandle | None = None
+    started_at: float = 0.0
+    last_seen: float | None = None  # None until it registers
+    watching: bool = False  # a loss is reported once, then watching stops
+    restart_at: float | None = None
+    wanted: bool = True  # False once isolated / stopped
+
+
+@dataclass
+class Supervisor:
+    """Starts and watches the configured channels.
+
+    Args:
+        config: the deployment (channel names, heartbeat timeout).
+        launcher: starts one channel (process or stream).
+        epoch: the daemon epoch handed to each channel.
+        startup_timeout_s: how long a started channel may take to register.
+    """
+
+    config: Config
+    launcher: Launcher
+    epoch: int
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
+    _slots: dict[str, _Slot] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._slots = {name: _Slot() for name in self.config.channel_names}
+
+    # -------------------------------------------------------------- commands
+
+    def start_all(self, now: float) -> None:
+        """Start every channel (incarnation 0)."""
+        for name in self._slots:
+            self._start(name, now)
+
+    def restart(self, channel: str, delay: float, now: float) -> None:
+        """Restart `channel` `delay` seconds from `now` (the controller's backoff)."""
+        slot = self._slots[channel]
+        slot.wanted = True
+        slot.watching = False  # its faults are already being handled
+        slot.restart_at = now + delay
+
+    def isolate(self, channel: str) -> None:
+        """Stop `channel` and keep it stopped (until a `restart`)."""
+        slot = self._slots[channel]
+        slot.wanted = False
+        slot.watching = False
+        slot.restart_at = None
+        self._kill(slot)
+
+    def stop_all(self, timeout_s: float = 2.0) -> None:
+        """Stop every channel (shutdown)."""
+        for slot in self._slots.values():
+            slot.wanted = False
+            slot.restart_at = None
+            if slot.handle is not None:
+                slot.handle.stop(timeout_s)
+
+    # -------------------------------------------------------------- observations
+
+    def incarnation(self, channel: str) -> int:
+        """The incarnation currently running (or being started) for `channel`."""
+        return self._slots[channel].incarnation
+
+    def on_register(self, channel: str, incarnation: int, now: float) -> Started | None:
+        """A REGISTER arrived; `Started` if it is from the current incarnation."""
+        slot = self._slots.get(channel)
+        if slot is None or incarnation != slot.incarnation or not slot.wanted:
+            return None
+        slot.last_seen = now
+        slot.watching = True
+        return Started(channel, incarnation, now)
+
+    def on_heartbeat(self, channel: str, incarnation: int, now: float) -> Started | None:
+        """A HEARTBEAT arrived (only the current incarnation's count). The first one of an
+        incarnation whose REGISTER was lost (sent before the daemon's socket connected)
+        stands for the registration: `Started` is returned then."""
+        slot = self._slots.get(channel)
+        if slot is None or incarnation != slot.incarnation or not slot.wanted:
+            return None
+        if slot.last_seen is None:
+            return self.on_register(channel, incarnation, now)
+        slot.last_seen = now
+        return None
+
+    def tick(self, now: float) -> list[Lost]:
+        """Carry out due restarts and report channels found lost at `now`."""
+        out: list[Lost] = []
+        timeout = self.config.timing.heartbeat_timeout_s
+        for name, slot in self._slots.items():
+            if slot.restart_at is not None and now >= slot.restart_at:
+                slot.restart_at = None
+                self._kill(slot)
+                self._start(name, now)
+                continue
+            if not slot.watching or slot.handle is None:
+                continue
+            if not slot.handle.alive():
+                slot.watching = False
+                out.append(Lost(name, "crash", now, f"incarnation {slot.incarnation} exited"))
+            elif slot.last_seen is None and now - slot.started_at > self.startup_timeout_s:
+                slot.watching = False
+                out.append(Lost(name, "heartbeat_lost", now, "never registered"))
+            elif slot.last_seen is not None and now - slot.last_seen > timeout:
+                slot.watching = False
+                out.append(Lost(name, "heartbeat_lost", now,
+                                f"silent for {now - slot.last_seen:.3f} s"))
+        return out
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time `tick` has something to do (restarts and heartbeat expiries)."""
+        times = [s.restart_at for s in self._slots.values() if s.restart_at is not None]
+        timeout = self.config.timing.heartbeat_timeout_s
+        times += [s.last_seen + timeout for s in self._slots.values()
+                  if s.watching and s.last_seen is not None]
+        return min(times) if times else None
+
+    # -------------------------------------------------------------- internals
+
+    def _start(self, name: str, now: float) -> None:
+        slot = self._slots[name]
+        slot.incarnation += 1
+        slot.started_at = now
+        slot.last_seen = None
+        slot.watching = True
+        slot.handle = self.launcher.start(name, slot.incarnation, self.epoch)
+        log.info("channel_started", channel=name, incarnation=slot.incarnation)
+
+    @staticmethod
+    def _kill(slot: _Slot) -> None:
+        if slot.handle is not None:
+            slot.handle.stop(1.0)
