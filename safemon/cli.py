@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import safemon
 
 #: Sub-command modules in the order `--help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("run", "status", "reset", "selftest", "inject", "keys", "patterns")
 
 
 def build_parser() -> argparse.ArgumentParser:

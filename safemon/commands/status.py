@@ -1,0 +1,47 @@
+"""`safemon status [--config FILE] [--json]`: the running daemon's mode, policy and channels.
+
+Exit codes: 0 ok, 2 invalid configuration, 3 daemon unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from safemon.commands._common import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, add_config, config_of
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add `status` to an argparse subparsers object."""
+    p = subparsers.add_parser("status", help="show the running daemon's status",
+                              description="Ask the running daemon for its mode, policy and channels.")
+    add_config(p)
+    p.add_argument("--json", action="store_true", help="print JSON (mode, policy, metrics_url, channels, ...)")
+    p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for the daemon")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from safemon.client import Client, DaemonUnreachableError
+
+    config = config_of(args)
+    if config is None:
+        return EXIT_USAGE
+    with Client(config, control_timeout_s=args.timeout) as client:
+        try:
+            status = client.status()
+        except DaemonUnreachableError as exc:
+            print(f"safemon: daemon unreachable: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        print(f"mode {status['mode']}  policy {status['policy']} "
+              f"(effective {status['effective_policy']})  metrics {status['metrics_url']}")
+        for ch in status["channels"]:
+            print(f"  {ch['name']:<12} {ch['state']}")
+    return EXIT_OK

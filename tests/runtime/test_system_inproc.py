@@ -1,0 +1,160 @@
+"""The whole system in one process over inproc:// (stream channels): every fault kind under
+every policy, 2oo3 quarantine/restart/rejoin, HFT=0 permanent fault → SAFE, reset, events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from safemon.channels.faults import FAULT_KINDS
+from safemon.errors import (
+    InvalidInputError,
+    SafemonError,
+    SafeStateError,
+)
+from safemon.transport import Kind, Limits, decode
+
+from .helpers import make_config, operands, reference, same_bits, system, wait_for
+
+POLICIES = ("1oo1D", "2oo2", "1oo2D", "2oo3")
+
+
+def test_clean_requests_release_the_reference_result(tmp_path: Path) -> None:
+    """Without faults every request is released, bit-identical to the NumPy reference."""
+    cfg = make_config(tmp_path, "2oo3")
+    x, w = operands()
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        for i in range(5):
+            xi = (x + np.float32(i)).astype(np.float32)
+            assert same_bits(client.matmul(xi, wid, timeout=1.0), reference(xi, w, cfg))
+        st = client.status()
+        assert st["mode"] == "NORMAL" and [c["state"] for c in st["channels"]] == ["UP"] * 3
+        assert daemon.registry.get_sample_value("safemon_requests_total", {"outcome": "released"}) == 5
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("fault", FAULT_KINDS)
+def test_no_wrong_result_is_ever_released(tmp_path: Path, policy: str, fault: str) -> None:
+    """Under every policy and fault kind the application gets the clean result or a typed
+    error, never a wrong C; and the fault is noticed (an error or a reaction)."""
+    cfg = make_config(tmp_path, policy)
+    x, w = operands(1)
+    ref = reference(x, w, cfg)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
+        client.inject("c0", fault)
+        errors: list[SafemonError] = []
+
+        def observed() -> bool:
+            st = client.status()
+            changed = st["mode"] != "NORMAL" or any(c["state"] != "UP" for c in st["channels"])
+            return bool(errors) or changed or st["unexplained_mismatches"] > 0
+
+        for _ in range(8):
+            try:
+                got = client.matmul(x, wid, timeout=0.6)
+            except SafemonError as exc:
+                assert not isinstance(exc, InvalidInputError)
+                errors.append(exc)
+            else:
+                assert same_bits(got, ref), f"{fault} under {policy}: a wrong C was released"
+        if not (policy == "1oo1D" and fault == "bitflip-es"):
+            # (an ES flip on a live 1oo1D request leaves C intact and nothing to compare with)
+            assert wait_for(observed, 5.0), f"{fault} under {policy} went unnoticed"
+
+
+def test_2oo3_minority_is_quarantined_restarted_and_rejoins(tmp_path: Path) -> None:
+    """A 2oo3 minority is outvoted (the majority C released), restarted, and votes again
+    only after a passed self-test (incarnation 1, state UP, mode NORMAL)."""
+    cfg = make_config(tmp_path, "2oo3")
+    x, w = operands(2)
+    ref = reference(x, w, cfg)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        client.inject("c1", "stuck")
+        assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
+        assert wait_for(lambda: client.status()["channels"][1]["incarnation"] >= 1)
+        assert wait_for(lambda: client.status()["mode"] == "NORMAL"
+                        and client.status()["channels"][1]["state"] == "UP")
+        assert daemon.registry.get_sample_value(
+            "safemon_channel_disagreements_total", {"channel": "c1"}) >= 1
+        assert daemon.registry.get_sample_value(
+            "safemon_selftests_total", {"channel": "c1", "result": "pass"}) >= 2
+        for _ in range(3):
+            assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
+
+
+def test_hft0_permanent_fault_goes_safe_until_reset(tmp_path: Path) -> None:
+    """1oo1D with a stuck bit: SAFE within one DTI (the next self-test), then every request
+    gets SafeStateError until `reset`; after the fault is cleared and reset, results flow."""
+    cfg = make_config(tmp_path, "1oo1D")
+    x, w = operands(3)
+    ref = reference(x, w, cfg)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        client.inject("c0", "stuck")
+        assert wait_for(lambda: client.status()["mode"] == "SAFE", 3 * cfg.timing.dti_s + 2.0)
+        for _ in range(3):
+            with pytest.raises(SafeStateError):
+                client.matmul(x, wid, timeout=0.5)
+        assert daemon.registry.get_sample_value("safemon_mode", {"mode": "SAFE"}) == 1
+        client.clear_faults()
+        with pytest.raises(SafeStateError):  # latched: clearing the fault is not enough
+            client.matmul(x, wid, timeout=0.5)
+        client.reset()
+        assert wait_for(lambda: client.status()["mode"] == "NORMAL"
+                        and client.status()["voting"] == ["c0"])
+        assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
+
+
+def test_events_socket_publishes_typed_mode_events(tmp_path: Path) -> None:
+    """Controller Notify events arrive on the PUB socket as typed wire messages."""
+    cfg = make_config(tmp_path, "2oo2")
+    x, w = operands(4)
+    with system(cfg) as (daemon, client):
+        sub = daemon.ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(cfg.endpoints.events)
+        try:
+            wid = client.register_weight(w)
+            client.inject("c1", "bitflip-c")
+            with pytest.raises(SafemonError):
+                for _ in range(5):
+                    client.matmul(x, wid, timeout=0.5)
+            kinds = []
+            while sub.poll(2000):
+                msg = decode(sub.recv_multipart(copy=False), Limits())
+                assert msg.kind is Kind.EVENT
+                body = json.loads(bytes(msg.arrays[0]).decode())
+                kinds.append(body["event"])
+                if body["event"] == "mode" and body.get("mode", body.get("new")) is not None:
+                    pass
+                if "mode" in kinds and "fault" in kinds:
+                    break
+            assert "fault" in kinds and "mode" in kinds
+        finally:
+            sub.close(linger=0)
+
+
+def test_invalid_input_is_refused_at_the_client_and_the_daemon(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, "1oo2D")
+    x, w = operands(5)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        bad = x.copy()
+        bad[0, 0] = np.nan
+        with pytest.raises(InvalidInputError):
+            client.matmul(bad, wid, timeout=0.5)
+        with pytest.raises(InvalidInputError):
+            client.matmul(x.astype(np.float64), wid, timeout=0.5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError):
+            client.matmul(np.ones((2, 3), np.float32), wid, timeout=0.5)  # K mismatch: daemon
+        with pytest.raises(InvalidInputError):
+            client.matmul(x, "no-such-weight", timeout=0.5)
+        assert daemon.registry.get_sample_value("safemon_requests_total", {"outcome": "invalid_input"}) == 1
