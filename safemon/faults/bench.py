@@ -1,0 +1,303 @@
+"""The overhead benchmark: protected vs unprotected (same tiling) vs cuBLAS, per variant and size.
+
+For each size, the tile is the library's `auto_tile` choice, and every variant of
+`standard_variants(mode, tile)` is timed with the unprotected kernel of the same tiling and
+`cupy.matmul` (cuBLAS) *in the same run*, so the ratios do not depend on clock drift between
+runs. Each timing is the median of `repeats` runs measured with CUDA events after a warm-up;
+before each timed run a short spin kernel is queued on the stream, so the kernel is already
+queued when its start event fires and Python's launch latency is not counted (the same
+method as `safemon.ecc.bench`). Clocks are read (nvidia-smi query or device attributes) and
+recorded, never set. Timings are reported, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from safemon.faults.campaign import variant_label
+from safemon.faults.dims import BENCH_DIMS, Dims
+from safemon.faults.evidence import BENCH_SCHEMA, BenchEvidence, now_utc
+from safemon.kernels.catalog import Variant, auto_tile, make_variant, standard_variants
+
+__all__ = [
+    "LARGE_SIZE_REPEATS",
+    "bench_markdown",
+    "device_info",
+    "run_bench",
+]
+
+#: Minimum repeats at sizes of at least 2**36 MACs (4096³): the brief's "≥ 10 at 4096³".
+LARGE_SIZE_REPEATS = 10
+#: Busy time queued before each timed run, in nanoseconds (longer than the launch path).
+SPIN_NS = 50_000
+
+_SMI_FIELDS = (
+    "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem",
+    "clocks.applications.graphics", "power.limit", "driver_version", "pstate",
+)
+
+
+def device_info(cp: Any) -> dict[str, Any]:
+    """Name, clocks and versions of the current device, read-only.
+
+    Clocks come from `nvidia-smi --query-gpu` when it is on PATH, else from CuPy's device
+    attributes (`clockRate`, `memoryClockRate`, kHz).
+    """
+    dev = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"]
+    clocks: dict[str, str] = {}
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        try:
+            out = subprocess.run(
+                [smi, f"--id={dev.id}", "--query-gpu=" + ",".join(_SMI_FIELDS),
+                 "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20, check=True,
+            ).stdout.strip()
+            clocks = {k: v.strip() for k, v in zip(_SMI_FIELDS, out.split(","), strict=False)}
+        except (OSError, subprocess.SubprocessError):
+            clocks = {}
+    if not clocks:
+        clocks = {
+            "clockRate_khz": str(props.get("clockRate", "unknown")),
+            "memoryClockRate_khz": str(props.get("memoryClockRate", "unknown")),
+        }
+    return {
+        "device": name.decode() if isinstance(name, bytes) else str(name),
+        "clocks": clocks,
+        "cuda_runtime": int(cp.cuda.runtime.runtimeGetVersion()),
+        "cuda_driver": int(cp.cuda.runtime.driverGetVersion()),
+        "cupy": str(cp.__version__),
+    }
+
+
+def _median_ms(cp: Any, fn: Callable[[], object], repeats: int, warmup: int) -> float:
+    from safemon.ecc.gpu import spin_function
+
+    spin = spin_function()
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Stream.null.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        spin((1,), (1,), (np.uint64(SPIN_NS),))
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def _launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]:
+    from safemon.kernels.gpu import kernel_for
+
+    m, k = a.shape
+    n = b.shape[1]
+    t = variant.tile
+    gx, gy = t.grid(m, n)
+    c = cp.empty((m, n), dtype=cp.float32)
+    es = cp.empty((max(1, gx * gy * t.threads * variant.words),), dtype=cp.uint32)
+    kernel = kernel_for(variant)
+    args = (a, b, c, es, np.int32(m), np.int32(n), np.int32(k))
+
+    def run() -> None:
+        kernel((gx, gy, 1), (t.threads, 1, 1), args)
+
+    return run
+
+
+def _repeats_for(dims: Dims, repeats: int) -> int:
+    """`repeats`, but a tenth of it (at least `LARGE_SIZE_REPEATS`) at ≥ 2**36 MACs."""
+    if dims.m * dims.n * dims.k >= 1 << 36:
+        return max(LARGE_SIZE_REPEATS, repeats // 10)
+    return repeats
+
+
+def run_bench(
+    *,
+    dims_list: Sequence[Dims] = tuple(BENCH_DIMS.values()),
+    modes: Sequence[str] = ("fma", "exact"),
+    variant_filter: Callable[[Variant], bool] | None = None,
+    repeats: int = 100,
+    warmup: int = 10,
+    ecc: bool = True,
+    ecc_sizes_mib: Sequence[int] = (64, 256),
+    ecc_dims: Sequence[Dims] = (BENCH_DIMS["1024"], BENCH_DIMS["4096"]),
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> BenchEvidence:
+    """Time every standard variant at every size and mode; return validated evidence.
+
+    Args:
+        dims_list: sizes; the tile at each is `auto_tile(M, N)`.
+        modes: arithmetic modes ("fma", "exact").
+        variant_filter: keep only variants for which it returns True (None: all standard).
+        repeats: timed runs per median; at sizes of ≥ 2**36 MACs (4096³) a tenth of it,
+            but never fewer than `LARGE_SIZE_REPEATS` (10).
+        ecc: also run `safemon.ecc.bench.run_ecc_bench(ecc_sizes_mib)` and time
+            `ProtectedArray.verified()` + the kernel against the kernel alone at `ecc_dims`.
+        progress: called with a short text before each measurement.
+
+    Raises:
+        BackendUnavailableError: no CuPy or no CUDA device.
+        ValueError: repeats < 1 or an unknown mode.
+    """
+    from safemon import __version__
+    from safemon.kernels.compiler import import_cupy
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}")
+    cp = import_cupy()
+    info = device_info(cp)
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    for dims in dims_list:
+        rows += _bench_dims(cp, dims, modes, variant_filter, _repeats_for(dims, repeats),
+                            warmup, rng, progress)
+        cp.get_default_memory_pool().free_all_blocks()
+    ecc_result: dict[str, Any] | None = None
+    ecc_rows: list[dict[str, Any]] = []
+    if ecc:
+        from safemon.ecc.bench import run_ecc_bench
+
+        if progress is not None:
+            progress("ecc")
+        ecc_result = run_ecc_bench(ecc_sizes_mib, repeats=max(10, min(repeats, 50)))
+        ecc_rows = _ecc_mmm(cp, ecc_dims, repeats, warmup, rng, progress)
+    return BenchEvidence.model_validate({
+        "schema": BENCH_SCHEMA, "safemon_version": __version__, "date": now_utc(),
+        **info, "rows": rows, "ecc": ecc_result, "ecc_mmm": ecc_rows,
+    })
+
+
+def _bench_dims(
+    cp: Any, dims: Dims, modes: Sequence[str], variant_filter: Callable[[Variant], bool] | None,
+    reps: int, warmup: int, rng: np.random.Generator, progress: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    tile = auto_tile(dims.m, dims.n)
+    a = cp.asarray(rng.standard_normal((dims.m, dims.k), dtype=np.float32))
+    b = cp.asarray(rng.standard_normal((dims.k, dims.n), dtype=np.float32))
+    c_blas = cp.empty((dims.m, dims.n), dtype=cp.float32)
+
+    def run_blas() -> None:
+        cp.matmul(a, b, out=c_blas)
+
+    rows: list[dict[str, Any]] = []
+    for mode in modes:
+        variants = [v for v in standard_variants(mode, tile)
+                    if variant_filter is None or variant_filter(v)]
+        if not variants:
+            continue
+        run_base = _launcher(cp, make_variant(None, None, mode, tile), a, b)
+        for v in variants:
+            if progress is not None:
+                progress(f"{dims.label} {v.name}")
+            run_prot = _launcher(cp, v, a, b)
+            # All three in the same run, per variant: the ratios share clocks and thermal state.
+            prot = _median_ms(cp, run_prot, reps, warmup)
+            unprot = _median_ms(cp, run_base, reps, warmup)
+            blas = _median_ms(cp, run_blas, reps, warmup)
+            gflop = dims.flops / 1e9  # GFLOP / ms = TFLOP/s
+            rows.append({
+                "variant": variant_label(v), "name": v.name, "checksum": v.checksum,
+                "level": v.level, "mode": mode, "tile": tile.name, "dims": dims.key,
+                "repeats": reps, "protected_ms": prot, "unprotected_ms": unprot,
+                "cublas_ms": blas, "overhead": prot / unprot, "vs_cublas": prot / blas,
+                "tflops_protected": gflop / prot, "tflops_unprotected": gflop / unprot,
+                "tflops_cublas": gflop / blas,
+            })
+    return rows
+
+
+def _ecc_mmm(
+    cp: Any, dims_list: Sequence[Dims], repeats: int, warmup: int, rng: np.random.Generator,
+    progress: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    """ECC-verified B + MMM vs MMM alone (ones/I, fma, auto tile), same run."""
+    from safemon.ecc import ProtectedArray
+    from safemon.kernels.gpu import kernel_for
+
+    out = []
+    for dims in dims_list:
+        v = make_variant("ones", "I", "fma", auto_tile(dims.m, dims.n))
+        if progress is not None:
+            progress(f"ecc+mmm {dims.label}")
+        a = cp.asarray(rng.standard_normal((dims.m, dims.k), dtype=np.float32))
+        b = cp.asarray(rng.standard_normal((dims.k, dims.n), dtype=np.float32))
+        pb = ProtectedArray(b, name="bench-b")
+        run_mmm = _launcher(cp, v, a, b)
+        t = v.tile
+        gx, gy = t.grid(dims.m, dims.n)
+        c = cp.empty((dims.m, dims.n), dtype=cp.float32)
+        es = cp.empty((gx * gy * t.threads * v.words,), dtype=cp.uint32)
+        kernel = kernel_for(v)
+
+        shape = (np.int32(dims.m), np.int32(dims.n), np.int32(dims.k))
+
+        def run_verified(pb: Any = pb, kernel: Any = kernel, a: Any = a, c: Any = c,
+                         es: Any = es, grid: tuple[int, int, int] = (gx, gy, 1),
+                         block: tuple[int, int, int] = (t.threads, 1, 1),
+                         shape: tuple[Any, ...] = shape) -> None:
+            kernel(grid, block, (a, pb.verified(), c, es, *shape))
+
+        reps = _repeats_for(dims, repeats)
+        mmm = _median_ms(cp, run_mmm, reps, warmup)
+        ver = _median_ms(cp, run_verified, reps, warmup)
+        out.append({"name": v.name, "dims": dims.key, "repeats": reps, "mmm_ms": mmm,
+                    "verified_mmm_ms": ver, "ratio": ver / mmm})
+    return out
+
+
+def bench_markdown(ev: BenchEvidence) -> str:
+    """The benchmark as Markdown: a header line, then one table per mode (variants × sizes)."""
+    lines = [
+        f"Device: {ev.device}; CuPy {ev.cupy}, CUDA runtime {ev.cuda_runtime}, driver "
+        f"{ev.cuda_driver}; {ev.date}.",
+        "Clocks (read only): " + ", ".join(f"{k}={v}" for k, v in ev.clocks.items()),
+        "",
+    ]
+    for mode in ("fma", "exact"):
+        rows = [r for r in ev.rows if r.mode == mode]
+        if not rows:
+            continue
+        dims_order: list[str] = []
+        for r in rows:
+            if r.dims not in dims_order:
+                dims_order.append(r.dims)
+        lines += [f"### Overhead (protected / unprotected, same tiling), mode {mode}", "",
+                  "| variant | " + " | ".join(dims_order) + " |",
+                  "|---|" + "---:|" * len(dims_order)]
+        names: list[str] = []
+        for r in rows:
+            if r.variant not in names:
+                names.append(r.variant)
+        cell = {(r.variant, r.dims): r for r in rows}
+        for nm in names:
+            vals = [f"{cell[(nm, d)].overhead:.2f}" if (nm, d) in cell else "—" for d in dims_order]
+            lines.append(f"| {nm} | " + " | ".join(vals) + " |")
+        lines += ["", "| size | tile | unprotected TFLOP/s | cuBLAS TFLOP/s | unprotected / cuBLAS time |",
+                  "|---|---|---:|---:|---:|"]
+        for d in dims_order:
+            r = next(x for x in rows if x.dims == d)
+            lines.append(f"| {d} | {r.tile} | {r.tflops_unprotected:.2f} | {r.tflops_cublas:.2f} | "
+                         f"{r.unprotected_ms / r.cublas_ms:.2f} |")
+        lines.append("")
+    if ev.ecc_mmm:
+        lines += ["### ECC-verified B + MMM vs MMM alone", "",
+                  "| variant | size | MMM (ms) | verify + MMM (ms) | ratio |", "|---|---|---:|---:|---:|"]
+        for e in ev.ecc_mmm:
+            lines.append(f"| {e.name} | {e.dims} | {e.mmm_ms:.3f} | {e.verified_mmm_ms:.3f} | {e.ratio:.2f} |")
+        lines.append("")
+    if ev.ecc is not None:
+        from safemon.ecc.bench import markdown_table
+
+        lines += ["### ECC throughput", "", markdown_table(ev.ecc), ""]
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""In-kernel fault injection: sampled register-level faults inside the protected kernel.
+
+The fault model of register-level injectors such as NVBitFI, applied to our own kernels
+through the injection build (`SAFEMON_INJECT=1`, zero cost to production builds). A *site* is
+(thread, k step, target, index, bit):
+
+* ``operand_a`` — bit `bit` of the register a[index] (index < TM) after it is read from
+  shared memory at padded k step `kstep`, before the folds and MACs of that step;
+* ``operand_b`` — the same for b[index] (index < TN);
+* ``accumulator`` — acc[i][j] (index = i·TN + j) right after its MAC at that k step;
+* ``es_word`` — ES word `index` of the thread, flipped just before the comparison.
+
+*Transient* faults flip once, at `kstep`. *Permanent* faults flip the same bit at every k step
+(every MAC) of one thread (``thread``) or of every thread of one block (``block``); k step
+is then ignored and ES-word faults do not apply. Sites are drawn uniformly (seeded) over the
+launched threads (padding threads included: their registers are real), padded k steps, the
+targets asked for, their indices and the 32 bits.
+
+Each run is classified against the golden (NumPy reference) C and ES:
+``masked`` (neither differs), ``detected`` (ES differs, whatever C does), ``sdc`` (C differs,
+ES does not: silent data corruption). The CPU reference does not model these targets, so the
+campaign needs the cupy backend; sampling and classification are pure and tested on CPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from safemon.faults.campaign import C_DIFFERS, ES_DIFFERS, inputs_for
+from safemon.faults.dims import Dims
+from safemon.faults.launch import SCOPES, TARGETS, injection_rows
+from safemon.kernels.catalog import Variant
+
+__all__ = [
+    "IN_KERNEL_TARGETS",
+    "OUTCOMES",
+    "InKernelResult",
+    "classify",
+    "run_inkernel_campaign",
+    "sample_sites",
+]
+
+IN_KERNEL_TARGETS: tuple[str, ...] = ("operand_a", "operand_b", "accumulator", "es_word")
+OUTCOMES: tuple[str, ...] = ("masked", "detected", "sdc")
+I32 = npt.NDArray[np.int32]
+U32 = npt.NDArray[np.uint32]
+
+
+def classify(verdicts: npt.ArrayLike) -> npt.NDArray[np.str_]:
+    """Outcome names for verdict words (bit 0 ES differs, bit 1 C differs)."""
+    v = np.asarray(verdicts, dtype=np.uint32)
+    out = np.full(v.shape, "masked", dtype="<U8")
+    out[(v & C_DIFFERS) != 0] = "sdc"
+    out[(v & ES_DIFFERS) != 0] = "detected"
+    return out
+
+
+def _index_limit(target: str, variant: Variant) -> int:
+    t = variant.tile
+    return {"operand_a": t.tm, "operand_b": t.tn, "accumulator": t.tm * t.tn,
+            "es_word": variant.words}[target]
+
+
+def sample_sites(
+    variant: Variant,
+    dims: Dims,
+    n: int,
+    *,
+    seed: int = 0,
+    targets: Sequence[str] = IN_KERNEL_TARGETS,
+    scope: str = "transient",
+) -> I32:
+    """Draw `n` injection sites as (n, 7) Injection rows (layout: `launch.FIELDS`).
+
+    Args:
+        scope: "transient", "thread" (permanent in one thread) or "block" (permanent in
+            every thread of one block).
+
+    Raises:
+        ValueError: n < 1, an unknown target or scope, "es_word" with a permanent scope or an
+            unprotected variant.
+    """
+    if n < 1:
+        raise ValueError(f"the number of sites must be positive, not {n}")
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; known: {', '.join(SCOPES)}")
+    for tg in targets:
+        if tg not in IN_KERNEL_TARGETS:
+            raise ValueError(f"unknown target {tg!r}; known: {', '.join(IN_KERNEL_TARGETS)}")
+    if not targets:
+        raise ValueError("no target given")
+    if "es_word" in targets and (scope != "transient" or variant.words == 0):
+        raise ValueError("es_word faults need a transient scope and a protected variant")
+    rng = np.random.default_rng(seed)
+    t = variant.tile
+    gx, gy = t.grid(dims.m, dims.n)
+    blocks = gx * gy
+    tgt_idx = rng.integers(0, len(targets), size=n)
+    tgt_names = [targets[i] for i in tgt_idx]
+    limits = np.array([_index_limit(tg, variant) for tg in tgt_names], dtype=np.int64)
+    index = (rng.random(n) * limits).astype(np.int64)
+    bit = rng.integers(0, 32, size=n)
+    thread = rng.integers(0, blocks * t.threads, size=n)
+    kstep = rng.integers(0, t.k_padded(dims.k), size=n)
+    block = thread // t.threads
+    code = np.array([TARGETS[tg] for tg in tgt_names], dtype=np.int64)
+    if scope == "block":
+        thread = np.full(n, -1, dtype=np.int64)
+    if scope != "transient":
+        kstep = np.full(n, -1, dtype=np.int64)
+    return injection_rows(n, target=code, index=index, bit=bit, thread=thread, block=block,
+                          kstep=kstep, scope=SCOPES[scope])
+
+
+@dataclass(frozen=True)
+class InKernelResult:
+    """A sampled in-kernel campaign: the sites, their verdict words and outcome counts."""
+
+    variant: Variant
+    dims: Dims
+    scope: str
+    seed: int
+    rows: I32
+    verdicts: U32
+    seconds: float
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """{target: {outcome: count}} plus "all"."""
+        names = {code: name for name, code in TARGETS.items()}
+        outcomes = classify(self.verdicts)
+        out: dict[str, dict[str, int]] = {}
+        targets = self.rows[:, 0]
+        for key, mask in [("all", np.ones(targets.shape, bool))] + [
+            (names[int(c)], targets == c) for c in np.unique(targets)
+        ]:
+            out[key] = {o: int(np.count_nonzero(outcomes[mask] == o)) for o in OUTCOMES}
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "variant": self.variant.name, "dims": self.dims.key, "scope": self.scope,
+            "seed": self.seed, "sites": int(self.rows.shape[0]), "counts": self.counts(),
+            "seconds": self.seconds,
+        }
+
+
+def run_inkernel_campaign(
+    variant: Variant,
+    dims: Dims,
+    n: int,
+    *,
+    seed: int = 0,
+    targets: Sequence[str] = IN_KERNEL_TARGETS,
+    scope: str = "transient",
+    progress: Callable[[int], None] | None = None,
+) -> InKernelResult:
+    """Run `n` sampled in-kernel faults on the GPU (inputs `inputs_for(dims, seed)`).
+
+    Raises:
+        BackendUnavailableError: no CuPy or no device (the NumPy reference has no model of
+            register faults).
+        GoldenMismatchError: the fault-free run differs from the reference.
+        ValueError: see `sample_sites`.
+    """
+    from safemon.faults.launch import run_injections
+    from safemon.kernels.reference import reference_matmul
+
+    start = time.perf_counter()
+    rows = sample_sites(variant, dims, n, seed=seed, targets=targets, scope=scope)
+    a, b = inputs_for(dims, seed)
+    gc, ges = reference_matmul(a, b, variant)
+    verdicts = run_injections(a, b, variant, gc, ges, rows, progress=progress)
+    return InKernelResult(variant, dims, scope, seed, rows, verdicts, time.perf_counter() - start)

@@ -1,0 +1,87 @@
+"""The DC-vs-overhead trade-off plot (the seed's Figure 7) and its data points.
+
+One point per variant at one size: x = overhead (protected / unprotected median, same
+tiling, from the benchmark), y = DC(ES) in percent (from the exhaustive input campaign).
+Horizontal lines mark the IEC 61508-2 bands. Rendered with matplotlib's Agg backend into a
+PNG file; no display is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from safemon.faults.evidence import BenchRow, DcRecord
+from safemon.faults.select import BANDS
+
+__all__ = ["TradeoffPoint", "plot_tradeoff", "tradeoff_points"]
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    label: str
+    name: str
+    overhead: float
+    dc_percent: float
+
+
+def tradeoff_points(
+    dims: str,
+    dc: Mapping[tuple[str, str], DcRecord],
+    bench: Mapping[tuple[str, str], BenchRow],
+    *,
+    mode: str | None = None,
+) -> list[TradeoffPoint]:
+    """Points for every protected variant with both DC and overhead evidence at `dims`."""
+    out = []
+    for (name, d), rec in sorted(dc.items()):
+        row = bench.get((name, d))
+        if d != dims or row is None or rec.checksum is None:
+            continue
+        if mode is not None and rec.mode != mode:
+            continue
+        out.append(TradeoffPoint(rec.variant, name, row.overhead, rec.dc_percent))
+    return out
+
+
+def plot_tradeoff(points: Sequence[TradeoffPoint], path: Path | str, *, title: str) -> Path:
+    """Write the trade-off scatter plot as a PNG; returns the path.
+
+    Raises:
+        ValueError: no points.
+        ImportError: matplotlib is not installed (`pip install 'safemon[plot]'`).
+    """
+    if not points:
+        raise ValueError("no variant has both DC and overhead evidence; nothing to plot")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    try:
+        xs = [p.overhead for p in points]
+        ys = [p.dc_percent for p in points]
+        ax.scatter(xs, ys, s=28, color="tab:blue", zorder=3)
+        for p in points:
+            ax.annotate(p.label, (p.overhead, p.dc_percent), textcoords="offset points",
+                        xytext=(4, 3), fontsize=7)
+        for band, level in BANDS.items():
+            ax.axhline(level, color="grey", linewidth=0.8, linestyle="--", zorder=1)
+            ax.text(max(xs), level, f" {band} ({level:g} %)", va="bottom", ha="right",
+                    fontsize=7, color="grey")
+        if max(xs) / min(xs) > 20:
+            ax.set_xscale("log")
+        ax.set_xlabel("overhead: protected / unprotected time (same tiling)")
+        ax.set_ylabel("DC(ES) %: single-bit input faults detected")
+        ax.set_ylim(min(0.0, min(ys) - 2), 102)
+        ax.set_title(title, fontsize=9)
+        ax.grid(True, linewidth=0.3)
+        fig.tight_layout()
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, format="png")
+    finally:
+        plt.close(fig)
+    return out

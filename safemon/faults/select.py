@@ -1,0 +1,238 @@
+"""Pick a diagnostic for a SIL and an HFT from measured evidence (the seed's Table 4, generated).
+
+The requirement table (the one place it lives)
+-----------------------------------------------
+IEC 61508-2:2010, Table 3 ("maximum allowable SIL for a safety function carried out by a
+type B safety-related element or subsystem") gives, for each safe failure fraction (SFF)
+band and hardware fault tolerance (HFT), the highest SIL that may be claimed. A GPU is a
+type B element (its failure modes are not completely defined). Following the seed paper we
+read the SFF bands as the diagnostic-coverage bands of IEC 61508-2 (low ≥ 60 %, medium
+≥ 90 %, high ≥ 99 %) and invert the table: the *minimum* DC needed for a SIL at an HFT.
+
+=====  ===================  ===================  ===================
+SIL    HFT 0                HFT 1                HFT 2
+=====  ===================  ===================  ===================
+4      not allowed          high (≥ 99 %)        medium (≥ 90 %)
+3      high (≥ 99 %)        medium (≥ 90 %)      low (≥ 60 %)
+2      medium (≥ 90 %)      low (≥ 60 %)         none (< 60 % allowed)
+1      low (≥ 60 %)         none (< 60 % allowed) not specified
+=====  ===================  ===================  ===================
+
+"none" means the standard accepts an SFF below 60 %; the seed notes that careful designs
+still aim close to 60 %, so the rule picks the cheapest variant with any DC above zero and
+says so. "not specified": the standard sets no SFF constraint there.
+
+The selection rule
+------------------
+Among the variants with both DC evidence and overhead evidence for this device at the
+requested dims (and arithmetic mode), keep those whose measured DC(ES) meets the minimum and
+whose overhead (protected / unprotected median, same tiling, same run) is within the budget;
+pick the lowest overhead, ties broken by higher DC, then by name. If nothing qualifies, the
+answer is "not achievable" with the reason (no evidence, the best DC is too low, or the
+cheapest qualifying variant is over budget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from safemon.faults.evidence import BenchRow, DcRecord
+
+__all__ = [
+    "BANDS",
+    "REQUIREMENTS",
+    "Requirement",
+    "Selection",
+    "requirement",
+    "select_variant",
+    "selection_table",
+    "selection_table_markdown",
+]
+
+#: IEC 61508-2 DC bands, minimum percent.
+BANDS: dict[str, float] = {"low": 60.0, "medium": 90.0, "high": 99.0}
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What a (SIL, HFT) pair asks of the diagnostic.
+
+    Attributes:
+        band: "high" | "medium" | "low" | "none" | "not specified" | "not allowed".
+        min_dc: minimum DC in percent (0.0 for "none" and "not specified"); None when the
+            combination is not allowed at all.
+    """
+
+    sil: int
+    hft: int
+    band: str
+    min_dc: float | None
+
+    @property
+    def allowed(self) -> bool:
+        return self.min_dc is not None
+
+
+def _req(sil: int, hft: int, band: str) -> Requirement:
+    if band == "not allowed":
+        return Requirement(sil, hft, band, None)
+    return Requirement(sil, hft, band, BANDS.get(band, 0.0))
+
+
+#: (SIL, HFT) → requirement: IEC 61508-2 Table 3, type B, inverted (module docstring).
+REQUIREMENTS: dict[tuple[int, int], Requirement] = {
+    (sil, hft): _req(sil, hft, band)
+    for (sil, hft), band in {
+        (4, 0): "not allowed", (4, 1): "high", (4, 2): "medium",
+        (3, 0): "high", (3, 1): "medium", (3, 2): "low",
+        (2, 0): "medium", (2, 1): "low", (2, 2): "none",
+        (1, 0): "low", (1, 1): "none", (1, 2): "not specified",
+    }.items()
+}
+
+
+def requirement(sil: int, hft: int) -> Requirement:
+    """The requirement of (SIL, HFT).
+
+    Raises:
+        ValueError: SIL outside 1..4 or HFT outside 0..2.
+    """
+    if sil not in (1, 2, 3, 4):
+        raise ValueError(f"SIL must be 1, 2, 3 or 4, not {sil}")
+    if hft not in (0, 1, 2):
+        raise ValueError(f"HFT must be 0, 1 or 2, not {hft}")
+    return REQUIREMENTS[(sil, hft)]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The answer for one (SIL, HFT): a variant with its evidence, or why there is none."""
+
+    requirement: Requirement
+    dims: str
+    variant: str | None
+    dc_percent: float | None
+    overhead: float | None
+    reason: str
+
+    @property
+    def achievable(self) -> bool:
+        return self.variant is not None
+
+
+def select_variant(
+    sil: int,
+    hft: int,
+    dims: str,
+    dc: Mapping[tuple[str, str], DcRecord],
+    bench: Mapping[tuple[str, str], BenchRow],
+    *,
+    mode: str | None = None,
+    budget: float | None = None,
+) -> Selection:
+    """Apply the selection rule (module docstring) to one device's evidence.
+
+    Args:
+        dims: "MxNxK" key.
+        dc, bench: {(variant name, dims): record} as `EvidenceStore.dc_records/bench_rows` give.
+        mode: only variants of this arithmetic mode ("exact"/"fma"); None: any.
+        budget: maximum overhead ratio (protected / unprotected); None: unlimited.
+
+    Raises:
+        ValueError: bad SIL/HFT, or a non-positive budget.
+    """
+    req = requirement(sil, hft)
+    if budget is not None and budget <= 0:
+        raise ValueError(f"budget must be a positive ratio, not {budget}")
+    if not req.allowed:
+        return Selection(req, dims, None, None, None,
+                         f"not achievable: IEC 61508-2 allows no SIL {sil} with HFT {hft} "
+                         "for a type B element, whatever the DC; add a channel (HFT ≥ 1)")
+    candidates = []
+    dc_only = []
+    for (name, d), rec in dc.items():
+        if d != dims or rec.checksum is None or (mode is not None and rec.mode != mode):
+            continue
+        row = bench.get((name, d))
+        if row is None:
+            dc_only.append(name)
+            continue
+        candidates.append((row.overhead, -rec.dc_percent, name, rec))
+    if not candidates:
+        why = (f"DC evidence for {', '.join(sorted(dc_only))} but no overhead measured at {dims}"
+               if dc_only else f"no DC evidence at {dims}")
+        return Selection(req, dims, None, None, None,
+                         f"not achievable from the evidence: {why}"
+                         + (f" (mode {mode})" if mode else "")
+                         + "; run `safemon dc` and `safemon bench` at these dims")
+    min_dc = req.min_dc if req.min_dc is not None else 0.0
+    meets = sorted(c for c in candidates if c[3].dc_percent >= min_dc and c[3].dc_percent > 0)
+    if not meets:
+        best = max(candidates, key=lambda c: c[3].dc_percent)
+        return Selection(req, dims, None, None, None,
+                         f"not achievable: needs DC ≥ {min_dc:g} % ({req.band}); the best measured "
+                         f"at {dims} is {best[2]} with {best[3].dc_percent:.2f} %")
+    within = [c for c in meets if budget is None or c[0] <= budget]
+    if not within:
+        cheapest = meets[0]
+        return Selection(req, dims, None, None, None,
+                         f"not achievable within budget {budget:g}×: the cheapest variant with "
+                         f"DC ≥ {min_dc:g} % is {cheapest[2]} at {cheapest[0]:.2f}×")
+    overhead, _, name, rec = within[0]
+    note = {
+        "none": "IEC 61508-2 accepts DC < 60 % here; the cheapest variant with any DC is shown",
+        "not specified": "IEC 61508-2 sets no requirement here; the cheapest variant is shown",
+    }.get(req.band, f"meets the {req.band} band (DC ≥ {min_dc:g} %)")
+    return Selection(req, dims, name, rec.dc_percent, overhead, note)
+
+
+def selection_table(
+    dims: str,
+    dc: Mapping[tuple[str, str], DcRecord],
+    bench: Mapping[tuple[str, str], BenchRow],
+    *,
+    mode: str | None = None,
+    budget: float | None = None,
+) -> list[Selection]:
+    """Every (SIL 4..1, HFT 0..2) selection: the seed's Table 4 from the rule."""
+    return [
+        select_variant(sil, hft, dims, dc, bench, mode=mode, budget=budget)
+        for sil in (4, 3, 2, 1)
+        for hft in (0, 1, 2)
+    ]
+
+
+def _band_of(dc: float) -> str:
+    if dc >= BANDS["high"]:
+        return "iv"
+    if dc >= BANDS["medium"]:
+        return "iii"
+    if dc >= BANDS["low"]:
+        return "ii"
+    return "i"
+
+
+def selection_table_markdown(selections: list[Selection]) -> str:
+    """Render `selection_table` as Markdown: cells "variant (overhead×, DC %) (band)".
+
+    Band marks follow the seed: (i) DC < 60 %, (ii) 60–90 %, (iii) 90–99 %, (iv) ≥ 99 %.
+    """
+    by = {(s.requirement.sil, s.requirement.hft): s for s in selections}
+    dims = selections[0].dims if selections else "?"
+    lines = [f"Selected variants at {dims} (overhead vs unprotected, measured DC):", "",
+             "| SIL | HFT 0 | HFT 1 | HFT 2 |", "|---|---|---|---|"]
+    for sil in (4, 3, 2, 1):
+        cells = []
+        for hft in (0, 1, 2):
+            s = by.get((sil, hft))
+            if s is None:
+                cells.append("—")
+            elif s.achievable and s.dc_percent is not None and s.overhead is not None:
+                cells.append(f"{s.variant} ({s.overhead:.2f}×, {s.dc_percent:.1f} %) ({_band_of(s.dc_percent)})")
+            elif s.requirement.band == "not allowed":
+                cells.append("not achievable (not allowed)")
+            else:
+                cells.append("not achievable")
+        lines.append(f"| {sil} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
