@@ -1,34 +1,28 @@
-"""Shared helpers of the daemon-facing sub-commands (config loading, exit codes)."""
+"""Helpers shared by the evidence sub-commands (dc, bench, select)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import Any
-
-from safemon.config import Config, load_config
-from safemon.errors import ConfigError
-
-__all__ = ["EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE", "add_config", "config_of"]
-
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
+from collections.abc import Callable, Sequence
 
 
-def add_config(parser: argparse.ArgumentParser) -> None:
-    """`--config FILE` (default: $SAFEMON_CONFIG, else the embedded default)."""
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help="configuration file (default: $SAFEMON_CONFIG or the embedded default)")
+def standalone(register: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None],
+               name: str, argv: Sequence[str] | None = None) -> int:
+    """Run one sub-command without the top-level CLI (`python -m safemon.commands.<name>`)."""
+    parser = argparse.ArgumentParser(prog=f"safemon {name}")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    args = parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)])
+    return int(args.handler(args))
 
 
-def config_of(args: Any) -> Config | None:
-    """Load the configuration; on ConfigError print it to stderr and return None (exit 2)."""
-    path = args.config or os.environ.get("SAFEMON_CONFIG") or None
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        print(f"safemon: {exc}", file=sys.stderr)
+def current_device_name() -> str | None:
+    """The current CUDA device's name, or None without a usable device."""
+    from safemon.kernels.compiler import cuda_available, import_cupy
+
+    if not cuda_available():
         return None
+    cp = import_cupy()
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)

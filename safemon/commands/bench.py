@@ -1,0 +1,92 @@
+"""`safemon bench`: overhead of every variant vs the unprotected kernel and cuBLAS (GPU only).
+
+Exit codes: 0 done, 2 bad usage or no usable GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["QUICK_DIMS", "handler", "main", "register"]
+
+#: `--quick`: the seed's 80² and the 1024³ throughput size, fma mode, 30 repeats.
+QUICK_DIMS = "80,1024"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="overhead benchmark: protected vs unprotected vs cuBLAS",
+        description="Median kernel times (CUDA events, warm-up) of every standard variant at "
+        "each size, against the unprotected kernel of the same tiling and cupy.matmul, "
+        "measured in the same run. Clocks are recorded, never changed.",
+    )
+    p.add_argument("--dims", default="bench",
+                   help="comma list of MxNxK / N / L91; 'bench' = 80,160,320,L91,1024,4096 (default)")
+    p.add_argument("--modes", default="fma,exact", help="comma list of fma, exact")
+    p.add_argument("--variants", default="standard",
+                   help="comma list of variant labels (ones/I, xor_fletcher, ...) or 'standard'")
+    p.add_argument("--repeats", type=int, default=100, help="runs per median (a tenth, ≥ 10, at 4096³)")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--quick", action="store_true",
+                   help=f"sizes {QUICK_DIMS}, fma only, 30 repeats, small ECC section")
+    p.add_argument("--no-ecc", action="store_true", help="skip the ECC section")
+    p.add_argument("--json", dest="json_file", default=None, help="write safemon.bench/1 evidence here")
+    p.add_argument("--markdown", default=None, help="write the Markdown report here")
+    p.add_argument("--evidence", default=None, help="store the evidence per device under this directory")
+    p.set_defaults(handler=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from safemon.errors import BackendUnavailableError
+    from safemon.faults.bench import bench_markdown, run_bench
+    from safemon.faults.campaign import variant_label
+    from safemon.faults.dims import BENCH_DIMS, parse_dims_list
+    from safemon.faults.evidence import EvidenceStore, write_evidence
+    from safemon.kernels.catalog import MODES, Variant
+
+    try:
+        dims = parse_dims_list(QUICK_DIMS if args.quick and args.dims == "bench" else args.dims)
+        modes = ["fma"] if args.quick and args.modes == "fma,exact" else [
+            m.strip() for m in args.modes.split(",") if m.strip()]
+        for m in modes:
+            if m not in MODES:
+                raise ValueError(f"unknown mode {m!r}; known: {', '.join(MODES)}")
+        repeats = 30 if args.quick and args.repeats == 100 else args.repeats
+        wanted = None if args.variants == "standard" else {
+            s.strip() for s in args.variants.split(",") if s.strip()}
+
+        def keep(v: Variant) -> bool:
+            return wanted is None or variant_label(v) in wanted
+
+        ev = run_bench(
+            dims_list=dims, modes=modes, variant_filter=keep, repeats=repeats,
+            warmup=args.warmup, ecc=not args.no_ecc,
+            ecc_sizes_mib=(64,) if args.quick else (64, 256),
+            ecc_dims=(BENCH_DIMS["1024"],) if args.quick else (BENCH_DIMS["1024"], BENCH_DIMS["4096"]),
+            progress=lambda s: print(f"bench: {s}", file=sys.stderr, flush=True),
+        )
+    except (ValueError, BackendUnavailableError) as exc:
+        print(f"safemon bench: {exc}", file=sys.stderr)
+        return 2
+    md = bench_markdown(ev)
+    print(md)
+    if args.json_file:
+        write_evidence(ev, args.json_file)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(f"# Overhead benchmark\n\n{md}\n")
+    if args.evidence:
+        print(f"stored {EvidenceStore(args.evidence).save_bench(ev)}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from safemon.commands._common import standalone
+
+    return standalone(register, "bench", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
