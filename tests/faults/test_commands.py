@@ -1,0 +1,88 @@
+"""The dc and select sub-commands end to end on the NumPy backend; bench on a GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from safemon.commands import bench as bench_cmd
+from safemon.commands import dc as dc_cmd
+from safemon.commands import select as select_cmd
+from safemon.faults.evidence import BenchEvidence, EvidenceStore, load_evidence
+from tests.faults.helpers import CATALOG, DEVICE, bench_doc, bench_row, dc_doc, dc_rec
+
+
+def test_dc_command_writes_json_and_stores_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "dc.json"
+    rc = dc_cmd.main(["--variants", "twos/E,ones/M", "--dims", "8x12x4", "--backend", "numpy",
+                      "--seed", "2", "--json", str(out), "--evidence", str(tmp_path / "ev"),
+                      "--markdown", str(tmp_path / "dc.md"), "--no-progress"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert [r["variant"] for r in data["results"]] == ["twos/E", "ones/M"]
+    assert data["results"][0]["injections"] == 32 * (8 * 4 + 4 * 12)
+    assert "DC(ES)" in capsys.readouterr().out
+    assert EvidenceStore(tmp_path / "ev").devices()
+    assert "| variant |" in (tmp_path / "dc.md").read_text()
+
+
+def test_dc_command_rejects_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert dc_cmd.main(["--variants", "bogus/I", "--backend", "numpy"]) == 2
+    assert dc_cmd.main(["--dims", "3x4", "--backend", "numpy"]) == 2
+    assert "safemon dc:" in capsys.readouterr().err
+
+
+def _store(tmp_path: Path) -> Path:
+    root = tmp_path / "ev"
+    d = EvidenceStore(root).device_dir(DEVICE)
+    d.mkdir(parents=True)
+    (d / "dc_a.json").write_text(json.dumps(dc_doc([dc_rec(v, x) for v, x, _ in CATALOG])))
+    (d / "bench_a.json").write_text(json.dumps(bench_doc([bench_row(v, o) for v, _, o in CATALOG])))
+    return root
+
+
+def test_select_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _store(tmp_path)
+    rc = select_cmd.main(["--sil", "3", "--hft", "0", "--dims", "80", "--evidence", str(root),
+                          "--device", DEVICE])
+    assert rc == 0
+    assert "ones/I/fma/small" in capsys.readouterr().out
+    rc = select_cmd.main(["--sil", "4", "--hft", "0", "--dims", "80", "--evidence", str(root),
+                          "--device", DEVICE])
+    assert rc == 1
+    assert "not achievable" in capsys.readouterr().out
+
+
+def test_select_report_writes_tables_and_plot(tmp_path: Path) -> None:
+    root = _store(tmp_path)
+    rep = tmp_path / "report"
+    rc = select_cmd.main(["--dims", "80", "--evidence", str(root), "--device", DEVICE,
+                          "--table", "--report", str(rep)])
+    assert rc == 0
+    for name in ("table3_dc.md", "table3_dc.json", "table4_selection.md",
+                 "table4_selection.json", "tradeoff.png"):
+        assert (rep / name).stat().st_size > 0
+    assert len(json.loads((rep / "table4_selection.json").read_text())) == 12
+
+
+def test_select_without_evidence_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = select_cmd.main(["--sil", "1", "--hft", "0", "--dims", "80", "--evidence",
+                          str(tmp_path), "--device", "none"])
+    assert rc == 2
+    assert "no evidence" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_quick_bench_produces_a_well_formed_report(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    rc = bench_cmd.main(["--dims", "80,18x2304x64", "--modes", "fma", "--variants", "ones/I,xor/M",
+                         "--repeats", "5", "--warmup", "2", "--no-ecc", "--json", str(out),
+                         "--markdown", str(tmp_path / "b.md")])
+    assert rc == 0
+    ev = load_evidence(out)
+    assert isinstance(ev, BenchEvidence)
+    assert {(r.variant, r.dims) for r in ev.rows} == {
+        (v, d) for v in ("ones/I", "xor/M") for d in ("80x80x80", "18x2304x64")}
+    assert "Overhead" in (tmp_path / "b.md").read_text()

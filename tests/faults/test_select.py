@@ -1,0 +1,114 @@
+"""The selection rule and the IEC 61508-2 requirement table, against hand-written evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from safemon.faults.evidence import BenchRow, DcRecord
+from safemon.faults.select import (
+    REQUIREMENTS,
+    requirement,
+    select_variant,
+    selection_table,
+    selection_table_markdown,
+)
+from tests.faults.helpers import CATALOG, bench_row, dc_rec
+
+D = "80x80x80"
+
+
+def _evidence(catalog=CATALOG):  # type: ignore[no-untyped-def]
+    dc = {}
+    bench = {}
+    for v, d, o in catalog:
+        r = DcRecord.model_validate(dc_rec(v, d))
+        b = BenchRow.model_validate(bench_row(v, o))
+        dc[(r.name, r.dims)] = r
+        bench[(b.name, b.dims)] = b
+    return dc, bench
+
+
+def test_requirement_table_is_iec_61508_2_type_b() -> None:
+    """Every (SIL, HFT) cell of IEC 61508-2 Table 3 (type B), inverted to a minimum DC."""
+    expect = {
+        (4, 0): None, (4, 1): 99.0, (4, 2): 90.0,
+        (3, 0): 99.0, (3, 1): 90.0, (3, 2): 60.0,
+        (2, 0): 90.0, (2, 1): 60.0, (2, 2): 0.0,
+        (1, 0): 60.0, (1, 1): 0.0, (1, 2): 0.0,
+    }
+    assert {k: r.min_dc for k, r in REQUIREMENTS.items()} == expect
+    assert requirement(1, 2).band == "not specified"
+    with pytest.raises(ValueError):
+        requirement(5, 0)
+    with pytest.raises(ValueError):
+        requirement(1, 3)
+
+
+@pytest.mark.parametrize(
+    ("sil", "hft", "want"),
+    [
+        (3, 0, "ones/I/fma/small"),    # high: ones/I (1.50×) beats crc32c/I (9×)
+        (2, 0, "twos/I/fma/small"),    # medium: twos/I 95.7 % at 1.30×
+        (1, 0, "ones/M/fma/small"),    # low: ones/M 62.5 % at 1.04× is cheaper than twos/M 1.05×
+        (4, 1, "ones/I/fma/small"),
+        (3, 1, "twos/I/fma/small"),
+        (2, 1, "ones/M/fma/small"),
+        (1, 1, "xor/E/fma/small"),     # DC < 60 % allowed: the cheapest with any DC
+        (3, 2, "ones/M/fma/small"),
+        (4, 2, "twos/I/fma/small"),
+    ],
+)
+def test_cheapest_variant_meeting_the_band(sil: int, hft: int, want: str) -> None:
+    dc, bench = _evidence()
+    s = select_variant(sil, hft, D, dc, bench)
+    assert s.achievable and s.variant == want
+
+
+def test_sil4_hft0_is_never_achievable() -> None:
+    dc, bench = _evidence()
+    s = select_variant(4, 0, D, dc, bench)
+    assert not s.achievable and "HFT" in s.reason
+
+
+def test_dc_too_low_says_the_best_measured() -> None:
+    dc, bench = _evidence([("xor/M", 50.0, 1.01), ("twos/I", 95.7, 1.3)])
+    s = select_variant(3, 0, D, dc, bench)
+    assert not s.achievable
+    assert "twos/I/fma/small" in s.reason and "95.70" in s.reason
+
+
+def test_budget_excludes_expensive_variants() -> None:
+    dc, bench = _evidence()
+    assert select_variant(3, 0, D, dc, bench, budget=2.0).variant == "ones/I/fma/small"
+    s = select_variant(3, 0, D, dc, bench, budget=1.2)
+    assert not s.achievable and "budget" in s.reason and "ones/I/fma/small" in s.reason
+    with pytest.raises(ValueError):
+        select_variant(3, 0, D, dc, bench, budget=0)
+
+
+def test_tie_on_overhead_prefers_higher_dc() -> None:
+    dc, bench = _evidence([("twos/M", 61.7, 1.05), ("ones/M", 62.5, 1.05)])
+    assert select_variant(1, 0, D, dc, bench).variant == "ones/M/fma/small"
+
+
+def test_missing_evidence_is_explained() -> None:
+    dc, bench = _evidence()
+    s = select_variant(2, 0, "40x40x40", dc, bench)
+    assert not s.achievable and "no DC evidence" in s.reason
+    s = select_variant(2, 0, D, dc, {})
+    assert not s.achievable and "no overhead" in s.reason
+
+
+def test_mode_filter() -> None:
+    dc, bench = _evidence()
+    assert not select_variant(2, 0, D, dc, bench, mode="exact").achievable
+    assert select_variant(2, 0, D, dc, bench, mode="fma").achievable
+
+
+def test_generated_table4_has_every_cell() -> None:
+    dc, bench = _evidence()
+    table = selection_table(D, dc, bench)
+    assert len(table) == 12
+    md = selection_table_markdown(table)
+    assert "not achievable (not allowed)" in md
+    assert "ones/I/fma/small (1.50×, 100.0 %) (iv)" in md
