@@ -77,7 +77,8 @@ def import_cupy() -> ModuleType:
         raise BackendUnavailableError(f"CuPy is installed but no CUDA device is usable: {exc}") from exc
     if count < 1:
         raise BackendUnavailableError("CuPy is installed but no CUDA device is present")
-    return cupy
+    module: ModuleType = cupy
+    return module
 
 
 @functools.cache
@@ -113,7 +114,8 @@ def load_module(build: KernelBuild) -> Any:
         try:
             mod.compile()
         except Exception as exc:
-            log = getattr(exc, "get_message", lambda: str(exc))()
+            get_message = getattr(exc, "get_message", None)
+            log = get_message() if callable(get_message) else str(exc)
             raise CompileError(
                 f"NVRTC failed to compile {build.source.name} with {build.flags()}:\n{log}"
             ) from exc

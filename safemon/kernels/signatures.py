@@ -125,9 +125,8 @@ class GF2Map:
         """Apply the map elementwise to a uint32 (or uint64 holding uint32) array."""
         x = x.astype(np.uint32, copy=False)
         t = self.tables
-        return (
-            t[0][x & 0xFF] ^ t[1][(x >> 8) & 0xFF] ^ t[2][(x >> 16) & 0xFF] ^ t[3][x >> 24]
-        )
+        out: U32 = t[0][x & 0xFF] ^ t[1][(x >> 8) & 0xFF] ^ t[2][(x >> 16) & 0xFF] ^ t[3][x >> 24]
+        return out
 
     def compose(self, inner: GF2Map) -> GF2Map:
         """self ∘ inner."""
@@ -207,12 +206,13 @@ class StreamAccumulator:
         """The element's share of its thread's checksum; shape = state.shape[1:] + (ncomp,)."""
         m = len(offsets)
         k = self.kind
-        p0 = state[0]
+        p0: U64 = state[0]
         if k == "xor":
-            out = p0 if m % 2 else np.zeros_like(p0)
-            return out[..., None]
+            kept: U64 = p0 if m % 2 else np.zeros_like(p0)
+            return kept[..., None]
         if k in ("twos", "ones"):
-            return (p0 * np.uint64(m))[..., None]
+            scaled: U64 = p0 * np.uint64(m)
+            return scaled[..., None]
         if k == "fletcher":
             total_len = stride * steps
             weight = sum(total_len - p for p in offsets)
@@ -228,8 +228,9 @@ class StreamAccumulator:
     def reduce(self, contrib: U64, axes: tuple[int, ...]) -> U64:
         """Combine contributions over `axes` with this checksum's operation."""
         if self.combine == "xor":
-            return np.bitwise_xor.reduce(contrib, axis=axes) if axes else contrib
-        out = contrib.sum(axis=axes, dtype=np.uint64) if axes else contrib
+            reduced: U64 = np.bitwise_xor.reduce(contrib, axis=axes) if axes else contrib
+            return reduced
+        out: U64 = contrib.sum(axis=axes, dtype=np.uint64) if axes else contrib
         if self.kind == "fletcher":
             out = out.copy()
             out[..., :2] %= np.uint64(ONES_MOD)

@@ -64,7 +64,7 @@ def _mac(acc: np.float32, a: np.float32, b: np.float32, fma: bool) -> np.float32
     return _round_to_f32(exact)
 
 
-def _round_to_f32(x: "Fraction") -> np.float32:  # noqa: F821 - imported lazily above
+def _round_to_f32(x: Fraction) -> np.float32:  # noqa: F821 - imported lazily above
     from fractions import Fraction
 
     if x == 0:
@@ -72,11 +72,12 @@ def _round_to_f32(x: "Fraction") -> np.float32:  # noqa: F821 - imported lazily 
     lo = np.float32(float(x))  # a float32 neighbour (float() may round twice; fix below)
     best = lo
     for cand in (np.nextafter(lo, np.float32(-np.inf)), lo, np.nextafter(lo, np.float32(np.inf))):
-        if abs(Fraction(float(cand)) - x) < abs(Fraction(float(best)) - x):
+        if abs(Fraction(float(cand)) - x) < abs(Fraction(float(best)) - x) or (
+            abs(Fraction(float(cand)) - x) == abs(Fraction(float(best)) - x)
+            and cand != best
+            and int(np.float32(cand).view(np.uint32)) % 2 == 0
+        ):
             best = cand
-        elif abs(Fraction(float(cand)) - x) == abs(Fraction(float(best)) - x) and cand != best:
-            if int(np.float32(cand).view(np.uint32)) % 2 == 0:
-                best = cand
     return np.float32(best)
 
 

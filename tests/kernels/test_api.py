@@ -11,7 +11,14 @@ import pytest
 
 import safemon
 from safemon.errors import BackendUnavailableError, InvalidInputError
-from safemon.kernels.catalog import COMBINATIONS, TILES, Variant, auto_tile, make_variant, standard_variants
+from safemon.kernels.catalog import (
+    COMBINATIONS,
+    TILES,
+    Variant,
+    auto_tile,
+    make_variant,
+    standard_variants,
+)
 from safemon.kernels.compiler import cuda_available
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +95,7 @@ def test_bad_options_are_rejected(kwargs: dict[str, str], match: str) -> None:
 @pytest.mark.skipif(cuda_available(), reason="checks the no-GPU path")
 def test_cupy_backend_without_a_device_raises_clearly() -> None:
     a, b = _ab()
-    with pytest.raises(BackendUnavailableError, match="cupy|CUDA"):
+    with pytest.raises(BackendUnavailableError, match=r"cupy|CUDA"):
         safemon.protected_matmul(a, b, backend="cupy")
     assert safemon.protected_matmul(a, b, backend="auto").backend == "numpy"
 
