@@ -6,6 +6,7 @@ Exit codes: 0 done, 2 bad usage, 1 the device's clean run disagrees with the ref
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 from typing import Any
@@ -33,6 +34,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--markdown", default=None, help="write the Table-3-style Markdown here")
     p.add_argument("--evidence", default=None, help="store the evidence per device under this directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--inkernel", type=int, default=0, metavar="N",
+                   help="instead: N sampled in-kernel faults per variant (GPU; operand a/b, "
+                   "accumulator, ES word), classified masked / detected / sdc")
+    p.add_argument("--scope", choices=("transient", "thread", "block"), default="transient",
+                   help="with --inkernel: transient, or permanent in one thread / one block")
     p.set_defaults(handler=handler)
 
 
@@ -63,6 +69,8 @@ def handler(args: argparse.Namespace) -> int:
     except (ValueError, BackendUnavailableError) as exc:
         print(f"safemon dc: {exc}", file=sys.stderr)
         return 2
+    if args.inkernel:
+        return _inkernel(args, jobs, backend)
     device = current_device_name() if backend == "cupy" else None
     device = device or f"numpy reference ({platform.machine()})"
     results = []
@@ -91,6 +99,40 @@ def handler(args: argparse.Namespace) -> int:
     if args.evidence:
         for path in EvidenceStore(args.evidence).save_dc(ev):
             print(f"stored {path}", file=sys.stderr)
+    return 0
+
+
+def _inkernel(args: argparse.Namespace, jobs: list[Any], backend: str) -> int:
+    """Sampled in-kernel campaigns: a table of outcomes per target, optional JSON."""
+    from safemon import __version__
+    from safemon.commands._common import current_device_name
+    from safemon.faults.evidence import now_utc
+    from safemon.faults.inkernel import IN_KERNEL_TARGETS, OUTCOMES, run_inkernel_campaign
+
+    if backend != "cupy":
+        print("safemon dc: --inkernel needs the cupy backend (the NumPy reference does not "
+              "model register faults)", file=sys.stderr)
+        return 2
+    targets = IN_KERNEL_TARGETS if args.scope == "transient" else IN_KERNEL_TARGETS[:3]
+    results = []
+    lines = ["| variant | size | target | " + " | ".join(OUTCOMES) + " |",
+             "|---|---|---|" + "---:|" * len(OUTCOMES)]
+    for variant, dims in jobs:
+        tg = targets if variant.words else tuple(t for t in targets if t != "es_word")
+        r = run_inkernel_campaign(variant, dims, args.inkernel, seed=args.seed, targets=tg,
+                                  scope=args.scope)
+        results.append(r.as_dict())
+        for target, counts in r.counts().items():
+            lines.append(f"| {variant.name} | {dims.key} | {target} | "
+                         + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
+    print(f"In-kernel faults ({args.scope}), {args.inkernel} sites per variant\n")
+    print("\n".join(lines))
+    if args.json_file:
+        doc = {"schema": "safemon.inkernel/1", "safemon_version": __version__, "date": now_utc(),
+               "device": current_device_name(), "seed": args.seed, "scope": args.scope,
+               "results": results}
+        with open(args.json_file, "w") as fh:
+            json.dump(doc, fh, indent=2)
     return 0
 
 

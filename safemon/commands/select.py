@@ -100,7 +100,11 @@ def handler(args: argparse.Namespace) -> int:
                  "min_dc": s.requirement.min_dc, "dims": s.dims, "variant": s.variant,
                  "dc_percent": s.dc_percent, "overhead": s.overhead, "reason": s.reason}
                 for s in table], indent=2) + "\n")
-            plot_tradeoff(points, out / "tradeoff.png", title=title)
+            if points:
+                plot_tradeoff(points, out / "tradeoff.png", title=title)
+            else:  # a report without overhead evidence for this mode still has its tables
+                print("safemon select: no variant has both DC and overhead evidence at "
+                      f"{dims}; no plot written", file=sys.stderr)
             print(f"wrote the report under {out}", file=sys.stderr)
     except ValueError as exc:
         print(f"safemon select: {exc}", file=sys.stderr)
