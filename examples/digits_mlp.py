@@ -1,0 +1,61 @@
+"""A small inference app protected by safemon: an MLP classifying scikit-learn's digits.
+
+    python examples/digits_mlp.py            # plain NumPy, no safemon
+    python examples/digits_mlp.py --safemon  # every matmul through a running daemon
+                                             # (start one with `safemon daemon`)
+
+The model (64 → 64 → 10) is trained at first use in a few seconds and cached in
+~/.cache/safemon. Each dense layer is one matmul `[x, 1] · W` through a
+`matmul(x, weight_id)` callable, so the same code runs with or without safemon.
+For the full story with fault injection, run `safemon demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from safemon.demo.app import LAYERS, batch_slices, load_or_train
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--safemon", action="store_true", help="compute through safemon.Client")
+    parser.add_argument("--config", default=None, help="safemon configuration (with --safemon)")
+    parser.add_argument("--batch", type=int, default=32, help="samples per request")
+    args = parser.parse_args(argv)
+
+    model, x, y, trained = load_or_train()
+    if trained:
+        print("trained the model and cached it", file=sys.stderr)
+    pred = np.empty_like(y)
+    t0 = time.perf_counter()
+    if args.safemon:
+        from safemon.client import Client
+
+        with Client(args.config) as client:
+            ids = {name: client.register_weight(model.weights[name]) for name in LAYERS}
+
+            def matmul(xb: np.ndarray, weight_id: str) -> np.ndarray:
+                return client.matmul(xb, weight_id, timeout=2.0)
+
+            for sl in batch_slices(len(y), args.batch):
+                pred[sl] = model.predict(x[sl], matmul, ids)
+    else:
+        for sl in batch_slices(len(y), args.batch):
+            pred[sl] = model.predict(x[sl])
+    elapsed = time.perf_counter() - t0
+    print(
+        f"accuracy {np.mean(pred == y):.4f} on {len(y)} test digits in {elapsed * 1e3:.1f} ms"
+        f" ({'through safemon' if args.safemon else 'plain NumPy'})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

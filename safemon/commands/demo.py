@@ -1,0 +1,73 @@
+"""`safemon demo [--config FILE] [--duration S] [--json]`: the app protected by safemon
+while faults are injected into one channel; prints the report (`safemon.demo.report`).
+
+Exit codes: 0 the demo ran and no wrong output was released; 1 it ran but a wrong output
+was released or a fault went undetected; 2 bad usage or invalid configuration; 3 the
+daemon could not be started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the `demo` command to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="run an inference app under safemon while injecting faults",
+        description="Train (once) and run a digits MLP through safemon while a bit flip, a "
+        "stuck bit, a crash and a hang are injected into one channel; compare with the "
+        "same app without safemon.",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="configuration (default: the embedded 2oo3 default)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=12.0,
+        metavar="S",
+        help="seconds the protected run is spread over (default 12)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of `safemon demo`; returns the exit code."""
+    from safemon.demo.runner import run_demo
+    from safemon.errors import ConfigError, PatternError, SafemonError
+
+    if not args.duration > 0 or args.duration > 3600:
+        print("safemon demo: --duration must be in (0, 3600] seconds", file=sys.stderr)
+        return 2
+
+    def progress(msg: str) -> None:
+        if not args.json:
+            print(f"... {msg}", file=sys.stderr, flush=True)
+
+    try:
+        report = run_demo(args.config, duration_s=args.duration, progress=progress)
+    except ConfigError as exc:
+        print(f"safemon demo: {exc}", file=sys.stderr)
+        return 2
+    except (PatternError, SafemonError) as exc:
+        print(f"safemon demo: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
+    data = report.as_json()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(report.table())
+    ok = data["wrong_outputs_released"] == 0 and data["faults_detected"] == data["faults_injected"]
+    return 0 if ok else 1

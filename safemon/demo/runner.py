@@ -1,0 +1,528 @@
+"""The demo run: clean, unprotected-faulty and protected runs of the digits app, one report.
+
+`run_demo` starts a daemon in this process (its channels are processes or streams as the
+configuration says), runs the app through `safemon.Client` while `Client.inject` puts the
+faults of `plan_faults` into one channel, and compares with the same app run in-process
+without faults and without safemon under the same faults.
+
+Detection evidence comes from the daemon's events socket (typed controller events): a fault
+counts as detected when the daemon published a "fault" event for the injected channel
+between its injection and the next injection (or the end of the grace period).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from safemon.demo.app import F32, I64, LAYERS, DigitsMLP, batch_slices, load_or_train
+from safemon.demo.faulty import (
+    MIN_BATCHES,
+    FaultStep,
+    VariantFor,
+    kernel_matmul,
+    order_for_flip,
+    plan_faults,
+    run_unprotected,
+)
+from safemon.demo.report import DemoReport, FaultRecord
+from safemon.errors import SafemonError
+from safemon.kernels.api import run_variant
+
+__all__ = ["ClientLike", "EventStream", "ProtectedResult", "run_demo", "run_protected"]
+
+
+class ClientLike(Protocol):
+    """The part of `safemon.Client` the demo uses."""
+
+    def register_weight(self, w: F32) -> str: ...
+
+    def matmul(self, x: F32, weight_id: str, *, timeout: float = ...) -> F32: ...
+
+    def inject(self, channel: str, fault: str) -> None: ...
+
+    def clear_faults(self, channel: str | None = None) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+class EventSource(Protocol):
+    """Yields (receipt time, event dict) pairs that arrived since the last call."""
+
+    def poll(self) -> list[tuple[float, dict[str, Any]]]: ...
+
+
+class EventStream:
+    """A SUB socket on the daemon's events endpoint (JSON bodies of typed events)."""
+
+    def __init__(self, config: Any, context: Any) -> None:
+        import zmq
+
+        from safemon.transport import CurveClientKeys, Limits, make_socket
+
+        address = config.endpoints.events
+        curve = None
+        sec = config.security
+        if sec.curve and not address.startswith("inproc://"):
+            curve = CurveClientKeys.from_files(
+                sec.keys_dir / "client.key_secret", sec.keys_dir / "server.key"
+            )
+        self._sock = make_socket(context, zmq.SUB, address, bind=False, curve=curve)
+        self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self._limits = Limits()
+
+    def poll(self) -> list[tuple[float, dict[str, Any]]]:
+        import json
+
+        from safemon.transport import recv_message
+
+        out: list[tuple[float, dict[str, Any]]] = []
+        while True:
+            got = recv_message(self._sock, limits=self._limits, timeout_ms=0)
+            if got is None:
+                return out
+            if got.message.arrays:
+                try:
+                    body = json.loads(bytes(got.message.arrays[0]).decode())
+                except (UnicodeDecodeError, ValueError):
+                    continue  # not ours to judge; the daemon's own tests cover its events
+                if isinstance(body, dict):
+                    out.append((time.monotonic(), body))
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+
+
+@dataclass
+class ProtectedResult:
+    """What the protected run saw.
+
+    predictions: (n,) int64, -1 where the request was refused (a typed error, no output).
+    failed_batches: (batch, error type) per refused batch.
+    """
+
+    predictions: I64
+    failed_batches: list[tuple[int, str]]
+    wrong_outputs_released: int
+    outputs_released: int
+    latencies_s: list[float]
+    faults: list[FaultRecord]
+    safe_state_events: int
+    restarts: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _incarnations(status: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ch in status.get("channels", []):
+        if isinstance(ch, dict) and isinstance(ch.get("incarnation"), int):
+            out[str(ch.get("name"))] = int(ch["incarnation"])
+    return out
+
+
+def run_protected(
+    client: ClientLike,
+    model: DigitsMLP,
+    x: F32,
+    y: I64,
+    batches: Sequence[slice],
+    plan: Sequence[FaultStep],
+    channel: str,
+    variant_for: VariantFor,
+    events: EventSource,
+    *,
+    pace_s: float = 0.0,
+    timeout_s: float = 2.0,
+    grace_s: float = 2.0,
+    settle_s: float = 15.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ProtectedResult:
+    """The app through the Client while the schedule's faults go into `channel`.
+
+    Every released C is compared bit for bit with the NumPy reference of the same variant
+    on the same input (exact-mode channels are bit-identical to it), which gives
+    `wrong_outputs_released`. Batches start `pace_s` apart so that self-tests and restarts
+    happen during the run; before each injection the run waits (at most `settle_s`) until
+    every channel is UP again; after the last batch, up to `grace_s` is spent waiting for
+    the last fault's detection.
+    """
+    ids = {name: client.register_weight(model.weights[name]) for name in LAYERS}
+    by_id = {wid: model.weights[name] for name, wid in ids.items()}
+    start_inc = _incarnations(client.status())
+    released = wrong = 0
+
+    def mm(xb: F32, weight_id: str) -> F32:
+        nonlocal released, wrong
+        c = client.matmul(xb, weight_id, timeout=timeout_s)
+        w = by_id[weight_id]
+        ref = run_variant(xb, w, variant_for(xb.shape[0], w.shape[1]), backend="numpy").c
+        released += 1
+        same = (
+            c.dtype == ref.dtype
+            and c.shape == ref.shape
+            and np.array_equal(c.view(np.uint32), np.asarray(ref).view(np.uint32))
+        )
+        wrong += 0 if same else 1
+        return c
+
+    pred = np.full(len(y), -1, dtype=np.int64)
+    failed: list[tuple[int, str]] = []
+    latencies: list[float] = []
+    seen: list[tuple[float, dict[str, Any]]] = []
+    injected_at: dict[int, float] = {}
+    t0 = clock()
+    for b, sl in enumerate(batches):
+        wait = t0 + b * pace_s - clock()
+        if wait > 0:
+            sleep(wait)
+        seen += events.poll()
+        for step in plan:
+            if step.clear_batch == b:
+                client.clear_faults(channel)
+        mid: list[int] = []
+        for i, step in enumerate(plan):
+            if step.batch == b:
+                # One fault at a time: the previous one's reaction (restart, rejoin after
+                # a self-test) must be over, or this one would test something else.
+                _wait_healthy(client, settle_s, clock, sleep)
+                if step.layer is None:
+                    injected_at[i] = clock()
+                    client.inject(channel, step.kind)
+                else:
+                    mid.append(i)
+
+        def hooked(xb: F32, weight_id: str, mid: list[int] = mid) -> F32:
+            for i in list(mid):
+                if ids[str(plan[i].layer)] == weight_id:
+                    mid.remove(i)
+                    injected_at[i] = clock()
+                    client.inject(channel, plan[i].kind)
+            return mm(xb, weight_id)
+
+        t = clock()
+        try:
+            pred[sl] = model.predict(x[sl], hooked, ids)
+        except SafemonError as exc:
+            failed.append((b, type(exc).__name__))
+        latencies.append(clock() - t)
+    # The last fault may still be in its detection window (a hang needs a heartbeat timeout).
+    end = clock() + grace_s
+    last = len(plan) - 1
+    while clock() < end:
+        seen += events.poll()
+        if (
+            last >= 0
+            and last in injected_at
+            and _detections(seen, channel, injected_at[last], None)
+        ):
+            break
+        sleep(0.05)
+    seen += events.poll()
+    with contextlib.suppress(SafemonError):
+        client.clear_faults(channel)
+    end_inc = _incarnations(client.status())
+    restarts = sum(max(0, end_inc.get(n, v) - v) for n, v in start_inc.items())
+
+    records: list[FaultRecord] = []
+    order = sorted(injected_at.items(), key=lambda kv: kv[1])
+    for pos, (i, t_inj) in enumerate(order):
+        t_next = order[pos + 1][1] if pos + 1 < len(order) else None
+        step = plan[i]
+        stop_batch = plan[order[pos + 1][0]].batch if pos + 1 < len(order) else len(batches)
+        n_failed = sum(1 for fb, _ in failed if step.batch <= fb < stop_batch)
+        records.append(
+            FaultRecord(
+                kind=step.kind,
+                channel=channel,
+                batch=step.batch,
+                detected_as=_detections(seen, channel, t_inj, t_next),
+                failed_requests=n_failed,
+            )
+        )
+    safe = sum(
+        1 for _, e in seen if e.get("event") == "mode" and str(e.get("mode")).upper() == "SAFE"
+    )
+    return ProtectedResult(
+        predictions=pred,
+        failed_batches=failed,
+        wrong_outputs_released=wrong,
+        outputs_released=released,
+        latencies_s=latencies,
+        faults=records,
+        safe_state_events=safe,
+        restarts=restarts,
+        events=[e for _, e in seen],
+    )
+
+
+def _wait_healthy(
+    client: ClientLike, limit_s: float, clock: Callable[[], float], sleep: Callable[[float], None]
+) -> bool:
+    """Wait (at most `limit_s`) until the mode is NORMAL and every channel is UP; False if
+    it did not happen (SAFE is latched: no point waiting then)."""
+    end = clock() + limit_s
+    while True:
+        st = client.status()
+        chans = st.get("channels", [])
+        if st.get("mode") == "NORMAL" and all(c.get("state") == "UP" for c in chans):
+            return True
+        if st.get("mode") == "SAFE" or clock() >= end:
+            return False
+        sleep(0.05)
+
+
+def _detections(
+    seen: Sequence[tuple[float, dict[str, Any]]], channel: str, t_from: float, t_to: float | None
+) -> tuple[str, ...]:
+    kinds: list[str] = []
+    for t, e in seen:
+        if e.get("event") != "fault" or e.get("channel") != channel:
+            continue
+        if t < t_from or (t_to is not None and t >= t_to):
+            continue
+        k = str(e.get("kind"))
+        if k not in kinds:
+            kinds.append(k)
+    return tuple(kinds)
+
+
+# ------------------------------------------------------------------------------ the demo
+
+
+#: Applied only to the embedded default on a CPU-only machine (NumPy backend). There, a
+#: channel restart (a fresh interpreter importing NumPy, pyzmq, pydantic) takes the CPU
+#: from the healthy channels for a second or more on 2 cores, and the default 0.2 s
+#: self-test deadline then reports DTI overruns on *healthy* channels. 0.5 s keeps
+#: dti + selftest_deadline (1.5 s) within the default FTTI (2 s).
+CPU_DEMO_TIMING: dict[str, str] = {"SAFEMON_TIMING__SELFTEST_DEADLINE_S": "0.5"}
+
+
+def demo_config(
+    config_path: str | Path | None, run_dir: Path
+) -> tuple[Any, dict[str, str], list[str]]:
+    """The configuration the demo runs, the environment that yields it (for the daemon's
+    process), and notes on what the demo changed.
+
+    The file (or the embedded default, 2oo3 = HFT 2) with a private runtime directory, an
+    OS-chosen metrics port and quiet channel logs; `CPU_DEMO_TIMING` on top for the
+    embedded default when no GPU is usable.
+    """
+    from safemon.config import load_config
+    from safemon.kernels.api import resolve_backend
+
+    env = {
+        **os.environ,
+        "SAFEMON_ENDPOINTS__RUNTIME_DIR": str(run_dir),
+        "SAFEMON_METRICS__PORT": "0",
+        "SAFEMON_LOGGING__LEVEL": "error",
+        "SAFEMON_LOGGING__FORMAT": "json",
+    }
+    notes: list[str] = []
+    config = load_config(config_path, env=env)
+    if config_path is None and resolve_backend(config.backend) == "numpy":
+        env.update(CPU_DEMO_TIMING)
+        config = load_config(None, env=env)
+        notes.append("CPU-only: timing.selftest_deadline_s = 0.5 s (default 0.2 s)")
+    return config, env, notes
+
+
+@dataclass
+class _DaemonProc:
+    status: dict[str, Any]
+    metrics_snapshot: bytes | None = None
+
+
+@contextlib.contextmanager
+def _daemon(
+    config_path: str | Path | None,
+    env: Mapping[str, str],
+    client: ClientLike,
+    log_path: Path,
+    ready_timeout_s: float,
+) -> Iterator[_DaemonProc]:
+    """A daemon in a child process (see `safemon.demo.daemon_main`); on exit its metrics
+    are scraped once, then it is drained with SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    argv = [sys.executable, "-m", "safemon.demo.daemon_main", str(log_path)]
+    if config_path is not None:
+        argv.append(str(config_path))
+    proc = subprocess.Popen(argv, env=dict(env), stdin=subprocess.DEVNULL)
+    info = _DaemonProc(status={})
+    try:
+        end = time.monotonic() + ready_timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise SafemonError(f"the daemon exited with {proc.returncode} (log: {log_path})")
+            try:
+                st = client.status()
+            except SafemonError:
+                st = {}
+            chans = st.get("channels", [])
+            if chans and all(c.get("state") == "UP" for c in chans):
+                info.status = st
+                break
+            if time.monotonic() >= end:
+                raise SafemonError(
+                    f"the daemon's channels were not all UP within {ready_timeout_s} s (log: {log_path})"
+                )
+            time.sleep(0.1)
+        yield info
+        url = info.status.get("metrics_url")
+        if isinstance(url, str) and url.startswith("http://127.0.0.1:"):
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2.0) as resp:
+                info.metrics_snapshot = resp.read()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _percentile_friendly(seconds: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(s) for s in seconds)
+
+
+def run_demo(
+    config_path: str | Path | None = None,
+    *,
+    duration_s: float = 12.0,
+    batch_size: int = 24,
+    cache: Path | None = None,
+    run_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> DemoReport:
+    """The whole demo; returns the report.
+
+    Args:
+        config_path: a YAML configuration; None = the embedded default (2oo3).
+        duration_s: the protected run is paced over about this long (> 0), so self-tests,
+            restarts and detections happen while the app runs.
+        batch_size: samples per request (the test set must give ≥ 10 batches).
+        cache: the model cache directory (None = `safemon.demo.app.cache_dir()`).
+        run_dir: where the runtime sockets, the daemon log and the metrics snapshot go;
+            None = a fresh temporary directory (kept, so the log can be read afterwards).
+
+    Raises:
+        ConfigError: invalid configuration. PatternError: tampered golden patterns.
+        SafemonError: the daemon did not start.
+    """
+    say = progress or (lambda _msg: None)
+    started = time.monotonic()
+    if not duration_s > 0:
+        raise ValueError(f"duration must be > 0 seconds, got {duration_s}")
+    rd = Path(tempfile.mkdtemp(prefix="safemon-demo-")) if run_dir is None else run_dir
+    rd.mkdir(parents=True, exist_ok=True)
+    os.chmod(rd, 0o700)  # the ipc sockets live here; make_socket wants a private directory
+    config, env, notes = demo_config(config_path, rd)
+    assert config.channels is not None
+    names = config.channel_names
+    channel = names[1] if len(names) > 1 else names[0]
+    vc = config.channels[0].variant
+
+    def variant_for(m: int, n: int) -> Any:
+        return vc.to_variant(m, n)
+
+    say("loading the model (trained at first use)")
+    model, x, y, _trained = load_or_train(cache)
+    batches = batch_slices(len(y), batch_size)
+    if len(batches) < MIN_BATCHES:
+        raise ValueError(
+            f"batch_size {batch_size} gives {len(batches)} batches; need {MIN_BATCHES}"
+        )
+
+    from safemon.kernels.api import resolve_backend
+
+    backend = resolve_backend(config.backend)
+
+    plan = plan_faults(len(batches))
+    flip = plan[0]
+    order = order_for_flip(model, x, y, batches, flip.batch, variant_for)
+    x, y = np.ascontiguousarray(x[order]), np.ascontiguousarray(y[order])
+    say("clean run (in-process kernel, no faults)")
+    clean_mm = kernel_matmul(model, variant_for, backend)
+    clean_pred = np.full(len(y), -1, dtype=np.int64)
+    lat_without: list[float] = []
+    for sl in batches:
+        t = time.perf_counter()
+        clean_pred[sl] = model.predict(x[sl], clean_mm)
+        lat_without.append(time.perf_counter() - t)
+    clean_acc = float(np.mean(clean_pred == y))
+    say("unprotected run with the same faults")
+    unprotected = run_unprotected(model, x, y, batches, plan, variant_for)
+
+    say(f"starting the daemon ({config.policy.value}, backend {backend})")
+    import zmq
+
+    from safemon.client import Client
+
+    log_path = rd / "daemon.log"
+    ctx = zmq.Context()
+    client = Client(config, context=ctx, control_timeout_s=1.0)
+    events = EventStream(config, ctx)
+    try:
+        with _daemon(config_path, env, client, log_path, ready_timeout_s=60.0) as proc:
+            metrics_url = proc.status.get("metrics_url")
+            say(f"protected run: faults into {channel}")
+            result = run_protected(
+                client,
+                model,
+                x,
+                y,
+                batches,
+                plan,
+                channel,
+                variant_for,
+                events,
+                pace_s=duration_s / len(batches),
+                timeout_s=max(2.0, 4 * config.timing.request_deadline_s),
+                grace_s=config.timing.heartbeat_timeout_s + config.timing.dti_s + 1.0,
+            )
+    finally:
+        client.close()
+        events.close()
+        ctx.term()
+    snapshot = rd / "metrics.prom"
+    if proc.metrics_snapshot is not None:
+        snapshot.write_bytes(proc.metrics_snapshot)
+
+    return DemoReport(
+        clean_accuracy=clean_acc,
+        protected_accuracy=float(np.mean(result.predictions == y)),
+        unprotected_faulty_accuracy=unprotected.accuracy,
+        faults=tuple(result.faults),
+        wrong_outputs_released=result.wrong_outputs_released,
+        outputs_released=result.outputs_released,
+        requests_failed=len(result.failed_batches),
+        latency_without_s=_percentile_friendly(lat_without),
+        latency_with_s=_percentile_friendly(result.latencies_s),
+        safe_state_events=result.safe_state_events,
+        restarts=result.restarts,
+        samples=len(y),
+        channel=channel,
+        policy=config.policy.value,
+        backend=backend,
+        metrics_url=(
+            f"{metrics_url} (while the demo ran; last scrape saved to {snapshot})"
+            if proc.metrics_snapshot is not None
+            else (str(metrics_url) if metrics_url else None)
+        ),
+        log_file=str(log_path),
+        duration_s=time.monotonic() - started,
+        notes=tuple(notes),
+    )
