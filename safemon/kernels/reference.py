@@ -46,7 +46,8 @@ def fma_float32(a: F32, b: F32, c: F32) -> F32:
         s = p + c64
         bits = s.view(np.uint64)
         low = bits & np.uint64(0x1FFFFFFF)
-        risky = (low == np.uint64(0x10000000)) | (np.abs(s) < 2.0**-125)
+        # An exact 0 needs no fix: p + c rounds to 0 only when it is exactly 0.
+        risky = (low == np.uint64(0x10000000)) | ((np.abs(s) < 2.0**-125) & (s != 0))
         if risky.any():
             p_r, c_r = np.broadcast_to(p, s.shape)[risky], np.broadcast_to(c64, s.shape)[risky]
             s_r = s[risky]
