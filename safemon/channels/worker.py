@@ -113,6 +113,7 @@ class ChannelWorker:
     def run(self) -> None:
         """Bind, register, serve until `stop()`, a `stop` command or an injected crash."""
         self._setup_device()
+        self._warm_up()
         sock = make_socket(
             self._ctx, zmq.DEALER, self.config.channel_address(self.name), bind=True
         )
@@ -142,6 +143,14 @@ class ChannelWorker:
         # Stream placement: each channel gets its own non-blocking stream, so replicas in
         # one process do not serialise on the legacy default stream.
         self._stream = cupy.cuda.Stream(non_blocking=True)
+
+    def _warm_up(self) -> None:
+        """Run the kernel path once before registering: the first call imports the
+        reference / compiles the CUDA kernel, which must not eat a self-test's deadline."""
+        shape = self.config.patterns.shapes()[0]
+        a = np.zeros((shape[0], shape[2]), dtype=np.float32)
+        b = np.zeros((shape[2], shape[1]), dtype=np.float32)
+        self._run(a, self._to_device(b), self.chan.variant.to_variant(shape[0], shape[1]))
 
     def _variant_text(self) -> str:
         v = self.chan.variant

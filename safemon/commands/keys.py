@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from safemon.commands._common import EXIT_OK, EXIT_USAGE
+from safemon.commands._daemon_cli import EXIT_OK, EXIT_USAGE
 from safemon.errors import ConfigError
 
 __all__ = ["register", "run"]

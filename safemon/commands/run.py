@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any
 
-from safemon.commands._common import EXIT_OK, EXIT_USAGE, add_config, config_of
+from safemon.commands._daemon_cli import EXIT_OK, EXIT_USAGE, add_config, config_of
 from safemon.errors import SafemonError
 
 __all__ = ["register", "run"]
