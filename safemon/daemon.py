@@ -107,10 +107,14 @@ _FAULT_TO_METRIC: dict[ctl.FaultKind, str] = {
 class GoldenPatternLike(Protocol):
     """What the daemon needs of `safemon.patterns.golden.GoldenPattern`."""
 
-    id: str
-    a: npt.NDArray[np.float32]
-    b: npt.NDArray[np.float32]
-    variant: Variant
+    @property
+    def id(self) -> str: ...
+    @property
+    def a(self) -> npt.NDArray[np.float32]: ...
+    @property
+    def b(self) -> npt.NDArray[np.float32]: ...
+    @property
+    def variant(self) -> Variant: ...
 
     def check(self, c: Any, es: Any) -> bool: ...
 
@@ -119,14 +123,14 @@ def weight_id_of(w: npt.NDArray[np.float32]) -> str:
     """Content address of a weight: the same array always gets the same id (any epoch)."""
     h = hashlib.sha256()
     h.update(f"{w.dtype.str}{w.shape}".encode())
-    h.update(memoryview(np.ascontiguousarray(w)).cast("B"))
+    h.update(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
     return h.hexdigest()[:24]
 
 
 def _digest(a: npt.NDArray[Any]) -> bytes:
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{a.dtype.str}{a.shape}".encode())
-    h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+    h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
     return h.digest()
 
 
@@ -717,9 +721,9 @@ class Daemon:
                     self.log.warning("bad_heartbeat_ecc", channel=name, error=str(exc))
         elif msg.kind is Kind.EVENT and msg.meta.get("event") == "scrub":
             cor, unc = msg.meta.get("corrected"), msg.meta.get("uncorrectable")
-            if isinstance(cor, int) and isinstance(unc, int) and cor >= 0 and unc >= 0:
-                if name in self.scheduler.channels:
-                    self._sched(sch.ScrubDone(name, cor, unc, now))
+            if (isinstance(cor, int) and isinstance(unc, int) and cor >= 0 and unc >= 0
+                    and name in self.scheduler.channels):
+                self._sched(sch.ScrubDone(name, cor, unc, now))
         elif msg.kind is Kind.RESULT:
             self._on_result(name, msg, now)
 
@@ -742,8 +746,8 @@ class Daemon:
         live = self._live.get(msg.seq)
         error = msg.meta.get("error")
         error_text = error if isinstance(error, str) and error else "result without C and ES"
-        if ok and c is not None and es is not None and live is not None:
-            if live.policy is Policy.ONE_OO_ONE_D and not abft_ok(live.x, self._weights[live.weight_id], c):
+        if (ok and c is not None and live is not None and live.policy is Policy.ONE_OO_ONE_D
+                and not abft_ok(live.x, self._weights[live.weight_id], c)):
                 ok, error_text = False, "channel_error: C failed the per-request checksum test"
         if ok and c is not None and es is not None:
             if live is not None:

@@ -11,7 +11,13 @@ import sys
 from typing import Any
 
 from safemon.channels.faults import FAULT_KINDS
-from safemon.commands._daemon_cli import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, add_config, config_of
+from safemon.commands._daemon_cli import (
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    add_config,
+    config_of,
+)
 from safemon.errors import InvalidInputError
 
 __all__ = ["register", "run"]

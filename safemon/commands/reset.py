@@ -9,7 +9,13 @@ import argparse
 import sys
 from typing import Any
 
-from safemon.commands._daemon_cli import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, add_config, config_of
+from safemon.commands._daemon_cli import (
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    add_config,
+    config_of,
+)
 
 __all__ = ["register", "run"]
 

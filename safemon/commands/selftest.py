@@ -11,7 +11,13 @@ import json
 import sys
 from typing import Any
 
-from safemon.commands._daemon_cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, add_config, config_of
+from safemon.commands._daemon_cli import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_config,
+    config_of,
+)
 from safemon.errors import SafemonError
 
 __all__ = ["register", "run", "run_selftests"]

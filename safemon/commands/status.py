@@ -10,7 +10,13 @@ import json
 import sys
 from typing import Any
 
-from safemon.commands._daemon_cli import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, add_config, config_of
+from safemon.commands._daemon_cli import (
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    add_config,
+    config_of,
+)
 
 __all__ = ["register", "run"]
 
