@@ -82,10 +82,10 @@ def test_2oo3_minority_is_quarantined_restarted_and_rejoins(tmp_path: Path) -> N
         assert wait_for(lambda: client.status()["channels"][1]["incarnation"] >= 1)
         assert wait_for(lambda: client.status()["mode"] == "NORMAL"
                         and client.status()["channels"][1]["state"] == "UP")
-        assert daemon.registry.get_sample_value(
-            "safemon_channel_disagreements_total", {"channel": "c1"}) >= 1
-        assert daemon.registry.get_sample_value(
-            "safemon_selftests_total", {"channel": "c1", "result": "pass"}) >= 2
+        assert (daemon.registry.get_sample_value(
+            "safemon_channel_disagreements_total", {"channel": "c1"}) or 0) >= 1
+        assert (daemon.registry.get_sample_value(
+            "safemon_selftests_total", {"channel": "c1", "result": "pass"}) or 0) >= 2
         for _ in range(3):
             assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
 
@@ -152,7 +152,7 @@ def test_invalid_input_is_refused_at_the_client_and_the_daemon(tmp_path: Path) -
         with pytest.raises(InvalidInputError):
             client.matmul(bad, wid, timeout=0.5)
         with pytest.raises(InvalidInputError):
-            client.matmul(x.astype(np.float64), wid, timeout=0.5)  # type: ignore[arg-type]
+            client.matmul(x.astype(np.float64), wid, timeout=0.5)
         with pytest.raises(InvalidInputError):
             client.matmul(np.ones((2, 3), np.float32), wid, timeout=0.5)  # K mismatch: daemon
         with pytest.raises(InvalidInputError):
