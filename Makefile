@@ -38,7 +38,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) cuda-check lint
+test: $(STAMP) cuda-check lint typecheck
 	$(PY) -m pytest -m "not gpu" -q
 
 clean:

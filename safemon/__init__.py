@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from safemon.client import Client
 from safemon.errors import (
     BackendUnavailableError,
     CompileError,
@@ -19,7 +20,6 @@ from safemon.errors import (
     UncorrectableError,
     VoteTimeoutError,
 )
-
 from safemon.kernels.api import MatmulResult, matmul, protected_matmul
 from safemon.kernels.catalog import TileConfig, Variant
 
@@ -30,6 +30,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 __all__ = [
     "BackendUnavailableError",
+    "Client",
     "CompileError",
     "ConfigError",
     "DisagreementError",

@@ -15,7 +15,10 @@ from collections.abc import Sequence
 import safemon
 
 #: Sub-command modules in the order `--help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("run", "status", "reset", "selftest", "inject", "keys", "patterns")
+COMMAND_MODULES: tuple[str, ...] = (
+    "run", "status", "reset", "selftest", "inject", "keys", "patterns",
+    "dc", "bench", "select", "demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
