@@ -35,3 +35,23 @@ def config_of(args: Any) -> Config | None:
     except ConfigError as exc:
         print(f"safemon: {exc}", file=sys.stderr)
         return None
+
+
+def call_daemon(args: Any, action: Any) -> tuple[int, Any]:
+    """Connect a Client for `args.config`, run `action(client)`, map the usual failures.
+
+    Returns (EXIT_OK, action's result), (EXIT_USAGE, None) for an invalid configuration, or
+    (EXIT_UNREACHABLE, None) when the daemon does not answer (the reason goes to stderr).
+    Other exceptions from `action` propagate.
+    """
+    from safemon.client import Client, DaemonUnreachableError
+
+    config = config_of(args)
+    if config is None:
+        return EXIT_USAGE, None
+    with Client(config, control_timeout_s=args.timeout) as client:
+        try:
+            return EXIT_OK, action(client)
+        except DaemonUnreachableError as exc:
+            print(f"safemon: daemon unreachable: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE, None

@@ -6,16 +6,9 @@ Exit codes: 0 ok, 2 invalid configuration, 3 daemon unreachable.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from safemon.commands._daemon_cli import (
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    add_config,
-    config_of,
-)
+from safemon.commands._daemon_cli import EXIT_OK, add_config, call_daemon
 
 __all__ = ["register", "run"]
 
@@ -31,16 +24,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from safemon.client import Client, DaemonUnreachableError
-
-    config = config_of(args)
-    if config is None:
-        return EXIT_USAGE
-    with Client(config, control_timeout_s=args.timeout) as client:
-        try:
-            client.reset()
-        except DaemonUnreachableError as exc:
-            print(f"safemon: daemon unreachable: {exc}", file=sys.stderr)
-            return EXIT_UNREACHABLE
-    print("reset sent")
-    return EXIT_OK
+    rc, _ = call_daemon(args, lambda client: client.reset())
+    if rc == EXIT_OK:
+        print("reset sent")
+    return rc

@@ -7,16 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from safemon.commands._daemon_cli import (
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    add_config,
-    config_of,
-)
+from safemon.commands._daemon_cli import EXIT_OK, add_config, call_daemon
 
 __all__ = ["register", "run"]
 
@@ -32,17 +25,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from safemon.client import Client, DaemonUnreachableError
-
-    config = config_of(args)
-    if config is None:
-        return EXIT_USAGE
-    with Client(config, control_timeout_s=args.timeout) as client:
-        try:
-            status = client.status()
-        except DaemonUnreachableError as exc:
-            print(f"safemon: daemon unreachable: {exc}", file=sys.stderr)
-            return EXIT_UNREACHABLE
+    rc, status = call_daemon(args, lambda client: client.status())
+    if rc != EXIT_OK:
+        return rc
     if args.json:
         print(json.dumps(status, indent=2, sort_keys=True))
     else:
