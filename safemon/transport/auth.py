@@ -208,6 +208,12 @@ class ZapAuthenticator:
         self._thread.join()
         self._thread = None
         if self._socket is not None:
+            # Unbind first: an inproc unbind releases the name at once, whereas close() leaves
+            # that to ZeroMQ's reaper thread, so a start() right after could still see it taken.
+            try:
+                self._socket.unbind(ZAP_ENDPOINT)
+            except zmq.ZMQError:
+                pass
             self._socket.close(linger=0)
             self._socket = None
 

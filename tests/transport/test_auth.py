@@ -96,3 +96,15 @@ def test_authenticator_refuses_to_start_without_its_directory_and_twice_per_cont
             pass
     finally:
         ctx.term()
+
+
+def test_authenticator_can_restart_at_once_in_the_same_context(tmp_path: Path) -> None:
+    """stop() frees the ZAP name synchronously (close() alone leaves that to the reaper)."""
+    keys_generate(tmp_path / "k")
+    ctx = zmq.Context()
+    try:
+        for _ in range(300):
+            with ZapAuthenticator(ctx, tmp_path / "k" / "allowed_clients"):
+                pass
+    finally:
+        ctx.term()
