@@ -740,6 +740,8 @@ class Daemon:
             if test is None or test.channel != name:
                 return
             passed = bool(ok and test.pattern.check(c, es))
+            self.log.debug("selftest_result", channel=name, test_id=test.test_id, seq=msg.seq,
+                           passed=passed, age_s=now - test.started)
             if name in self.scheduler.channels if self.scheduler else False:
                 self._sched(sch.SelfTestDone(name, test.test_id, passed, now))
             return
@@ -764,15 +766,8 @@ class Daemon:
         """Timers: voter deadlines, scheduler wakeups (stamped at their due time, so the
         scheduler never sees a late tick), supervisor restarts and liveness."""
         assert self.scheduler is not None and self.supervisor is not None
-        wake = self.scheduler.next_wakeup()
-        while wake is not None and wake <= now:
-            self._sched(sch.Tick(wake))
-            nxt = self.scheduler.next_wakeup()
-            if nxt is not None and nxt <= wake:
-                break
-            wake = nxt
+        self._sched(sch.Tick(now))  # catches up on every due timer first (see _sched)
         self._voter(vot.Tick(now))
-        self._sched(sch.Tick(now))
         for lost in self.supervisor.tick(now):
             self._on_lost(lost, now)
         for name, inc in self._sock_incarnation.items():
@@ -789,6 +784,9 @@ class Daemon:
     def _on_lost(self, lost: Lost, now: float) -> None:
         kind = ctl.FaultKind.CRASH if lost.kind == "crash" else ctl.FaultKind.HEARTBEAT_LOST
         self.log.warning("channel_lost", channel=lost.channel, kind=lost.kind, detail=lost.detail)
+        if self.scheduler is not None and lost.channel in self.scheduler.channels:
+            # Nothing left to self-test or scrub; it joins again when it registers.
+            self._sched(sch.ChannelLeft(lost.channel, now))
         self._fault(lost.channel, kind, lost.detected_at, now, lost.detail)
 
     def _fault(self, channel: str | None, kind: ctl.FaultKind, detected_at: float, now: float,
@@ -843,6 +841,7 @@ class Daemon:
 
     def _run_now(self, ch: str, now: float) -> None:
         assert self.scheduler is not None
+        self._sched(sch.Tick(now))  # settle what fell due before this instant first
         if ch not in self.scheduler.channels or self._runnow_at.get(ch) == now:
             return  # not running (its start will ask) or already asked at this instant
         self._runnow_at[ch] = now
@@ -852,7 +851,19 @@ class Daemon:
             self._on_sched(ins, now)
 
     def _sched(self, event: sch.SchedulerEvent) -> None:
+        """Feed the scheduler `event`, after a `Tick` at each timer that fell due before
+        `event.now`. Every self-test so starts at its due time, even when the loop wakes a
+        little late or a channel message stamped later is handled first; without this the
+        scheduler would rightly report `DtiLate` for the daemon's own lateness."""
         assert self.scheduler is not None
+        wake = self.scheduler.next_wakeup()
+        while wake is not None and wake < event.now:
+            for ins in self.scheduler.handle(sch.Tick(wake)):
+                self._on_sched(ins, wake)
+            nxt = self.scheduler.next_wakeup()
+            if nxt is not None and nxt <= wake:
+                break  # defensive: a timer that does not move on would loop forever
+            wake = nxt
         for ins in self.scheduler.handle(event):
             self._on_sched(ins, event.now)
 
@@ -863,10 +874,12 @@ class Daemon:
             pattern = pats[int(ins.pattern_id[1:]) % len(pats)]
             seq = self._next_seq()
             self._tests[seq] = _Test(ins.channel, ins.test_id, pattern, now)
-            self._send_channel(ins.channel, Kind.REQUEST, seq, {
+            sent = self._send_channel(ins.channel, Kind.REQUEST, seq, {
                 "job": "selftest", "test_id": ins.test_id, "weight_id": pattern.id,
                 "deadline_ms": max(0.0, ins.deadline - now) * 1000.0},
                 (np.ascontiguousarray(pattern.a), np.ascontiguousarray(pattern.b)))
+            self.log.debug("selftest_sent", channel=ins.channel, test_id=ins.test_id, seq=seq,
+                           pattern=pattern.id, sent=sent, lag_s=self.clock() - now)
         elif isinstance(ins, sch.StartScrub):
             self._send_channel(ins.channel, Kind.CONTROL, self._next_seq(), {"command": "scrub"})
         elif isinstance(ins, sch.SelfTestPassed):

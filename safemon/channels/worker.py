@@ -46,6 +46,7 @@ from safemon.config import Config
 from safemon.ecc import ProtectedArray
 from safemon.errors import SafemonError, UncorrectableError
 from safemon.kernels.api import resolve_backend, run_variant
+from safemon.kernels.catalog import TILES, make_variant
 from safemon.transport import Kind, Limits, Message, encode, make_socket, recv_message, send_message
 from safemon.transport.sockets import Context, Socket
 
@@ -145,12 +146,39 @@ class ChannelWorker:
         self._stream = cupy.cuda.Stream(non_blocking=True)
 
     def _warm_up(self) -> None:
-        """Run the kernel path once before registering: the first call imports the
-        reference / compiles the CUDA kernel, which must not eat a self-test's deadline."""
-        shape = self.config.patterns.shapes()[0]
-        a = np.zeros((shape[0], shape[2]), dtype=np.float32)
-        b = np.zeros((shape[2], shape[1]), dtype=np.float32)
-        self._run(a, self._to_device(b), self.chan.variant.to_variant(shape[0], shape[1]))
+        """Run every kernel this channel can launch once before registering.
+
+        The first launch of a build imports the reference or compiles the CUDA source (about a
+        second per build under NVRTC), which must not eat a request's or a self-test's
+        deadline. With tile "auto" the tile depends on the output shape, so every tile is
+        compiled here, not only the one the first pattern happens to use; with ECC-protected
+        weights the encode/check kernels are compiled too (a weight upload is queued ahead of
+        live work on this channel's socket).
+        """
+        v = self.chan.variant
+        for m, n, k in self.config.patterns.shapes():  # the self-tests' own shapes first
+            a = np.zeros((m, k), dtype=np.float32)
+            self._run(a, self._to_device(np.zeros((k, n), np.float32)), v.to_variant(m, n))
+        a = np.ones((2, 3), dtype=np.float32)
+        b = np.ones((3, 2), dtype=np.float32)
+        weight: Any = self._to_device(b)
+        if self.config.weights.ecc:
+            weight = self._protect(b, name="warm-up")
+        for tile in list(TILES) if v.tile == "auto" else [v.tile]:
+            self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile))
+
+    def _protect(self, host: npt.NDArray[np.float32], *, name: str) -> ProtectedArray:
+        """`host` as an ECC-protected resident array on this channel's backend and stream."""
+        if self.backend != "cupy":
+            return ProtectedArray.from_host(
+                host, name=name, word_bits=self.config.weights.word_bits, backend="numpy"
+            )
+        with self._stream:
+            arr = ProtectedArray.from_host(
+                host, name=name, word_bits=self.config.weights.word_bits, backend="cupy"
+            )
+        self._stream.synchronize()
+        return arr
 
     def _variant_text(self) -> str:
         v = self.chan.variant
@@ -261,16 +289,9 @@ class ChannelWorker:
     def _store_weight(self, weight_id: str, w: npt.NDArray[Any]) -> None:
         host = np.array(w, dtype=np.float32, order="C", copy=True)
         if self.config.weights.ecc:
-            self._weights[weight_id] = ProtectedArray.from_host(
-                host, name=f"w-{weight_id}", word_bits=self.config.weights.word_bits,
-                backend="cupy" if self.backend == "cupy" else "numpy",
-            )
-        elif self.backend == "cupy":
-            from safemon.kernels.compiler import import_cupy
-
-            self._weights[weight_id] = import_cupy().asarray(host)
+            self._weights[weight_id] = self._protect(host, name=f"w-{weight_id}")
         else:
-            self._weights[weight_id] = host
+            self._weights[weight_id] = self._to_device(host)
 
     def _request(self, sock: Socket, msg: Message) -> None:
         job = msg.meta.get("job", "live")
@@ -303,6 +324,9 @@ class ChannelWorker:
             meta["error"] = f"ecc_uncorrectable: {exc}"
         except (SafemonError, TypeError, ValueError) as exc:
             meta["error"] = f"channel_error: {exc}"
+        except Exception as exc:  # e.g. a CUDA runtime error: this channel failed, say so
+            self.log.error("channel_compute_failed", error=repr(exc))
+            meta["error"] = f"channel_error: {type(exc).__name__}: {exc}"
         if self._faults.slow:
             deadline_ms = msg.meta.get("deadline_ms")
             wait = float(deadline_ms) / 1000.0 if isinstance(deadline_ms, int | float) else 0.0
@@ -314,10 +338,16 @@ class ChannelWorker:
                    corrupt=corrupt)
 
     def _to_device(self, x: npt.NDArray[Any]) -> Any:
+        """`x` on this channel's device. On CuPy the copy is issued on the channel's own
+        stream and waited for: the stream is non-blocking, so it would not order itself after
+        work on the legacy default stream."""
         if self.backend == "cupy":
             from safemon.kernels.compiler import import_cupy
 
-            return import_cupy().asarray(x)
+            with self._stream:
+                dev = import_cupy().asarray(x)
+            self._stream.synchronize()
+            return dev
         return np.ascontiguousarray(x)
 
     def _run(self, a: npt.NDArray[Any], weight: Any, variant: Any) -> tuple[
@@ -325,8 +355,10 @@ class ChannelWorker:
     ]:
         """Run the variant; returns host copies of C and ES (writable, C-contiguous)."""
         if self.backend == "cupy":
-            with self._stream:
-                res = run_variant(self._to_device(a), weight, variant, "cupy")
+            from safemon.kernels.compiler import import_cupy
+
+            with self._stream:  # the upload, kernel and download are ordered on this stream
+                res = run_variant(import_cupy().asarray(a), weight, variant, "cupy")
                 c, es = res.c.get(stream=self._stream), res.es.get(stream=self._stream)
                 self._stream.synchronize()
         else:

@@ -21,6 +21,7 @@ is only the thread that moves frames between it and the ZAP socket.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -210,10 +211,8 @@ class ZapAuthenticator:
         if self._socket is not None:
             # Unbind first: an inproc unbind releases the name at once, whereas close() leaves
             # that to ZeroMQ's reaper thread, so a start() right after could still see it taken.
-            try:
+            with contextlib.suppress(zmq.ZMQError):
                 self._socket.unbind(ZAP_ENDPOINT)
-            except zmq.ZMQError:
-                pass
             self._socket.close(linger=0)
             self._socket = None
 

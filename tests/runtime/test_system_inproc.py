@@ -158,3 +158,22 @@ def test_invalid_input_is_refused_at_the_client_and_the_daemon(tmp_path: Path) -
         with pytest.raises(InvalidInputError):
             client.matmul(x, "no-such-weight", timeout=0.5)
         assert daemon.registry.get_sample_value("safemon_requests_total", {"outcome": "invalid_input"}) == 1
+
+
+def test_healthy_channels_under_steady_load_never_overrun_a_dti(tmp_path: Path) -> None:
+    """Regression: channel messages handled a few ms after a self-test fell due used to
+    start that test "late", and the scheduler's DtiLate then quarantined a healthy channel.
+    Over many DTIs with live traffic interleaved, no healthy channel may be reported."""
+    cfg = make_config(tmp_path, "2oo3", extra={"timing": {"dti_s": 0.1, "selftest_deadline_s": 0.09}})
+    x, w = operands(3)
+    ref = reference(x, w, cfg)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        for _ in range(150):  # tens of DTIs per channel
+            assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
+        st = client.status()
+        overruns = sum(
+            daemon.registry.get_sample_value("safemon_dti_overruns_total", {"channel": c}) or 0.0
+            for c in ("c0", "c1", "c2")
+        )
+        assert overruns == 0 and st["mode"] == "NORMAL", st
