@@ -200,6 +200,7 @@ class _Live:
     weight_id: str
     policy: Policy
     results: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)
+    kernel_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -754,6 +755,8 @@ class Daemon:
         if ok and c is not None and es is not None:
             if live is not None:
                 live.results[name] = c
+                if isinstance(ks, float) and ks >= 0:
+                    live.kernel_seconds[name] = ks
             result = vot.ChannelResult(msg.seq, name, now, True, _digest(c), _digest(es),
                                        str(msg.meta.get("variant", "")))
         else:
@@ -808,8 +811,11 @@ class Daemon:
                 c = live.results[d.channel]
                 self.metrics.count_request("released")
                 self.metrics.observe_vote(live.policy, "released", max(0.0, now - live.submitted))
+                kernel_s = max((live.kernel_seconds.get(ch, 0.0) for ch in d.agreed), default=0.0)
                 self._reply("ingress", live.identity, Kind.REPLY, live.client_seq,
-                            {"ok": True, "outcome": "released"}, (np.ascontiguousarray(c),))
+                            {"ok": True, "outcome": "released", "kernel_seconds": kernel_s,
+                             "vote_seconds": max(0.0, now - live.submitted)},
+                            (np.ascontiguousarray(c),))
                 self.log.debug("vote_released", seq=d.req_id, channel=d.channel)
             elif isinstance(d, vot.Fail):
                 live = self._live.get(d.req_id)
@@ -858,8 +864,10 @@ class Daemon:
         assert self.scheduler is not None
         wake = self.scheduler.next_wakeup()
         while wake is not None and wake < event.now:
+            # The scheduler sees the due time; everything downstream (voter, controller,
+            # metrics) sees the real time, which only ever moves forward for them.
             for ins in self.scheduler.handle(sch.Tick(wake)):
-                self._on_sched(ins, wake)
+                self._on_sched(ins, event.now)
             nxt = self.scheduler.next_wakeup()
             if nxt is not None and nxt <= wake:
                 break  # defensive: a timer that does not move on would loop forever
@@ -897,7 +905,7 @@ class Daemon:
             self._ondemand.discard(ins.test_id)
             self.metrics.count_dti_overrun(ins.channel)
             self.metrics.observe_selftest(ins.channel, SelftestResult.TIMEOUT, None)
-            self._fault(ins.channel, ctl.FaultKind.DTI_OVERRUN, now, now,
+            self._fault(ins.channel, ctl.FaultKind.DTI_OVERRUN, ins.deadline, now,
                         f"self-test {ins.test_id} missed its deadline")
         elif isinstance(ins, sch.DtiLate):
             self.metrics.count_dti_overrun(ins.channel)

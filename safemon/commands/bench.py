@@ -1,6 +1,7 @@
-"""`safemon bench`: overhead of every variant vs the unprotected kernel and cuBLAS (GPU only).
+"""`safemon bench [kernels]`: overhead of every variant vs the unprotected kernel and cuBLAS
+(GPU only). `safemon bench vote`: the 2oo3 round trip through a real daemon (any backend).
 
-Exit codes: 0 done, 2 bad usage or no usable GPU.
+Exit codes: 0 done, 1 the vote benchmark's daemon failed, 2 bad usage or no usable GPU.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser(
         "bench",
         help="overhead benchmark: protected vs unprotected vs cuBLAS",
-        description="Median kernel times (CUDA events, warm-up) of every standard variant at "
-        "each size, against the unprotected kernel of the same tiling and cupy.matmul, "
-        "measured in the same run. Clocks are recorded, never changed.",
+        description="kernels (default): median kernel times (CUDA events, warm-up) of every "
+        "standard variant at each size, against the unprotected kernel of the same tiling and "
+        "cupy.matmul, measured in the same run; clocks are recorded, never changed. "
+        "vote: 2oo3 round trips through a real daemon with three channel processes, over ipc "
+        "and tcp+CURVE, against the kernel called directly and a bare ZeroMQ echo.",
     )
+    p.add_argument("target", nargs="?", choices=("kernels", "vote"), default="kernels",
+                   help="what to benchmark (default: kernels)")
     p.add_argument("--dims", default="bench",
                    help="comma list of MxNxK / N / L91; 'bench' = 80,160,320,L91,1024,4096 (default)")
     p.add_argument("--modes", default="fma,exact", help="comma list of fma, exact")
@@ -32,6 +37,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--quick", action="store_true",
                    help=f"sizes {QUICK_DIMS}, fma only, 30 repeats, small ECC section")
     p.add_argument("--no-ecc", action="store_true", help="skip the ECC section")
+    v = p.add_argument_group("vote options")
+    v.add_argument("--sizes", default="80x80x80,1024x1024x64",
+                   help="comma list of MxNxK (or N) for `vote` (default: %(default)s)")
+    v.add_argument("--requests", type=int, default=1000,
+                   help="timed round trips per size (outputs over 512² get a tenth)")
+    v.add_argument("--transports", default="ipc,tcp", help="comma list of ipc, tcp")
+    v.add_argument("--backend", default="auto", choices=("auto", "numpy", "cupy"))
+    v.add_argument("--depth", type=int, default=8, help="requests in flight when pipelined")
+    v.add_argument("--plot", default=None, help="write the round-trip CDF (PNG) here")
     p.add_argument("--json", dest="json_file", default=None, help="write safemon.bench/1 evidence here")
     p.add_argument("--markdown", default=None, help="write the Markdown report here")
     p.add_argument("--evidence", default=None, help="store the evidence per device under this directory")
@@ -39,6 +53,48 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handler(args: argparse.Namespace) -> int:
+    if args.target == "vote":
+        return _vote(args)
+    return _kernels(args)
+
+
+def _vote(args: argparse.Namespace) -> int:
+    from safemon.errors import BackendUnavailableError, SafemonError
+    from safemon.patterns.vote_bench import (
+        parse_sizes,
+        plot_round_trips,
+        run_vote_bench,
+        vote_markdown,
+        write_evidence,
+    )
+
+    try:
+        sizes = parse_sizes(args.sizes, args.requests)
+        transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+        ev = run_vote_bench(
+            sizes=sizes, transports=transports, backend=args.backend, warmup=args.warmup,
+            depth=args.depth,
+            progress=lambda s: print(f"bench vote: {s}", file=sys.stderr, flush=True),
+        )
+    except (ValueError, BackendUnavailableError) as exc:
+        print(f"safemon bench vote: {exc}", file=sys.stderr)
+        return 2
+    except SafemonError as exc:
+        print(f"safemon bench vote: failed: {exc}", file=sys.stderr)
+        return 1
+    md = vote_markdown(ev)
+    print(md)
+    if args.json_file:
+        write_evidence(ev, args.json_file)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(f"# Vote round-trip benchmark\n\n{md}\n")
+    if args.plot:
+        plot_round_trips(ev, args.plot)
+    return 0
+
+
+def _kernels(args: argparse.Namespace) -> int:
     from safemon.errors import BackendUnavailableError
     from safemon.faults.bench import bench_markdown, run_bench
     from safemon.faults.campaign import variant_label

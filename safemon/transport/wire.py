@@ -99,7 +99,7 @@ META_KEYS: Final[Mapping[Kind, frozenset[str]]] = {
     Kind.RESULT: frozenset({"variant", "kernel_seconds", "ok", "job"}),
     Kind.HEARTBEAT: frozenset({"state", "uptime_s"}),
     Kind.CONTROL: frozenset({"command", "args"}),
-    Kind.REPLY: frozenset({"ok", "outcome"}),
+    Kind.REPLY: frozenset({"ok", "outcome", "kernel_seconds", "vote_seconds"}),
     Kind.ERROR: frozenset({"error_type", "message"}),
     Kind.REGISTER: frozenset({"variant", "pid", "device"}),
     Kind.EVENT: frozenset({"event", "buffer", "count"}),
