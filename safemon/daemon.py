@@ -743,6 +743,12 @@ class Daemon:
             passed = bool(ok and test.pattern.check(c, es))
             self.log.debug("selftest_result", channel=name, test_id=test.test_id, seq=msg.seq,
                            passed=passed, age_s=now - test.started)
+            if not passed:
+                err = msg.meta.get("error")
+                self.log.warning("selftest_result_wrong", channel=name, test_id=test.test_id,
+                                 pattern=test.pattern.id,
+                                 reason=err if isinstance(err, str) and err else
+                                 "C or ES differs from the golden pattern")
             if name in self.scheduler.channels if self.scheduler else False:
                 self._sched(sch.SelfTestDone(name, test.test_id, passed, now))
             return

@@ -84,9 +84,9 @@ def _validate(name: str, x: Any, backend: str) -> None:
 
 
 def _cupy_all_finite(x: Any) -> bool:
-    import cupy
+    from safemon.kernels.gpu import all_finite
 
-    return bool(cupy.isfinite(x).all().get())
+    return all_finite(x)
 
 
 def _unwrap_protected(b: Any) -> Any:

@@ -91,12 +91,17 @@ def cuda_available() -> bool:
     return True
 
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards the two dicts below, never held while compiling
 _modules: dict[tuple[int, KernelBuild], Any] = {}
+_compiling: dict[tuple[int, KernelBuild], threading.Lock] = {}
 
 
 def load_module(build: KernelBuild) -> Any:
     """Return the compiled `cupy.RawModule` for `build` on the current device, compiling once.
+
+    Thread-safe. A cached module is returned without waiting; a compile holds only its own
+    build's lock, so stream channels of one process neither wait for each other's unrelated
+    compiles nor compile the same build twice.
 
     Raises:
         BackendUnavailableError: no CuPy or no device.
@@ -105,7 +110,12 @@ def load_module(build: KernelBuild) -> Any:
     cupy = import_cupy()
     device = cupy.cuda.Device().id
     key = (device, build)
+    mod = _modules.get(key)
+    if mod is not None:
+        return mod
     with _lock:
+        build_lock = _compiling.setdefault(key, threading.Lock())
+    with build_lock:
         mod = _modules.get(key)
         if mod is not None:
             return mod
@@ -119,7 +129,8 @@ def load_module(build: KernelBuild) -> Any:
             raise CompileError(
                 f"NVRTC failed to compile {build.source.name} with {build.flags()}:\n{log}"
             ) from exc
-        _modules[key] = mod
+        with _lock:
+            _modules[key] = mod
         return mod
 
 
@@ -127,3 +138,4 @@ def clear_cache() -> None:
     """Forget every compiled module (test-only: forces the next `load_module` to recompile)."""
     with _lock:
         _modules.clear()
+        _compiling.clear()

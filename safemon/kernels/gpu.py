@@ -21,10 +21,11 @@ from safemon.kernels.catalog import (
 )
 from safemon.kernels.compiler import KernelBuild, import_cupy, load_module
 
-__all__ = ["SIG_CODES", "build_for", "gpu_matmul", "nvcc_builds"]
+__all__ = ["SIG_CODES", "all_finite", "build_for", "finite_build", "gpu_matmul", "nvcc_builds"]
 
 CUDA_DIR = Path(__file__).parent / "cuda"
 MMM_SOURCE = CUDA_DIR / "mmm.cu"
+FINITE_SOURCE = CUDA_DIR / "finite.cu"
 KERNEL_NAME = "safemon_mmm"
 #: Checksum name → the SIG_* code of signature.cuh.
 SIG_CODES: dict[str | None, int] = {
@@ -76,8 +77,30 @@ def gpu_matmul(a: Any, b: Any, variant: Variant) -> tuple[Any, Any]:
     return c, es
 
 
+def finite_build() -> KernelBuild:
+    """The compilation of finite.cu (one build for every shape)."""
+    return KernelBuild.make(FINITE_SOURCE)
+
+
+def all_finite(x: Any) -> bool:
+    """True when the CuPy float32 array `x` holds no NaN or infinity (numpy.isfinite's rule).
+
+    Runs on CuPy's current stream and waits for it. `x` must be C-contiguous float32.
+    """
+    cp = import_cupy()
+    if x.size == 0:
+        return True
+    words = x.view(cp.uint32).ravel()
+    flag = cp.zeros(1, dtype=cp.uint32)
+    threads = 256
+    blocks = int(min(1024, (words.size + threads - 1) // threads))
+    kernel = load_module(finite_build()).get_function("safemon_any_nonfinite")
+    kernel((blocks, 1, 1), (threads, 1, 1), (words, np.uint64(words.size), flag))
+    return int(flag.get()[0]) == 0
+
+
 def nvcc_builds() -> list[KernelBuild]:
-    """Builds that together compile every code path of mmm.cu (for CI's nvcc check).
+    """Builds that together compile every code path of mmm.cu, and finite.cu (CI's nvcc check).
 
     Every checksum once, every level with a fold in it, both modes, every tile, a combination and
     the injection build; not the full cross product, which repeats the same code paths.
@@ -92,4 +115,5 @@ def nvcc_builds() -> list[KernelBuild]:
         builds.append(build_for(make_variant(None, None, ("fma", "exact")[i % 2], tile)))
     builds.append(build_for(make_variant("ones_crc32c", "I", "exact", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
+    builds.append(finite_build())
     return builds

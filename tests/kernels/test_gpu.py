@@ -135,3 +135,64 @@ def test_compile_error_carries_the_nvrtc_log(tmp_path: Any) -> None:
     bad.write_text('extern "C" __global__ void k() { this_is_not_cuda; }\n')
     with pytest.raises(CompileError, match="this_is_not_cuda"):
         load_module(KernelBuild.make(bad))
+
+
+# ---------------------------------------------------------------- special values
+
+
+def test_all_finite_matches_numpy_isfinite() -> None:
+    """The one-kernel finite check (finite.cu) agrees with numpy.isfinite on every shape."""
+    import cupy as cp
+
+    from safemon.kernels.gpu import all_finite
+
+    rng = np.random.default_rng(5)
+    for shape in [(1, 1), (3, 7), (64, 65), (1000, 1037), (4096, 300)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        assert all_finite(cp.asarray(x)) is True
+        for bad in (np.nan, np.inf, -np.inf, np.float32(np.frombuffer(b"\x01\x00\xc0\x7f", np.float32)[0])):
+            for where in (0, x.size // 2, x.size - 1):
+                y = x.copy().ravel()
+                y[where] = bad
+                y = y.reshape(shape)
+                assert all_finite(cp.asarray(y)) is bool(np.isfinite(y).all()) is False
+    edge = np.array([[np.finfo(np.float32).max, -np.finfo(np.float32).max, 1e-45, -0.0]], np.float32)
+    assert all_finite(cp.asarray(edge)) is True
+
+
+SPECIAL_DIMS = [(16, 16, 16), (33, 20, 40)]
+
+
+def _special_cases() -> list[tuple[str, tuple[int, int, int], Variant]]:
+    from safemon.patterns.golden import FAMILIES
+
+    out = []
+    for family in FAMILIES:
+        for dims in SPECIAL_DIMS:
+            tile = auto_tile(dims[0], dims[1])
+            for mode in ("exact", "fma"):
+                for v in [*standard_variants(mode, tile), make_variant(None, None, mode, tile)]:
+                    out.append((family, dims, v))
+    return out
+
+
+@pytest.mark.parametrize("case", _special_cases(), ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{c[2].name}")
+def test_golden_families_bit_identical_to_the_reference(case: tuple[str, tuple[int, int, int], Variant]) -> None:
+    """The golden-pattern inputs (walking bits, checkerboards, subnormals, ±0, huge
+    exponents) give the reference's C and ES bit for bit, as the self-tests require."""
+    import cupy as cp
+
+    from safemon.kernels.gpu import gpu_matmul
+    from safemon.kernels.reference import reference_matmul
+    from safemon.patterns.golden import generate_inputs
+
+    family, dims, v = case
+    a, b = generate_inputs(family, dims)
+    c_ref, es_ref = reference_matmul(a, b, v)
+    c, es = gpu_matmul(cp.asarray(a), cp.asarray(b), v)
+    c_h, es_h = c.get(), es.get()
+    diff_c = np.flatnonzero(c_h.view(np.uint32) != c_ref.view(np.uint32))
+    assert diff_c.size == 0, (
+        f"C differs at {diff_c.size} elements, first {diff_c[:5].tolist()}: gpu "
+        f"{c_h.ravel()[diff_c[:3]].tolist()} ref {c_ref.ravel()[diff_c[:3]].tolist()}")
+    assert np.array_equal(es_h, es_ref), f"ES differs at {int(np.sum(es_h != es_ref))} words"

@@ -35,13 +35,21 @@
 static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
 static_assert((BM * BK) % THREADS == 0 && (BK * BN) % THREADS == 0, "tile loads must split evenly");
 
+// The multiply-accumulate, written in PTX so that its IEEE semantics do not depend on compiler
+// flags: CuPy appends -ftz=true to every NVRTC compile (after our --ftz=false, so it wins), and
+// with it the compiler emits .ftz arithmetic that flushes subnormal operands and results to
+// zero, while nvcc and the NumPy reference keep them. An instruction written in inline PTX is
+// emitted as written: no .ftz, never contracted, round-to-nearest-even.
 __device__ __forceinline__ float safemon_mac(float acc, float a, float b) {
+    float out;
 #if MODE_FMA
-    return __fmaf_rn(a, b, acc);
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(out) : "f"(a), "f"(b), "f"(acc));
 #else
-    // Explicit round-to-nearest intrinsics are never contracted into an FMA.
-    return __fadd_rn(acc, __fmul_rn(a, b));
+    float p;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(p) : "f"(a), "f"(b));
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(out) : "f"(acc), "f"(p));
 #endif
+    return out;
 }
 
 #if SAFEMON_INJECT
