@@ -800,7 +800,9 @@ class Daemon:
 
     def _fault(self, channel: str | None, kind: ctl.FaultKind, detected_at: float, now: float,
                detail: str) -> None:
-        occurred = self._injected_at.get(channel) if channel is not None else None
+        # An injected fault's occurrence time is consumed by its first detection: the channel
+        # is then isolated or restarted (a new incarnation starts without the fault).
+        occurred = self._injected_at.pop(channel, None) if channel is not None else None
         if occurred is not None and occurred > detected_at:
             occurred = None
         self._controller(ctl.Fault(channel=channel, kind=kind, detected_at=min(detected_at, now),
@@ -906,7 +908,9 @@ class Daemon:
             self._ondemand.discard(ins.test_id)
             self.metrics.observe_selftest(ins.channel, SelftestResult.FAIL, None)
             self.log.warning("selftest_failed", channel=ins.channel, test_id=ins.test_id)
-            self._controller(ctl.SelfTestResult(ins.channel, False, now))
+            # A Fault (not SelfTestResult) so an injected fault's occurrence time gives FDTI.
+            self._fault(ins.channel, ctl.FaultKind.SELFTEST_FAILED, ins.detected_at, now,
+                        "self-test did not match its golden pattern")
         elif isinstance(ins, sch.DtiOverrun):
             self._ondemand.discard(ins.test_id)
             self.metrics.count_dti_overrun(ins.channel)
@@ -929,8 +933,11 @@ class Daemon:
         assert self.metrics is not None and self.supervisor is not None
         assert self.scheduler is not None
         now = event.now
+        reactions: list[ctl.RecordReaction] = []
         for ins in self.controller.handle(event):
-            if isinstance(ins, ctl.SetMode):
+            if isinstance(ins, ctl.RecordReaction):
+                reactions.append(ins)  # recorded once every other action has been carried out
+            elif isinstance(ins, ctl.SetMode):
                 old, self._mode = self._mode, ins.mode
                 self.metrics.set_mode(ins.mode)
                 self.log.warning("mode_changed", mode=ins.mode.value, previous=old.value,
@@ -965,10 +972,18 @@ class Daemon:
                 self._publish(ins.event_type, dict(ins.payload))
             elif isinstance(ins, ctl.RunHook):
                 self._run_hook(ins.event_type, dict(ins.payload))
-            elif isinstance(ins, ctl.RecordReaction):
-                self.metrics.observe_fault_reaction(_FAULT_TO_METRIC[ins.kind], ins.frti_seconds)
-                self.log.info("fault_reaction", kind=ins.kind.value, fdti_s=ins.fdti_seconds,
-                              frti_s=ins.frti_seconds)
+        for rec in reactions:
+            # FRTI on the real clock: detection → the reaction carried out (mode set, the
+            # voter told, the channel isolated or its restart planned, events published),
+            # not just the controller's decision, which happens at the same instant.
+            detected = event.detected_at if isinstance(event, ctl.Fault) else now
+            frti = max(rec.frti_seconds, self.clock() - detected)
+            kind = _FAULT_TO_METRIC[rec.kind]
+            self.metrics.observe_fault_reaction(kind, frti)
+            if rec.fdti_seconds is not None:
+                self.metrics.observe_fault_detection(kind, rec.fdti_seconds)
+            self.log.info("fault_reaction", kind=rec.kind.value, fdti_s=rec.fdti_seconds,
+                          frti_s=frti)
 
     def _publish(self, event_type: str, payload: dict[str, Any]) -> None:
         body = np.frombuffer(json.dumps({"event": event_type, **payload}).encode(),

@@ -263,6 +263,14 @@ class Metrics:
             buckets=_buckets(FAULT_REACTION_BUCKETS, t.ftti_s),
             registry=registry,
         )
+        self.fault_detection = Histogram(
+            name("fault_detection_seconds"),
+            "Time from fault occurrence to its detection, for faults whose occurrence time is "
+            "known (injected ones).",
+            ["kind"],
+            buckets=_buckets(FAULT_REACTION_BUCKETS, t.ftti_s),
+            registry=registry,
+        )
         # Info appends `_info`: the exposed series is safemon_build_info{...} 1.
         self.build = Info(name("build"), "safemon build and runtime.", registry=registry)
 
@@ -298,6 +306,7 @@ class Metrics:
             self.messages_rejected.labels(reason=reason.value)
         for k in FaultKind:
             self.fault_reaction.labels(kind=k.value)
+            self.fault_detection.labels(kind=k.value)
 
     # ------------------------------------------------------------------ label guards
 
@@ -435,6 +444,11 @@ class Metrics:
         reject-counter hook)."""
         r = self._member("reject reason", str(reason), [v.value for v in RejectReason])
         self.messages_rejected.labels(reason=r).inc()
+
+    def observe_fault_detection(self, kind: FaultKind | str, seconds: float) -> None:
+        """A fault of `kind` that occurred at a known time was detected `seconds` later."""
+        k = self._member("fault kind", str(kind), [v.value for v in FaultKind])
+        self.fault_detection.labels(kind=k).observe(_check_seconds("fault detection", seconds))
 
     def observe_fault_reaction(self, kind: FaultKind | str, seconds: float) -> None:
         """A fault of `kind` was detected and the reaction completed `seconds` later."""

@@ -50,6 +50,7 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_kernel_seconds": ("histogram", {"channel"}),
     "safemon_messages_rejected": ("counter", {"reason"}),
     "safemon_fault_reaction_seconds": ("histogram", {"kind"}),
+    "safemon_fault_detection_seconds": ("histogram", {"kind"}),
     "safemon_build": ("info", {"version", "python", "backend"}),
 }
 

@@ -69,7 +69,8 @@ def test_required_panels_and_their_queries() -> None:
             "safemon_ecc_corrected_total",
             "safemon_ecc_uncorrectable_total",
         ],
-        "Fault reaction time": ["safemon_fault_reaction_seconds_bucket"],
+        "Fault reaction (FRTI) and detection (FDTI) times": [
+            "safemon_fault_reaction_seconds_bucket", "safemon_fault_detection_seconds_bucket"],
         "Rejected messages by reason": ["safemon_messages_rejected_total"],
     }
     for title, fragments in required.items():

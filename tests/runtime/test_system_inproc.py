@@ -106,6 +106,14 @@ def test_hft0_permanent_fault_goes_safe_until_reset(tmp_path: Path) -> None:
         wid = client.register_weight(w)
         client.inject("c0", "stuck")
         assert wait_for(lambda: client.status()["mode"] == "SAFE", 3 * cfg.timing.dti_s + 2.0)
+        # FDTI, measured from the injection: within one DTI plus the self-test deadline (the
+        # configured bound of docs/SAFETY.md; 50 ms for the threads of this test to run).
+        def total(suffix: str) -> float:
+            return sum(s.value for m in daemon.registry.collect()
+                       if m.name == "safemon_fault_detection_seconds"
+                       for s in m.samples if s.name.endswith(suffix))
+        assert total("_count") == 1
+        assert 0 < total("_sum") <= cfg.timing.dti_s + cfg.timing.selftest_deadline_s + 0.05
         for _ in range(3):
             with pytest.raises(SafeStateError):
                 client.matmul(x, wid, timeout=0.5)
