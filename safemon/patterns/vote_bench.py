@@ -267,8 +267,21 @@ def _echo_round_trips(
     limits = Limits()
     out: list[float] = []
     try:
+        # The echo process takes a moment to start and bind: wait for the first send to go.
+        hello = encode(Kind.REQUEST, epoch=1, seq=1, meta={"job": "live"}, arrays=arrays)
+        end = time.monotonic() + 60.0
+        while True:
+            try:
+                send_message(sock, hello, flags=zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                if proc.poll() is not None or time.monotonic() > end:
+                    raise SafemonError(f"the echo process at {address} never came up") from None
+                time.sleep(0.01)
+        if recv_message(sock, limits=limits, timeout_ms=30_000) is None:
+            raise SafemonError(f"the echo process at {address} did not answer")
         for i in range(warmup + n):
-            frames = encode(Kind.REQUEST, epoch=1, seq=i + 1, meta={"job": "live"}, arrays=arrays)
+            frames = encode(Kind.REQUEST, epoch=1, seq=i + 2, meta={"job": "live"}, arrays=arrays)
             t0 = time.perf_counter()
             send_message(sock, frames, copy=copy)
             got = recv_message(sock, limits=limits, timeout_ms=30_000, copy=copy)
@@ -277,7 +290,7 @@ def _echo_round_trips(
                 raise SafemonError(f"the echo process at {address} did not answer")
             if i >= warmup:
                 out.append(t1 - t0)
-        send_message(sock, encode(Kind.CONTROL, epoch=1, seq=warmup + n + 1,
+        send_message(sock, encode(Kind.CONTROL, epoch=1, seq=warmup + n + 2,
                                   meta={"command": "stop"}))
         proc.wait(10)
     finally:
