@@ -268,6 +268,7 @@ class Daemon:
         self._ondemand: set[int] = set()
         self._runnow_at: dict[str, float] = {}
         self._injected_at: dict[str, float] = {}
+        self._injected_expiry: dict[str, float] = {}  # set when a fault is cleared
         self._states: dict[str, ChannelState] = {
             c.name: ChannelState.STARTING for c in config.channels
         }
@@ -676,11 +677,17 @@ class Daemon:
                         if kind not in FAULT_KINDS:
                             ok, outcome = False, f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}"
                             break
-                        self._injected_at.setdefault(t, now)
+                        if t not in self._injected_at or self._injected_expired(t, now):
+                            self._injected_at[t] = now
+                        self._injected_expiry.pop(t, None)
                         self._send_channel(t, Kind.CONTROL, self._next_seq(),
                                            {"command": "inject", "args": kind})
                     else:
-                        self._injected_at.pop(t, None)
+                        # What the fault did before the clear (a request it swallowed, a
+                        # result it corrupted) is still detected within the detection bounds:
+                        # keep its occurrence time that long, no longer.
+                        if t in self._injected_at:
+                            self._injected_expiry[t] = now + self._detection_bound()
                         self._send_channel(t, Kind.CONTROL, self._next_seq(), {"command": "clear"})
                 self.log.warning("control_" + str(command), target=args)
         elif command == "selftest":
@@ -802,11 +809,25 @@ class Daemon:
                detail: str) -> None:
         # An injected fault's occurrence time is consumed by its first detection: the channel
         # is then isolated or restarted (a new incarnation starts without the fault).
-        occurred = self._injected_at.pop(channel, None) if channel is not None else None
+        occurred = None
+        if channel is not None and channel in self._injected_at:
+            if not self._injected_expired(channel, detected_at):
+                occurred = self._injected_at[channel]
+            del self._injected_at[channel]
+            self._injected_expiry.pop(channel, None)
         if occurred is not None and occurred > detected_at:
             occurred = None
         self._controller(ctl.Fault(channel=channel, kind=kind, detected_at=min(detected_at, now),
                                    now=now, occurred_at=occurred, detail=detail))
+
+    def _detection_bound(self) -> float:
+        """The longest a fault's consequence can take to be detected (seconds)."""
+        t = self.config.timing
+        return max(t.request_deadline_s, t.heartbeat_timeout_s, t.dti_s + t.selftest_deadline_s)
+
+    def _injected_expired(self, channel: str, now: float) -> bool:
+        expiry = self._injected_expiry.get(channel)
+        return expiry is not None and now > expiry
 
     def _voter(self, event: vot.Event) -> None:
         assert self.metrics is not None
@@ -934,7 +955,9 @@ class Daemon:
         assert self.scheduler is not None
         now = event.now
         reactions: list[ctl.RecordReaction] = []
+        steps: list[tuple[str, float]] = []
         for ins in self.controller.handle(event):
+            steps.append((type(ins).__name__, self.clock()))
             if isinstance(ins, ctl.RecordReaction):
                 reactions.append(ins)  # recorded once every other action has been carried out
             elif isinstance(ins, ctl.SetMode):
@@ -965,7 +988,7 @@ class Daemon:
             elif isinstance(ins, ctl.IsolateChannel):
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))
-                self.supervisor.isolate(ins.channel)
+                self.supervisor.isolate(ins.channel, now)
             elif isinstance(ins, ctl.RequestSelfTest):
                 self._run_now(ins.channel, now)
             elif isinstance(ins, ctl.Notify):
@@ -984,6 +1007,9 @@ class Daemon:
                 self.metrics.observe_fault_detection(kind, rec.fdti_seconds)
             self.log.info("fault_reaction", kind=rec.kind.value, fdti_s=rec.fdti_seconds,
                           frti_s=frti)
+            if frti > 0.05:  # say where the time went (the steps' start times, from detection)
+                self.log.warning("slow_reaction", kind=rec.kind.value, frti_s=frti,
+                                 steps=[(n, round(t - detected, 4)) for n, t in steps])
 
     def _publish(self, event_type: str, payload: dict[str, Any]) -> None:
         body = np.frombuffer(json.dumps({"event": event_type, **payload}).encode(),

@@ -25,6 +25,8 @@ __all__ = ["Lost", "Started", "Supervisor"]
 
 log = structlog.get_logger("safemon.supervisor")
 
+#: How long a channel asked to stop may take before it is killed (seconds).
+STOP_GRACE_S = 1.0
 #: A freshly spawned interpreter imports numpy, pydantic and zmq (and CuPy compiles kernels)
 #: before it can register: much longer than a heartbeat timeout, but still bounded.
 STARTUP_TIMEOUT_S = 30.0
@@ -58,6 +60,7 @@ class _Slot:
     watching: bool = False  # a loss is reported once, then watching stops
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
+    stop_deadline: float | None = None  # a due restart waits for the old one until then
 
 
 @dataclass
@@ -76,6 +79,8 @@ class Supervisor:
     epoch: int
     startup_timeout_s: float = STARTUP_TIMEOUT_S
     _slots: dict[str, _Slot] = field(default_factory=dict)
+    #: Handles asked to stop, with the time after which they are killed (reaped by `tick`).
+    _stopping: list[tuple[ChannelHandle, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._slots = {name: _Slot() for name in self.config.channel_names}
@@ -94,13 +99,15 @@ class Supervisor:
         slot.watching = False  # its faults are already being handled
         slot.restart_at = now + delay
 
-    def isolate(self, channel: str) -> None:
-        """Stop `channel` and keep it stopped (until a `restart`)."""
+    def isolate(self, channel: str, now: float) -> None:
+        """Stop `channel` and keep it stopped (until a `restart`). Returns at once: the
+        channel is asked to stop now and killed by `tick` if it is still running
+        `STOP_GRACE_S` later, so a hung channel never stalls the daemon's reaction."""
         slot = self._slots[channel]
         slot.wanted = False
         slot.watching = False
-        slot.restart_at = None
-        self._kill(slot)
+        slot.restart_at = slot.stop_deadline = None
+        self._kill(slot, now)
 
     def stop_all(self, timeout_s: float = 2.0) -> None:
         """Stop every channel (shutdown)."""
@@ -109,6 +116,9 @@ class Supervisor:
             slot.restart_at = None
             if slot.handle is not None:
                 slot.handle.stop(timeout_s)
+        for handle, _deadline in self._stopping:
+            handle.stop(timeout_s)
+        self._stopping.clear()
 
     # -------------------------------------------------------------- observations
 
@@ -141,10 +151,31 @@ class Supervisor:
         """Carry out due restarts and report channels found lost at `now`."""
         out: list[Lost] = []
         timeout = self.config.timing.heartbeat_timeout_s
+        still: list[tuple[ChannelHandle, float]] = []
+        for handle, deadline in self._stopping:
+            if handle.alive() and now >= deadline:
+                log.warning("channel_killed", channel=handle.name, incarnation=handle.incarnation)
+                handle.stop(0.5)  # past its grace: SIGTERM again, then SIGKILL (threads: join)
+            elif handle.alive():
+                still.append((handle, deadline))
+        self._stopping = still
         for name, slot in self._slots.items():
             if slot.restart_at is not None and now >= slot.restart_at:
-                slot.restart_at = None
-                self._kill(slot)
+                # The old incarnation must be gone before the new one binds its address:
+                # ask it to stop, wait for it (the daemon ticks every few ms), kill it after
+                # STOP_GRACE_S. Never block the daemon on it.
+                h = slot.handle
+                if h is not None and h.alive():
+                    if slot.stop_deadline is None:
+                        h.request_stop()
+                        slot.stop_deadline = now + STOP_GRACE_S
+                        continue
+                    if now < slot.stop_deadline:
+                        continue
+                    log.warning("channel_killed", channel=name, incarnation=h.incarnation)
+                    h.stop(0.5)
+                slot.restart_at = slot.stop_deadline = None
+                slot.handle = None
                 self._start(name, now)
                 continue
             if not slot.watching or slot.handle is None:
@@ -163,7 +194,9 @@ class Supervisor:
 
     def next_wakeup(self) -> float | None:
         """The earliest time `tick` has something to do (restarts and heartbeat expiries)."""
-        times = [s.restart_at for s in self._slots.values() if s.restart_at is not None]
+        times = [s.stop_deadline if s.stop_deadline is not None else s.restart_at
+                 for s in self._slots.values() if s.restart_at is not None]
+        times += [deadline for _h, deadline in self._stopping]
         timeout = self.config.timing.heartbeat_timeout_s
         times += [s.last_seen + timeout for s in self._slots.values()
                   if s.watching and s.last_seen is not None]
@@ -180,7 +213,8 @@ class Supervisor:
         slot.handle = self.launcher.start(name, slot.incarnation, self.epoch)
         log.info("channel_started", channel=name, incarnation=slot.incarnation)
 
-    @staticmethod
-    def _kill(slot: _Slot) -> None:
+    def _kill(self, slot: _Slot, now: float) -> None:
         if slot.handle is not None:
-            slot.handle.stop(1.0)
+            slot.handle.request_stop()
+            self._stopping.append((slot.handle, now + STOP_GRACE_S))
+            slot.handle = None

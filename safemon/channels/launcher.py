@@ -39,6 +39,9 @@ class ChannelHandle(Protocol):
     def alive(self) -> bool:
         """Whether the process / thread still runs."""
 
+    def request_stop(self) -> None:
+        """Ask it to stop and return at once (SIGTERM / the worker's stop flag); idempotent."""
+
     def stop(self, timeout_s: float) -> None:
         """Stop it (politely, then forcibly after `timeout_s` seconds); idempotent."""
 
@@ -64,6 +67,10 @@ class ProcessHandle:
     def exitcode(self) -> int | None:
         return self.proc.poll()
 
+    def request_stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+
     def stop(self, timeout_s: float) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -85,6 +92,9 @@ class StreamHandle:
 
     def alive(self) -> bool:
         return self.thread.is_alive()
+
+    def request_stop(self) -> None:
+        self.worker.stop()
 
     def stop(self, timeout_s: float) -> None:
         self.worker.stop()

@@ -95,6 +95,8 @@ class DemoReport:
     log_file: str | None
     duration_s: float
     notes: tuple[str, ...] = ()
+    #: The daemon's `fault_reaction` log records: (kind, FDTI s or None, FRTI s), in order.
+    reactions: tuple[tuple[str, float | None, float], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         faults = []
@@ -128,6 +130,11 @@ class DemoReport:
             "log_file": self.log_file,
             "duration_s": round(self.duration_s, 3),
             "notes": list(self.notes),
+            "reactions": [
+                {"kind": k, "fdti_ms": None if d is None else round(d * 1e3, 3),
+                 "frti_ms": round(r * 1e3, 3)}
+                for k, d, r in self.reactions
+            ],
         }
 
     def table(self) -> str:
@@ -177,6 +184,10 @@ class DemoReport:
         ):
             p = j["latency_ms"][key]
             lines.append(f"  {label:<22} {ms(p['p50'])} {ms(p['p90'])} {ms(p['p99'])}")
+        if self.reactions:
+            lines += ["", "reactions (daemon log)   FDTI ms   FRTI ms   (FDTI from injection)"]
+            for k, d, r in self.reactions:
+                lines.append(f"  {k:<22} {ms(None if d is None else d * 1e3)}  {ms(r * 1e3)}")
         lines += [
             "",
             f"metrics: {self.metrics_url or 'not served'}",

@@ -283,10 +283,17 @@ def _wait_healthy(
 def _detections(
     seen: Sequence[tuple[float, dict[str, Any]]], channel: str, t_from: float, t_to: float | None
 ) -> tuple[str, ...]:
+    """Fault kinds seen on `channel` whose detection falls in [t_from, t_to).
+
+    The detection time is the event's own `detected_at` (the daemon's monotonic clock, the
+    same CLOCK_MONOTONIC as this process on one machine), not the time the event was polled:
+    an event of an earlier fault that is read late must not count for a later one."""
     kinds: list[str] = []
-    for t, e in seen:
+    for t_polled, e in seen:
         if e.get("event") != "fault" or e.get("channel") != channel:
             continue
+        at = e.get("detected_at")
+        t = float(at) if isinstance(at, int | float) and not isinstance(at, bool) else t_polled
         if t < t_from or (t_to is not None and t >= t_to):
             continue
         k = str(e.get("kind"))
@@ -525,4 +532,27 @@ def run_demo(
         log_file=str(log_path),
         duration_s=time.monotonic() - started,
         notes=tuple(notes),
+        reactions=read_reactions(log_path),
     )
+
+
+def read_reactions(log_path: Path) -> tuple[tuple[str, float | None, float], ...]:
+    """The `fault_reaction` records of a JSON daemon log: (kind, fdti_s, frti_s) each;
+    lines that are not such records (or not JSON) are skipped."""
+    import json
+
+    out: list[tuple[str, float | None, float]] = []
+    if not log_path.is_file():
+        return ()
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or rec.get("event") != "fault_reaction":
+            continue
+        kind, fdti, frti = rec.get("kind"), rec.get("fdti_s"), rec.get("frti_s")
+        if isinstance(kind, str) and isinstance(frti, int | float) and (
+                fdti is None or isinstance(fdti, int | float)):
+            out.append((kind, None if fdti is None else float(fdti), float(frti)))
+    return tuple(out)

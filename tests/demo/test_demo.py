@@ -37,4 +37,23 @@ def test_demo_json_protected_equals_clean_and_every_fault_detected(
     assert data["outputs_released"] > 0
     assert data["protected_accuracy"] == data["clean_accuracy"], data
     assert data["unprotected_faulty_accuracy"] < data["clean_accuracy"]
+    # every detected fault led to a reaction with a measured FRTI; injected ones also an FDTI
+    assert len(data["reactions"]) >= data["faults_detected"], data["reactions"]
+    assert all(r["frti_ms"] >= 0 for r in data["reactions"])
+    assert sum(r["fdti_ms"] is not None for r in data["reactions"]) >= data["faults_detected"]
     assert code == 0
+
+
+def test_read_reactions_takes_only_well_formed_fault_reaction_records(tmp_path: Path) -> None:
+    from safemon.demo.runner import read_reactions
+
+    log = tmp_path / "daemon.log"
+    log.write_text("\n".join([
+        '{"event": "fault_reaction", "kind": "crash", "fdti_s": 0.03, "frti_s": 0.0004}',
+        '{"event": "fault_reaction", "kind": "deadline_miss", "fdti_s": null, "frti_s": 0.001}',
+        '{"event": "mode_changed", "mode": "SAFE"}',
+        'not json',
+        '{"event": "fault_reaction", "kind": "crash", "frti_s": "fast"}',
+    ]))
+    assert read_reactions(log) == (("crash", 0.03, 0.0004), ("deadline_miss", None, 0.001))
+    assert read_reactions(tmp_path / "missing.log") == ()

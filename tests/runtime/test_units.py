@@ -79,6 +79,10 @@ class FakeHandle:
     def alive(self) -> bool:
         return self.running
 
+    def request_stop(self) -> None:
+        self.running = False
+        self.stopped = True
+
     def stop(self, timeout_s: float) -> None:
         self.running = False
         self.stopped = True
@@ -119,8 +123,35 @@ def test_supervisor_detects_crash_and_silence_and_restarts_after_the_delay(tmp_p
     assert launcher.started[-1].name == "c1" and launcher.started[-1].incarnation == 1
     assert sup.incarnation("c1") == 1
     assert sup.on_register("c1", 0, 1.6) is None and sup.on_register("c1", 1, 1.6) is not None
-    sup.isolate("c2")
+    sup.isolate("c2", 2.0)
     assert launcher.started[2].stopped
+
+
+def test_isolating_a_channel_that_ignores_the_stop_request_kills_it_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    """isolate() never blocks on the channel; tick() forces the stop STOP_GRACE_S later."""
+    from safemon.supervisor import STOP_GRACE_S
+
+    launcher = FakeLauncher()
+    sup = Supervisor(make_config(tmp_path, "2oo3"), launcher, epoch=1)
+    sup.start_all(0.0)
+    stubborn = launcher.started[0]
+    forced: list[float] = []
+    stubborn.request_stop = lambda: None  # type: ignore[method-assign]
+
+    def force(timeout_s: float) -> None:
+        forced.append(timeout_s)
+        stubborn.running = False
+
+    stubborn.stop = force  # type: ignore[method-assign]
+    sup.isolate(stubborn.name, 1.0)
+    assert sup.next_wakeup() == 1.0 + STOP_GRACE_S
+    sup.tick(1.0 + STOP_GRACE_S / 2)
+    assert forced == [] and stubborn.running
+    sup.tick(1.0 + STOP_GRACE_S)
+    assert forced and not stubborn.running
+    assert sup.next_wakeup() != 1.0 + STOP_GRACE_S
 
 
 def test_sd_notify_writes_one_datagram(tmp_path: Path) -> None:
@@ -130,3 +161,24 @@ def test_sd_notify_writes_one_datagram(tmp_path: Path) -> None:
         assert sd_notify("READY=1", {"NOTIFY_SOCKET": path})
         assert s.recv(64) == b"READY=1"
     assert not sd_notify("READY=1", {})
+
+
+def test_a_due_restart_waits_for_the_old_incarnation_without_blocking(tmp_path: Path) -> None:
+    """The new incarnation starts only once the old one is gone (it would bind the same
+    address); a stubborn one is killed STOP_GRACE_S after the stop request."""
+    from safemon.supervisor import STOP_GRACE_S
+
+    launcher = FakeLauncher()
+    sup = Supervisor(make_config(tmp_path, "2oo3"), launcher, epoch=1)
+    sup.start_all(0.0)
+    old = launcher.started[1]
+    old.request_stop = lambda: None  # type: ignore[method-assign]
+    sup.restart("c1", 0.1, 1.0)
+    sup.tick(1.1)  # due: asked to stop, still running, so no new incarnation yet
+    assert len(launcher.started) == 3 and old.running
+    assert sup.next_wakeup() == 1.1 + STOP_GRACE_S
+    sup.tick(1.1 + STOP_GRACE_S / 2)
+    assert len(launcher.started) == 3
+    sup.tick(1.1 + STOP_GRACE_S)  # grace over: killed, then started
+    assert old.stopped and len(launcher.started) == 4
+    assert launcher.started[3].name == "c1" and sup.incarnation("c1") == 1
