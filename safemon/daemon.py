@@ -31,6 +31,7 @@ its deadline at the latest (`timing.request_deadline_s`, or the client's shorter
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
@@ -269,6 +270,8 @@ class Daemon:
         self._runnow_at: dict[str, float] = {}
         self._injected_at: dict[str, float] = {}
         self._injected_expiry: dict[str, float] = {}  # set when a fault is cleared
+        self._ctl_queue: collections.deque[ctl.ControllerEvent] = collections.deque()
+        self._in_controller = False
         self._states: dict[str, ChannelState] = {
             c.name: ChannelState.STARTING for c in config.channels
         }
@@ -677,8 +680,8 @@ class Daemon:
                         if kind not in FAULT_KINDS:
                             ok, outcome = False, f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}"
                             break
-                        if t not in self._injected_at or self._injected_expired(t, now):
-                            self._injected_at[t] = now
+                        if t not in self._injected_at or t in self._injected_expiry:
+                            self._injected_at[t] = now  # a new fault (the last was cleared)
                         self._injected_expiry.pop(t, None)
                         self._send_channel(t, Kind.CONTROL, self._next_seq(),
                                            {"command": "inject", "args": kind})
@@ -877,8 +880,16 @@ class Daemon:
     def _run_now(self, ch: str, now: float) -> None:
         assert self.scheduler is not None
         self._sched(sch.Tick(now))  # settle what fell due before this instant first
-        if ch not in self.scheduler.channels or self._runnow_at.get(ch) == now:
-            return  # not running (its start will ask) or already asked at this instant
+        if ch not in self.scheduler.channels:
+            assert self.supervisor is not None
+            if not self.supervisor.running(ch):
+                # Lost while nothing restarted it (e.g. in SAFE) and now asked to prove
+                # itself (after a reset): start it; it must pass a self-test to vote again.
+                self.log.info("channel_restart_for_selftest", channel=ch)
+                self.supervisor.restart(ch, 0.0, now)
+            return  # its start will ask for the self-test
+        if self._runnow_at.get(ch) == now:
+            return  # already asked at this instant
         self._runnow_at[ch] = now
         for ins in self.scheduler.handle(sch.RunNow(ch, now)):
             if isinstance(ins, sch.StartSelfTest) and ins.channel == ch:
@@ -891,12 +902,15 @@ class Daemon:
         little late or a channel message stamped later is handled first; without this the
         scheduler would rightly report `DtiLate` for the daemon's own lateness."""
         assert self.scheduler is not None
+        leaving = event.channel if isinstance(event, sch.ChannelLeft) else None
         wake = self.scheduler.next_wakeup()
         while wake is not None and wake < event.now:
             # The scheduler sees the due time; everything downstream (voter, controller,
-            # metrics) sees the real time, which only ever moves forward for them.
+            # metrics) sees the real time, which only ever moves forward for them. A channel
+            # that is leaving gets nothing more (no self-test sent to it, no fault for it).
             for ins in self.scheduler.handle(sch.Tick(wake)):
-                self._on_sched(ins, event.now)
+                if leaving is None or getattr(ins, "channel", None) != leaving:
+                    self._on_sched(ins, event.now)
             nxt = self.scheduler.next_wakeup()
             if nxt is not None and nxt <= wake:
                 break  # defensive: a timer that does not move on would loop forever
@@ -951,6 +965,21 @@ class Daemon:
             self.log.warning("scrub_overrun", channel=ins.channel)
 
     def _controller(self, event: ctl.ControllerEvent) -> None:
+        """Feed the controller `event` and carry out its instructions. An event raised while
+        carrying them out (a nested scheduler catch-up can detect another fault) waits in a
+        FIFO until the current instruction list is done: the controller has already moved on,
+        so applying its older instructions after a newer decision would undo that decision."""
+        self._ctl_queue.append(event)
+        if self._in_controller:
+            return
+        self._in_controller = True
+        try:
+            while self._ctl_queue:
+                self._controller_one(self._ctl_queue.popleft())
+        finally:
+            self._in_controller = False
+
+    def _controller_one(self, event: ctl.ControllerEvent) -> None:
         assert self.metrics is not None and self.supervisor is not None
         assert self.scheduler is not None
         now = event.now

@@ -15,6 +15,7 @@ Time is passed in (`now`, monotonic seconds), so every rule is testable without 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -60,7 +61,6 @@ class _Slot:
     watching: bool = False  # a loss is reported once, then watching stops
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
-    stop_deadline: float | None = None  # a due restart waits for the old one until then
 
 
 @dataclass
@@ -79,8 +79,9 @@ class Supervisor:
     epoch: int
     startup_timeout_s: float = STARTUP_TIMEOUT_S
     _slots: dict[str, _Slot] = field(default_factory=dict)
-    #: Handles asked to stop, with the time after which they are killed (reaped by `tick`).
-    _stopping: list[tuple[ChannelHandle, float]] = field(default_factory=list)
+    #: Handles asked to stop: [handle, kill-after time, killed yet]. `tick` reaps them and
+    #: SIGKILLs (without waiting) those still alive past their grace.
+    _stopping: list[list[Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._slots = {name: _Slot() for name in self.config.channel_names}
@@ -106,7 +107,7 @@ class Supervisor:
         slot = self._slots[channel]
         slot.wanted = False
         slot.watching = False
-        slot.restart_at = slot.stop_deadline = None
+        slot.restart_at = None
         self._kill(slot, now)
 
     def stop_all(self, timeout_s: float = 2.0) -> None:
@@ -116,11 +117,17 @@ class Supervisor:
             slot.restart_at = None
             if slot.handle is not None:
                 slot.handle.stop(timeout_s)
-        for handle, _deadline in self._stopping:
+        for handle, _deadline, _killed in self._stopping:
             handle.stop(timeout_s)
         self._stopping.clear()
 
     # -------------------------------------------------------------- observations
+
+    def running(self, channel: str) -> bool:
+        """Whether `channel` runs or is about to (a restart pending); False once it exited
+        or was stopped with nothing planned."""
+        slot = self._slots[channel]
+        return slot.restart_at is not None or (slot.handle is not None and slot.handle.alive())
 
     def incarnation(self, channel: str) -> int:
         """The incarnation currently running (or being started) for `channel`."""
@@ -151,31 +158,26 @@ class Supervisor:
         """Carry out due restarts and report channels found lost at `now`."""
         out: list[Lost] = []
         timeout = self.config.timing.heartbeat_timeout_s
-        still: list[tuple[ChannelHandle, float]] = []
-        for handle, deadline in self._stopping:
-            if handle.alive() and now >= deadline:
+        still: list[list[Any]] = []
+        for entry in self._stopping:
+            handle, deadline, killed = entry
+            if not handle.alive():
+                continue
+            if now >= deadline and not killed:
                 log.warning("channel_killed", channel=handle.name, incarnation=handle.incarnation)
-                handle.stop(0.5)  # past its grace: SIGTERM again, then SIGKILL (threads: join)
-            elif handle.alive():
-                still.append((handle, deadline))
+                handle.kill()
+                entry[2] = True
+            still.append(entry)
         self._stopping = still
         for name, slot in self._slots.items():
             if slot.restart_at is not None and now >= slot.restart_at:
-                # The old incarnation must be gone before the new one binds its address:
-                # ask it to stop, wait for it (the daemon ticks every few ms), kill it after
-                # STOP_GRACE_S. Never block the daemon on it.
-                h = slot.handle
-                if h is not None and h.alive():
-                    if slot.stop_deadline is None:
-                        h.request_stop()
-                        slot.stop_deadline = now + STOP_GRACE_S
-                        continue
-                    if now < slot.stop_deadline:
-                        continue
-                    log.warning("channel_killed", channel=name, incarnation=h.incarnation)
-                    h.stop(0.5)
-                slot.restart_at = slot.stop_deadline = None
-                slot.handle = None
+                # The old incarnation must be gone before the new one binds its address: it
+                # is asked to stop (and killed after STOP_GRACE_S by the reaping above); the
+                # daemon ticks every few ms, so the start follows its exit without blocking.
+                self._kill(slot, now)
+                if self._still_stopping(name):
+                    continue
+                slot.restart_at = None
                 self._start(name, now)
                 continue
             if not slot.watching or slot.handle is None:
@@ -194,9 +196,9 @@ class Supervisor:
 
     def next_wakeup(self) -> float | None:
         """The earliest time `tick` has something to do (restarts and heartbeat expiries)."""
-        times = [s.stop_deadline if s.stop_deadline is not None else s.restart_at
-                 for s in self._slots.values() if s.restart_at is not None]
-        times += [deadline for _h, deadline in self._stopping]
+        times = [s.restart_at for n, s in self._slots.items()
+                 if s.restart_at is not None and not self._still_stopping(n)]
+        times += [deadline for _h, deadline, killed in self._stopping if not killed]
         timeout = self.config.timing.heartbeat_timeout_s
         times += [s.last_seen + timeout for s in self._slots.values()
                   if s.watching and s.last_seen is not None]
@@ -216,5 +218,9 @@ class Supervisor:
     def _kill(self, slot: _Slot, now: float) -> None:
         if slot.handle is not None:
             slot.handle.request_stop()
-            self._stopping.append((slot.handle, now + STOP_GRACE_S))
+            self._stopping.append([slot.handle, now + STOP_GRACE_S, False])
             slot.handle = None
+
+    def _still_stopping(self, name: str) -> bool:
+        """Whether an earlier incarnation of `name` is still running (asked to stop)."""
+        return any(h.name == name and h.alive() for h, _deadline, _killed in self._stopping)

@@ -42,6 +42,9 @@ class ChannelHandle(Protocol):
     def request_stop(self) -> None:
         """Ask it to stop and return at once (SIGTERM / the worker's stop flag); idempotent."""
 
+    def kill(self) -> None:
+        """Force it to stop and return at once (SIGKILL; a thread can only be asked)."""
+
     def stop(self, timeout_s: float) -> None:
         """Stop it (politely, then forcibly after `timeout_s` seconds); idempotent."""
 
@@ -71,6 +74,10 @@ class ProcessHandle:
         if self.proc.poll() is None:
             self.proc.terminate()
 
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()  # reaped by a later alive() (poll)
+
     def stop(self, timeout_s: float) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -94,6 +101,12 @@ class StreamHandle:
         return self.thread.is_alive()
 
     def request_stop(self) -> None:
+        self.worker.stop()
+
+    def kill(self) -> None:
+        # A Python thread cannot be killed; it was asked to stop and is abandoned (daemon
+        # thread). Say so: a stream channel that ignores stop() is stuck in native code.
+        log.error("stream_channel_not_stopping", channel=self.name, incarnation=self.incarnation)
         self.worker.stop()
 
     def stop(self, timeout_s: float) -> None:

@@ -5,9 +5,11 @@ this process acts as the inference app. Everything below is measured in the same
 
 - **Round trip** (one request in flight): wall time from sending a REQUEST to receiving the
   released C, for `requests` requests after `warmup`. The daemon's reply carries
-  `kernel_seconds`, the slowest kernel among the agreeing channels (the kernel time on the
-  release's critical path); `overhead = round trip - kernel_seconds` is safemon's own cost
-  (transport, voting, comparison, scheduling). Percentiles are over requests.
+  `kernel_seconds`, the slowest compute step among the agreeing channels (the time on the
+  release's critical path spent in the channel's `_run`: upload, ECC check of the resident
+  weights, finite checks, kernel, download); `overhead = round trip - kernel_seconds` is
+  safemon's own cost (transport, voting, comparison, scheduling). Percentiles are over
+  requests.
 - **Baselines**: the same kernel called directly in this process (what the app would do
   without safemon) and a ZeroMQ echo of the same request and reply messages through the same
   wire code (`echo_main`, a separate process): the transport floor.
@@ -79,7 +81,8 @@ class VoteBenchSize:
 def parse_sizes(text: str, requests: int) -> list[VoteBenchSize]:
     """"80x80x80,1024x1024x64" (or "80" for 80x80x80) into sizes; ValueError on bad input.
 
-    Outputs with more than 2**18 elements get a tenth of `requests` (at least 20)."""
+    Outputs with more than 2**18 elements get a tenth of `requests` (at least 20, at most
+    `requests`)."""
     out = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         dims = part.split("x")
@@ -88,7 +91,7 @@ def parse_sizes(text: str, requests: int) -> list[VoteBenchSize]:
         if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
             raise ValueError(f"bad size {part!r}; want MxNxK or N (positive integers)")
         m, n, k = (int(d) for d in dims)
-        reqs = requests if m * n <= 2**18 else max(20, requests // 10)
+        reqs = requests if m * n <= 2**18 else min(requests, max(20, requests // 10))
         out.append(VoteBenchSize(m, n, k, reqs))
     if not out:
         raise ValueError("no sizes given")
@@ -165,8 +168,9 @@ def _running_daemon(config_path: Path, log_path: Path, timeout_s: float) -> Iter
     with log_path.open("w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "safemon", "run", "--config",
                                  str(config_path)], stdout=subprocess.DEVNULL, stderr=err)
-    client = Client(config_path, control_timeout_s=1.0)
+    client = None
     try:
+        client = Client(config_path, control_timeout_s=1.0)
         end = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
@@ -180,7 +184,8 @@ def _running_daemon(config_path: Path, log_path: Path, timeout_s: float) -> Iter
             time.sleep(0.1)
         yield client
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:

@@ -83,6 +83,10 @@ class FakeHandle:
         self.running = False
         self.stopped = True
 
+    def kill(self) -> None:
+        self.running = False
+        self.stopped = True
+
     def stop(self, timeout_s: float) -> None:
         self.running = False
         self.stopped = True
@@ -127,6 +131,15 @@ def test_supervisor_detects_crash_and_silence_and_restarts_after_the_delay(tmp_p
     assert launcher.started[2].stopped
 
 
+def test_sd_notify_writes_one_datagram(tmp_path: Path) -> None:
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(path)
+        assert sd_notify("READY=1", {"NOTIFY_SOCKET": path})
+        assert s.recv(64) == b"READY=1"
+    assert not sd_notify("READY=1", {})
+
+
 def test_isolating_a_channel_that_ignores_the_stop_request_kills_it_after_the_grace(
     tmp_path: Path,
 ) -> None:
@@ -137,35 +150,27 @@ def test_isolating_a_channel_that_ignores_the_stop_request_kills_it_after_the_gr
     sup = Supervisor(make_config(tmp_path, "2oo3"), launcher, epoch=1)
     sup.start_all(0.0)
     stubborn = launcher.started[0]
-    forced: list[float] = []
+    killed: list[bool] = []
     stubborn.request_stop = lambda: None  # type: ignore[method-assign]
 
-    def force(timeout_s: float) -> None:
-        forced.append(timeout_s)
+    def kill() -> None:
+        killed.append(True)
         stubborn.running = False
 
-    stubborn.stop = force  # type: ignore[method-assign]
+    stubborn.kill = kill  # type: ignore[method-assign]
     sup.isolate(stubborn.name, 1.0)
     assert sup.next_wakeup() == 1.0 + STOP_GRACE_S
     sup.tick(1.0 + STOP_GRACE_S / 2)
-    assert forced == [] and stubborn.running
+    assert killed == [] and stubborn.running
     sup.tick(1.0 + STOP_GRACE_S)
-    assert forced and not stubborn.running
+    assert killed == [True] and not stubborn.running
     assert sup.next_wakeup() != 1.0 + STOP_GRACE_S
-
-
-def test_sd_notify_writes_one_datagram(tmp_path: Path) -> None:
-    path = str(tmp_path / "notify.sock")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.bind(path)
-        assert sd_notify("READY=1", {"NOTIFY_SOCKET": path})
-        assert s.recv(64) == b"READY=1"
-    assert not sd_notify("READY=1", {})
 
 
 def test_a_due_restart_waits_for_the_old_incarnation_without_blocking(tmp_path: Path) -> None:
     """The new incarnation starts only once the old one is gone (it would bind the same
-    address); a stubborn one is killed STOP_GRACE_S after the stop request."""
+    address), also when the old one was isolated just before; a stubborn one is SIGKILLed
+    STOP_GRACE_S after the stop request, without waiting."""
     from safemon.supervisor import STOP_GRACE_S
 
     launcher = FakeLauncher()
@@ -173,12 +178,16 @@ def test_a_due_restart_waits_for_the_old_incarnation_without_blocking(tmp_path: 
     sup.start_all(0.0)
     old = launcher.started[1]
     old.request_stop = lambda: None  # type: ignore[method-assign]
-    sup.restart("c1", 0.1, 1.0)
-    sup.tick(1.1)  # due: asked to stop, still running, so no new incarnation yet
-    assert len(launcher.started) == 3 and old.running
-    assert sup.next_wakeup() == 1.1 + STOP_GRACE_S
-    sup.tick(1.1 + STOP_GRACE_S / 2)
+    old.kill = lambda: None  # type: ignore[method-assign]  # not dead yet when killed
+    sup.isolate("c1", 1.0)  # e.g. the reaction; then the operator's reset restarts it
+    assert not sup.running("c1")
+    sup.restart("c1", 0.0, 1.05)
+    assert sup.running("c1")
+    sup.tick(1.1)
+    assert len(launcher.started) == 3 and old.running  # waits, does not start a second c1
+    sup.tick(1.0 + STOP_GRACE_S)  # grace over: killed (no wait), still not gone
     assert len(launcher.started) == 3
-    sup.tick(1.1 + STOP_GRACE_S)  # grace over: killed, then started
-    assert old.stopped and len(launcher.started) == 4
-    assert launcher.started[3].name == "c1" and sup.incarnation("c1") == 1
+    old.running = False  # the kernel reaped it
+    sup.tick(1.0 + STOP_GRACE_S + 0.01)
+    assert len(launcher.started) == 4 and launcher.started[3].name == "c1"
+    assert sup.incarnation("c1") == 1
