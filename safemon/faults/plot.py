@@ -59,25 +59,37 @@ def plot_tradeoff(points: Sequence[TradeoffPoint], path: Path | str, *, title: s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    # Points crowd near 100 % and near 1×: number them on the plot and name them in a key
+    # beside it (sorted by overhead), and zoom the DC axis when every point is high.
+    pts = sorted(points, key=lambda p: (p.overhead, -p.dc_percent, p.label))
+    fig, (ax, key) = plt.subplots(1, 2, figsize=(11, 5.5), dpi=120,
+                                  gridspec_kw={"width_ratios": [3, 1.15]})
     try:
-        xs = [p.overhead for p in points]
-        ys = [p.dc_percent for p in points]
+        xs = [p.overhead for p in pts]
+        ys = [p.dc_percent for p in pts]
         ax.scatter(xs, ys, s=28, color="tab:blue", zorder=3)
-        for p in points:
-            ax.annotate(p.label, (p.overhead, p.dc_percent), textcoords="offset points",
-                        xytext=(4, 3), fontsize=7)
+        for i, p in enumerate(pts, start=1):
+            dy = (4, -10, 10, -4)[i % 4]
+            ax.annotate(str(i), (p.overhead, p.dc_percent), textcoords="offset points",
+                        xytext=(3, dy), fontsize=7)
+        low = 0.0 if min(ys) < 90.0 else max(0.0, float(int(min(ys))) - 0.5)
         for band, level in BANDS.items():
-            ax.axhline(level, color="grey", linewidth=0.8, linestyle="--", zorder=1)
-            ax.text(max(xs), level, f" {band} ({level:g} %)", va="bottom", ha="right",
-                    fontsize=7, color="grey")
+            if level >= low:
+                ax.axhline(level, color="grey", linewidth=0.8, linestyle="--", zorder=1)
+                ax.text(max(xs), level, f" {band} ({level:g} %)", va="bottom", ha="right",
+                        fontsize=7, color="grey")
         if max(xs) / min(xs) > 20:
             ax.set_xscale("log")
         ax.set_xlabel("overhead: protected / unprotected time (same tiling)")
         ax.set_ylabel("DC(ES) %: single-bit input faults detected")
-        ax.set_ylim(min(0.0, min(ys) - 2), 102)
+        ax.set_ylim(low, 100.0 + (100.0 - low) * 0.04)
         ax.set_title(title, fontsize=9)
         ax.grid(True, linewidth=0.3)
+        key.axis("off")
+        lines = [f"{i:>2}  {p.label:<14} {p.overhead:6.2f}×  {p.dc_percent:7.3f} %"
+                 for i, p in enumerate(pts, start=1)]
+        key.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace",
+                 fontsize=7, transform=key.transAxes)
         fig.tight_layout()
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
