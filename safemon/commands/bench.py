@@ -82,16 +82,20 @@ def _vote(args: argparse.Namespace) -> int:
     except SafemonError as exc:
         print(f"safemon bench vote: failed: {exc}", file=sys.stderr)
         return 1
-    md = vote_markdown(ev)
-    print(md)
+    _report(vote_markdown(ev), "Vote round-trip benchmark", args.markdown)
     if args.json_file:
         write_evidence(ev, args.json_file)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(f"# Vote round-trip benchmark\n\n{md}\n")
     if args.plot:
         plot_round_trips(ev, args.plot)
     return 0
+
+
+def _report(markdown: str, title: str, path: str | None) -> None:
+    """Print the Markdown report; also write it, under `title`, to `path` when given."""
+    print(markdown)
+    if path:
+        with open(path, "w") as fh:
+            fh.write(f"# {title}\n\n{markdown}\n")
 
 
 def _kernels(args: argparse.Namespace) -> int:
@@ -126,13 +130,9 @@ def _kernels(args: argparse.Namespace) -> int:
     except (ValueError, BackendUnavailableError) as exc:
         print(f"safemon bench: {exc}", file=sys.stderr)
         return 2
-    md = bench_markdown(ev)
-    print(md)
+    _report(bench_markdown(ev), "Overhead benchmark", args.markdown)
     if args.json_file:
         write_evidence(ev, args.json_file)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(f"# Overhead benchmark\n\n{md}\n")
     if args.evidence:
         print(f"stored {EvidenceStore(args.evidence).save_bench(ev)}", file=sys.stderr)
     return 0
