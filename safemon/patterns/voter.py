@@ -83,8 +83,9 @@ a wrong product (1oo3), with diagnostics (D) that localise the fault after a mis
 so the other channels continue, degraded to 1oo2D.
 
 The `error` of a `Fail` that is not `safe_state`: `disagreement` when two or more ok
-results were in hand and no quorum of them agreed; otherwise `timeout` at the deadline or
-`channel_error` before it.
+results were in hand and no quorum of them agreed (at the deadline: when they did not all
+agree; 1oo3D's two agreeing results with a silent third are a `timeout`); otherwise
+`timeout` at the deadline or `channel_error` before it.
 
 SAFE: on `EnterSafe` every open request still unanswered fails with `safe_state` and every
 open request is closed without further findings (the state is latched; the controller has
@@ -539,7 +540,7 @@ class Voter:
             missing = [ch for ch in req.submit.voters if ch not in req.results]
             if not req.answered:
                 oks = [ch for ch, r in req.results.items() if r.ok]
-                if len(oks) >= 2:
+                if len(oks) >= 2 and not _all_agree([req.results[ch] for ch in oks]):
                     detail = (
                         f"results of {', '.join(oks)} do not agree and "
                         f"{', '.join(missing)} missed the deadline"
