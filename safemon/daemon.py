@@ -889,6 +889,8 @@ class Daemon:
                     self.metrics.count_disagreement(ch)
                 self.log.warning("disagreement", seq=d.req_id, minority=list(d.minority),
                                  majority=list(d.majority), policy=d.policy.value)
+                # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
+                # two faulty ones, so its mismatch goes to the self-test diagnosis.
                 if d.policy is Policy.TWO_OO_THREE and d.majority and len(d.minority) == 1:
                     self._fault(d.minority[0], ctl.FaultKind.DISAGREEMENT_MINORITY, now, now,
                                 f"request {d.req_id}")
