@@ -28,7 +28,7 @@ every policy but one that count and IEC's M give the same name; the exception is
 it releases only when both channels agree and goes SAFE on any mismatch, so either channel
 alone withholds a wrong product. In IEC 61508 terms that is a 1oo2 architecture, HFT 1,
 not the IEC 2oo2 (which needs both channels to act and has HFT 0). The name is kept for
-compatibility; `architecture` gives the IEC name. Availability is another matter: a single
+compatibility; `ARCHITECTURE` gives the IEC name. Availability is another matter: a single
 fault stops a 2oo2 deployment (SAFE), while 1oo2D, 2oo3 and 1oo3D continue, degraded.
 
 Effective HFT of a deployment

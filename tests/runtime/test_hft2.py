@@ -124,6 +124,9 @@ def test_status_metric_and_start_warning_report_the_hft(
     assert (st["policy"], st["hft_declared"], st["hft_effective"]) == ("1oo3D", 2, 0)
     assert "share host-cpu" in st["hft_reason"]
     assert st["hft_hardware"] == {"host-cpu": ["c0", "c1", "c2"]}
+    text_status = subprocess.run([*PY, "status", "--config", str(path)], capture_output=True,
+                                 text=True, timeout=60)
+    assert "HFT declared 2, effective 0: " in text_status.stdout, text_status.stderr
     with urllib.request.urlopen(st["metrics_url"], timeout=10) as resp:
         text = resp.read().decode()
     assert 'safemon_hft{kind="declared"} 2.0' in text
