@@ -30,9 +30,10 @@ INJECTION: dict[str, Any] = {}
 #: Periodic self-tests far apart (a long DTI): each injected bit flip is then consumed by
 #: the live request it is meant to corrupt, not by a periodic self-test in between.
 #: On-demand self-tests (the 1oo3D diagnosis) still run at once.
+#: Deadlines are generous bounds for a loaded 2-core machine, not timing claims.
 QUIET_TIMING: dict[str, Any] = {
-    "request_deadline_s": 2.0, "dti_s": 120.0, "dti_jitter": 0.0, "selftest_deadline_s": 1.0,
-    "heartbeat_timeout_s": 2.0, "ftti_s": 121.0, "scrub_interval_s": None,
+    "request_deadline_s": 5.0, "dti_s": 120.0, "dti_jitter": 0.0, "selftest_deadline_s": 3.0,
+    "heartbeat_timeout_s": 5.0, "ftti_s": 123.0, "scrub_interval_s": None,
 }
 
 
@@ -90,13 +91,13 @@ def test_two_channels_faulted_at_once_release_nothing_wrong(
     with Client(cfg) as client:
         assert wait_for(lambda: _all_up(client), 60.0), err_path.read_text()[-4000:]
         wid = client.register_weight(w)
-        assert same_bits(client.matmul(x, wid, timeout=5.0), ref)
+        assert same_bits(client.matmul(x, wid, timeout=10.0), ref)
         pairs = [("c0", "c1"), ("c1", "c2"), ("c0", "c2"), ("c0", "c1"), ("c1", "c2")]
         for i, pair in enumerate(pairs):
             for ch in pair:
                 client.inject(ch, "bitflip-c")
             try:
-                got = client.matmul(x, wid, timeout=5.0)
+                got = client.matmul(x, wid, timeout=10.0)
             except DisagreementError:
                 pass
             else:
@@ -108,7 +109,7 @@ def test_two_channels_faulted_at_once_release_nothing_wrong(
 
             assert wait_for(diagnosed, 30.0), (client.status(), err_path.read_text()[-4000:])
         assert _all_up(client) and client.status()["effective_policy"] == "1oo3D"
-        assert same_bits(client.matmul(x, wid, timeout=5.0), ref)
+        assert same_bits(client.matmul(x, wid, timeout=10.0), ref)
     assert '"event": "disagreement"' in err_path.read_text()
 
 
@@ -146,12 +147,12 @@ def test_a_permanent_double_fault_isolates_both_and_the_third_carries_on(tmp_pat
     ref = reference(x, w, cfg)
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
-        assert same_bits(client.matmul(x, wid, timeout=5.0), ref)
+        assert same_bits(client.matmul(x, wid, timeout=10.0), ref)
         assert daemon.status()["hft_effective"] == 0
         client.inject("c0", "stuck")
         client.inject("c2", "stuck")
         with pytest.raises(DisagreementError):
-            client.matmul(x, wid, timeout=5.0)
+            client.matmul(x, wid, timeout=10.0)
 
         def degraded() -> bool:
             st = client.status()
@@ -165,4 +166,4 @@ def test_a_permanent_double_fault_isolates_both_and_the_third_carries_on(tmp_pat
         assert st["hft_reason"].startswith("Degraded: voting under 1oo1D (HFT 0)")
         assert daemon.registry.get_sample_value("safemon_hft", {"kind": "effective"}) == 0
         for _ in range(3):
-            assert same_bits(client.matmul(x, wid, timeout=5.0), ref)
+            assert same_bits(client.matmul(x, wid, timeout=10.0), ref)
