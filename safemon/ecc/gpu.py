@@ -206,11 +206,16 @@ def encode_device(data: Any, word_bits: int = 32) -> Any:
         return check
 
 
-def count_errors_device(data: Any, check: Any, word_bits: int = 32) -> Any:
-    """Launch the read-only check; returns a CuPy uint64 array of one element (no sync)."""
+def count_errors_device(data: Any, check: Any, word_bits: int = 32, out: Any = None) -> Any:
+    """Launch the read-only check; returns a CuPy uint64 array of one element (no sync).
+
+    The number of words with a nonzero syndrome is added to `out` when given (a zeroed
+    1-element uint64 CuPy array, possibly a view into a larger status block), else to a new
+    array.
+    """
     cupy = import_cupy()
     ngroups = n_check_words(data.nbytes, word_bits)
-    nerr = cupy.zeros(1, dtype=cupy.uint64)
+    nerr = cupy.zeros(1, dtype=cupy.uint64) if out is None else out
     if ngroups:
         k = _launch(cupy, word_bits)
         grid = _grid_for(k, (ngroups + k.unroll - 1) // k.unroll)
