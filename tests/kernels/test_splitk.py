@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -40,7 +42,7 @@ def test_slices_cover_k_in_order_and_none_is_empty(k: int, bk: int, split: int) 
     bounds = slice_bounds(k, bk, slices)
     assert 1 <= slices <= split
     assert bounds[0][0] == 0 and bounds[-1][1] == k
-    for (lo, hi), (nlo, _) in zip(bounds, bounds[1:], strict=False):
+    for (_, hi), (nlo, _) in itertools.pairwise(bounds):
         assert hi == nlo
     assert all(lo < hi and lo % bk == 0 for lo, hi in bounds)
 
