@@ -234,7 +234,7 @@ class ProtectedArray:
         without waiting (the fused path of `safemon.kernels.checked`).
 
         The number of words with a nonzero syndrome is added to `errors_out` (a zeroed
-        1-element uint64 CuPy array). Nothing is corrected or counted here: the caller must
+        1-element uint64 CuPy array, or a zeroed uint64's device address as `numpy.uintp`). Nothing is corrected or counted here: the caller must
         read `errors_out` before releasing anything computed from the array, and when it is
         nonzero call `verified()` (which corrects, counts and raises) and compute again.
 

@@ -97,17 +97,15 @@ def launch_checked(
         a_on_device / b_on_device: whether the finite check of A / B runs on the GPU.
         b_protected: a device `ProtectedArray` holding B: its ECC check joins the sequence.
     """
-    from safemon.kernels.gpu import gpu_matmul, launch_finite
+    from safemon.kernels.gpu import gpu_matmul, launch_inputs_finite
 
     cp = import_cupy()
     status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+    base = int(status.data.ptr)
     if b_protected is not None:
-        b = b_protected.launch_check(status[STATUS_ECC:].view(cp.uint64))
+        b = b_protected.launch_check(np.uintp(base + 4 * STATUS_ECC))
     a_d, b_d = cp.asarray(a), cp.asarray(b)
-    if a_on_device:
-        launch_finite(a_d, status[STATUS_A:STATUS_A + 1])
-    if b_on_device:
-        launch_finite(b_d, status[STATUS_B:STATUS_B + 1])
+    launch_inputs_finite(a_d, b_d, base, check_a=a_on_device, check_b=b_on_device)
     c, es = gpu_matmul(a_d, b_d, variant, status=status)
     return CheckedLaunch(c, es, status, b_protected is not None)
 

@@ -8,6 +8,8 @@ grid into S partial products and then `splitk.cu`'s reduction, both on that stre
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from safemon.kernels.catalog import (
     Variant,
     make_variant,
 )
-from safemon.kernels.compiler import KernelBuild, import_cupy, load_module
+from safemon.kernels.compiler import KernelBuild, import_cupy, load_module, on_clear
 
 __all__ = [
     "SIG_CODES",
@@ -30,6 +32,7 @@ __all__ = [
     "finite_build",
     "gpu_matmul",
     "launch_finite",
+    "launch_inputs_finite",
     "nvcc_builds",
     "splitk_build",
 ]
@@ -77,9 +80,39 @@ def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
     return KernelBuild.make(MMM_SOURCE, defines, (fmad,))
 
 
+_functions: dict[tuple[Any, ...], Any] = {}
+_functions_lock = threading.Lock()
+
+
+def _clear_functions() -> None:
+    with _functions_lock:
+        _functions.clear()
+
+
+on_clear(_clear_functions)
+
+
+def _function(key: tuple[Any, ...], build: Callable[[], KernelBuild], name: str) -> Any:
+    """The kernel `name` of `build()` on the current device, looked up by the cheap `key`.
+
+    Building and hashing a `KernelBuild` costs tens of microseconds of Python, paid on every
+    call before this cache existed; the key here is a variant or a constant.
+    """
+    cp = import_cupy()
+    full = (cp.cuda.runtime.getDevice(), *key)
+    fn = _functions.get(full)
+    if fn is None:
+        fn = load_module(build()).get_function(name)
+        with _functions_lock:
+            _functions[full] = fn
+    return fn
+
+
 def kernel_for(variant: Variant, *, inject: bool = False) -> Any:
     """The compiled `cupy.RawKernel` of `variant` on the current device."""
-    return load_module(build_for(variant, inject=inject)).get_function(KERNEL_NAME)
+    if inject and variant.split != 1:
+        build_for(variant, inject=True)  # raises: the injection build runs split 1 only
+    return _function(("mmm", variant, inject), lambda: build_for(variant, inject=inject), KERNEL_NAME)
 
 
 def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[Any, Any]:
@@ -126,7 +159,7 @@ def reduce_slices(partials: Any, c: Any) -> None:
     mn = int(c.size)
     units = mn // 4 if mn % 4 == 0 else mn
     blocks = max(1, min(AUX_MAX_BLOCKS, (units + AUX_THREADS - 1) // AUX_THREADS))
-    kernel = load_module(splitk_build()).get_function("safemon_splitk_reduce")
+    kernel = _function(("splitk",), splitk_build, "safemon_splitk_reduce")
     kernel((blocks, 1, 1), (AUX_THREADS, 1, 1), (partials, c, np.int64(mn), np.int32(s)))
 
 
@@ -151,13 +184,25 @@ def all_finite(x: Any) -> bool:
 def launch_finite(x: Any, flag: Any) -> None:
     """Queue finite.cu over `x` on the current stream: sets the uint32 `flag` (a CuPy array
     of one element, zeroed by the caller) to 1 when `x` holds NaN or infinity. No waiting."""
-    cp = import_cupy()
-    words = x.view(cp.uint32).ravel()
-    if words.size == 0:
+    if x.size == 0:
         return
-    blocks = int(min(AUX_MAX_BLOCKS, (words.size + AUX_THREADS - 1) // AUX_THREADS))
-    kernel = load_module(finite_build()).get_function("safemon_any_nonfinite")
-    kernel((blocks, 1, 1), (AUX_THREADS, 1, 1), (words, np.uint64(words.size), flag))
+    blocks = int(min(AUX_MAX_BLOCKS, (x.size + AUX_THREADS - 1) // AUX_THREADS))
+    kernel = _function(("finite",), finite_build, "safemon_any_nonfinite")
+    kernel((blocks, 1, 1), (AUX_THREADS, 1, 1), (x, np.uint64(x.size), flag))
+
+
+def launch_inputs_finite(a: Any, b: Any, status_ptr: int, *, check_a: bool, check_b: bool) -> None:
+    """Queue one finite.cu launch over A and B (float32, C-contiguous CuPy arrays): word 0 of
+    the status block at `status_ptr` becomes 1 when A holds NaN or infinity, word 1 when B
+    does. An operand not to check counts as empty. No waiting."""
+    na = int(a.size) if check_a else 0
+    nb = int(b.size) if check_b else 0
+    if na + nb == 0:
+        return
+    blocks = int(min(AUX_MAX_BLOCKS, (na + nb + AUX_THREADS - 1) // AUX_THREADS))
+    kernel = _function(("finite2",), finite_build, "safemon_inputs_nonfinite")
+    kernel((blocks, 1, 1), (AUX_THREADS, 1, 1),
+           (a, np.uint64(na), b, np.uint64(nb), np.uintp(status_ptr)))
 
 
 def nvcc_builds() -> list[KernelBuild]:
