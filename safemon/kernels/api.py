@@ -43,7 +43,7 @@ class MatmulResult:
     es: Any
     variant: Variant
     backend: str
-    status: Any = None
+    status: Any = field(default=None, compare=False)
     _inputs: tuple[Any, Any, int] | None = field(default=None, repr=False, compare=False)
 
     @property
