@@ -133,3 +133,20 @@ def test_injection_build_refuses_a_split_variant() -> None:
     with pytest.raises(ValueError, match="split 1"):
         build_for(make_variant("ones", "I", "exact", "small", 2), inject=True)
     build_for(make_variant("ones", "I", "exact", "small"), inject=True)  # split 1 is fine
+
+
+def test_protected_matmul_picks_and_records_the_automatic_split() -> None:
+    """split=None gives auto_split of the shape; the result equals the explicit variant's."""
+    import safemon
+
+    a, b = _rand((2, 600), 5), _rand((600, 40), 6)
+    r = safemon.protected_matmul(a, b, checksum="ones", level="M", backend="numpy")
+    tile = auto_tile(2, 40)
+    assert r.variant.split == auto_split(2, 40, 600, tile) > 1
+    c, es = reference_matmul(a, b, make_variant("ones", "M", "exact", tile, r.variant.split))
+    assert _same_bits(r.c, c) and np.array_equal(r.es, es)
+    assert not r.pending and r.wait() is r  # NumPy results are settled at once
+    one = safemon.protected_matmul(a, b, checksum="ones", level="M", backend="numpy", split=1)
+    assert one.variant.split == 1 and one.es.shape[0] * r.variant.slices(600) == r.es.shape[0]
+    with pytest.raises(ValueError, match="split"):
+        safemon.matmul(a, b, backend="numpy", split=0)
