@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int, default=None, help="copies per reference call / launch")
-    p.add_argument("--json", dest="json_file", default=None, help="write the safemon.dc/1 evidence here")
+    p.add_argument("--json", dest="json_file", default=None, help="write the safemon.dc/2 evidence here")
     p.add_argument("--markdown", default=None, help="write the Table-3-style Markdown here")
     p.add_argument("--evidence", default=None, help="store the evidence per device under this directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

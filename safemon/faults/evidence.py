@@ -2,10 +2,10 @@
 
 Two kinds of file (docs/SAFETY.md, "Evidence files", shows both with every field):
 
-* ``safemon.dc/1`` — results of exhaustive input campaigns (`safemon dc`): one record per
+* ``safemon.dc/2`` — results of exhaustive input campaigns (`safemon dc`): one record per
   (variant, dims) with the injection count, the ES-detected, C-visible, latent and escape
   counts, and the percentages derived from them.
-* ``safemon.bench/1`` — the overhead benchmark (`safemon bench`): one row per
+* ``safemon.bench/2`` — the overhead benchmark (`safemon bench`): one row per
   (variant, dims) with medians of the protected, unprotected (same tiling) and cuBLAS runs
   and their ratios, plus the device, clocks and versions.
 
@@ -52,8 +52,10 @@ __all__ = [
     "write_evidence",
 ]
 
-DC_SCHEMA = "safemon.dc/1"
-BENCH_SCHEMA = "safemon.bench/1"
+DC_SCHEMA = "safemon.dc/2"
+BENCH_SCHEMA = "safemon.bench/2"
+#: Schema 1 files named today's levels F and T "M" and "E"; they are refused, never relabelled.
+_SCHEMA_1 = ("safemon.dc/1", "safemon.bench/1")
 
 #: Tolerance for derived floating-point fields (they are rounded by JSON writers at most).
 _REL = 1e-6
@@ -137,9 +139,9 @@ class DcRecord(_Strict):
 
 
 class DcEvidence(_Strict):
-    """A `safemon.dc/1` file: campaigns run together on one device with one seed."""
+    """A `safemon.dc/2` file: campaigns run together on one device with one seed."""
 
-    schema_: Literal["safemon.dc/1"] = Field(alias="schema")
+    schema_: Literal["safemon.dc/2"] = Field(alias="schema")
     safemon_version: str
     date: str = Field(description="ISO 8601 UTC")
     device: str
@@ -206,9 +208,9 @@ class EccMmmRow(_Strict):
 
 
 class BenchEvidence(_Strict):
-    """A `safemon.bench/1` file."""
+    """A `safemon.bench/2` file."""
 
-    schema_: Literal["safemon.bench/1"] = Field(alias="schema")
+    schema_: Literal["safemon.bench/2"] = Field(alias="schema")
     safemon_version: str
     date: str
     device: str
@@ -235,6 +237,12 @@ def _validate(data: Any, origin: str) -> Evidence:
         model = DcEvidence
     elif schema == BENCH_SCHEMA:
         model = BenchEvidence
+    elif schema in _SCHEMA_1:
+        raise EvidenceError(
+            f"{origin}: schema {schema!r} predates the paper's levels: its M and E were the "
+            "levels now called F and T (docs/SIGNATURES.md), so it is not read as "
+            f"{DC_SCHEMA!r}/{BENCH_SCHEMA!r}; run the campaign or benchmark again"
+        )
     else:
         raise EvidenceError(
             f"{origin}: unknown schema {schema!r}; expected {DC_SCHEMA!r} or {BENCH_SCHEMA!r}"
@@ -398,7 +406,7 @@ def dc_record(result: Any) -> DcRecord:
 
 
 def dc_evidence(results: Iterable[Any], *, device: str, backend: str, seed: int) -> DcEvidence:
-    """A validated `safemon.dc/1` document for campaign results run together."""
+    """A validated `safemon.dc/2` document for campaign results run together."""
     from safemon import __version__
 
     return DcEvidence.model_validate(

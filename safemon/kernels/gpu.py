@@ -43,6 +43,8 @@ def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
         "SIG_I": SIG_CODES[levels.get("I")],
         "SIG_M": SIG_CODES[levels.get("M")],
         "SIG_E": SIG_CODES[levels.get("E")],
+        "SIG_F": SIG_CODES[levels.get("F")],
+        "SIG_T": SIG_CODES[levels.get("T")],
         "SAFEMON_INJECT": int(inject),
     }
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"

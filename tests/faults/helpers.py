@@ -30,7 +30,7 @@ def dc_rec(variant: str, dc: float, *, dims: str = "80x80x80", mode: str = "fma"
 
 
 def dc_doc(records: list[dict[str, Any]], *, date: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
-    return {"schema": "safemon.dc/1", "safemon_version": "0.1.0", "date": date, "device": DEVICE,
+    return {"schema": "safemon.dc/2", "safemon_version": "0.1.0", "date": date, "device": DEVICE,
             "backend": "cupy", "seed": 0, "results": records}
 
 
@@ -53,7 +53,7 @@ def bench_row(variant: str, overhead: float, *, dims: str = "80x80x80", mode: st
 
 
 def bench_doc(rows: list[dict[str, Any]], *, date: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
-    return {"schema": "safemon.bench/1", "safemon_version": "0.1.0", "date": date,
+    return {"schema": "safemon.bench/2", "safemon_version": "0.1.0", "date": date,
             "device": DEVICE, "clocks": {"clocks.sm": "1980 MHz"}, "cuda_runtime": 12080,
             "cuda_driver": 12080, "cupy": "13.4.0", "rows": rows}
 

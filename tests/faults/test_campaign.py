@@ -115,7 +115,7 @@ def test_bad_arguments_raise() -> None:
 
 def test_parse_variants_expands_standard() -> None:
     vs = parse_variants("standard", "fma", "small")
-    assert len(vs) == 18
+    assert len(vs) == 28
     assert parse_variants("xor_fletcher", "exact", "small")[0].level == "I+M"
 
 
