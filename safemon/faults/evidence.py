@@ -13,7 +13,11 @@ Validation is strict: unknown fields are refused, and the derived numbers (perce
 ratios) must agree with the counts and medians they come from, so a hand-edited file that
 no longer adds up is rejected with a clear error instead of being used for a selection.
 
-Store layout: ``<root>/<device-slug>/dc_<MxNxK>_<mode>_<backend>.json`` and
+A third, ``safemon.inkernel/2`` (in-kernel campaigns), is defined in
+`safemon.faults.inkernel_evidence` and read through the same `load_evidence`.
+
+Store layout: ``<root>/<device-slug>/dc_<MxNxK>_<mode>_<backend>.json``,
+``<root>/<device-slug>/inkernel_<MxNxK>_<mode>_<scope>.json`` and
 ``<root>/<device-slug>/bench_<UTC timestamp>.json``. Loading merges every file of a device;
 for a (variant, dims) present twice the newer file wins.
 """
@@ -26,7 +30,7 @@ import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -225,18 +229,30 @@ class BenchEvidence(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-Evidence = DcEvidence | BenchEvidence
+if TYPE_CHECKING:
+    from safemon.faults.inkernel_evidence import InKernelEvidence
+
+Evidence = Union[DcEvidence, BenchEvidence, "InKernelEvidence"]
 
 
 def _validate(data: Any, origin: str) -> Evidence:
+    from safemon.faults.inkernel_evidence import INKERNEL_SCHEMA, InKernelEvidence
+
     if not isinstance(data, dict):
         raise EvidenceError(f"{origin}: an evidence file holds a JSON object, not {type(data).__name__}")
     schema = data.get("schema")
-    model: type[DcEvidence] | type[BenchEvidence]
+    model: type[DcEvidence] | type[BenchEvidence] | type[InKernelEvidence]
     if schema == DC_SCHEMA:
         model = DcEvidence
     elif schema == BENCH_SCHEMA:
         model = BenchEvidence
+    elif schema == INKERNEL_SCHEMA:
+        model = InKernelEvidence
+    elif schema == "safemon.inkernel/1":
+        raise EvidenceError(
+            f"{origin}: schema 'safemon.inkernel/1' counted ES-word flips as detected and used "
+            f"the old level names; it is not read as {INKERNEL_SCHEMA!r}: run the campaign again"
+        )
     elif schema in _SCHEMA_1:
         raise EvidenceError(
             f"{origin}: schema {schema!r} predates the paper's levels: its M and E were the "
@@ -342,6 +358,29 @@ class EvidenceStore:
             if isinstance(ev, DcEvidence):
                 for r in ev.results:
                     out[(r.name, r.dims)] = r
+        return out
+
+    def save_inkernel(self, ev: InKernelEvidence) -> list[Path]:
+        """Write one file per (dims, mode, scope) of `ev`; a later campaign of the key replaces it."""
+        groups: dict[tuple[str, str, str], list[Any]] = {}
+        for r in ev.results:
+            groups.setdefault((r.dims, r.mode, r.scope), []).append(r)
+        out = []
+        for (dims, mode, scope), recs in sorted(groups.items()):
+            part = ev.model_copy(update={"results": recs})
+            name = f"inkernel_{dims}_{mode}_{scope}.json"
+            out.append(write_evidence(part, self.device_dir(ev.device) / name))
+        return out
+
+    def inkernel_records(self, device: str) -> dict[tuple[str, str, str], Any]:
+        """{(variant name, dims, scope): InKernelRecord} for a device; newer files win."""
+        from safemon.faults.inkernel_evidence import InKernelEvidence
+
+        out: dict[tuple[str, str, str], Any] = {}
+        for ev in self._files(device_slug(device)):
+            if isinstance(ev, InKernelEvidence):
+                for r in ev.results:
+                    out[(r.name, r.dims, r.scope)] = r
         return out
 
     def bench_rows(self, device: str) -> dict[tuple[str, str], BenchRow]:
