@@ -21,7 +21,8 @@ from safemon.kernels.catalog import (
 )
 from safemon.kernels.compiler import KernelBuild, import_cupy, load_module
 
-__all__ = ["SIG_CODES", "all_finite", "build_for", "finite_build", "gpu_matmul", "nvcc_builds"]
+__all__ = ["SIG_CODES", "all_finite", "build_for", "finite_build", "gpu_matmul",
+           "gpu_matmul_recording_sm", "nvcc_builds"]
 
 CUDA_DIR = Path(__file__).parent / "cuda"
 MMM_SOURCE = CUDA_DIR / "mmm.cu"
@@ -33,8 +34,9 @@ SIG_CODES: dict[str | None, int] = {
 }
 
 
-def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
-    """The compilation of `variant` (the injection build when `inject`)."""
+def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> KernelBuild:
+    """The compilation of `variant` (the injection build when `inject`; the self-test build,
+    which records each block's SM, when `record_sm`)."""
     t = variant.tile
     levels = {level: kind for kind, level in variant.parts}
     defines: dict[str, object] = {
@@ -47,13 +49,15 @@ def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
         "SIG_T": SIG_CODES[levels.get("T")],
         "SAFEMON_INJECT": int(inject),
     }
+    if record_sm:  # only then, so production builds keep their exact cache keys and code
+        defines["SAFEMON_RECORD_SM"] = 1
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
     return KernelBuild.make(MMM_SOURCE, defines, (fmad,))
 
 
-def kernel_for(variant: Variant, *, inject: bool = False) -> Any:
+def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> Any:
     """The compiled `cupy.RawKernel` of `variant` on the current device."""
-    return load_module(build_for(variant, inject=inject)).get_function(KERNEL_NAME)
+    return load_module(build_for(variant, inject=inject, record_sm=record_sm)).get_function(KERNEL_NAME)
 
 
 def gpu_matmul(a: Any, b: Any, variant: Variant) -> tuple[Any, Any]:
@@ -77,6 +81,29 @@ def gpu_matmul(a: Any, b: Any, variant: Variant) -> tuple[Any, Any]:
     kernel = kernel_for(variant)
     kernel((gx, gy, 1), (t.threads, 1, 1), (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k)))
     return c, es
+
+
+def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any, Any]:
+    """`gpu_matmul` through the self-test build: also returns, per block, the SM that ran it.
+
+    Returns:
+        (c, es, sm) as CuPy arrays; sm is (blocks,) uint32 with blocks = gx·gy, indexed by
+        the linear block id `by·gx + bx` (docs/SIGNATURES.md), each the block's `%smid`.
+    """
+    cp = import_cupy()
+    a_d = cp.asarray(a)
+    b_d = cp.asarray(b)
+    m, k = a_d.shape
+    n = b_d.shape[1]
+    t = variant.tile
+    gx, gy = t.grid(m, n)
+    c = cp.empty((m, n), dtype=cp.float32)
+    es = cp.empty((gx * gy * t.threads, variant.words), dtype=cp.uint32)
+    sm = cp.empty(gx * gy, dtype=cp.uint32)
+    kernel = kernel_for(variant, record_sm=True)
+    kernel((gx, gy, 1), (t.threads, 1, 1),
+           (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k), sm))
+    return c, es, sm
 
 
 def finite_build() -> KernelBuild:
@@ -117,5 +144,6 @@ def nvcc_builds() -> list[KernelBuild]:
         builds.append(build_for(make_variant(None, None, ("fma", "exact")[i % 2], tile)))
     builds.append(build_for(make_variant("ones_crc32c", "I", "exact", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
+    builds.append(build_for(make_variant("ones", "I", "exact", "small"), record_sm=True))
     builds.append(finite_build())
     return builds

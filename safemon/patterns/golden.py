@@ -66,7 +66,9 @@ if TYPE_CHECKING:
     from safemon.config import Config, VariantConfig
 
 __all__ = [
+    "ALL_FAMILIES",
     "BUILTIN_DIR",
+    "COVER_FAMILY",
     "FAMILIES",
     "GENERATOR_VERSION",
     "MANIFEST_NAME",
@@ -84,6 +86,10 @@ __all__ = [
 #: refused at load, because their inputs (or expected values) no longer match this code.
 GENERATOR_VERSION: Final = 1
 FAMILIES: Final[tuple[str, ...]] = ("random", "walking", "checkerboard", "extremes")
+#: ``cover``: seeded standard normal like ``random`` (its own seeds), at the device-covering
+#: size of `sm_coverage.cover_dims` (≥ 2 blocks per SM); built on request, not by default.
+COVER_FAMILY: Final = "cover"
+ALL_FAMILIES: Final[tuple[str, ...]] = (*FAMILIES, COVER_FAMILY)
 MANIFEST_NAME: Final = "manifest.json"
 MANIFEST_FORMAT: Final = "safemon-golden"
 #: The package's own store (the embedded default's patterns).
@@ -361,7 +367,7 @@ def generate_inputs(family: str, dims: Dims | str) -> tuple[F32, F32]:
         ValueError: unknown family or malformed dims.
     """
     m, n, k = _parse_dims(dims)
-    if family == "random":
+    if family in ("random", COVER_FAMILY):
         a = np.random.default_rng(_seed(family, (m, n, k), "a")).standard_normal((m, k))
         b = np.random.default_rng(_seed(family, (m, n, k), "b")).standard_normal((k, n))
         a32, b32 = a.astype(np.float32), b.astype(np.float32)
@@ -372,7 +378,7 @@ def generate_inputs(family: str, dims: Dims | str) -> tuple[F32, F32]:
     elif family == "extremes":
         a32, b32 = _extremes_pair(m, n, k)
     else:
-        raise ValueError(f"unknown golden pattern family {family!r}; known: {', '.join(FAMILIES)}")
+        raise ValueError(f"unknown golden pattern family {family!r}; known: {', '.join(ALL_FAMILIES)}")
     a32, b32 = np.ascontiguousarray(a32), np.ascontiguousarray(b32)
     _check_no_overflow(a32, b32, family)
     return a32, b32
@@ -459,8 +465,8 @@ def build_patterns(
     if not dims_list or not variants:
         raise ValueError("build_patterns needs at least one dims and one variant")
     for fam in families:
-        if fam not in FAMILIES:
-            raise ValueError(f"unknown golden pattern family {fam!r}; known: {', '.join(FAMILIES)}")
+        if fam not in ALL_FAMILIES:
+            raise ValueError(f"unknown golden pattern family {fam!r}; known: {', '.join(ALL_FAMILIES)}")
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     entries: list[dict[str, Any]] = []
@@ -549,7 +555,7 @@ def _read_manifest(directory: Path) -> tuple[int, list[_Entry]]:
                     raise ValueError(f"file must be a bare .npz name, got {fname!r}")
                 dims = _parse_dims(str(e["dims"]))
                 family = str(e["family"])
-                if family not in FAMILIES:
+                if family not in ALL_FAMILIES:
                     raise ValueError(f"unknown family {family!r}")
                 pid = str(e["id"])
                 if pid != pattern_id(family, dims):

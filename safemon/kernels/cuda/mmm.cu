@@ -15,6 +15,9 @@
 //                         every k step, T the whole accumulator tile every k-tile
 //   SAFEMON_INJECT        1 only in the fault-injection build (safemon/faults): adds the
 //                         injection arguments; production builds never see that code.
+//   SAFEMON_RECORD_SM     1 only in the self-test build (safemon/patterns): adds one argument,
+//                         SM[block] = %smid of the SM that ran the block; production builds
+//                         never see that code.
 //
 // ES layout: ES[g * ES_WORDS + w], g = (blockIdx.y * gridDim.x + blockIdx.x) * THREADS + t;
 // words are the I-level checksum's, then M's, E's, F's and T's (only the enabled ones).
@@ -26,6 +29,9 @@
 #endif
 #ifndef SAFEMON_INJECT
 #define SAFEMON_INJECT 0
+#endif
+#ifndef SAFEMON_RECORD_SM
+#define SAFEMON_RECORD_SM 0
 #endif
 
 #define THREADS ((BM / TM) * (BN / TN))
@@ -80,10 +86,15 @@ struct Injection {
 #else
 #define INJ_ARGS
 #endif
+#if SAFEMON_RECORD_SM
+#define SM_ARGS , unsigned* __restrict__ SM
+#else
+#define SM_ARGS
+#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-            unsigned* __restrict__ ES, int M, int N, int K INJ_ARGS) {
+            unsigned* __restrict__ ES, int M, int N, int K INJ_ARGS SM_ARGS) {
     __shared__ __align__(16) float As[BK][BM + A_PAD];  // transposed: As[k][m]
     __shared__ __align__(16) float Bs[BK][BN];
 #if USES_CRC
@@ -100,6 +111,14 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     const int col0 = blockIdx.x * BN;
     const long long block_id = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     const long long g = block_id * THREADS + t;
+#if SAFEMON_RECORD_SM
+    // Self-test coverage: which SM ran this block (PTX special register %smid).
+    if (t == 0) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        SM[block_id] = smid;
+    }
+#endif
 
 #if SAFEMON_INJECT
     const Injection inj = injections[blockIdx.z];
