@@ -155,6 +155,7 @@ def _outputs(args: argparse.Namespace, ev: _Evidence, dims: str, mode: str | Non
              table: list[Any]) -> None:
     from safemon.faults.evidence import dc_table_markdown
     from safemon.faults.plot import plot_tradeoff, tradeoff_points
+    from safemon.faults.seed_table3 import table3_vs_seed
     from safemon.faults.select import selection_table_markdown
 
     table_md = selection_table_markdown(table)
@@ -172,6 +173,9 @@ def _outputs(args: argparse.Namespace, ev: _Evidence, dims: str, mode: str | Non
     recs = [r for r in ev.dc.values() if mode is None or r.mode == mode]
     (out / "table3_dc.md").write_text(f"# DC(ES) % on {ev.slug}\n\n{dc_table_markdown(recs)}\n")
     (out / "table3_dc.json").write_text(json.dumps([r.model_dump() for r in recs], indent=2) + "\n")
+    (out / "table3_vs_seed.md").write_text(
+        f"# DC(ES) % on {ev.slug} beside the seed's GPU column (Δ = ours − seed; ** over 5 "
+        f"points)\n\n{table3_vs_seed(recs)}\n")
     (out / "table4_selection.md").write_text(f"# Selection on {ev.slug}\n\n{table_md}\n")
     (out / "table4_selection.json").write_text(
         json.dumps([selection_dict(s, ev) for s in table], indent=2) + "\n")

@@ -108,7 +108,7 @@ def test_select_report_writes_tables_and_plot(tmp_path: Path) -> None:
     rc = select_cmd.main(["--dims", "80", "--evidence", str(root), "--device", DEVICE,
                           "--table", "--report", str(rep)])
     assert rc == 0
-    for name in ("table3_dc.md", "table3_dc.json", "table4_selection.md",
+    for name in ("table3_dc.md", "table3_dc.json", "table3_vs_seed.md", "table4_selection.md",
                  "table4_selection.json", "tradeoff.png"):
         assert (rep / name).stat().st_size > 0
     assert len(json.loads((rep / "table4_selection.json").read_text())) == 12

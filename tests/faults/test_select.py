@@ -179,3 +179,15 @@ def test_es_word_flips_are_safe_faults_not_detections() -> None:
     bad["counts"]["es_word"] = {"neither": 0, "es_only": 39, "c_only": 0, "both": 1}
     with pytest.raises(ValueError, match="ES-word flip cannot change C"):
         InKernelRecord.model_validate(bad)
+
+
+def test_table3_vs_seed_marks_differences_over_five_points() -> None:
+    from safemon.faults.seed_table3 import table3_vs_seed
+
+    recs = [DcRecord.model_validate(dc_rec("ones/E", 24.7, dims="20x20x20", mode="exact")),
+            DcRecord.model_validate(dc_rec("ones/M", 61.9, dims="20x20x20", mode="exact"))]
+    md = table3_vs_seed(recs)
+    ones_e = next(line for line in md.splitlines() if line.startswith("| ones/E |"))
+    ones_m = next(line for line in md.splitlines() if line.startswith("| ones/M |"))
+    assert "24.7 | 10.0 | **+14.7**" in ones_e
+    assert "61.9 | 62.5 | -0.6 |" in ones_m
