@@ -80,8 +80,9 @@ class VariantCoverage:
     def missing_campaigns(self, store: str = "DIR") -> list[str]:
         """The commands that would supply the missing evidence."""
         out = []
-        variant = "/".join(self.name.split("/")[:2])
         parts = self.name.split("/")
+        # `safemon dc --variants` takes "ones/I" for a single level, "ones_fletcher" for a pair.
+        variant = parts[0] if "_" in parts[0] else "/".join(parts[:2])
         mode, tile = parts[-2], parts[-1]
         for m in self.missing:
             if m == INPUT_FLIP:
