@@ -92,6 +92,26 @@ def main() -> None:
         assert not failing_blocks(p.expected_c, p.expected_es, c_h, es_h, v.tile)
         assert len(np.unique(sm_h)) == sms
 
+    # The default config's variant (ones/I/exact, tile auto) at its covering shape: auto picks
+    # the large tile there, so the shape is 17x16 blocks of 128x128.
+    from safemon.config import Config
+    from safemon.patterns.golden import load_patterns, pattern_shapes
+
+    dcfg = Config.model_validate({"policy": "2oo3", "backend": "numpy"})
+    (dm, dn, dk), = pattern_shapes(dcfg, sms)
+    dpat = load_patterns(dcfg, sm_count=sms)[0]
+    dv = dpat.variant
+    da, db = cp.asarray(dpat.a), cp.asarray(dpat.b)
+
+    def default_selftest() -> None:
+        c, es, sm = gpu_matmul_recording_sm(da, db, dv)
+        c_h, es_h, sm_h = cp.asnumpy(c), cp.asnumpy(es), cp.asnumpy(sm)
+        assert not failing_blocks(dpat.expected_c, dpat.expected_es, c_h, es_h, dv.tile)
+        assert len(np.unique(sm_h)) == sms
+
+    default = {"pattern": dpat.id, "variant": dv.name, "shape": [dm, dn, dk],
+               "kernel": _kernel_us(_launcher(dv, da, db, record_sm=True)),
+               "whole_selftest_host": _host_us(default_selftest)}
     rec = _kernel_us(_launcher(v, a, b, record_sm=True))
     prod = _kernel_us(_launcher(v, a, b, record_sm=False))
     old = _kernel_us(_launcher(small, sa, sb, record_sm=False))
@@ -104,6 +124,8 @@ def main() -> None:
         "sms_covered_per_launch": covered,
         "selftest_build_kernel": rec, "production_build_kernel": prod,
         "default_16x16x16_kernel": old, "whole_selftest_host": whole, "default_dti_s": dti,
+        "default_config_selftest": default,
+        "duty_cycle_default_config_whole_selftest": default["whole_selftest_host"]["p50_us"] * 1e-6 / dti,
         "duty_cycle_kernel_at_default_dti": rec["p50_us"] * 1e-6 / dti,
         "duty_cycle_whole_selftest_at_default_dti": whole["p50_us"] * 1e-6 / dti,
         "ratio_selftest_vs_production_build": rec["p50_us"] / prod["p50_us"],

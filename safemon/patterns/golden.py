@@ -66,9 +66,7 @@ if TYPE_CHECKING:
     from safemon.config import Config, VariantConfig
 
 __all__ = [
-    "ALL_FAMILIES",
     "BUILTIN_DIR",
-    "COVER_FAMILY",
     "FAMILIES",
     "GENERATOR_VERSION",
     "MANIFEST_NAME",
@@ -79,6 +77,7 @@ __all__ = [
     "load_patterns",
     "make_pattern",
     "pattern_id",
+    "pattern_shapes",
     "verify_patterns",
 ]
 
@@ -86,10 +85,6 @@ __all__ = [
 #: refused at load, because their inputs (or expected values) no longer match this code.
 GENERATOR_VERSION: Final = 1
 FAMILIES: Final[tuple[str, ...]] = ("random", "walking", "checkerboard", "extremes")
-#: ``cover``: seeded standard normal like ``random`` (its own seeds), at the device-covering
-#: size of `sm_coverage.cover_dims` (≥ 2 blocks per SM); built on request, not by default.
-COVER_FAMILY: Final = "cover"
-ALL_FAMILIES: Final[tuple[str, ...]] = (*FAMILIES, COVER_FAMILY)
 MANIFEST_NAME: Final = "manifest.json"
 MANIFEST_FORMAT: Final = "safemon-golden"
 #: The package's own store (the embedded default's patterns).
@@ -367,7 +362,7 @@ def generate_inputs(family: str, dims: Dims | str) -> tuple[F32, F32]:
         ValueError: unknown family or malformed dims.
     """
     m, n, k = _parse_dims(dims)
-    if family in ("random", COVER_FAMILY):
+    if family == "random":
         a = np.random.default_rng(_seed(family, (m, n, k), "a")).standard_normal((m, k))
         b = np.random.default_rng(_seed(family, (m, n, k), "b")).standard_normal((k, n))
         a32, b32 = a.astype(np.float32), b.astype(np.float32)
@@ -378,7 +373,7 @@ def generate_inputs(family: str, dims: Dims | str) -> tuple[F32, F32]:
     elif family == "extremes":
         a32, b32 = _extremes_pair(m, n, k)
     else:
-        raise ValueError(f"unknown golden pattern family {family!r}; known: {', '.join(ALL_FAMILIES)}")
+        raise ValueError(f"unknown golden pattern family {family!r}; known: {', '.join(FAMILIES)}")
     a32, b32 = np.ascontiguousarray(a32), np.ascontiguousarray(b32)
     _check_no_overflow(a32, b32, family)
     return a32, b32
@@ -465,8 +460,8 @@ def build_patterns(
     if not dims_list or not variants:
         raise ValueError("build_patterns needs at least one dims and one variant")
     for fam in families:
-        if fam not in ALL_FAMILIES:
-            raise ValueError(f"unknown golden pattern family {fam!r}; known: {', '.join(ALL_FAMILIES)}")
+        if fam not in FAMILIES:
+            raise ValueError(f"unknown golden pattern family {fam!r}; known: {', '.join(FAMILIES)}")
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     entries: list[dict[str, Any]] = []
@@ -555,7 +550,7 @@ def _read_manifest(directory: Path) -> tuple[int, list[_Entry]]:
                     raise ValueError(f"file must be a bare .npz name, got {fname!r}")
                 dims = _parse_dims(str(e["dims"]))
                 family = str(e["family"])
-                if family not in ALL_FAMILIES:
+                if family not in FAMILIES:
                     raise ValueError(f"unknown family {family!r}")
                 pid = str(e["id"])
                 if pid != pattern_id(family, dims):
@@ -633,11 +628,15 @@ def _open_store(directory: Path) -> list[_Entry]:
     return entries
 
 
-def load_patterns(config: Config) -> list[GoldenPattern]:
+def load_patterns(config: Config, *, sm_count: int | None = None) -> list[GoldenPattern]:
     """Every golden pattern the deployment's self-tests need.
 
-    For each shape in `config.patterns.dims`, each distinct channel variant (resolved for that
-    shape) and each family in `FAMILIES`, one `GoldenPattern`, in that order. They come from
+    For each shape, each distinct channel variant (resolved for that shape) and each family in
+    `FAMILIES`, one `GoldenPattern`, in that order. The shapes are `config.patterns.dims`;
+    when the device covering is on (`config.patterns.covers(sm_count)`: on a GPU by default)
+    the device-covering shape `sm_coverage.cover_dims(sm_count, tile)` comes first and the
+    configured dims are kept only where the config names them explicitly, so every default
+    self-test on a GPU puts ≥ 2 blocks on every SM. They come from
     the store `config.patterns.dir` (or the built-in store when it is None); a pattern the
     store does not hold is generated in memory with the NumPy reference.
 
@@ -654,7 +653,7 @@ def load_patterns(config: Config) -> list[GoldenPattern]:
     index = {(e.id, e.variant): e for e in entries}
     channels = config.channels or []
     out: list[GoldenPattern] = []
-    for dims in config.patterns.shapes():
+    for dims in pattern_shapes(config, sm_count):
         for variant in _variants_for(dims, [ch.variant for ch in channels]):
             for fam in FAMILIES:
                 entry = index.get((pattern_id(fam, dims), variant))
@@ -663,6 +662,27 @@ def load_patterns(config: Config) -> list[GoldenPattern]:
                 else:
                     out.append(_load_file(directory / entry.file, entry))
     return out
+
+
+def pattern_shapes(config: Config, sm_count: int | None = None) -> list[tuple[int, int, int]]:
+    """The (M, N, K) shapes the self-tests run (`load_patterns`): the device-covering shape of
+    each channel variant first when covering is on for `sm_count`, then the configured dims."""
+    if sm_count is None or not config.patterns.covers(sm_count):
+        return config.patterns.shapes()
+    from safemon.patterns.sm_coverage import cover_dims
+
+    shapes: list[tuple[int, int, int]] = []
+    for ch in config.channels or []:
+        # The cover shape is sized for the tile the variant picks at that shape; "auto" picks
+        # by output size, so size with the tile of a large output and resolve again.
+        tile = ch.variant.to_variant(1024, 1024).tile
+        d = cover_dims(sm_count, tile)
+        d = cover_dims(sm_count, ch.variant.to_variant(d.m, d.n).tile)
+        if (d.m, d.n, d.k) not in shapes:
+            shapes.append((d.m, d.n, d.k))
+    if "dims" in config.patterns.model_fields_set:
+        shapes += [s for s in config.patterns.shapes() if s not in shapes]
+    return shapes
 
 
 def verify_patterns(directory: str | Path) -> list[str]:

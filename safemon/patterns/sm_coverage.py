@@ -4,9 +4,11 @@ Pure functions and a sans-IO bookkeeping class; the GPU launch that records `%sm
 is `safemon.kernels.gpu.gpu_matmul_recording_sm` (the self-test build, `SAFEMON_RECORD_SM=1`;
 production builds do not contain it).
 
-- `cover_dims(sm_count, tile)`: the size of the ``cover`` golden pattern family, whose launch
-  has at least `blocks_per_sm · sm_count` blocks (default 2 per SM), so the block scheduler
-  has work for every SM. Whether every SM actually ran a block is measured, not assumed: the
+- `cover_dims(sm_count, tile)`: the device-covering size of the golden patterns (every
+  family of `golden.FAMILIES` at this size forms the device-covering pattern family that a
+  GPU deployment self-tests with by default): its launch has at least
+  `blocks_per_sm · sm_count` blocks (default 2 per SM), so the block scheduler has work for
+  every SM. Whether every SM actually ran a block is measured, not assumed: the
   self-test build reports each block's SM.
 - `failing_blocks(expected_c, expected_es, c, es, tile)`: the linear ids of the blocks whose
   ES rows or C tile differ from the golden pattern; `failing_sms` maps them to SMs, so a
@@ -18,7 +20,7 @@ production builds do not contain it).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,7 +34,15 @@ from safemon.kernels.catalog import TileConfig, Variant
 if TYPE_CHECKING:
     from safemon.patterns.golden import GoldenPattern
 
-__all__ = ["SmCoverage", "cover_dims", "cover_pattern", "failing_blocks", "failing_sms"]
+__all__ = [
+    "SmCoverage",
+    "cover_dims",
+    "cover_pattern",
+    "device_sm_count",
+    "failing_blocks",
+    "failing_sms",
+    "sm_report",
+]
 #: K of the cover pattern: two k-tiles of the `small` tile, enough for every fold level.
 COVER_K = 16
 
@@ -53,13 +63,50 @@ def cover_dims(sm_count: int, tile: TileConfig, *, blocks_per_sm: int = 2, k: in
     return Dims(gy * tile.bm, gx * tile.bn, k)
 
 
-def cover_pattern(sm_count: int, variant: Variant, *, blocks_per_sm: int = 2) -> GoldenPattern:
-    """The ``cover`` golden pattern of `variant` for a device with `sm_count` SMs (expected
-    values from the NumPy reference)."""
-    from safemon.patterns.golden import COVER_FAMILY, make_pattern
+def cover_pattern(sm_count: int, variant: Variant, *, family: str = "random",
+                  blocks_per_sm: int = 2) -> GoldenPattern:
+    """The golden pattern of `family` at the device-covering size of `variant`'s tile for a
+    device with `sm_count` SMs (expected values from the NumPy reference)."""
+    from safemon.patterns.golden import make_pattern
 
     d = cover_dims(sm_count, variant.tile, blocks_per_sm=blocks_per_sm)
-    return make_pattern(COVER_FAMILY, (d.m, d.n, d.k), variant)
+    return make_pattern(family, (d.m, d.n, d.k), variant)
+
+
+def device_sm_count(gpus: Iterable[int]) -> int:
+    """The largest SM count among the CUDA devices `gpus` (sizing for it gives every device
+    at least 2 blocks per SM). Raises BackendUnavailableError without CuPy or a device."""
+    from safemon.kernels.compiler import import_cupy
+
+    cp = import_cupy()
+    ids = sorted(set(gpus)) or [0]
+    return max(int(cp.cuda.runtime.getDeviceProperties(i)["multiProcessorCount"]) for i in ids)
+
+
+def sm_report(
+    meta: Mapping[str, object], pattern: object, c: object, es: object, passed: bool,
+) -> tuple[tuple[int, ...], int | None, tuple[int, ...]]:
+    """From a self-test RESULT's meta (`sms`: the SM id of every block, `sm_count`): the SMs
+    that ran blocks, the device's SM count and, for a failed test whose golden `pattern`
+    (expected_c, expected_es, variant) is at hand, the SMs of the failing blocks. Malformed or
+    absent fields give ((), None, ()): coverage is then simply unknown."""
+    sms, count = meta.get("sms"), meta.get("sm_count")
+    if not (isinstance(count, int) and not isinstance(count, bool) and count > 0
+            and isinstance(sms, list) and sms
+            and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < count for s in sms)):
+        return (), None, ()
+    per_block = np.asarray(sms, dtype=np.uint32)
+    failing: tuple[int, ...] = ()
+    exp_c, exp_es = getattr(pattern, "expected_c", None), getattr(pattern, "expected_es", None)
+    variant = getattr(pattern, "variant", None)
+    if (not passed and isinstance(c, np.ndarray) and isinstance(es, np.ndarray)
+            and isinstance(exp_c, np.ndarray) and isinstance(exp_es, np.ndarray)
+            and isinstance(variant, Variant)):
+        try:
+            failing = failing_sms(failing_blocks(exp_c, exp_es, c, es, variant.tile), per_block)
+        except (ValueError, IndexError):
+            failing = ()
+    return tuple(sorted({int(s) for s in sms})), count, failing
 
 
 def failing_blocks(

@@ -97,3 +97,53 @@ def test_scheduler_refuses_sm_ids_outside_the_device_and_stays_unchanged() -> No
     with pytest.raises(InvalidInputError):
         s.handle(SelfTestDone("a", t1.test_id, True, 0.2, sms=(4,), sm_count=4))
     assert s.pending("a") == (t1.test_id,)
+
+
+def _config(extra: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
+    from safemon.config import Config
+
+    data: dict[str, object] = {"policy": "1oo1D", "backend": "numpy",
+                               "channels": [{"name": "c0", "variant": {"checksum": "ones", "level": "I",
+                                                                        "mode": "exact", "tile": "small"}}]}
+    data.update(extra or {})
+    return Config.model_validate(data)
+
+
+def test_pattern_shapes_put_the_device_covering_shape_first_on_a_gpu() -> None:
+    """Without an SM count (no GPU) the configured dims; with one, the covering shape replaces
+    the default dims, keeps dims the config names, and `cover: false` turns it off."""
+    from safemon.patterns.golden import pattern_shapes
+
+    assert pattern_shapes(_config()) == [(16, 16, 16)]
+    d = cover_dims(132, TILES["small"])
+    assert pattern_shapes(_config(), 132) == [(d.m, d.n, d.k)]
+    named = _config({"patterns": {"dims": ["16x16x16", "80x80x80"]}})
+    assert pattern_shapes(named, 132) == [(d.m, d.n, d.k), (16, 16, 16), (80, 80, 80)]
+    assert pattern_shapes(_config({"patterns": {"cover": False}}), 132) == [(16, 16, 16)]
+
+
+def test_sm_report_reads_the_result_meta_and_names_failing_sms() -> None:
+    from safemon.patterns.sm_coverage import sm_report
+
+    v = make_variant("ones", "I", "exact", "small")
+    p = cover_pattern(3, v)  # 6 blocks
+    meta = {"sms": [2, 2, 0, 1, 0, 1], "sm_count": 3}
+    c, es = p.expected_c.copy(), p.expected_es.copy()
+    assert sm_report(meta, p, c, es, True) == ((0, 1, 2), 3, ())
+    es[-1, 0] ^= 4  # the last thread belongs to block 5, which ran on SM 1
+    assert sm_report(meta, p, c, es, False) == ((0, 1, 2), 3, (1,))
+    assert sm_report({"sms": [0, 7], "sm_count": 3}, p, c, es, False) == ((), None, ())
+    assert sm_report({}, p, c, es, True) == ((), None, ())
+
+
+def test_sm_coverage_metric_is_set_per_channel() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from safemon.metrics import Metrics
+
+    reg = CollectorRegistry()
+    m = Metrics(_config(), reg)
+    m.set_sm_coverage("c0", None)
+    assert reg.get_sample_value("safemon_selftest_sm_coverage_ratio", {"channel": "c0"}) is None
+    m.set_sm_coverage("c0", 0.5)
+    assert reg.get_sample_value("safemon_selftest_sm_coverage_ratio", {"channel": "c0"}) == 0.5
