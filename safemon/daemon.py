@@ -750,7 +750,8 @@ class Daemon:
 
     def _on_result(self, name: str, msg: Message, now: float) -> None:
         assert self.metrics is not None
-        ok = msg.meta.get("ok") is True and len(msg.arrays) == 2
+        # A GPU self-test adds a third frame: the SM id of every block (sm_coverage.sm_report).
+        ok = msg.meta.get("ok") is True and len(msg.arrays) in (2, 3)
         ks = msg.meta.get("kernel_seconds")
         if ok and isinstance(ks, float) and ks >= 0:
             self.metrics.observe_kernel(name, ks)
@@ -763,7 +764,9 @@ class Daemon:
             passed = bool(ok and test.pattern.check(c, es))
             from safemon.patterns.sm_coverage import sm_report
 
-            sms, sm_count, failing = sm_report(msg.meta, test.pattern, c, es, passed)
+            per_block = msg.arrays[2] if ok and len(msg.arrays) == 3 else None
+            sms, sm_count, failing = sm_report(msg.meta.get("sm_count"), per_block, test.pattern,
+                                               c, es, passed)
             self.log.debug("selftest_result", channel=name, test_id=test.test_id, seq=msg.seq,
                            passed=passed, age_s=now - test.started)
             if not passed:

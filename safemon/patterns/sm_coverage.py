@@ -20,7 +20,7 @@ production builds do not contain it).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -84,18 +84,18 @@ def device_sm_count(gpus: Iterable[int]) -> int:
 
 
 def sm_report(
-    meta: Mapping[str, object], pattern: object, c: object, es: object, passed: bool,
+    sm_count: object, per_block: object, pattern: object, c: object, es: object, passed: bool,
 ) -> tuple[tuple[int, ...], int | None, tuple[int, ...]]:
-    """From a self-test RESULT's meta (`sms`: the SM id of every block, `sm_count`): the SMs
-    that ran blocks, the device's SM count and, for a failed test whose golden `pattern`
-    (expected_c, expected_es, variant) is at hand, the SMs of the failing blocks. Malformed or
-    absent fields give ((), None, ()): coverage is then simply unknown."""
-    sms, count = meta.get("sms"), meta.get("sm_count")
-    if not (isinstance(count, int) and not isinstance(count, bool) and count > 0
-            and isinstance(sms, list) and sms
-            and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < count for s in sms)):
+    """From a self-test RESULT (meta `sm_count`, third frame: the SM id of every block, uint32):
+    the SMs that ran blocks, the device's SM count and, for a failed test whose golden
+    `pattern` (expected_c, expected_es, variant) is at hand, the SMs of the failing blocks.
+    Malformed or absent parts give ((), None, ()): coverage is then simply unknown."""
+    if not (isinstance(sm_count, int) and not isinstance(sm_count, bool) and sm_count > 0
+            and isinstance(per_block, np.ndarray) and per_block.ndim == 1 and per_block.size
+            and per_block.dtype == np.uint32 and int(per_block.max()) < sm_count):
         return (), None, ()
-    per_block = np.asarray(sms, dtype=np.uint32)
+    count = sm_count
+    sms = per_block
     failing: tuple[int, ...] = ()
     exp_c, exp_es = getattr(pattern, "expected_c", None), getattr(pattern, "expected_es", None)
     variant = getattr(pattern, "variant", None)
@@ -106,7 +106,7 @@ def sm_report(
             failing = failing_sms(failing_blocks(exp_c, exp_es, c, es, variant.tile), per_block)
         except (ValueError, IndexError):
             failing = ()
-    return tuple(sorted({int(s) for s in sms})), count, failing
+    return tuple(int(s) for s in np.unique(sms)), count, failing
 
 
 def failing_blocks(

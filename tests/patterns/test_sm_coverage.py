@@ -127,13 +127,14 @@ def test_sm_report_reads_the_result_meta_and_names_failing_sms() -> None:
 
     v = make_variant("ones", "I", "exact", "small")
     p = cover_pattern(3, v)  # 6 blocks
-    meta = {"sms": [2, 2, 0, 1, 0, 1], "sm_count": 3}
+    per_block = np.array([2, 2, 0, 1, 0, 1], dtype=np.uint32)
     c, es = p.expected_c.copy(), p.expected_es.copy()
-    assert sm_report(meta, p, c, es, True) == ((0, 1, 2), 3, ())
+    assert sm_report(3, per_block, p, c, es, True) == ((0, 1, 2), 3, ())
     es[-1, 0] ^= 4  # the last thread belongs to block 5, which ran on SM 1
-    assert sm_report(meta, p, c, es, False) == ((0, 1, 2), 3, (1,))
-    assert sm_report({"sms": [0, 7], "sm_count": 3}, p, c, es, False) == ((), None, ())
-    assert sm_report({}, p, c, es, True) == ((), None, ())
+    assert sm_report(3, per_block, p, c, es, False) == ((0, 1, 2), 3, (1,))
+    assert sm_report(3, np.array([0, 7], dtype=np.uint32), p, c, es, False) == ((), None, ())
+    assert sm_report(None, None, p, c, es, True) == ((), None, ())
+    assert sm_report(3, per_block.astype(np.int64), p, c, es, True) == ((), None, ())
 
 
 def test_sm_coverage_metric_is_set_per_channel() -> None:
