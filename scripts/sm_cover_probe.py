@@ -1,6 +1,6 @@
-"""Device probe: SM coverage of one ``cover`` self-test and what it costs (JSON to stdout).
+"""Device probe: SM coverage of one device-covering self-test and what it costs (JSON to stdout).
 
-For the default self-test variant (ones/I/exact/small) on this GPU: the cover pattern's size
+For the default self-test variant (ones/I/exact/small) on this GPU: the covering pattern's size
 (≥ 2 blocks per SM), the distinct SMs that ran its blocks in each of several launches, and
 CUDA-event p50/p99 (200 launches after 20 warm-ups, launch latency hidden behind a spin kernel)
 of the self-test build, the production build at the same size and the 16x16x16 launch, plus the

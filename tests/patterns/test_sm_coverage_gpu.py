@@ -1,4 +1,4 @@
-"""On the device: one ``cover`` self-test runs blocks on every SM and matches the reference."""
+"""On the device: one device-covering self-test runs blocks on every SM and matches the reference."""
 
 from __future__ import annotations
 
