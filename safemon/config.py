@@ -430,10 +430,19 @@ class MetricsConfig(_Model):
 
 class PatternsConfig(_Model):
     """Golden patterns for self-tests. dir None = the package's built-in patterns.
-    dims: the "MxNxK" shapes each self-test runs."""
+    dims: the "MxNxK" shapes each self-test runs.
+    cover: the device-covering shape (`safemon.patterns.sm_coverage.cover_dims`: ≥ 2 blocks
+    on every SM of the channel's GPU). None (the default): on when the SM count is known, i.e.
+    on a GPU backend, and then it replaces the default `dims` (dims named in the config are
+    kept beside it); False: never."""
 
     dir: Path | None = None
     dims: list[str] = Field(default_factory=lambda: ["16x16x16"], min_length=1)
+    cover: bool | None = None
+
+    def covers(self, sm_count: int | None) -> bool:
+        """Whether the device-covering shape is used for a device with `sm_count` SMs."""
+        return sm_count is not None and self.cover is not False
 
     @field_validator("dims")
     @classmethod

@@ -178,8 +178,9 @@ def sd_notify(state: str, env: dict[str, str] | None = None) -> bool:
     return True
 
 
-def load_patterns_for(config: Config) -> list[GoldenPatternLike]:
-    """The golden patterns of `config` (`safemon.patterns.golden.load_patterns`).
+def load_patterns_for(config: Config, sm_count: int | None = None) -> list[GoldenPatternLike]:
+    """The golden patterns of `config` (`safemon.patterns.golden.load_patterns`; with the
+    GPU's SM count, the device-covering shape too).
 
     Raises:
         PatternError: missing or tampered pattern files (or the module is missing).
@@ -188,7 +189,7 @@ def load_patterns_for(config: Config) -> list[GoldenPatternLike]:
         from safemon.patterns import golden
     except ImportError as exc:  # pragma: no cover - ships with the package
         raise PatternError(f"golden patterns are unavailable: {exc}") from None
-    return list(golden.load_patterns(config))
+    return list(golden.load_patterns(config, sm_count=sm_count))
 
 
 @dataclass
@@ -255,6 +256,7 @@ class Daemon:
         # 62 random bits: a restarted daemon never reuses an epoch (anti-replay).
         self.epoch = random.SystemRandom().getrandbits(62) or 1
         self.backend = "numpy"
+        self._sm_count: int | None = None  # of the channels' GPU, when self-tests cover it
         self.metrics: Metrics | None = None
         self.metrics_server: MetricsServer | None = None
         self.ready = threading.Event()
@@ -331,7 +333,9 @@ class Daemon:
     def _assign_patterns(self, patterns: Sequence[GoldenPatternLike]) -> tuple[str, ...]:
         """Per channel, the patterns of its own variant; the scheduler's ids index them."""
         assert self.config.channels is not None
-        shapes = self.config.patterns.shapes()
+        from safemon.patterns.golden import pattern_shapes
+
+        shapes = pattern_shapes(self.config, self._sm_count)
         for ch in self.config.channels:
             mine: list[GoldenPatternLike] = []
             for m, n, k in shapes:
@@ -355,7 +359,12 @@ class Daemon:
         except Exception as exc:
             raise ConfigError(f"backend: {exc}") from None
         self._check_gpus()
-        patterns = self._patterns_in if self._patterns_in is not None else load_patterns_for(cfg)
+        if self.backend == "cupy" and self._patterns_in is None and cfg.patterns.cover is not False:
+            from safemon.patterns.sm_coverage import device_sm_count
+
+            self._sm_count = device_sm_count(ch.gpu or 0 for ch in cfg.channels or [])
+        patterns = (self._patterns_in if self._patterns_in is not None
+                    else load_patterns_for(cfg, self._sm_count))
         ids = self._assign_patterns(patterns)
         t = cfg.timing
         self.scheduler = sch.Scheduler(sch.SchedulerConfig(
@@ -649,7 +658,8 @@ class Daemon:
             "sockets": self.sockets(),
             "channels": [
                 {"name": n, "state": self._states[n].value,
-                 "incarnation": sup.incarnation(n) if sup is not None else -1}
+                 "incarnation": sup.incarnation(n) if sup is not None else -1,
+                 "sm_coverage": self.scheduler.sm_coverage(n) if self.scheduler else None}
                 for n in self.config.channel_names
             ],
             "weights": len(self._weights),
@@ -768,7 +778,8 @@ class Daemon:
 
     def _on_result(self, name: str, msg: Message, now: float) -> None:
         assert self.metrics is not None
-        ok = msg.meta.get("ok") is True and len(msg.arrays) == 2
+        # A GPU self-test adds a third frame: the SM id of every block (sm_coverage.sm_report).
+        ok = msg.meta.get("ok") is True and len(msg.arrays) in (2, 3)
         ks = msg.meta.get("kernel_seconds")
         if ok and isinstance(ks, float) and ks >= 0:
             self.metrics.observe_kernel(name, ks)
@@ -779,6 +790,11 @@ class Daemon:
             if test is None or test.channel != name:
                 return
             passed = bool(ok and test.pattern.check(c, es))
+            from safemon.patterns.sm_coverage import sm_report
+
+            per_block = msg.arrays[2] if ok and len(msg.arrays) == 3 else None
+            sms, sm_count, failing = sm_report(msg.meta.get("sm_count"), per_block, test.pattern,
+                                               c, es, passed)
             self.log.debug("selftest_result", channel=name, test_id=test.test_id, seq=msg.seq,
                            passed=passed, age_s=now - test.started)
             if not passed:
@@ -786,9 +802,12 @@ class Daemon:
                 self.log.warning("selftest_result_wrong", channel=name, test_id=test.test_id,
                                  pattern=test.pattern.id,
                                  reason=err if isinstance(err, str) and err else
-                                 "C or ES differs from the golden pattern")
+                                 "C or ES differs from the golden pattern", failing_sms=list(failing))
             if name in self.scheduler.channels if self.scheduler else False:
-                self._sched(sch.SelfTestDone(name, test.test_id, passed, now))
+                self._sched(sch.SelfTestDone(name, test.test_id, passed, now, sms=sms,
+                                             sm_count=sm_count, failing_sms=failing))
+                self.metrics.set_sm_coverage(name, self.scheduler.sm_coverage(name)
+                                             if self.scheduler else None)
             return
         live = self._live.get(msg.seq)
         error = msg.meta.get("error")
@@ -974,8 +993,11 @@ class Daemon:
             self.metrics.observe_selftest(ins.channel, SelftestResult.FAIL, None)
             self.log.warning("selftest_failed", channel=ins.channel, test_id=ins.test_id)
             # A Fault (not SelfTestResult) so an injected fault's occurrence time gives FDTI.
+            sms = ins.failing_sms
+            on_sm = (f" on SM {', '.join(map(str, sms[:8]))}" + (f" … ({len(sms)} SMs)" if len(sms) > 8 else "")
+                     if sms else "")
             self._fault(ins.channel, ctl.FaultKind.SELFTEST_FAILED, ins.detected_at, now,
-                        "self-test did not match its golden pattern")
+                        f"self-test did not match its golden pattern{on_sm}")
         elif isinstance(ins, sch.DtiOverrun):
             self._ondemand.discard(ins.test_id)
             self.metrics.count_dti_overrun(ins.channel)

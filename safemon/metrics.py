@@ -279,6 +279,13 @@ class Metrics:
             ["kind"],
             registry=registry,
         )
+        self.sm_coverage = Gauge(
+            name("selftest_sm_coverage_ratio"),
+            "Share of the channel's GPU SMs that ran a block of a passed self-test within the "
+            "last DTI (set at each self-test result; absent without a GPU).",
+            ["channel"],
+            registry=registry,
+        )
         # Info appends `_info`: the exposed series is safemon_build_info{...} 1.
         self.build = Info(name("build"), "safemon build and runtime.", registry=registry)
 
@@ -362,6 +369,11 @@ class Metrics:
     def set_channel_state(self, channel: str, state: ChannelState) -> None:
         """Record a channel state change: only UP counts as up."""
         self.set_channel_up(channel, ChannelState(state) is ChannelState.UP)
+
+    def set_sm_coverage(self, channel: str, ratio: float | None) -> None:
+        """Set `selftest_sm_coverage_ratio{channel}`; None (no SM count known) leaves it unset."""
+        if ratio is not None:
+            self.sm_coverage.labels(channel=self._channel(channel)).set(ratio)
 
     def observe_selftest(
         self, channel: str, result: SelftestResult | str, seconds: float | None

@@ -53,6 +53,8 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_fault_detection_seconds": ("histogram", {"kind"}),
     "safemon_hft": ("gauge", {"kind"}),
     "safemon_build": ("info", {"version", "python", "backend"}),
+    # {channel}; no sample until a GPU self-test reports its SMs (tests/patterns/test_sm_coverage.py)
+    "safemon_selftest_sm_coverage_ratio": ("gauge", set()),
 }
 
 

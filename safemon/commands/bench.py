@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--backend", default="auto", choices=("auto", "numpy", "cupy"))
     v.add_argument("--depth", type=int, default=8, help="requests in flight when pipelined")
     v.add_argument("--plot", default=None, help="write the round-trip CDF (PNG) here")
-    p.add_argument("--json", dest="json_file", default=None, help="write safemon.bench/1 evidence here")
+    p.add_argument("--json", dest="json_file", default=None, help="write safemon.bench/2 evidence here")
     p.add_argument("--markdown", default=None, help="write the Markdown report here")
     p.add_argument("--evidence", default=None, help="store the evidence per device under this directory")
     p.set_defaults(handler=handler)

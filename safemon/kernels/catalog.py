@@ -17,7 +17,9 @@ __all__ = [
     "LEVELS",
     "MAX_SPLIT",
     "MODES",
+    "PAPER_LEVELS",
     "STANDARD_COMBINATIONS",
+    "STRONG_LEVELS",
     "TILES",
     "TileConfig",
     "Variant",
@@ -33,8 +35,17 @@ Mode = Literal["exact", "fma"]
 CHECKSUMS: tuple[str, ...] = ("xor", "twos", "ones", "fletcher", "crc32c")
 #: Number of uint32 ES words one checksum occupies.
 CHECKSUM_WORDS: dict[str, int] = {"xor": 1, "twos": 1, "ones": 1, "fletcher": 2, "crc32c": 1}
-#: Single-checksum levels: I (inner, per MAC), M (intermediate, per k step), E (external, per k-tile).
-LEVELS: tuple[str, ...] = ("I", "M", "E")
+#: The seed paper's levels (Algorithm 1: outer loop over k, middle over the B-tile columns j,
+#: inner over the A-tile rows i): I folds a[i], b[j], acc[i][j] at every MAC; M folds once per
+#: middle step (acc[TM-1][j], the accumulator its inner loop wrote last); E folds once per outer
+#: step (acc[TM-1][TN-1], the accumulator of the step's last MAC).
+PAPER_LEVELS: tuple[str, ...] = ("I", "M", "E")
+#: safemon's stronger folds, named for what they fold: F the operand fragments a[0..TM-1] and
+#: b[0..TN-1] at every k step; T the whole accumulator tile at the end of every k-tile.
+#: (Evidence schema 1 called these M and E; see docs/SIGNATURES.md.)
+STRONG_LEVELS: tuple[str, ...] = ("F", "T")
+#: Every single-checksum level, in ES word order.
+LEVELS: tuple[str, ...] = PAPER_LEVELS + STRONG_LEVELS
 #: The level name recorded for a combination X_Y (X at I, Y at M).
 COMBINED_LEVEL = "I+M"
 MODES: tuple[str, ...] = ("exact", "fma")
@@ -271,7 +282,8 @@ def make_variant(
 def standard_variants(
     mode: str = "exact", tile: TileConfig | str = "small", split: int = 1
 ) -> list[Variant]:
-    """The evaluated catalog: 5 checksums × 3 levels, then the seed's three combinations."""
+    """The evaluated catalog: 5 checksums × 5 levels (I, M, E, F, T), then the seed's three
+    combinations (X at I, Y at the paper's M)."""
     out = [make_variant(c, lv, mode, tile, split) for c in CHECKSUMS for lv in LEVELS]
     out += [make_variant(c, "I", mode, tile, split) for c in STANDARD_COMBINATIONS]
     return out

@@ -31,6 +31,7 @@ __all__ = [
     "build_for",
     "finite_build",
     "gpu_matmul",
+    "gpu_matmul_recording_sm",
     "launch_finite",
     "launch_inputs_finite",
     "nvcc_builds",
@@ -52,8 +53,9 @@ SIG_CODES: dict[str | None, int] = {
 }
 
 
-def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
-    """The compilation of `variant` (the injection build when `inject`).
+def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> KernelBuild:
+    """The compilation of `variant` (the injection build when `inject`; the self-test build,
+    which records each block's SM, when `record_sm`).
 
     The split factor is not part of the build (the kernel reads it from gridDim.z).
 
@@ -74,8 +76,12 @@ def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
         "SIG_I": SIG_CODES[levels.get("I")],
         "SIG_M": SIG_CODES[levels.get("M")],
         "SIG_E": SIG_CODES[levels.get("E")],
+        "SIG_F": SIG_CODES[levels.get("F")],
+        "SIG_T": SIG_CODES[levels.get("T")],
         "SAFEMON_INJECT": int(inject),
     }
+    if record_sm:  # only then, so production builds keep their exact cache keys and code
+        defines["SAFEMON_RECORD_SM"] = 1
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
     return KernelBuild.make(MMM_SOURCE, defines, (fmad,))
 
@@ -108,11 +114,15 @@ def _function(key: tuple[Any, ...], build: Callable[[], KernelBuild], name: str)
     return fn
 
 
-def kernel_for(variant: Variant, *, inject: bool = False) -> Any:
+def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> Any:
     """The compiled `cupy.RawKernel` of `variant` on the current device."""
     if inject and variant.split != 1:
         build_for(variant, inject=True)  # raises: the injection build runs split 1 only
-    return _function(("mmm", variant, inject), lambda: build_for(variant, inject=inject), KERNEL_NAME)
+    return _function(
+        ("mmm", variant, inject, record_sm),
+        lambda: build_for(variant, inject=inject, record_sm=record_sm),
+        KERNEL_NAME,
+    )
 
 
 def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[Any, Any]:
@@ -161,6 +171,31 @@ def reduce_slices(partials: Any, c: Any) -> None:
     blocks = max(1, min(AUX_MAX_BLOCKS, (units + AUX_THREADS - 1) // AUX_THREADS))
     kernel = _function(("splitk",), splitk_build, "safemon_splitk_reduce")
     kernel((blocks, 1, 1), (AUX_THREADS, 1, 1), (partials, c, np.int64(mn), np.int32(s)))
+
+
+def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any, Any]:
+    """`gpu_matmul` through the self-test build: also returns, per block, the SM that ran it.
+
+    Returns:
+        (c, es, sm) as CuPy arrays; sm is (blocks,) uint32 with blocks = gx·gy, indexed by
+        the linear block id `by·gx + bx` (docs/SIGNATURES.md), each the block's `%smid`.
+    """
+    if variant.split != 1:
+        raise ValueError(f"{variant.name}: the self-test build runs split 1 only")
+    cp = import_cupy()
+    a_d = cp.asarray(a)
+    b_d = cp.asarray(b)
+    m, k = a_d.shape
+    n = b_d.shape[1]
+    t = variant.tile
+    gx, gy = t.grid(m, n)
+    c = cp.empty((m, n), dtype=cp.float32)
+    es = cp.empty((gx * gy * t.threads, variant.words), dtype=cp.uint32)
+    sm = cp.empty(gx * gy, dtype=cp.uint32)
+    kernel = kernel_for(variant, record_sm=True)
+    kernel((gx, gy, 1), (t.threads, 1, 1),
+           (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0), sm))
+    return c, es, sm
 
 
 def finite_build() -> KernelBuild:
@@ -221,6 +256,7 @@ def nvcc_builds() -> list[KernelBuild]:
         builds.append(build_for(make_variant(None, None, ("fma", "exact")[i % 2], tile)))
     builds.append(build_for(make_variant("ones_crc32c", "I", "exact", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
+    builds.append(build_for(make_variant("ones", "I", "exact", "small"), record_sm=True))
     builds.append(finite_build())
     builds.append(splitk_build())
     return builds

@@ -68,28 +68,41 @@ def fma_float32(a: F32, b: F32, c: F32) -> F32:
 
 
 class _Part:
-    """One (checksum, level) part of a variant: its accumulator, stream shape and partials."""
+    """One (checksum, level) part of a variant: its accumulator, stream shape and partials.
+
+    Word positions within one step of a thread's stream follow docs/SIGNATURES.md ("Fold
+    order"): a step is one padded k step, except for level T, whose step is one k-tile.
+    """
 
     def __init__(self, kind: str, level: str, variant: Variant, mp: int, np_: int, kp: int) -> None:
         t = variant.tile
         self.acc: StreamAccumulator = accumulator(kind)
         self.level = level
         tm, tn = t.tm, t.tn
-        # Offsets of each word within one step of a thread's stream (see docs/SIGNATURES.md).
-        if level == "I":
-            self.stride, self.steps = 3 * tm * tn, kp
-            self.a_offsets = [[(i * tn + j) * 3 for j in range(tn)] for i in range(tm)]
-            self.b_offsets = [[(i * tn + j) * 3 + 1 for i in range(tm)] for j in range(tn)]
-            self.c_offsets = [[[(i * tn + j) * 3 + 2] for j in range(tn)] for i in range(tm)]
-        elif level == "M":
-            self.stride, self.steps = tm + tn, kp
+        last = tm - 1
+        # a_offsets[i] / b_offsets[j]: where a[i] / b[j] sit in a step; c_offsets[(i, j)]: acc[i][j].
+        self.a_offsets: list[list[int]] = []
+        self.b_offsets: list[list[int]] = []
+        self.c_offsets: dict[tuple[int, int], list[int]] = {}
+        self.steps = kp
+        if level == "I":  # Algorithm 1 order: middle loop over j, inner over i; a, b, acc per MAC
+            self.stride = 3 * tm * tn
+            self.a_offsets = [[(j * tm + i) * 3 for j in range(tn)] for i in range(tm)]
+            self.b_offsets = [[(j * tm + i) * 3 + 1 for i in range(tm)] for j in range(tn)]
+            self.c_offsets = {(i, j): [(j * tm + i) * 3 + 2] for i in range(tm) for j in range(tn)}
+        elif level == "M":  # end of each middle step j: the accumulator its inner loop wrote last
+            self.stride = tn
+            self.c_offsets = {(last, j): [j] for j in range(tn)}
+        elif level == "E":  # end of each outer step k: the accumulator of the step's last MAC
+            self.stride = 1
+            self.c_offsets = {(last, tn - 1): [0]}
+        elif level == "F":  # every k step, before the MACs: the operand fragments a, then b
+            self.stride = tm + tn
             self.a_offsets = [[i] for i in range(tm)]
             self.b_offsets = [[tm + j] for j in range(tn)]
-            self.c_offsets = []
-        else:  # E
+        else:  # T: end of each k-tile, every accumulator of the thread tile, row-major
             self.stride, self.steps = tm * tn, kp // t.bk
-            self.a_offsets, self.b_offsets = [], []
-            self.c_offsets = [[[i * tn + j] for j in range(tn)] for i in range(tm)]
+            self.c_offsets = {(i, j): [i * tn + j] for i in range(tm) for j in range(tn)}
         self.state_a = self.acc.start((mp,)) if self.a_offsets else None
         self.state_b = self.acc.start((np_,)) if self.b_offsets else None
         self.state_c = self.acc.start((mp, np_)) if self.c_offsets else None
@@ -112,11 +125,10 @@ class _Part:
                 total = acc.merge(total, contrib[None, :, None, :])
         if self.state_c is not None:
             sc = self.state_c.reshape(-1, gy, ty_n, t.tm, gx, tx_n, t.tn)
-            for i in range(t.tm):
-                for j in range(t.tn):
-                    sub = sc[:, :, :, i, :, :, j].transpose(0, 1, 3, 2, 4)
-                    contrib = acc.contribution(sub, self.c_offsets[i][j], self.stride, self.steps)
-                    total = acc.merge(total, contrib)
+            for (i, j), offs in self.c_offsets.items():
+                sub = sc[:, :, :, i, :, :, j].transpose(0, 1, 3, 2, 4)
+                contrib = acc.contribution(sub, offs, self.stride, self.steps)
+                total = acc.merge(total, contrib)
         threads = gx * gy * ty_n * tx_n
         return acc.finalize(total.reshape(threads, -1), self.stride * self.steps)
 
@@ -194,7 +206,7 @@ def _run(a: F32, b: F32, variant: Variant, *, canonical_nan: bool) -> tuple[F32,
                 acc_bits[np.isnan(acc)] = CANONICAL_NAN_BITS
             end_of_tile = (kk + 1) % t.bk == 0
             for part in parts:
-                if part.level == "E":
+                if part.level == "T":
                     if end_of_tile and part.state_c is not None:
                         part.acc.step(part.state_c, acc_bits, kk // t.bk, part.stride)
                     continue

@@ -134,26 +134,31 @@ def _slow_slice(
                     for kk in range(k_lo, k_hi):
                         ar = [av(r, kk) for r in rows]
                         br = [bv(kk, c) for c in cols]
-                        if "M" in folds:
+                        if "F" in folds:
                             for x in ar + br:
-                                folds["M"].fold(_bits(x))
-                        for i in range(t.tm):
-                            for j in range(t.tn):
+                                folds["F"].fold(_bits(x))
+                        # Algorithm 1: middle loop over the B columns j, inner over the A rows i.
+                        for j in range(t.tn):
+                            for i in range(t.tm):
                                 acc[i][j] = _mac(acc[i][j], ar[i], br[j], fma)
                                 if "I" in folds:
                                     folds["I"].fold(_bits(ar[i]))
                                     folds["I"].fold(_bits(br[j]))
                                     folds["I"].fold(_bits(acc[i][j]))
-                        if "E" in folds and (kk + 1) % t.bk == 0:
+                            if "M" in folds:
+                                folds["M"].fold(_bits(acc[t.tm - 1][j]))
+                        if "E" in folds:
+                            folds["E"].fold(_bits(acc[t.tm - 1][t.tn - 1]))
+                        if "T" in folds and (kk + 1) % t.bk == 0:
                             for i in range(t.tm):
                                 for j in range(t.tn):
-                                    folds["E"].fold(_bits(acc[i][j]))
+                                    folds["T"].fold(_bits(acc[i][j]))
                     for i, r in enumerate(rows):
                         for j, c in enumerate(cols):
                             if r < m and c < n:
                                 c_out[r, c] = acc[i][j]
                     words: list[int] = []
-                    for lvl in ("I", "M", "E"):
+                    for lvl in ("I", "M", "E", "F", "T"):
                         if lvl in folds:
                             words += folds[lvl].words()
                     es_rows.append(words)
