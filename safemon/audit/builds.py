@@ -29,7 +29,7 @@ __all__ = [
     "compile_ptx",
     "describe",
     "is_exact",
-    "output_params",
+    "param_kinds",
     "ptx_flags",
     "shipped_builds",
 ]
@@ -126,24 +126,31 @@ def compile_ptx(build: KernelBuild, *, nvcc: str = "nvcc", arch: str = "sm_90") 
 _PROTO = re.compile(r"__attribute__\(\(global\)\)")
 
 
-def output_params(build: KernelBuild, kernels: list[str], *, nvcc: str = "nvcc") -> dict[str, set[str]]:
-    """Per `extern "C"` kernel, the PTX names (`NAME_param_I`) of its output buffers.
-
-    An output buffer is a pointer parameter whose pointee is not `const` in the preprocessed
-    CUDA prototype. Kernels whose prototype is not found (C++-mangled names) are left out, and
-    the store check then accepts any parameter for them.
+def param_kinds(build: KernelBuild, kernels: list[str], *, nvcc: str = "nvcc") -> dict[str, dict[str, str]]:
+    """Per `extern "C"` kernel, each PTX parameter (`NAME_param_I`) as "output", "input" or
+    "scalar", from the preprocessed CUDA prototype: a pointer whose pointee is not `const` is
+    an output buffer, a `const` pointer an input, anything else a scalar. Kernels whose
+    prototype is not found (C++-mangled names) are left out; the store check then treats
+    every parameter as a possible output.
 
     Raises:
         NvccError: the preprocessor failed.
     """
     text = _run_nvcc(nvcc, ["-E", *ptx_flags(build)], build, ".ii")
-    out: dict[str, set[str]] = {}
+    out: dict[str, dict[str, str]] = {}
     for name in kernels:
         params = _prototype_params(text, name)
         if params is None:
             continue
-        out[name] = {f"{name}_param_{i}" for i, p in enumerate(params)
-                     if "*" in p and not re.match(r"\s*(volatile\s+)?const\b", p)}
+        kinds: dict[str, str] = {}
+        for i, p in enumerate(params):
+            if "*" not in p:
+                kinds[f"{name}_param_{i}"] = "scalar"
+            elif re.match(r"\s*(volatile\s+)?const\b", p):
+                kinds[f"{name}_param_{i}"] = "input"
+            else:
+                kinds[f"{name}_param_{i}"] = "output"
+        out[name] = kinds
     return out
 
 

@@ -8,9 +8,7 @@
   whole kernel run (`%tid.x`, `%ctaid.*`, `%ntid.*`, `%nctaid.*`, shared symbols, parameters),
   or None when it is not that (a register with several definitions, a loaded value, a
   non-linear operation). Integer overflow and wrap-around are not modelled.
-- `varying()`: registers whose value may differ between the threads of a block (thread-id
-  taint, loads from a varying address, atomics, and every register written under
-  thread-dependent control flow).
+Thread uniformity is flow-sensitive and lives in `safemon.audit.uniformity`.
 """
 
 from __future__ import annotations
@@ -19,13 +17,11 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from safemon.audit.cfg import EXIT, Cfg
 from safemon.audit.ptx import Instruction, Kernel
 
 __all__ = ["Affine", "RegisterFacts"]
 
 _SPECIAL_CONST = re.compile(r"^%(ntid|nctaid|ctaid|tid)\.[xyz]$")
-_VARYING_SPECIAL = re.compile(r"^%(tid\.[xyz]|laneid|warpid|clock\w*|globaltimer\w*|lanemask\w*|smid)$")
 _INT = re.compile(r"^-?(0[xX][0-9a-fA-F]+|\d+)[uU]?$")
 
 
@@ -202,48 +198,6 @@ class RegisterFacts:
         if op == "neg" and len(vals) == 1:
             return _scale(vals[0], -1)
         return None
-
-    # -- uniformity ------------------------------------------------------------------------
-    def varying(self, cfg: Cfg) -> tuple[set[str], list[tuple[Instruction, set[int]]]]:
-        """Thread-varying registers, and each branch on a varying predicate with the blocks it
-        controls (those reachable before its immediate post-dominator)."""
-        ins_list = self.kernel.instructions
-        pdom = cfg.postdominators()
-        varying: set[str] = set()
-        regions: dict[int, set[int]] = {}
-        changed = True
-        while changed:
-            changed = False
-            for i, ins in enumerate(ins_list):
-                if self._is_varying_def(ins, varying, cfg.block_of[i], regions):
-                    for r in ins.defs():
-                        if r not in varying:
-                            varying.add(r)
-                            changed = True
-            for i, ins in enumerate(ins_list):
-                if ins.op in ("bra", "ret", "exit") and ins.predicate in varying and i not in regions:
-                    b = cfg.block_of[i]
-                    stop = cfg.ipdom(b, pdom)
-                    regions[i] = cfg.region(b, stop) if stop != EXIT else cfg.region(b, -99)
-                    changed = True
-        return varying, [(ins_list[i], blocks) for i, blocks in regions.items()]
-
-    def _is_varying_def(self, ins: Instruction, varying: set[str], block: int,
-                        regions: dict[int, set[int]]) -> bool:
-        if not ins.defs():
-            return False
-        if any(block in blocks for blocks in regions.values()):
-            return True
-        if ins.op in ("atom", "shfl", "vote", "activemask", "match", "redux"):
-            return True  # results differ between threads or warps
-        if ins.op in ("ld", "ldu") and ins.space() not in ("param", "const"):
-            addr = ins.address()
-            if ins.space() in ("shared", "local", None) and addr is not None:
-                return addr.is_register and addr.base in varying or ins.space() == "local"
-        toks = [t for o in ins.operands[1:] for t in re.findall(r"[%\w$.]+", o)]
-        if ins.predicate:
-            toks.append(ins.predicate)
-        return any(t in varying or _VARYING_SPECIAL.match(t) for t in toks)
 
 
 def _scale(a: Affine, k: int) -> Affine:

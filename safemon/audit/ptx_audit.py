@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from safemon.audit.builds import compile_ptx, describe, is_exact, output_params
+from safemon.audit.builds import compile_ptx, describe, is_exact, param_kinds
 from safemon.audit.findings import Finding
 from safemon.audit.ptx import parse_ptx
 from safemon.audit.static_audit import audit_ptx_text
@@ -42,8 +42,8 @@ def audit_build(build: KernelBuild, *, nvcc: str = "nvcc", arch: str = "sm_90") 
     label = describe(build)
     ptx = compile_ptx(build, nvcc=nvcc, arch=arch)
     names = [k.name for k in parse_ptx(ptx)[0]]
-    outputs = output_params(build, names, nvcc=nvcc)
-    findings, kernels = audit_ptx_text(ptx, label, exact=is_exact(build), outputs=outputs)
+    kinds = param_kinds(build, names, nvcc=nvcc)
+    findings, kernels = audit_ptx_text(ptx, label, exact=is_exact(build), params=kinds)
     return BuildReport(label, is_exact(build), kernels, findings)
 
 

@@ -22,6 +22,7 @@ from safemon.audit.cfg import Cfg, is_barrier
 from safemon.audit.dataflow import Affine, RegisterFacts
 from safemon.audit.findings import Finding
 from safemon.audit.ptx import Instruction
+from safemon.audit.uniformity import divergent_regions
 
 __all__ = ["SharedAccess", "barrier_divergence", "shared_accesses", "shared_races"]
 
@@ -68,9 +69,8 @@ def _classify(ins: Instruction, facts: RegisterFacts) -> tuple[bool, bool, froze
         return None
     roots = facts.operand_roots(addr.base) if addr is not None else frozenset({"loaded"})
     syms = frozenset(r.split(":", 1)[1] for r in roots if r.startswith("shared:"))
-    if space is None:
-        if not syms and any(r.startswith(("param:", "global:")) for r in roots):
-            return None  # a generic access into a global buffer
+    if space is None and not syms and any(r.startswith(("param:", "global:")) for r in roots):
+        return None  # a generic access into a global buffer
     reads = op in ("ld", "ldmatrix", "atom")
     writes = op in ("st", "stmatrix", "atom", "red", "cp")
     return reads, writes, (syms or None)
@@ -145,7 +145,7 @@ def shared_races(cfg: Cfg, facts: RegisterFacts, build: str) -> list[Finding]:
 
 def barrier_divergence(cfg: Cfg, facts: RegisterFacts, build: str) -> list[Finding]:
     """Findings of the divergence rule (module docstring), one per (branch, barrier)."""
-    _, regions = facts.varying(cfg)
+    regions = divergent_regions(cfg)
     ins = facts.kernel.instructions
     findings: list[Finding] = []
     for branch, blocks in regions:

@@ -6,7 +6,7 @@ divergence (`races`), arithmetic rules (`rules`), global-store containment (`sto
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from safemon.audit.cfg import build_cfg
 from safemon.audit.dataflow import RegisterFacts
@@ -36,7 +36,7 @@ def audit_ptx_text(
     build: str,
     *,
     exact: bool,
-    outputs: Mapping[str, Collection[str]] | None = None,
+    params: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[list[Finding], list[str]]:
     """Audit PTX text; return (findings, names of the kernels audited).
 
@@ -44,8 +44,9 @@ def audit_ptx_text(
         ptx: the text nvcc wrote with `-ptx`.
         build: a label for the findings (source file and defines).
         exact: the build is an exact one (`--fmad=false`): fma is a finding.
-        outputs: per kernel name, the PTX parameter names that are output buffers; a kernel
-            missing from it (or None) accepts stores through any parameter.
+        params: per kernel name, its PTX parameters' kinds ("output", "input", "scalar",
+            `builds.param_kinds`); a kernel missing from it (or None) accepts stores through
+            any parameter.
     Raises:
         PtxParseError: the text is not PTX.
     """
@@ -62,5 +63,5 @@ def audit_ptx_text(
         findings += shared_races(cfg, facts, build)
         findings += barrier_divergence(cfg, facts, build)
         findings += instruction_rules(k, build, exact=exact)
-        findings += global_stores(facts, build, None if outputs is None else outputs.get(k.name))
+        findings += global_stores(facts, build, None if params is None else params.get(k.name))
     return findings, [k.name for k in kernels]

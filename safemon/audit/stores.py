@@ -12,7 +12,7 @@ proven; docs/AUDIT.md says so.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 
 from safemon.audit.dataflow import RegisterFacts
 from safemon.audit.findings import Finding
@@ -20,9 +20,13 @@ from safemon.audit.findings import Finding
 __all__ = ["global_stores"]
 
 
-def global_stores(facts: RegisterFacts, build: str, outputs: Collection[str] | None) -> list[Finding]:
-    """Findings for global writes outside the output parameters (`outputs`: PTX param names;
-    None when the prototype is unknown, then any parameter is accepted)."""
+def global_stores(facts: RegisterFacts, build: str, kinds: Mapping[str, str] | None) -> list[Finding]:
+    """Findings for global writes outside the output parameters.
+
+    `kinds` maps PTX parameter names to "output", "input" or "scalar"
+    (`builds.param_kinds`); None when the prototype is unknown: then any parameter counts as
+    a possible output buffer.
+    """
     out: list[Finding] = []
     k = facts.kernel
     for ins in k.instructions:
@@ -33,9 +37,11 @@ def global_stores(facts: RegisterFacts, build: str, outputs: Collection[str] | N
         if ins.space() is None and any(r.startswith("shared:") for r in roots):
             continue
         params = {r.split(":", 1)[1] for r in roots if r.startswith("param:")}
+        if kinds is not None:
+            params = {p for p in params if kinds.get(p, "output") != "scalar"}
         bad = sorted(r for r in roots if r.startswith("global:"))
-        if outputs is not None:
-            bad += sorted(f"param {p} (not an output buffer)" for p in params if p not in outputs)
+        if kinds is not None:
+            bad += sorted(f"param {p} (an input buffer)" for p in params if kinds.get(p) == "input")
         if not params:
             bad.append("no kernel parameter (pointer of unknown origin)")
         if bad:

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from safemon.kernels.compiler import KernelBuild
+
 __all__ = ["register"]
 
 
@@ -33,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ptx.add_argument("--nvcc", default="nvcc")
     ptx.add_argument("--arch", default="sm_90")
     ptx.add_argument("--jobs", type=int, default=2, help="nvcc processes at a time")
+    ptx.add_argument("--max-print", type=int, default=50, help="findings printed (all go to --json)")
     ptx.add_argument("--json", dest="json_file", default=None, help="write the report here ('-': stdout)")
     ptx.set_defaults(handler=_ptx)
     det = sub.add_parser("determinism", help="run-to-run determinism and block orderings on the GPU")
@@ -42,12 +45,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="directory for determinism.json and the plot")
     det.add_argument("--no-process-load", action="store_true", help="load only from other streams")
     det.set_defaults(handler=_determinism)
-    p.set_defaults(handler=lambda _a: (p.print_help(sys.stderr), 2)[1])
+
+    def usage(_args: argparse.Namespace) -> int:
+        p.print_help(sys.stderr)
+        return 2
+
+    p.set_defaults(handler=usage)
 
 
-def _source_build(args: argparse.Namespace) -> object:
-    from safemon.kernels.compiler import KernelBuild
-
+def _source_build(args: argparse.Namespace) -> KernelBuild:
     defines: dict[str, str] = {}
     for d in args.define:
         name, sep, value = d.partition("=")
@@ -70,7 +76,7 @@ def _ptx(args: argparse.Namespace) -> int:
             builds = [_source_build(args)]
         else:
             builds = shipped_builds()
-        reports = audit_builds(builds, nvcc=args.nvcc, arch=args.arch, jobs=args.jobs)  # type: ignore[arg-type]
+        reports = audit_builds(builds, nvcc=args.nvcc, arch=args.arch, jobs=args.jobs)
     except (ValueError, NvccError, PtxParseError) as exc:
         print(f"safemon audit ptx: {exc}", file=sys.stderr)
         return 2
@@ -78,8 +84,10 @@ def _ptx(args: argparse.Namespace) -> int:
     for r in reports:
         status = f"{len(r.findings)} finding(s)" if r.findings else "clean"
         print(f"{r.build}: {', '.join(r.kernels)} ({'exact' if r.exact else 'fma'}): {status}")
-    for f in findings:
+    for f in findings[:max(0, args.max_print)]:
         print(f.describe())
+    if len(findings) > args.max_print:
+        print(f"... {len(findings) - args.max_print} more (see --json)")
     print(f"safemon audit ptx: {len(reports)} build(s), {len(findings)} finding(s)")
     if args.json_file:
         doc = {"schema": "safemon.audit.ptx/1", "arch": args.arch,
