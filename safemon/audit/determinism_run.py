@@ -145,8 +145,13 @@ def run_determinism(*, repeats: int, size: int, out_dir: Path, process_load: boo
     `orderings.png` under `out_dir`, and return the document.
 
     Raises:
+        ValueError: `repeats` < 2, or `size` not above the largest tile (every variant needs
+            at least two blocks for an ordering).
         BackendUnavailableError: no CuPy or no CUDA device.
     """
+    largest = max(max(t.bm, t.bn) for t in TILES.values())
+    if repeats < 2 or size <= largest:
+        raise ValueError(f"need repeats >= 2 and size > {largest}; got {repeats}, {size}")
     cp = import_cupy()
     rng = np.random.default_rng(seed)
     a = cp.asarray(rng.standard_normal((size, size), dtype=np.float32))

@@ -104,13 +104,10 @@ def _determinism(args: argparse.Namespace) -> int:
     from safemon.audit.determinism_run import run_determinism
     from safemon.errors import BackendUnavailableError
 
-    if args.repeats < 2 or args.size < 1:
-        print("safemon audit determinism: --repeats must be >= 2 and --size >= 1", file=sys.stderr)
-        return 2
     try:
         doc = run_determinism(repeats=args.repeats, size=args.size, out_dir=args.out,
                               process_load=not args.no_process_load)
-    except BackendUnavailableError as exc:
+    except (ValueError, BackendUnavailableError) as exc:
         print(f"safemon audit determinism: {exc}", file=sys.stderr)
         return 2
     bad = [v["variant"] for v in doc["variants"] if v["differing_max"] != 0]
