@@ -114,3 +114,9 @@ def _determinism(args: argparse.Namespace) -> int:
     print(f"safemon audit determinism: {len(doc['variants'])} variant(s), "
           f"{len(bad)} not bit-identical; evidence in {args.out}")
     return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    from safemon.commands._common import standalone
+
+    raise SystemExit(standalone(register, "audit"))
