@@ -83,6 +83,8 @@ class ProcessLoad:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,18 +8,14 @@
 //   order[linear block id] = rank at which the block started (0 = first).
 // The integer atomic is order-independent in its final value; its return value is the rank.
 #define safemon_mmm safemon_mmm_tile
-#pragma push_macro("__global__")
-#pragma push_macro("__launch_bounds__")
 #undef __global__
 #undef __launch_bounds__
 #define __global__ __device__ __forceinline__
 #define __launch_bounds__(...)
 #include "mmm.cu"
-#pragma pop_macro("__launch_bounds__")
-#pragma pop_macro("__global__")
 #undef safemon_mmm
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __attribute__((global)) void __attribute__((launch_bounds(THREADS)))
 safemon_mmm_block_order(const float* __restrict__ A, const float* __restrict__ B,
                         float* __restrict__ C, unsigned* __restrict__ ES, int M, int N, int K,
                         unsigned* __restrict__ counter, unsigned* __restrict__ order) {
