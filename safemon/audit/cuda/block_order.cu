@@ -2,8 +2,10 @@
 // in which blocks start recorded by an atomic counter. Never loaded by the runtime.
 //
 // mmm.cu is included unchanged. Its kernel becomes an inlined device function here: __global__
-// and __launch_bounds__ are redefined around the #include, and the kernel is renamed, so the
-// instrumented kernel runs exactly the tile code path (same defines, same grid) of the build it
+// and __launch_bounds__ are redefined before the #include and the kernel is renamed. They are
+// not restored: under NVRTC a #pragma push_macro/pop_macro pair did not bring __global__ back
+// (the kernel was missing from the module), so the kernel below spells its attributes out.
+// The instrumented kernel runs exactly the tile code path (same defines, same grid) of the build it
 // instruments and only adds, before it, one integer atomicAdd per block:
 //   order[linear block id] = rank at which the block started (0 = first).
 // The integer atomic is order-independent in its final value; its return value is the rank.
