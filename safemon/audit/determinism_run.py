@@ -97,7 +97,7 @@ def _mmm_condition(cp: Any, v: Variant, a: Any, b: Any, repeats: int) -> dict[st
         counter = cp.zeros(1, dtype=cp.uint32)
         order = cp.empty(gx * gy, dtype=cp.uint32)
         kernel((gx, gy, 1), (t.threads, 1, 1),
-               (a, b, c, es, np.int32(m), np.int32(n), np.int32(k), counter, order))
+               (a, b, c, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0), counter, order))
         ranks.append(order.get().astype(np.int64))
         matches &= differing_elements(c.get(), c0) == 0 and differing_elements(es.get(), es0) == 0
     return {"runs": repeats, "differing_c": dc, "differing_es": des, "blocks": gx * gy,

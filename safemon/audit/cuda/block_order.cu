@@ -7,7 +7,8 @@
 // (the kernel was missing from the module), so the kernel below spells its attributes out.
 // The instrumented kernel runs exactly the tile code path (same defines, same grid) of the build it
 // instruments and only adds, before it, one integer atomicAdd per block:
-//   order[linear block id] = rank at which the block started (0 = first).
+//   order[linear block id over x, y, z] = rank at which the block started (0 = first).
+// The arguments are the production kernel's (status included) followed by counter and order.
 // The integer atomic is order-independent in its final value; its return value is the rank.
 #define safemon_mmm safemon_mmm_tile
 #undef __global__
@@ -20,7 +21,9 @@
 extern "C" __attribute__((global)) void __attribute__((launch_bounds(THREADS)))
 safemon_mmm_block_order(const float* __restrict__ A, const float* __restrict__ B,
                         float* __restrict__ C, unsigned* __restrict__ ES, int M, int N, int K,
-                        unsigned* __restrict__ counter, unsigned* __restrict__ order) {
-    if (threadIdx.x == 0) order[blockIdx.y * gridDim.x + blockIdx.x] = atomicAdd(counter, 1u);
-    safemon_mmm_tile(A, B, C, ES, M, N, K);
+                        const unsigned* __restrict__ status, unsigned* __restrict__ counter,
+                        unsigned* __restrict__ order) {
+    if (threadIdx.x == 0)
+        order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = atomicAdd(counter, 1u);
+    safemon_mmm_tile(A, B, C, ES, M, N, K, status);
 }
