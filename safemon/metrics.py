@@ -1,4 +1,5 @@
-"""Prometheus metrics of one safemon deployment (DESIGN.md, Observability).
+"""Prometheus metrics of one safemon deployment (README.md, "Reading the metrics"; the full
+catalogue of names and labels is `tests/deploy/promql.py`, checked against this module).
 
 `Metrics` creates the whole set on a registry it is given (tests pass a fresh
 `CollectorRegistry`), with the prefix `safemon_`, base units, and counters ending in
@@ -7,6 +8,21 @@ from the `Config`, every other label from a fixed enum in this module (or the vo
 the wire format's own enums). A value outside those sets raises `UnknownLabelError`, so a
 bug or a hostile peer cannot blow up the series count. Every labelled series known in
 advance is created at start-up, so dashboards show zeros instead of gaps.
+
+Joining with DCGM
+-----------------
+Every per-channel metric carries, besides `channel`, the labels `gpu` (the CUDA device
+index from the config) and `UUID` (the device's own UUID, `GPU-xxxxxxxx-...`), spelt as
+dcgm-exporter spells them, so `on (UUID)` joins a channel with its GPU's DCGM series. Both
+come from the config and from querying the device at start-up (`ChannelDevice`), never from
+a message. A channel without a GPU (the NumPy backend) has both empty, which Prometheus
+stores as "label absent". `safemon_channel_info` (value 1) carries the same labels plus the
+placement and kernel variant, one series per channel.
+
+prometheus_client's `_created` samples (one per counter and histogram child, about a sixth
+of all series) are turned off process-wide when `Metrics` is built: they hold the start
+time of each series, which Prometheus does not need to compute rates of counters that are
+created at start-up and never reset within a process.
 
 How figures of the channel processes reach the one endpoint
 -----------------------------------------------------------
@@ -44,6 +60,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from safemon.config import Config, MetricsConfig
 from safemon.errors import InvalidInputError
+from safemon.health import HealthProbe, serve
 from safemon.patterns.voter import OUTCOMES as VOTE_OUTCOMES
 from safemon.states import ChannelState, Mode, Policy
 from safemon.transport.wire import RejectReason
@@ -57,6 +74,7 @@ __all__ = [
     "VOTE_LATENCY_BUCKETS",
     "VOTE_OUTCOMES",
     "BufferKind",
+    "ChannelDevice",
     "FaultKind",
     "Metrics",
     "MetricsServer",
@@ -95,6 +113,23 @@ class UnknownLabelError(ValueError):
     """A label value outside the set known from the config or the module's enums."""
 
 
+#: Label names of every per-channel metric; `gpu` and `UUID` are dcgm-exporter's spelling.
+CHANNEL_LABELS: tuple[str, ...] = ("channel", "gpu", "UUID")
+
+
+@dataclass(frozen=True)
+class ChannelDevice:
+    """The GPU a channel runs on, as the `gpu` and `UUID` labels show it.
+
+    gpu: the CUDA device index from the config, as a decimal string ("" without a GPU).
+    uuid: the device's UUID as NVML and dcgm-exporter print it, "GPU-" and 36 characters
+        of dashed hex ("" without a GPU, or when the device could not be asked).
+    """
+
+    gpu: str = ""
+    uuid: str = ""
+
+
 class SelftestResult(StrEnum):
     """`selftests_total{result}`."""
 
@@ -122,6 +157,19 @@ class FaultKind(StrEnum):
     HEARTBEAT_LOST = "heartbeat_lost"
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
     CHANNEL_CRASH = "channel_crash"
+
+
+def _channel_labels(
+    config: Config, devices: Mapping[str, ChannelDevice]
+) -> dict[str, dict[str, str]]:
+    """channel name -> its `CHANNEL_LABELS` values; `gpu` always from the config."""
+    assert config.channels is not None  # resolved by Config's validator
+    out: dict[str, dict[str, str]] = {}
+    for ch in config.channels:
+        dev = devices.get(ch.name, ChannelDevice())
+        gpu = "" if ch.gpu is None else str(ch.gpu)
+        out[ch.name] = {"channel": ch.name, "gpu": gpu, "UUID": dev.uuid if gpu else ""}
+    return out
 
 
 def _buckets(base: Iterable[float], *extra: float) -> tuple[float, ...]:
@@ -153,6 +201,8 @@ class Metrics:
         backend: the backend actually in use ("numpy" or "cupy"), for `build_info`;
             None = `config.backend` (which may say "auto").
         mode: the mode gauge's initial value.
+        devices: each channel's GPU identity (`gpu_identity.channel_devices`); a channel
+            left out gets `gpu` from the config and an empty `UUID`.
 
     Raises:
         ValueError: (from prometheus_client) a metric of the same name already exists on
@@ -166,11 +216,15 @@ class Metrics:
         *,
         backend: str | None = None,
         mode: Mode = Mode.NORMAL,
+        devices: Mapping[str, ChannelDevice] | None = None,
     ) -> None:
+        # Process-wide: the start time of a series created at start-up adds nothing.
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
         self.channels: tuple[str, ...] = config.channel_names
         self.policies: tuple[Policy, ...] = config.policy_chain()
         self._channel_set = frozenset(self.channels)
+        self._channel_labels = _channel_labels(config, devices or {})
         self._policy_values = frozenset(p.value for p in self.policies)
         self._lock = threading.Lock()
         # (channel, buffer kind, "corrected"|"uncorrectable") -> (incarnation, last total)
@@ -192,19 +246,19 @@ class Metrics:
         self.channel_disagreements = Counter(
             name("channel_disagreements_total"),
             "Votes in which the channel was in the minority or mismatched.",
-            ["channel"],
+            CHANNEL_LABELS,
             registry=registry,
         )
         self.channel_up = Gauge(
             name("channel_up"),
             "1 while the channel votes (state UP), else 0.",
-            ["channel"],
+            CHANNEL_LABELS,
             registry=registry,
         )
         self.selftests = Counter(
             name("selftests_total"),
             "Golden-pattern self-tests, by channel and result.",
-            ["channel", "result"],
+            [*CHANNEL_LABELS, "result"],
             registry=registry,
         )
         self.selftest_duration = Histogram(
@@ -216,7 +270,7 @@ class Metrics:
         self.dti_overruns = Counter(
             name("dti_overruns_total"),
             "Self-tests that started later than one DTI after the previous one.",
-            ["channel"],
+            CHANNEL_LABELS,
             registry=registry,
         )
         self.mode = Gauge(
@@ -246,7 +300,7 @@ class Metrics:
         self.kernel_seconds = Histogram(
             name("kernel_seconds"),
             "Protected kernel time per request, as reported by the channel.",
-            ["channel"],
+            CHANNEL_LABELS,
             buckets=KERNEL_BUCKETS,
             registry=registry,
         )
@@ -271,6 +325,12 @@ class Metrics:
             buckets=_buckets(FAULT_REACTION_BUCKETS, t.ftti_s),
             registry=registry,
         )
+        self.channel_info = Gauge(
+            name("channel_info"),
+            "1 per configured channel; labels say where and how it runs.",
+            [*CHANNEL_LABELS, "placement", "variant"],
+            registry=registry,
+        )
         # Info appends `_info`: the exposed series is safemon_build_info{...} 1.
         self.build = Info(name("build"), "safemon build and runtime.", registry=registry)
 
@@ -285,6 +345,12 @@ class Metrics:
             }
         )
         self.set_mode(mode)
+        assert config.channels is not None  # resolved by Config's validator
+        for ch_cfg in config.channels:
+            lab = self._channel_labels[ch_cfg.name]
+            v = ch_cfg.variant
+            variant = f"{v.checksum or 'none'}/{v.level or '-'}/{v.mode}/{v.tile}"
+            self.channel_info.labels(**lab, placement=ch_cfg.placement, variant=variant).set(1)
 
     def _preinitialise(self) -> None:
         for o in REQUEST_OUTCOMES:
@@ -293,12 +359,13 @@ class Metrics:
             for o in VOTE_OUTCOMES:
                 self.votes.labels(policy=p.value, outcome=o)
         for ch in self.channels:
-            self.channel_disagreements.labels(channel=ch)
-            self.channel_up.labels(channel=ch).set(0)
+            lab = self._channel_labels[ch]
+            self.channel_disagreements.labels(**lab)
+            self.channel_up.labels(**lab).set(0)
             for r in SelftestResult:
-                self.selftests.labels(channel=ch, result=r.value)
-            self.dti_overruns.labels(channel=ch)
-            self.kernel_seconds.labels(channel=ch)
+                self.selftests.labels(**lab, result=r.value)
+            self.dti_overruns.labels(**lab)
+            self.kernel_seconds.labels(**lab)
         for b in BufferKind:
             self.ecc_corrected.labels(buffer=b.value)
             self.ecc_uncorrectable.labels(buffer=b.value)
@@ -310,12 +377,21 @@ class Metrics:
 
     # ------------------------------------------------------------------ label guards
 
-    def _channel(self, channel: str) -> str:
+    def _channel(self, channel: str) -> dict[str, str]:
+        """The label set (`CHANNEL_LABELS`) of a configured channel."""
         if channel not in self._channel_set:
             raise UnknownLabelError(
                 f"unknown channel {channel!r}; configured: {', '.join(self.channels)}"
             )
-        return channel
+        return self._channel_labels[channel]
+
+    def channel_labels(self, channel: str) -> dict[str, str]:
+        """`channel`'s `channel`, `gpu` and `UUID` label values (a copy).
+
+        Raises:
+            UnknownLabelError: `channel` is not configured.
+        """
+        return dict(self._channel(channel))
 
     @staticmethod
     def _member(kind: str, value: str, allowed: Iterable[str]) -> str:
@@ -343,11 +419,11 @@ class Metrics:
 
     def count_disagreement(self, channel: str) -> None:
         """`channel` was outvoted or mismatched in one vote."""
-        self.channel_disagreements.labels(channel=self._channel(channel)).inc()
+        self.channel_disagreements.labels(**self._channel(channel)).inc()
 
     def set_channel_up(self, channel: str, up: bool) -> None:
         """Whether `channel` currently votes."""
-        self.channel_up.labels(channel=self._channel(channel)).set(1 if up else 0)
+        self.channel_up.labels(**self._channel(channel)).set(1 if up else 0)
 
     def set_channel_state(self, channel: str, state: ChannelState) -> None:
         """Record a channel state change: only UP counts as up."""
@@ -359,14 +435,14 @@ class Metrics:
         """One self-test verdict for `channel`; `seconds` from dispatch to verdict (None
         for a timeout, whose duration is the deadline by definition and not measured)."""
         r = self._member("self-test result", str(result), [v.value for v in SelftestResult])
-        ch = self._channel(channel)
+        lab = self._channel(channel)
         if seconds is not None:
             self.selftest_duration.observe(_check_seconds("self-test", seconds))
-        self.selftests.labels(channel=ch, result=r).inc()
+        self.selftests.labels(**lab, result=r).inc()
 
     def count_dti_overrun(self, channel: str) -> None:
         """`channel`'s self-test started later than one DTI after its previous one."""
-        self.dti_overruns.labels(channel=self._channel(channel)).inc()
+        self.dti_overruns.labels(**self._channel(channel)).inc()
 
     def set_mode(self, mode: Mode | str) -> None:
         """Set the mode gauge: 1 for `mode`, 0 for every other mode."""
@@ -406,7 +482,7 @@ class Metrics:
             InvalidInputError: a negative total, or a total that went down within one
                 incarnation (the header is corrupt or forged; nothing is recorded).
         """
-        ch = self._channel(channel)
+        ch = self._channel(channel)["channel"]
         inc = str(incarnation)
         with self._lock:  # heartbeats of one channel may be handled on different threads
             updates: list[tuple[Counter, str, tuple[str, str, str], int, int]] = []
@@ -435,7 +511,7 @@ class Metrics:
 
     def observe_kernel(self, channel: str, seconds: float) -> None:
         """One protected kernel time reported by `channel` in a RESULT header."""
-        self.kernel_seconds.labels(channel=self._channel(channel)).observe(
+        self.kernel_seconds.labels(**self._channel(channel)).observe(
             _check_seconds("kernel", seconds)
         )
 
@@ -481,8 +557,14 @@ class MetricsServer:
         self.stop()
 
 
-def start_http_server(config: Config | MetricsConfig, registry: CollectorRegistry) -> MetricsServer:
-    """Serve `registry` on `config.metrics.host:port` (HTTPS when tls_cert/tls_key are set).
+def start_http_server(
+    config: Config | MetricsConfig,
+    registry: CollectorRegistry,
+    *,
+    health: HealthProbe | None = None,
+) -> MetricsServer:
+    """Serve `registry` on `config.metrics.host:port` (HTTPS when tls_cert/tls_key are set),
+    with `/healthz` and `/readyz` answered from `health` on the same port (`safemon.health`).
 
     Port 0 binds a free port; the returned `url` carries the actual one.
 
@@ -490,14 +572,8 @@ def start_http_server(config: Config | MetricsConfig, registry: CollectorRegistr
         OSError: the address cannot be bound, or the TLS files cannot be read.
     """
     mc = config.metrics if isinstance(config, Config) else config
-    tls = mc.tls_cert is not None and mc.tls_key is not None
-    server, thread = prometheus_client.start_http_server(
-        mc.port,
-        addr=mc.host,
-        registry=registry,
-        certfile=str(mc.tls_cert) if tls else None,
-        keyfile=str(mc.tls_key) if tls else None,
-    )
+    tls = (mc.tls_cert, mc.tls_key) if mc.tls_cert is not None and mc.tls_key is not None else None
+    server, thread = serve(mc.host, mc.port, registry, probe=health, tls=tls)
     port = int(server.server_port)
     host = f"[{mc.host}]" if ":" in mc.host else mc.host
     scheme = "https" if tls else "http"
