@@ -331,6 +331,13 @@ class Metrics:
             [*CHANNEL_LABELS, "placement", "variant"],
             registry=registry,
         )
+        self.ftti = Gauge(
+            name("ftti_seconds"),
+            "The configured fault tolerant time interval (timing.ftti_s); alerts compare "
+            "detection plus reaction times with it.",
+            registry=registry,
+        )
+        self.ftti.set(t.ftti_s)
         # Info appends `_info`: the exposed series is safemon_build_info{...} 1.
         self.build = Info(name("build"), "safemon build and runtime.", registry=registry)
 
@@ -339,6 +346,7 @@ class Metrics:
 
         self.build.info(
             {
+                "deployment": config.name,
                 "version": __version__,
                 "python": platform.python_version(),
                 "backend": backend if backend is not None else config.backend,

@@ -53,7 +53,8 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_messages_rejected": ("counter", {"reason"}),
     "safemon_fault_reaction_seconds": ("histogram", {"kind"}),
     "safemon_fault_detection_seconds": ("histogram", {"kind"}),
-    "safemon_build": ("info", {"version", "python", "backend"}),
+    "safemon_build": ("info", {"deployment", "version", "python", "backend"}),
+    "safemon_ftti_seconds": ("gauge", set()),
     "safemon_channel_info": ("gauge", {"channel", "gpu", "UUID", "placement", "variant"}),
 }
 
@@ -144,6 +145,7 @@ def test_policies_not_in_the_degradation_chain_have_no_series(
 
 def test_build_info_and_initial_mode(metrics: Metrics, registry: CollectorRegistry) -> None:
     labels = {
+        "deployment": "hft2-demo",
         "version": safemon.__version__,
         "python": platform.python_version(),
         "backend": "numpy",
@@ -152,6 +154,12 @@ def test_build_info_and_initial_mode(metrics: Metrics, registry: CollectorRegist
     assert value(registry, "safemon_mode", mode="NORMAL") == 1.0
     assert value(registry, "safemon_mode", mode="DEGRADED") == 0.0
     assert value(registry, "safemon_mode", mode="SAFE") == 0.0
+
+
+def test_ftti_gauge_is_the_configured_bound(
+    metrics: Metrics, registry: CollectorRegistry, config: Config
+) -> None:
+    assert value(registry, "safemon_ftti_seconds") == config.timing.ftti_s
 
 
 def test_channel_labels_follow_the_config(registry: CollectorRegistry) -> None:
