@@ -192,3 +192,59 @@ def serve(
     thread = threading.Thread(target=server.serve_forever, name="safemon-http", daemon=True)
     thread.start()
     return server, thread
+
+
+def check_url(config: Any, path: str = READY_PATH) -> str:
+    """The URL a local health check asks: the config's metrics port on loopback (a wildcard
+    bind address is reached through 127.0.0.1 / ::1), https when the config sets TLS."""
+    mc = config.metrics
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(mc.host, mc.host)
+    host = f"[{host}]" if ":" in host else host
+    scheme = "https" if mc.tls_cert is not None else "http"
+    return f"{scheme}://{host}:{mc.port}{path}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m safemon.health [--live] [--config FILE]`: exit 0 when the running daemon's
+    /readyz (with --live: /healthz) answers 200, 1 otherwise, 2 for an unusable config.
+
+    For container HEALTHCHECKs: no `safemon` CLI start-up, one HTTP GET. The config comes from
+    --config, else $SAFEMON_CONFIG (a file path), else the embedded default. Over TLS the
+    certificate is not verified: the check talks to its own container over loopback.
+    """
+    import argparse
+    import os
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from safemon.config import load_config
+    from safemon.errors import ConfigError
+
+    parser = argparse.ArgumentParser(prog="python -m safemon.health", description=main.__doc__)
+    parser.add_argument("--config", default=None, help="config file (default: $SAFEMON_CONFIG)")
+    parser.add_argument("--live", action="store_true", help="ask /healthz instead of /readyz")
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds (default 3)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config or os.environ.get("SAFEMON_CONFIG") or None)
+    except ConfigError as exc:
+        print(f"safemon.health: {exc}", file=sys.stderr)
+        return 2
+    url = check_url(config, HEALTH_PATH if args.live else READY_PATH)
+    ctx = ssl._create_unverified_context() if url.startswith("https") else None
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout, context=ctx) as resp:
+            print(resp.read().decode(errors="replace"))
+            return 0
+    except urllib.error.HTTPError as err:
+        with err:
+            print(err.read().decode(errors="replace"), file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"safemon.health: {url}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

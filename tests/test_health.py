@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,3 +117,29 @@ def test_without_a_probe_both_checks_pass() -> None:
     with start_http_server(config, registry) as server:
         assert get(base(server) + "/healthz")[0] == 200
         assert get(base(server) + "/readyz")[0] == 200
+
+
+def test_health_check_command_exit_codes(tmp_path: Path) -> None:
+    """`python -m safemon.health` against a real server: 0 when ready, 1 when not (SAFE) or
+    unreachable, 2 for a bad config; --live asks /healthz."""
+    config_path = tmp_path / "c.yaml"
+    config = load_config(env=ENV)
+    registry = CollectorRegistry()
+    Metrics(config, registry)
+    probe = Probe()
+    with start_http_server(config, registry, health=probe) as server:
+        port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+        config_path.write_text(f"metrics: {{host: 0.0.0.0, port: {port}}}\n", encoding="utf-8")
+        env = {**os.environ, "SAFEMON_CONFIG": str(config_path)}
+
+        def run(*args: str) -> int:
+            return subprocess.run([sys.executable, "-m", "safemon.health", *args], env=env,
+                                  capture_output=True, timeout=60, check=False).returncode
+
+        probe.report = assess(mode=Mode.SAFE, voting=("ch0",), formed=True, loop_age_s=0.0)
+        assert run() == 1 and run("--live") == 0
+        probe.report = assess(mode=Mode.NORMAL, voting=("ch0",), formed=True, loop_age_s=0.0)
+        assert run() == 0
+    assert run() == 1  # nothing listens any more
+    config_path.write_text("metrics: {port: -1}\n", encoding="utf-8")
+    assert run() == 2
