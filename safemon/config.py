@@ -186,7 +186,7 @@ class ChannelConfig(_Model):
 
 
 class WeightsConfig(_Model):
-    """Resident weights: `ecc` keeps them SEC-DED protected on the GPU (DESIGN.md, ECC)."""
+    """Resident weights: `ecc` keeps them SEC-DED protected on the GPU (docs/ECC.md)."""
 
     ecc: StrictBool = True
     word_bits: Literal[32, 64] = 32
@@ -476,7 +476,7 @@ class LoggingConfig(_Model):
     level: Literal["debug", "info", "warning", "error", "critical"] = "info"
 
 
-#: The voter table's degradation options (DESIGN.md, Voter policies).
+#: The voter table's degradation options (README.md, "Deployments (HFT)").
 _DEGRADED_OPTIONS: dict[Policy, tuple[Policy, ...]] = {
     Policy.ONE_OO_ONE_D: (),
     Policy.TWO_OO_TWO: (),

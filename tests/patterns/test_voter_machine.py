@@ -34,7 +34,7 @@ UNKNOWN_REQ = 10_000
 
 
 def agree(a: ChannelResult, b: ChannelResult) -> bool:
-    """The test's own statement of agreement (DESIGN.md), independent of the voter's."""
+    """The test's own statement of agreement, independent of the voter's."""
     same_es = a.es_digest == b.es_digest or a.variant != b.variant
     return a.ok and b.ok and a.c_digest == b.c_digest and same_es
 
