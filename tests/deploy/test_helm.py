@@ -91,12 +91,16 @@ def test_rendered_config_is_valid_for_the_daemon(helm: Path, mode: str, tmp_path
     path.write_text(config_map["data"]["config.yaml"], encoding="utf-8")
     config = load_config(path, env={})
     assert (config.metrics.host, config.metrics.port) == ("0.0.0.0", 17650)
-    assert str(config.endpoints.runtime_dir) == "/run/safemon"
+    # A subdirectory of the emptyDir: the daemon refuses a socket dir it does not own (0700).
+    assert str(config.endpoints.runtime_dir) == "/run/safemon/sock"
+    spec = pod_spec(render(helm, mode))
+    env = {e["name"]: e["value"] for e in safemon_container(spec)["env"]}
+    assert env["SAFEMON_ENDPOINTS__RUNTIME_DIR"] == "/run/safemon/sock"  # beats the image's
     if mode == "node":
         assert config.endpoints.ingress == "tcp://0.0.0.0:17660"
-        assert config.security.curve and str(config.security.keys_dir) == "/run/safemon-keys"
+        assert config.security.curve and str(config.security.keys_dir) == "/run/safemon-keys/curve"
     else:
-        assert config.endpoints.ingress.startswith("ipc:///run/safemon/")
+        assert config.endpoints.ingress.startswith("ipc:///run/safemon/sock/")
 
 
 def test_config_values_reach_the_daemon(helm: Path, tmp_path: Path) -> None:
@@ -139,7 +143,7 @@ def test_node_ingress_is_a_node_local_service_with_keys_from_a_secret(helm: Path
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["curve-secret"]["secret"]["secretName"] == "safemon-curve-keys"
     (keys,) = spec["initContainers"]
-    assert "install -d -m 0700" in keys["command"][-1]
+    assert 'install -d -m 0700 "$k" "$k/allowed_clients"' in keys["command"][-1]
     mounts = {m["mountPath"]: m for m in safemon_container(spec)["volumeMounts"]}
     assert mounts["/run/safemon-keys"]["readOnly"] is True
 
@@ -191,3 +195,32 @@ def test_static_manifests_are_the_chart_rendered(helm: Path, mode: str) -> None:
     committed = [d for d in yaml.safe_load_all(
         (DEPLOY_DIR / "k8s" / mode / "safemon.yaml").read_text(encoding="utf-8")) if d]
     assert committed == render(helm, mode), f"stale: run {RENDER_SCRIPT.name} {helm}"
+
+
+def test_key_copy_script_yields_keys_the_daemon_accepts(helm: Path, tmp_path: Path) -> None:
+    """The node init container's script, run here on keys from `safemon keys generate` laid
+    out as the Secret mounts them (0644 files in a shared directory, as a Secret volume with
+    fsGroup may show them), produces a key dir the daemon's loaders accept."""
+    from safemon.transport import CurveClientKeys, CurveServerKeys, keys_generate
+    from safemon.transport.auth import load_allowed_keys
+
+    generated = tmp_path / "generated"
+    keys_generate(generated)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    for name in ("server.key_secret", "server.key", "client.key_secret", "client.key"):
+        (secret / name).write_bytes((generated / name).read_bytes())
+    (secret / "allowed_clients_client.key").write_bytes(
+        (generated / "allowed_clients" / "client.key").read_bytes())
+    for f in secret.iterdir():
+        f.chmod(0o644)  # looser than the loader accepts: the script must tighten it
+    (keys,) = pod_spec(render(helm, "node"))["initContainers"]
+    script = keys["command"][-1].replace("/run/safemon-keys", str(tmp_path / "run-keys"))
+    script = script.replace("/secret/", f"{secret}/")
+    proc = subprocess.run(["/bin/sh", "-ec", script], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    k = tmp_path / "run-keys" / "curve"
+    CurveServerKeys.from_file(k / "server.key_secret")
+    CurveClientKeys.from_files(k / "client.key_secret", k / "server.key")
+    assert len(load_allowed_keys(k / "allowed_clients")) == 1

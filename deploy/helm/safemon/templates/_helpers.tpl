@@ -34,15 +34,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The ipc:// socket directory: a subdirectory of the /run/safemon emptyDir, because the
+     daemon refuses a socket directory it does not own or that others may enter (an emptyDir's
+     root is root-owned, mode 0777); the daemon creates it 0700 at start. */}}
+{{- define "safemon.runtimeDir" -}}
+/run/safemon/sock
+{{- end -}}
+
 {{/* The daemon's config.yaml: .Values.config plus what the chart owns. */}}
 {{- define "safemon.config" -}}
 {{- $c := deepCopy .Values.config -}}
 {{- $_ := set $c "name" (default (include "safemon.fullname" . | trunc 32 | trimSuffix "-") $c.name) -}}
 {{- $ep := default (dict) $c.endpoints -}}
-{{- $_ := set $ep "runtime_dir" "/run/safemon" -}}
+{{- $_ := set $ep "runtime_dir" (include "safemon.runtimeDir" .) -}}
 {{- if eq .Values.mode "node" -}}
 {{- $_ := set $ep "ingress" (printf "tcp://0.0.0.0:%d" (int .Values.node.ingressPort)) -}}
-{{- $_ := set $c "security" (dict "curve" true "keys_dir" "/run/safemon-keys") -}}
+{{- $_ := set $c "security" (dict "curve" true "keys_dir" "/run/safemon-keys/curve") -}}
 {{- end -}}
 {{- $_ := set $c "endpoints" $ep -}}
 {{- $_ := set $c "metrics" (dict "host" "0.0.0.0" "port" (int .Values.metricsPort)) -}}
