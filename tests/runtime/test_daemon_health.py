@@ -3,10 +3,15 @@ forms, unready (but alive) in latched SAFE, ready again after `reset`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from .helpers import make_config, system, wait_for
 
@@ -36,3 +41,30 @@ def test_readyz_follows_the_voting_set_and_safe(tmp_path: Path) -> None:
         client.clear_faults()
         client.reset()
         assert wait_for(lambda: probe(base + "/readyz")[0] == 200)
+
+
+def test_daemon_notifies_systemd_ready_status_watchdog_stopping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a (real, datagram) NOTIFY_SOCKET: READY=1 with the mode and channel counts once the
+    voting set forms, WATCHDOG=1 keep-alives, STATUS=mode=SAFE on the latch, STOPPING=1 on stop."""
+    path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        monkeypatch.setenv("NOTIFY_SOCKET", path)
+        monkeypatch.setenv("WATCHDOG_USEC", "200000")
+        monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+        cfg = make_config(tmp_path, "1oo1D")
+        with system(cfg) as (_daemon, client):
+            client.inject("c0", "stuck")
+            assert wait_for(lambda: client.status()["mode"] == "SAFE", 3 * cfg.timing.dti_s + 2.0)
+        sock.settimeout(2.0)
+        got: list[str] = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                got.append(sock.recv(4096).decode())
+    ready = [m for m in got if m.startswith("READY=1")]
+    assert ready == ["READY=1\nSTATUS=mode=NORMAL channels up=1/1 (c0=UP)"]
+    assert "WATCHDOG=1" in got
+    assert any(m.startswith("STATUS=mode=SAFE") for m in got)
+    assert got[-1] == "STOPPING=1\nSTATUS=draining" or "STOPPING=1\nSTATUS=draining" in got
