@@ -63,6 +63,10 @@ def test_compose_runs_safemon_prometheus_grafana_with_existing_mounts() -> None:
             if source.startswith("."):
                 assert (DOCKER / source).resolve().exists(), f"{name}: {source} does not exist"
     assert "selftest" in " ".join(services["safemon"]["entrypoint"])
+    # SAFEMON_CONFIG is a config file's path here too; its default exists.
+    (config_mount,) = [v for v in services["safemon"]["volumes"] if v.endswith(":/etc/safemon/config.yaml:ro")]
+    default = re.fullmatch(r"\$\{SAFEMON_CONFIG:-([^}]+)\}:.*", config_mount)
+    assert default is not None and (DOCKER / default.group(1)).is_file(), config_mount
     devices = services["safemon"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
     build = services["safemon"]["build"]
