@@ -30,17 +30,21 @@ _DEFAULT_KEEPALIVE_S: Final = 1.0
 
 
 def sd_notify(state: str, env: Mapping[str, str] | None = None) -> bool:
-    """Send `state` (e.g. "READY=1") to systemd's NOTIFY_SOCKET; False when not set or
-    when the datagram cannot be sent. An `@` prefix names an abstract socket."""
+    """Send `state` (e.g. "READY=1") to systemd's NOTIFY_SOCKET without ever blocking; False
+    when it is not set or the datagram cannot be sent now. An `@` prefix names an abstract
+    socket."""
     path = (os.environ if env is None else env).get("NOTIFY_SOCKET")
     if not path:
         return False
     addr = "\0" + path[1:] if path.startswith("@") else path
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        # Never block the daemon's loop on systemd: a full receive queue (a stalled manager, or
+        # more datagrams than net.unix.max_dgram_qlen unread) drops this one instead.
+        s.setblocking(False)
         try:
             s.connect(addr)
-            s.sendall(state.encode())
-        except OSError:
+            s.send(state.encode())
+        except OSError:  # BlockingIOError included
             return False
     return True
 

@@ -79,3 +79,13 @@ def test_lifecycle_datagrams(notify_socket: tuple[socket.socket, str]) -> None:
         f"STATUS={status_line(Mode.SAFE, STATES)}",
         "STOPPING=1\nSTATUS=draining",
     ]
+
+
+def test_a_full_notify_queue_drops_instead_of_blocking(
+    notify_socket: tuple[socket.socket, str],
+) -> None:
+    """Nobody reads the socket: sends fail fast once its queue is full (the daemon's loop
+    must never wait for systemd)."""
+    _sock, path = notify_socket
+    results = [sd_notify("WATCHDOG=1", {"NOTIFY_SOCKET": path}) for _ in range(2000)]
+    assert results[0] and not all(results)
