@@ -24,7 +24,7 @@ through `Config.model_validate` to an equal object:
 - `channels: null` (the default) becomes `Policy(policy).channels` process channels
   `ch0, ch1, ...` with the default variant;
 - `degraded_policy: null` becomes the voter table's choice (2oo3 → 2oo2, the stricter of
-  its two options; 1oo2D → 1oo1D; none for 1oo1D and 2oo2);
+  its two options; 1oo2D → 1oo1D; 1oo3D → 1oo2D; none for 1oo1D and 2oo2);
 - `endpoints.runtime_dir: null` becomes `$XDG_RUNTIME_DIR/safemon-<name>`, or
   `/tmp/safemon-<uid>-<name>` without XDG_RUNTIME_DIR;
 - the placeholders `{runtime_dir}` and `{name}` in endpoint addresses are substituted.
@@ -482,7 +482,10 @@ _DEGRADED_OPTIONS: dict[Policy, tuple[Policy, ...]] = {
     Policy.TWO_OO_TWO: (),
     Policy.ONE_OO_TWO_D: (Policy.ONE_OO_ONE_D,),
     Policy.TWO_OO_THREE: (Policy.TWO_OO_TWO, Policy.ONE_OO_TWO_D),
+    Policy.ONE_OO_THREE_D: (Policy.ONE_OO_TWO_D,),
 }
+#: Policies that may end up as 1oo1D, which relies on per-request signature checks.
+_DEGRADES_TO_1OO1D = frozenset({Policy.ONE_OO_ONE_D, Policy.ONE_OO_TWO_D, Policy.ONE_OO_THREE_D})
 
 
 class Config(_Model):
@@ -491,7 +494,7 @@ class Config(_Model):
     name: deployment name ([a-z0-9-], used in the runtime dir and logs).
     policy: the voter policy; fixes the number of channels.
     degraded_policy: what the voter falls back to when a channel is lost (2oo3: "2oo2" or
-        "1oo2D"; 1oo2D: "1oo1D"; others: none, they go to SAFE).
+        "1oo2D"; 1oo2D: "1oo1D"; 1oo3D: "1oo2D"; others: none, they go to SAFE).
     backend: "numpy" (reference, CPU), "cupy" (GPU) or "auto" (cupy when a device is usable).
     """
 
@@ -550,7 +553,7 @@ class Config(_Model):
                 problems.append(
                     (f"channels.{i}.gpu", "must be null when backend is numpy (no GPU is used)")
                 )
-            if ch.variant.checksum is None and policy in (Policy.ONE_OO_ONE_D, Policy.ONE_OO_TWO_D):
+            if ch.variant.checksum is None and policy in _DEGRADES_TO_1OO1D:
                 problems.append(
                     (
                         f"channels.{i}.variant.checksum",

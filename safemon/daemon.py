@@ -53,7 +53,9 @@ from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.config import Config
 from safemon.errors import ConfigError, PatternError
 from safemon.gpu_identity import channel_devices, cuda_uuid
-from safemon.health import HealthReport, assess
+from safemon.health import HealthReport
+from safemon.health import assess as assess_health
+from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
 from safemon.metrics import Metrics, MetricsServer, SelftestResult, start_http_server
@@ -351,6 +353,7 @@ class Daemon:
         devices = channel_devices(cfg, cuda_uuid if self.backend == "cupy" else None)
         self.metrics = Metrics(cfg, self.registry, backend=self.backend, devices=devices)
         self.metrics.set_mode(Mode.NORMAL)
+        self._report_hft(at_start=True)
         curve = self._curve()
         ep = cfg.endpoints
         for key, kind, address in (("ingress", zmq.ROUTER, ep.ingress),
@@ -633,13 +636,39 @@ class Daemon:
             "weights": len(self._weights),
             "in_flight": len(self._live),
             "unexplained_mismatches": self.controller.unexplained_mismatches,
+            **self._hft_status(),
         }
 
     def health(self) -> HealthReport:
         """What /healthz and /readyz answer (read-only; called on the HTTP thread)."""
         loop_at = self._loop_at
-        return assess(mode=self._mode, voting=self._voting, formed=self.ready.is_set(),
-                      loop_age_s=None if loop_at is None else self.clock() - loop_at)
+        return assess_health(mode=self._mode, voting=self._voting, formed=self.ready.is_set(),
+                             loop_age_s=None if loop_at is None else self.clock() - loop_at)
+
+    def hft(self) -> HftAssessment:
+        """Declared and effective HFT (`safemon.hft`) of the voting set now; while none
+        votes (starting, SAFE), of the configured set under the configured policy."""
+        configured = Policy(self.config.policy)
+        hardware = channel_hardware(self.config, self.backend)
+        policy, names = (self._policy, self._voting) if self._voting else (
+            configured, self.config.channel_names)
+        return assess(configured, policy, {n: hardware[n] for n in names})
+
+    def _hft_status(self) -> dict[str, Any]:
+        a = self.hft()
+        note = "" if self._voting else "No voting set now: figures for the configured set. "
+        return {"hft_declared": a.declared, "hft_effective": a.effective,
+                "hft_reason": note + a.reason,
+                "hft_hardware": {u: list(chs) for u, chs in a.units}}
+
+    def _report_hft(self, *, at_start: bool = False) -> None:
+        """Export the HFT gauges; at start, warn when the hardware earns less than declared."""
+        assert self.metrics is not None
+        a = self.hft()
+        self.metrics.set_hft(a.declared, a.effective)
+        if at_start and a.effective < a.declared:
+            self.log.warning("hft_below_declared", declared=a.declared, effective=a.effective,
+                             policy=Policy(self.config.policy).value, reason=a.reason)
 
     def _on_control(self, identity: bytes, msg: Message) -> None:
         now = self.clock()
@@ -847,6 +876,8 @@ class Daemon:
                     self.metrics.count_disagreement(ch)
                 self.log.warning("disagreement", seq=d.req_id, minority=list(d.minority),
                                  majority=list(d.majority), policy=d.policy.value)
+                # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
+                # two faulty ones, so its mismatch goes to the self-test diagnosis.
                 if d.policy is Policy.TWO_OO_THREE and d.majority and len(d.minority) == 1:
                     self._fault(d.minority[0], ctl.FaultKind.DISAGREEMENT_MINORITY, now, now,
                                 f"request {d.req_id}")
@@ -992,6 +1023,7 @@ class Daemon:
                               reason=ins.reason)
             elif isinstance(ins, ctl.SetVoting):
                 self._voting, self._policy = ins.channels, ins.policy
+                self._report_hft()
                 if ins.channels:
                     self.ready.set()
                     self._notifier.ready(self._mode, self._states)

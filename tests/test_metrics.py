@@ -53,6 +53,7 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_messages_rejected": ("counter", {"reason"}),
     "safemon_fault_reaction_seconds": ("histogram", {"kind"}),
     "safemon_fault_detection_seconds": ("histogram", {"kind"}),
+    "safemon_hft": ("gauge", {"kind"}),
     "safemon_build": ("info", {"deployment", "version", "python", "backend"}),
     "safemon_ftti_seconds": ("gauge", set()),
     "safemon_channel_info": ("gauge", {"channel", "gpu", "UUID", "placement", "variant"}),
@@ -61,7 +62,7 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
 
 @pytest.fixture
 def config() -> Config:
-    return load_config(CONFIGS / "hft2.yaml", env=ENV)
+    return load_config(CONFIGS / "2oo3.yaml", env=ENV)
 
 
 @pytest.fixture
@@ -143,9 +144,30 @@ def test_policies_not_in_the_degradation_chain_have_no_series(
         metrics.observe_vote(Policy.ONE_OO_ONE_D, "released", 0.001)
 
 
+def test_hft_gauge_starts_with_the_declared_hft_and_claims_no_effective_hft(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """2oo3 declares HFT 1; the effective HFT stays 0 until the daemon has assessed the
+    hardware, so an unassessed deployment never shows more than it has."""
+    assert value(registry, "safemon_hft", kind="declared") == 1.0
+    assert value(registry, "safemon_hft", kind="effective") == 0.0
+    metrics.set_hft(2, 1)
+    assert value(registry, "safemon_hft", kind="declared") == 2.0
+    assert value(registry, "safemon_hft", kind="effective") == 1.0
+
+
+@pytest.mark.parametrize(("declared", "effective"), [(1, 2), (-1, 0), (1, True), (1.0, 0)])
+def test_hft_gauge_refuses_impossible_values(
+    metrics: Metrics, registry: CollectorRegistry, declared: object, effective: object
+) -> None:
+    with pytest.raises(InvalidInputError):
+        metrics.set_hft(declared, effective)  # type: ignore[arg-type]
+    assert value(registry, "safemon_hft", kind="declared") == 1.0
+
+
 def test_build_info_and_initial_mode(metrics: Metrics, registry: CollectorRegistry) -> None:
     labels = {
-        "deployment": "hft2-demo",
+        "deployment": "2oo3-demo",
         "version": safemon.__version__,
         "python": platform.python_version(),
         "backend": "numpy",
@@ -195,7 +217,7 @@ def test_device_uuid_labels_every_channel_series(registry: CollectorRegistry) ->
 
 def test_a_uuid_without_a_configured_gpu_is_dropped(registry: CollectorRegistry) -> None:
     """A channel with no GPU in the config has no `UUID` whatever the device map says."""
-    metrics = Metrics(load_config(CONFIGS / "hft2.yaml", env=ENV), registry,
+    metrics = Metrics(load_config(CONFIGS / "2oo3.yaml", env=ENV), registry,
                       devices={"ch0": ChannelDevice(gpu="0", uuid=UUID_A)})
     assert metrics.channel_labels("ch0") == {"channel": "ch0", "gpu": "", "UUID": ""}
 

@@ -36,6 +36,7 @@ from safemon.faults.dims import Dims, parse_dims
 __all__ = [
     "BENCH_SCHEMA",
     "DC_SCHEMA",
+    "ApiRow",
     "BenchEvidence",
     "BenchRow",
     "DcEvidence",
@@ -205,6 +206,31 @@ class EccMmmRow(_Strict):
         return self
 
 
+class ApiRow(_Strict):
+    """What a user pays for one call at one size: wall clock with device arrays in and out
+    (the call, then a stream synchronisation), next to the CUDA-event time of the kernels
+    the call launches, and against `cupy.matmul` at the same size in the same run."""
+
+    call: str = Field(description="cupy.matmul, safemon.matmul or protected_matmul ... ")
+    variant: str | None = Field(description="the variant's name; None for cupy.matmul")
+    dims: str
+    repeats: int = Field(gt=0)
+    wall_p50_us: float = Field(gt=0)
+    wall_p99_us: float = Field(gt=0)
+    kernel_us: float = Field(gt=0, description="median CUDA-event time of the kernels alone")
+    cupy_wall_p50_us: float = Field(gt=0)
+    vs_cupy: float = Field(gt=0, description="wall_p50_us / cupy_wall_p50_us")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ApiRow:
+        _check_dims(self.dims)
+        if not _close(self.vs_cupy, self.wall_p50_us / self.cupy_wall_p50_us):
+            raise ValueError(f"{self.call} at {self.dims}: vs_cupy is not wall / cupy wall")
+        if self.wall_p99_us < self.wall_p50_us:
+            raise ValueError(f"{self.call} at {self.dims}: p99 below p50")
+        return self
+
+
 class BenchEvidence(_Strict):
     """A `safemon.bench/1` file."""
 
@@ -219,6 +245,7 @@ class BenchEvidence(_Strict):
     rows: list[BenchRow]
     ecc: dict[str, Any] | None = Field(default=None, description="run_ecc_bench's result")
     ecc_mmm: list[EccMmmRow] = Field(default_factory=list)
+    api: list[ApiRow] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -11,17 +11,23 @@ Arithmetic: ``exact`` rounds the product and the sum separately in float32 (the 
 ``__fmul_rn``/``__fadd_rn``); ``fma`` emulates one single-rounding fused multiply-add per MAC in
 float64 (exact product, TwoSum, round-to-odd, then round to float32). NaN results are stored
 as the GPU's canonical NaN, 0x7FFFFFFF.
+
+Split-K (`Variant.slices(K) > 1`): each K-slice is an independent product of A's columns and
+B's rows in that slice (`catalog.slice_bounds`), with its own threads and ES rows; the slices'
+partial products are then summed in slice order by `reduce_slices`, as splitk.cu does.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import numpy.typing as npt
 
-from safemon.kernels.catalog import Variant
+from safemon.kernels.catalog import Variant, slice_bounds
 from safemon.kernels.signatures import StreamAccumulator, accumulator
 
-__all__ = ["CANONICAL_NAN_BITS", "fma_float32", "reference_matmul"]
+__all__ = ["CANONICAL_NAN_BITS", "fma_float32", "reduce_slices", "reference_matmul"]
 
 CANONICAL_NAN_BITS = np.uint32(0x7FFFFFFF)
 
@@ -125,8 +131,34 @@ def reference_matmul(a: F32, b: F32, variant: Variant) -> tuple[F32, U32]:
 
     Returns:
         (c, es): c is (M, N) float32; es is (threads, variant.words) uint32 with
-        threads = variant.tile.total_threads(M, N).
+        threads = variant.es_threads(M, N, K) (slice z's threads after slice z−1's).
     """
+    slices = variant.slices(a.shape[1])
+    if slices == 1:
+        return _whole(a, b, variant)
+    whole_k = dataclasses.replace(variant, split=1)
+    parts = [_whole(a[:, lo:hi], b[lo:hi, :], whole_k)
+             for lo, hi in slice_bounds(a.shape[1], variant.tile.bk, slices)]
+    c = reduce_slices(np.stack([p[0] for p in parts]))
+    return c, np.ascontiguousarray(np.concatenate([p[1] for p in parts], axis=0))
+
+
+def reduce_slices(partials: F32) -> F32:
+    """Sum (S, M, N) float32 partial products in slice order, as splitk.cu does.
+
+    `((P[0] + P[1]) + P[2]) + …`: one float32 round-to-nearest-even add per slice; a NaN
+    result is stored as the canonical 0x7FFFFFFF.
+    """
+    c: F32 = partials[0].copy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        for z in range(1, partials.shape[0]):
+            np.add(c, partials[z], out=c)
+    c.view(np.uint32)[np.isnan(c)] = CANONICAL_NAN_BITS
+    return c
+
+
+def _whole(a: F32, b: F32, variant: Variant) -> tuple[F32, U32]:
+    """One product over the whole of the given K (no split)."""
     c, es = _run(a, b, variant, canonical_nan=False)
     if np.isnan(c).any():
         # NaN only arises from inf − inf and then propagates, so a NaN-free result never saw one;

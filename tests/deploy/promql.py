@@ -50,6 +50,7 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
     "safemon_fault_reaction_seconds": ("histogram", frozenset({"kind"})),
     "safemon_fault_detection_seconds": ("histogram", frozenset({"kind"})),
     "safemon_ftti_seconds": ("gauge", frozenset()),
+    "safemon_hft": ("gauge", frozenset({"kind"})),
     "safemon_build_info": (
         "gauge", frozenset({"deployment", "version", "python", "backend"})
     ),

@@ -13,8 +13,19 @@
 //   SAFEMON_INJECT        1 only in the fault-injection build (safemon/faults): adds the
 //                         injection arguments; production builds never see that code.
 //
-// ES layout: ES[g * ES_WORDS + w], g = (blockIdx.y * gridDim.x + blockIdx.x) * THREADS + t;
-// words are the I-level checksum's, then M's, then E's (only the enabled ones).
+// ES layout: ES[g * ES_WORDS + w], g = ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x +
+// blockIdx.x) * THREADS + t; words are the I-level checksum's, then M's, then E's (only the
+// enabled ones).
+//
+// Split-K (production builds): blockIdx.z is the K-slice. With kt = ceil(K/BK) k-tiles and
+// T = ceil(kt / gridDim.z), slice z walks the k-tiles [z*T, min(kt, (z+1)*T)) and stores its
+// partial product at C + z*M*N; splitk.cu sums the slices in z order. gridDim.z = 1 is the
+// whole product. The injection build keeps blockIdx.z for the injection and walks all of K
+// (split 1; docs/SIGNATURES.md, "Split-K").
+//
+// Status word (production builds): `status` is null or 4 words written by the input checks
+// queued before this kernel on the same stream (safemon/kernels/checked.py). When any word is
+// nonzero the kernel computes nothing and stores poison: canonical NaN in C, 0xFFFFFFFF in ES.
 #include "signature.cuh"
 #include "crc32c_table.cuh"
 
@@ -66,13 +77,15 @@ struct Injection {
 };
 #define INJ_ARGS , const Injection* __restrict__ injections, unsigned* __restrict__ verdicts, \
                  const unsigned* __restrict__ golden_es, const float* __restrict__ golden_c
+#define STATUS_ARG
 #else
 #define INJ_ARGS
+#define STATUS_ARG , const unsigned* __restrict__ status
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-            unsigned* __restrict__ ES, int M, int N, int K INJ_ARGS) {
+            unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS) {
     __shared__ __align__(16) float As[BK][BM + A_PAD];  // transposed: As[k][m]
     __shared__ __align__(16) float Bs[BK][BN];
 #if USES_CRC
@@ -87,8 +100,34 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     const int ty = t / (BN / TN);
     const int row0 = blockIdx.y * BM;
     const int col0 = blockIdx.x * BN;
+#if SAFEMON_INJECT
     const long long block_id = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    const int k_begin = 0, k_stop = K;
+#else
+    const long long block_id =
+        ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    const int ktiles = (K + BK - 1) / BK;
+    const int slice_tiles = (ktiles + (int)gridDim.z - 1) / (int)gridDim.z;
+    const int k_begin = (int)blockIdx.z * slice_tiles * BK;
+    const int k_stop = min(K, k_begin + slice_tiles * BK);
+    C += (long long)blockIdx.z * M * N;  // this slice's partial product
+#endif
     const long long g = block_id * THREADS + t;
+
+#if !SAFEMON_INJECT
+    if (status != nullptr) {
+        const uint4 s = *reinterpret_cast<const uint4*>(status);
+        if (s.x | s.y | s.z | s.w) {  // an input check failed: release nothing usable
+            for (int i = 0; i < TM; ++i)
+                for (int j = 0; j < TN; ++j) {
+                    const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                    if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
+                }
+            for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
+            return;  // uniform over the block, before any barrier
+        }
+    }
+#endif
 
 #if SAFEMON_INJECT
     const Injection inj = injections[blockIdx.z];
@@ -115,7 +154,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     Sig<SIG_M> sig_m;
     Sig<SIG_E> sig_e;
 
-    for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
 #pragma unroll
         for (int r = 0; r < (BM * BK) / THREADS; ++r) {
             const int e = t + r * THREADS;
