@@ -17,7 +17,8 @@ Both answer a small JSON object (`HealthReport.as_dict`), GET and HEAD only. Wit
 there is nothing else to judge.
 
 `serve` runs a threaded WSGI server with that routing in front of prometheus_client's
-exposition app, plain HTTP or HTTPS.
+exposition app, plain HTTP or HTTPS; `start_http_server` does so for a config's `metrics`
+section and returns a `MetricsServer` (both re-exported by `safemon.metrics`).
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from safemon.states import Mode
+
+if TYPE_CHECKING:
+    from safemon.config import Config, MetricsConfig
 
 __all__ = [
     "HEALTH_PATH",
@@ -43,9 +47,11 @@ __all__ = [
     "READY_PATH",
     "HealthProbe",
     "HealthReport",
+    "MetricsServer",
     "assess",
     "health_app",
     "serve",
+    "start_http_server",
 ]
 
 HEALTH_PATH: Final = "/healthz"
@@ -192,6 +198,56 @@ def serve(
     thread = threading.Thread(target=server.serve_forever, name="safemon-http", daemon=True)
     thread.start()
     return server, thread
+
+
+@dataclass
+class MetricsServer:
+    """A running metrics HTTP(S) endpoint. `url` is the scrape URL; `stop()` shuts it down
+    and joins its thread (idempotent)."""
+
+    url: str
+    _server: Any = field(repr=False)
+    _thread: threading.Thread = field(repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout_s)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_http_server(
+    config: Config | MetricsConfig,
+    registry: CollectorRegistry,
+    *,
+    health: HealthProbe | None = None,
+) -> MetricsServer:
+    """Serve `registry` on `config.metrics.host:port` (HTTPS when tls_cert/tls_key are set),
+    with `/healthz` and `/readyz` answered from `health` on the same port (`safemon.health`).
+
+    Port 0 binds a free port; the returned `url` carries the actual one.
+
+    Raises:
+        OSError: the address cannot be bound, or the TLS files cannot be read.
+    """
+    from safemon.config import Config  # late: config is heavy and the probes do not need it
+
+    mc = config.metrics if isinstance(config, Config) else config
+    tls = (mc.tls_cert, mc.tls_key) if mc.tls_cert is not None and mc.tls_key is not None else None
+    server, thread = serve(mc.host, mc.port, registry, probe=health, tls=tls)
+    port = int(server.server_port)
+    host = f"[{mc.host}]" if ":" in mc.host else mc.host
+    scheme = "https" if tls else "http"
+    return MetricsServer(url=f"{scheme}://{host}:{port}/metrics", _server=server, _thread=thread)
 
 
 def check_url(config: Any, path: str = READY_PATH) -> str:

@@ -51,16 +51,17 @@ import math
 import platform
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from safemon.config import Config, MetricsConfig
+from safemon.config import Config
 from safemon.errors import InvalidInputError
-from safemon.health import HealthProbe, serve
+
+# The HTTP endpoint lives with the probes it also answers; re-exported here, where it began.
+from safemon.health import MetricsServer, start_http_server
 from safemon.hft import declared_hft
 from safemon.patterns.voter import OUTCOMES as VOTE_OUTCOMES
 from safemon.states import ChannelState, Mode, Policy
@@ -562,51 +563,3 @@ class Metrics:
         """A fault of `kind` was detected and the reaction completed `seconds` later."""
         k = self._member("fault kind", str(kind), [v.value for v in FaultKind])
         self.fault_reaction.labels(kind=k).observe(_check_seconds("fault reaction", seconds))
-
-
-@dataclass
-class MetricsServer:
-    """A running metrics HTTP(S) endpoint. `url` is the scrape URL; `stop()` shuts it down
-    and joins its thread (idempotent)."""
-
-    url: str
-    _server: Any = field(repr=False)
-    _thread: threading.Thread = field(repr=False)
-    _stopped: bool = field(default=False, repr=False)
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout_s)
-
-    def __enter__(self) -> MetricsServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def start_http_server(
-    config: Config | MetricsConfig,
-    registry: CollectorRegistry,
-    *,
-    health: HealthProbe | None = None,
-) -> MetricsServer:
-    """Serve `registry` on `config.metrics.host:port` (HTTPS when tls_cert/tls_key are set),
-    with `/healthz` and `/readyz` answered from `health` on the same port (`safemon.health`).
-
-    Port 0 binds a free port; the returned `url` carries the actual one.
-
-    Raises:
-        OSError: the address cannot be bound, or the TLS files cannot be read.
-    """
-    mc = config.metrics if isinstance(config, Config) else config
-    tls = (mc.tls_cert, mc.tls_key) if mc.tls_cert is not None and mc.tls_key is not None else None
-    server, thread = serve(mc.host, mc.port, registry, probe=health, tls=tls)
-    port = int(server.server_port)
-    host = f"[{mc.host}]" if ":" in mc.host else mc.host
-    scheme = "https" if tls else "http"
-    return MetricsServer(url=f"{scheme}://{host}:{port}/metrics", _server=server, _thread=thread)
