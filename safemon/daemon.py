@@ -34,10 +34,8 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import os
 import random
 import shlex
-import socket as pysocket
 import subprocess
 import threading
 import time
@@ -54,6 +52,9 @@ from prometheus_client import CollectorRegistry
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.config import Config
 from safemon.errors import ConfigError, PatternError
+from safemon.gpu_identity import channel_devices, cuda_uuid
+from safemon.health import HealthReport
+from safemon.health import assess as assess_health
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
@@ -63,6 +64,7 @@ from safemon.patterns import scheduler as sch
 from safemon.patterns import voter as vot
 from safemon.states import ChannelState, Mode, Policy
 from safemon.supervisor import Lost, Supervisor
+from safemon.systemd import Notifier, sd_notify
 from safemon.transport import (
     CurveServerKeys,
     Kind,
@@ -158,24 +160,6 @@ def abft_ok(x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], c: npt.NDArr
     tol = 2.0 * (gamma * abs_ref + (m + k + 2) * 2.0**-52 * (abs_ref + np.abs(c64).sum(axis=0))
                  + m * k * 2.0**-126)
     return bool(np.all(np.abs(got - ref) <= tol))
-
-
-def sd_notify(state: str, env: dict[str, str] | None = None) -> bool:
-    """Send `state` (e.g. "READY=1") to systemd's NOTIFY_SOCKET; False when not set.
-
-    Written here (a datagram on an AF_UNIX socket) rather than depending on a library.
-    """
-    path = (os.environ if env is None else env).get("NOTIFY_SOCKET")
-    if not path:
-        return False
-    addr = "\0" + path[1:] if path.startswith("@") else path
-    with pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_DGRAM) as s:
-        try:
-            s.connect(addr)
-            s.sendall(state.encode())
-        except OSError:
-            return False
-    return True
 
 
 def load_patterns_for(config: Config, sm_count: int | None = None) -> list[GoldenPatternLike]:
@@ -293,6 +277,9 @@ class Daemon:
         self._by_channel: dict[str, list[GoldenPatternLike]] = {}
         self._drain_deadline: float | None = None
         self._sock_incarnation: dict[str, int] = {}
+        # systemd and health probes (safemon/systemd.py, safemon/health.py)
+        self._notifier = Notifier()
+        self._loop_at: float | None = None
 
     # ================================================================== lifecycle
 
@@ -372,7 +359,8 @@ class Daemon:
             jitter=t.dti_jitter,
             scrub_interval=t.scrub_interval_s if cfg.weights.ecc else None,
         ), rng=random.Random())
-        self.metrics = Metrics(cfg, self.registry, backend=self.backend)
+        devices = channel_devices(cfg, cuda_uuid if self.backend == "cupy" else None)
+        self.metrics = Metrics(cfg, self.registry, backend=self.backend, devices=devices)
         self.metrics.set_mode(Mode.NORMAL)
         self._report_hft(at_start=True)
         curve = self._curve()
@@ -387,7 +375,7 @@ class Daemon:
                 self._close_sockets()
                 raise ConfigError(f"endpoints.{key}: cannot bind {address}: {exc}") from None
         if self._serve_metrics:
-            self.metrics_server = start_http_server(cfg, self.registry)
+            self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
         launcher = self._launcher or RealLauncher(cfg, self.ctx)
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         now = self.clock()
@@ -436,32 +424,25 @@ class Daemon:
     def run(self) -> None:
         """The loop; returns after a drain. `start()` must have been called."""
         assert self.scheduler is not None and self.supervisor is not None
-        watchdog = self._watchdog_interval()
-        next_watchdog = self.clock()
         try:
             while True:
                 now = self.clock()
+                self._loop_at = now
                 if self._stop_requested.is_set() and self._drain_deadline is None:
                     self._drain_deadline = now + self.config.timing.drain_timeout_s
+                    self._notifier.stopping()
                     self.log.info("drain_started", in_flight=len(self._live))
                 if self._drain_deadline is not None and (
                     not self._live or now >= self._drain_deadline
                 ):
                     self._finish_drain()
                     return
-                if watchdog is not None and now >= next_watchdog:
-                    sd_notify("WATCHDOG=1")
-                    next_watchdog = now + watchdog
+                if self._notifier.watchdog_due(now):
+                    self._notifier.watchdog(now)
                 self._poll_once(self._timeout_ms(now))
                 self._advance(self.clock())
         finally:
             self._shutdown()
-
-    def _watchdog_interval(self) -> float | None:
-        if not os.environ.get("NOTIFY_SOCKET"):
-            return None
-        usec = os.environ.get("WATCHDOG_USEC", "")
-        return int(usec) / 2e6 if usec.isdigit() and int(usec) > 0 else 1.0
 
     def _timeout_ms(self, now: float) -> int:
         assert self.scheduler is not None and self.supervisor is not None
@@ -667,6 +648,12 @@ class Daemon:
             "unexplained_mismatches": self.controller.unexplained_mismatches,
             **self._hft_status(),
         }
+
+    def health(self) -> HealthReport:
+        """What /healthz and /readyz answer (read-only; called on the HTTP thread)."""
+        loop_at = self._loop_at
+        return assess_health(mode=self._mode, voting=self._voting, formed=self.ready.is_set(),
+                             loop_age_s=None if loop_at is None else self.clock() - loop_at)
 
     def hft(self) -> HftAssessment:
         """Declared and effective HFT (`safemon.hft`) of the voting set now; while none
@@ -1030,6 +1017,7 @@ class Daemon:
                 self._controller_one(self._ctl_queue.popleft())
         finally:
             self._in_controller = False
+        self._notifier.status(self._mode, self._states)  # deduplicated: sent on change only
 
     def _controller_one(self, event: ctl.ControllerEvent) -> None:
         assert self.metrics is not None and self.supervisor is not None
@@ -1060,9 +1048,7 @@ class Daemon:
                 self._report_hft()
                 if ins.channels:
                     self.ready.set()
-                    if not getattr(self, "_notified_ready", False):
-                        self._notified_ready = True
-                        sd_notify("READY=1\nSTATUS=voting")
+                    self._notifier.ready(self._mode, self._states)
             elif isinstance(ins, ctl.RestartChannel):
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))

@@ -1,6 +1,6 @@
 """The DTI scheduler: a sans-IO state machine that plans periodic self-tests and ECC scrubs.
 
-Every channel runs at least one golden self-test per DTI (DESIGN.md, Vocabulary). The shell
+Every channel runs at least one golden self-test per DTI (docs/SAFETY.md). The shell
 carries out the plan by putting a SELFTEST (or SCRUB) job into the channel's *own* input
 queue, so the diagnosis interleaves with live work and tests the same path the work takes.
 This module never reads a clock, sleeps or touches a socket: the shell stamps every event
