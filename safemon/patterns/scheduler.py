@@ -614,18 +614,8 @@ class Scheduler:
         out.append(StartSelfTest(name, tid, pattern, deadline))
 
     def _advance(self, now: float, out: list[SchedulerInstruction]) -> None:
-        """The catch-up rule: settle every timer due at or before `now`, in time order.
-
-        The shell may deliver `now` late (a busy loop, a message handled first, a stalled
-        process); it never replays due times itself. Each due timer is settled here, earliest
-        first (ties: overruns before starts, then channel join order). Deadlines are facts
-        about work already handed out, so an overrun is reported with its own `deadline`. A
-        start cannot happen in the past: a self-test or scrub due before `now` starts at
-        `now`, with its full deadline from `now`, so the shell's lateness never shortens a
-        channel's allowance; a late self-test start is reported as `DtiLate` (the shell's
-        lateness, not the channel's). Every start plans its successor after `now`, so each
-        timer fires at most once per call.
-        """
+        """The catch-up rule (module docstring, timing rules): settle every timer due at or
+        before `now`, earliest first; a start is never placed in the past."""
         # (due time, rank, join order, test id, channel, what): the sort key is the rule.
         due: list[tuple[float, int, int, int, str, str]] = []
         for order, (name, ch) in enumerate(self._channels.items()):
