@@ -14,9 +14,12 @@ from safemon.daemon import Daemon
 from tests.runtime.helpers import make_config, operands, reference, same_bits, system, wait_for
 
 
-def _count(daemon: Daemon, name: str, labels: dict[str, str]) -> float:
-    value = daemon.registry.get_sample_value(name, labels)
-    return float(value or 0.0)
+def _count(daemon: Daemon, name: str, channel: str, **labels: str) -> float:
+    """A per-channel sample (no GPU: empty gpu and UUID labels); a missing one is an error,
+    so that a label mistake can never read as a zero."""
+    value = daemon.registry.get_sample_value(name, {"channel": channel, "gpu": "", "UUID": "", **labels})
+    assert value is not None, (name, channel, labels)
+    return float(value)
 
 
 def test_a_slow_channel_self_test_is_reported_as_a_dti_overrun(tmp_path: Path) -> None:
@@ -27,12 +30,11 @@ def test_a_slow_channel_self_test_is_reported_as_a_dti_overrun(tmp_path: Path) -
     cfg = make_config(tmp_path, "1oo2D")
     with system(cfg) as (daemon, client):
         client.inject("c0", "slow")
-        assert wait_for(lambda: _count(daemon, "safemon_dti_overruns_total", {"channel": "c0"}) >= 1)
-        timeouts = {"channel": "c0", "result": "timeout"}
-        assert _count(daemon, "safemon_selftests_total", timeouts) >= 1
+        assert wait_for(lambda: _count(daemon, "safemon_dti_overruns_total", "c0") >= 1)
+        assert wait_for(lambda: _count(daemon, "safemon_selftests_total", "c0", result="timeout") >= 1)
         # The controller reacts to the dti_overrun fault: c0 leaves the voting set.
         assert wait_for(lambda: "c0" not in client.status()["voting"])
-        assert _count(daemon, "safemon_dti_overruns_total", {"channel": "c1"}) == 0
+        assert _count(daemon, "safemon_dti_overruns_total", "c1") == 0
 
 
 def test_a_stalled_daemon_loop_blames_no_channel_and_keeps_serving(tmp_path: Path) -> None:
@@ -50,7 +52,6 @@ def test_a_stalled_daemon_loop_blames_no_channel_and_keeps_serving(tmp_path: Pat
     cfg = make_config(tmp_path, "1oo1D",
                       extra={"timing": {"heartbeat_timeout_s": 3.0, "ftti_s": 5.0}})
     x, w = operands(4)
-    passes = {"channel": "c0", "result": "pass"}
     with system(cfg, clock=clock) as (daemon, client):
         wid = client.register_weight(w)
         assert same_bits(client.matmul(x, wid, timeout=1.0), reference(x, w, cfg))
@@ -59,9 +60,9 @@ def test_a_stalled_daemon_loop_blames_no_channel_and_keeps_serving(tmp_path: Pat
         # Jump while no self-test is in flight and none is about to start: a result read
         # after the jump is stamped late, which is a known limit (docs/SAFETY.md), not this.
         assert wait_for(lambda: not sched.pending("c0") and sched.selftest_due("c0") - clock() > 0.05)
-        before = _count(daemon, "safemon_selftests_total", passes)
+        before = _count(daemon, "safemon_selftests_total", "c0", result="pass")
         offset[0] += 1.0
-        assert wait_for(lambda: _count(daemon, "safemon_selftests_total", passes) >= before + 2)
+        assert wait_for(lambda: _count(daemon, "safemon_selftests_total", "c0", result="pass") >= before + 2)
         assert same_bits(client.matmul(x, wid, timeout=1.0), reference(x, w, cfg))
-        assert _count(daemon, "safemon_dti_overruns_total", {"channel": "c0"}) == 0
+        assert _count(daemon, "safemon_dti_overruns_total", "c0") == 0
         assert client.status()["mode"] == "NORMAL"
