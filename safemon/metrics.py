@@ -271,7 +271,7 @@ class Metrics:
         )
         self.dti_overruns = Counter(
             name("dti_overruns_total"),
-            "Self-tests that started later than one DTI after the previous one.",
+            "Self-tests that did not complete within their deadline (DTI overruns).",
             CHANNEL_LABELS,
             registry=registry,
         )
@@ -472,7 +472,7 @@ class Metrics:
         self.selftests.labels(**lab, result=r).inc()
 
     def count_dti_overrun(self, channel: str) -> None:
-        """`channel`'s self-test started later than one DTI after its previous one."""
+        """`channel`'s self-test did not complete within its deadline (a DTI overrun)."""
         self.dti_overruns.labels(**self._channel(channel)).inc()
 
     def set_mode(self, mode: Mode | str) -> None:
