@@ -67,7 +67,9 @@ def channel_devices(
     Args:
         config: the deployment; each channel's `gpu` is its index.
         uuid_of: asks a device index for its UUID (`cuda_uuid` on the GPU backend); None
-            leaves every UUID empty (the NumPy backend uses no GPU).
+            leaves every UUID empty (the NumPy backend uses no GPU). With `uuid_of`, a
+            channel whose `gpu` is null runs on the default device, index 0, as the worker
+            and `safemon.hft.gpu_unit` take it.
 
     Raises:
         ConfigError: from `uuid_of`.
@@ -76,10 +78,11 @@ def channel_devices(
     seen: dict[int, str] = {}
     out: dict[str, ChannelDevice] = {}
     for ch in config.channels:
-        if ch.gpu is None:
+        index = 0 if ch.gpu is None and uuid_of is not None else ch.gpu
+        if index is None:
             out[ch.name] = ChannelDevice()
             continue
-        if uuid_of is not None and ch.gpu not in seen:
-            seen[ch.gpu] = uuid_of(ch.gpu)
-        out[ch.name] = ChannelDevice(gpu=str(ch.gpu), uuid=seen.get(ch.gpu, ""))
+        if uuid_of is not None and index not in seen:
+            seen[index] = uuid_of(index)
+        out[ch.name] = ChannelDevice(gpu=str(index), uuid=seen.get(index, ""))
     return out

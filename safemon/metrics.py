@@ -164,12 +164,13 @@ class FaultKind(StrEnum):
 def _channel_labels(
     config: Config, devices: Mapping[str, ChannelDevice]
 ) -> dict[str, dict[str, str]]:
-    """channel name -> its `CHANNEL_LABELS` values; `gpu` always from the config."""
+    """channel name -> its `CHANNEL_LABELS` values; `gpu` from the config (a null `gpu` on
+    the GPU backend is device 0, as `devices` resolves it; empty on the NumPy backend)."""
     assert config.channels is not None  # resolved by Config's validator
     out: dict[str, dict[str, str]] = {}
     for ch in config.channels:
         dev = devices.get(ch.name, ChannelDevice())
-        gpu = "" if ch.gpu is None else str(ch.gpu)
+        gpu = dev.gpu if ch.gpu is None else str(ch.gpu)
         out[ch.name] = {"channel": ch.name, "gpu": gpu, "UUID": dev.uuid if gpu else ""}
     return out
 

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 import safemon
 from safemon.config import Config, load_config
 from safemon.errors import InvalidInputError
+from safemon.gpu_identity import channel_devices
 from safemon.metrics import (
     REQUEST_OUTCOMES,
     VOTE_OUTCOMES,
@@ -57,8 +58,8 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_build": ("info", {"deployment", "version", "python", "backend"}),
     "safemon_ftti_seconds": ("gauge", set()),
     "safemon_channel_info": ("gauge", {"channel", "gpu", "UUID", "placement", "variant"}),
-    # {channel}; no sample until a GPU self-test reports its SMs (tests/patterns/test_sm_coverage.py)
-    "safemon_selftest_sm_coverage_ratio": ("gauge", set()),
+    # no sample until a GPU self-test reports its SMs; the design-set test sets one
+    "safemon_selftest_sm_coverage_ratio": ("gauge", {"channel", "gpu", "UUID"}),
 }
 
 
@@ -101,6 +102,8 @@ def series(registry: CollectorRegistry) -> list[tuple[str, tuple[tuple[str, str]
 def test_families_types_and_labels_match_design(
     metrics: Metrics, registry: CollectorRegistry
 ) -> None:
+    for ch in metrics.channels:  # the one family with no sample until a GPU self-test
+        metrics.set_sm_coverage(ch, 1.0)
     families = {f.name: f for f in registry.collect()}
     assert set(families) == set(DESIGN_SET)
     for name, (kind, labels) in DESIGN_SET.items():
@@ -217,10 +220,18 @@ def test_device_uuid_labels_every_channel_series(registry: CollectorRegistry) ->
     assert value(registry, "safemon_channel_info", **info["ch-b"]) == 1.0
 
 
-def test_a_uuid_without_a_configured_gpu_is_dropped(registry: CollectorRegistry) -> None:
-    """A channel with no GPU in the config has no `UUID` whatever the device map says."""
-    metrics = Metrics(load_config(CONFIGS / "2oo3.yaml", env=ENV), registry,
-                      devices={"ch0": ChannelDevice(gpu="0", uuid=UUID_A)})
+def test_a_null_gpu_is_the_default_device_on_the_gpu_backend(registry: CollectorRegistry) -> None:
+    """`gpu: null` on the GPU backend runs on device 0 (the worker and the HFT count agree), so
+    its labels name device 0 and that device's UUID, and the DCGM join finds it."""
+    config = load_config(CONFIGS / "2oo3.yaml", env=ENV)
+    devices = channel_devices(config, lambda index: {0: UUID_A}[index])
+    metrics = Metrics(config, registry, devices=devices)
+    assert metrics.channel_labels("ch0") == {"channel": "ch0", "gpu": "0", "UUID": UUID_A}
+
+
+def test_a_null_gpu_has_no_gpu_labels_on_the_numpy_backend(registry: CollectorRegistry) -> None:
+    config = load_config(CONFIGS / "2oo3.yaml", env=ENV)
+    metrics = Metrics(config, registry, devices=channel_devices(config, None))
     assert metrics.channel_labels("ch0") == {"channel": "ch0", "gpu": "", "UUID": ""}
 
 

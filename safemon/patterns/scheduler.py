@@ -64,8 +64,10 @@ Timing rules (all pure functions of the config, `next_due` and `deadline_for`):
   deadline, so a result stamped at or after its deadline is stale. A start is never placed
   in the past: a self-test or scrub that fell due before `event.now` starts at
   `event.now`, with its full deadline from then (plus `DtiLate` for a self-test), so a shell
-  that is late never shortens a channel's allowance and never causes a `DtiOverrun`
-  itself. Missed periodic starts are not replayed: a shell late by many DTIs gets one.
+  that is late before a self-test starts never shortens that channel's allowance. (A shell
+  that stalls while a test is in flight stamps the result late, and the scheduler, which sees
+  only the stamp, reports that as the channel's overrun: docs/SAFETY.md, "Who is late".)
+  Missed periodic starts are not replayed: a shell late by many DTIs gets one.
 
 Bad events raise `InvalidInputError` and leave the scheduler unchanged: time going
 backwards, a non-finite time, joining a channel twice, `RunNow` for an unknown channel,

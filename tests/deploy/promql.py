@@ -39,7 +39,7 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
     "safemon_channel_info": ("gauge", _CH | {"placement", "variant"}),
     "safemon_selftests_total": ("counter", _CH | {"result"}),
     "safemon_selftest_duration_seconds": ("histogram", frozenset()),
-    "safemon_selftest_sm_coverage_ratio": ("gauge", frozenset({"channel"})),
+    "safemon_selftest_sm_coverage_ratio": ("gauge", _CH),
     "safemon_dti_overruns_total": ("counter", _CH),
     "safemon_mode": ("gauge", frozenset({"mode"})),
     "safemon_ecc_corrected_total": ("counter", frozenset({"buffer"})),
@@ -55,11 +55,6 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
         "gauge", frozenset({"deployment", "version", "python", "backend"})
     ),
 }
-
-#: Catalogued metrics that `Metrics` registers but that have no sample until a GPU reports
-#: (the SM coverage of a self-test needs the SM ids of a GPU run). The catalogue test allows
-#: them, and only them, to have no sample on a CPU-only registry.
-NO_SAMPLE_WITHOUT_GPU: Final = frozenset({"safemon_selftest_sm_coverage_ratio"})
 
 #: Series of other exporters the dashboard joins with: `up` (Prometheus's own per target)
 #: and dcgm-exporter's, with the labels it attaches (names as dcgm-exporter spells them).
