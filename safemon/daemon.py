@@ -32,7 +32,10 @@ its deadline at the latest (`timing.request_deadline_s`, or the client's shorter
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import hashlib
+import heapq
 import json
 import os
 import random
@@ -51,8 +54,10 @@ import structlog
 import zmq
 from prometheus_client import CollectorRegistry
 
+from safemon import admission
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.config import Config
+from safemon.daemon_lock import DaemonLock, needs_lock
 from safemon.errors import ConfigError, PatternError
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
@@ -90,6 +95,16 @@ FAIL_ERRORS: dict[str, str] = {
     # trustworthy result could be formed, which is what VoteTimeoutError means.
     "channel_error": "VoteTimeoutError",
 }
+
+#: Error texts built from request content are cut to this many characters, so an error
+#: reply always fits the header limit (a long weight id or command cannot break it).
+MAX_QUOTE = 80
+
+
+def _quote(value: object) -> str:
+    """repr(value), cut to `MAX_QUOTE` characters: safe to put in any error reply."""
+    text = repr(value)
+    return text if len(text) <= MAX_QUOTE else text[: MAX_QUOTE - 3] + "..."
 
 _FAULT_TO_METRIC: dict[ctl.FaultKind, str] = {
     ctl.FaultKind.DISAGREEMENT_MINORITY: "disagreement",
@@ -200,6 +215,9 @@ class _Live:
     x: npt.NDArray[np.float32]
     weight_id: str
     policy: Policy
+    #: per voting channel, the incarnation the work was sent to: a fresh incarnation is
+    #: never blamed for what its predecessor left unanswered.
+    incarnations: dict[str, int] = field(default_factory=dict)
     results: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)
     kernel_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -290,6 +308,16 @@ class Daemon:
         self._by_channel: dict[str, list[GoldenPatternLike]] = {}
         self._drain_deadline: float | None = None
         self._sock_incarnation: dict[str, int] = {}
+        #: (client deadline, seq): when a client's own timeout ends its wait. The channels'
+        #: budget (the voter's deadline) is separate and never shorter than the config says.
+        self._client_deadlines: list[tuple[float, int]] = []
+        #: seq -> {channel: incarnation} of requests still open in the voter.
+        self._sent_to: dict[int, tuple[float, dict[str, int]]] = {}
+        self._weight_bytes = 0
+        self._lock: DaemonLock | None = None
+        self._ipc_files: list[str] = []
+        self.injection_enabled = bool(config.testing.fault_injection)
+        self._safe_reason: str | None = None
 
     # ================================================================== lifecycle
 
@@ -362,6 +390,11 @@ class Daemon:
             jitter=t.dti_jitter,
             scrub_interval=t.scrub_interval_s if cfg.weights.ecc else None,
         ), rng=random.Random())
+        if needs_lock(cfg):
+            assert cfg.endpoints.runtime_dir is not None
+            # Before any socket file is bound or unlinked: a second daemon of this name
+            # must fail here and leave the first one's sockets alone.
+            self._lock = DaemonLock.acquire(cfg.endpoints.runtime_dir, cfg.name)
         self.metrics = Metrics(cfg, self.registry, backend=self.backend)
         self.metrics.set_mode(Mode.NORMAL)
         curve = self._curve()
@@ -374,7 +407,10 @@ class Daemon:
                 self._sockets[key] = make_socket(self.ctx, kind, address, bind=True, curve=use)
             except zmq.ZMQError as exc:
                 self._close_sockets()
+                self._release_lock()
                 raise ConfigError(f"endpoints.{key}: cannot bind {address}: {exc}") from None
+            if address.startswith("ipc://"):
+                self._ipc_files.append(address[len("ipc://"):])
         if self._serve_metrics:
             self.metrics_server = start_http_server(cfg, self.registry)
         launcher = self._launcher or RealLauncher(cfg, self.ctx)
@@ -386,7 +422,11 @@ class Daemon:
         self.supervisor.start_all(now)
         self._sock_incarnation = {n: self.supervisor.incarnation(n) for n in cfg.channel_names}
         self.log.info("daemon_started", backend=self.backend, policy=self._policy.value,
-                      sockets=self.sockets(), metrics_url=self.metrics_url)
+                      sockets=self.sockets(), metrics_url=self.metrics_url,
+                      fault_injection=self.injection_enabled)
+        if self.injection_enabled:
+            self.log.warning("fault_injection_enabled",
+                             detail="testing.fault_injection is on: not for production")
 
     def _curve(self) -> CurveServerKeys | None:
         sec = self.config.security
@@ -399,7 +439,8 @@ class Daemon:
         return keys
 
     def _connect_channel(self, name: str) -> Socket:
-        address = self.config.channel_address(name)
+        inc = self.supervisor.incarnation(name) if self.supervisor is not None else 0
+        address = self.config.channel_address(name, max(inc, 0))
         curve = None
         if address.startswith("tcp://"):
             from safemon.transport import CurveClientKeys
@@ -462,7 +503,8 @@ class Daemon:
     def _finish_drain(self) -> None:
         now = self.clock()
         for seq in list(self._live):
-            self._answer_error(seq, "VoteTimeoutError", "daemon stopped before a vote completed")
+            self._count_outcome("shutting_down")
+            self._answer_error(seq, "ShuttingDownError", "the daemon stopped before the vote completed")
         self.log.info("drained", at=now)
 
     def _shutdown(self) -> None:
@@ -478,7 +520,24 @@ class Daemon:
                 p.kill()
         if self._own_ctx:
             self.ctx.term()
+        self._remove_socket_files()
+        self._release_lock()
         self.stopped.set()
+
+    def _remove_socket_files(self) -> None:
+        """Unlink the ipc:// socket files this daemon bound (only while it holds the lock,
+        so a second daemon's files are never touched)."""
+        if self._lock is None:
+            return
+        for path in self._ipc_files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self._ipc_files.clear()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _close_sockets(self) -> None:
         for s in [*self._sockets.values(), *self._chan_socks.values()]:
@@ -498,26 +557,37 @@ class Daemon:
             poller.register(s, zmq.POLLIN)
         ready = dict(poller.poll(timeout_ms))
         for name, s in list(self._chan_socks.items()):
-            while s in ready:
+            while s in ready and self._chan_socks.get(name) is s:
                 got = recv_message(s, limits=self._limits, timeout_ms=0, counter=self._rejects,
                                    staleness=self._staleness)
                 if got is None:
                     break
-                self._on_channel(name, got.message)
-        ing = self._sockets["ingress"]
-        while ing in ready:
-            got = recv_message(ing, limits=self._limits, timeout_ms=0, counter=self._rejects)
-            if got is None:
-                break
-            assert got.identity is not None
-            self._on_ingress(got.identity, got.message)
-        control = self._sockets["control"]
-        while control in ready:
-            got = recv_message(control, limits=self._limits, timeout_ms=0, counter=self._rejects)
-            if got is None:
-                break
-            assert got.identity is not None
-            self._on_control(got.identity, got.message)
+                self._guarded("channel", None, got.message, functools.partial(self._on_channel, name))
+        for key, handler in (("ingress", self._on_ingress), ("control", self._on_control)):
+            sock = self._sockets[key]
+            while sock in ready:
+                got = recv_message(sock, limits=self._limits, timeout_ms=0, counter=self._rejects)
+                if got is None:
+                    break
+                ident = got.identity
+                assert ident is not None
+                self._guarded(key, ident, got.message, functools.partial(handler, ident))
+
+    def _guarded(self, sock: str, identity: bytes | None, msg: Message,
+                 handle: Callable[[Message], None]) -> None:
+        """Handle one message; an exception is a bug in handling *this* message, not a
+        reason to stop serving everyone: it is counted, logged and, where a reply address
+        exists, answered with a typed `InternalError`."""
+        try:
+            handle(msg)
+        except Exception as exc:  # the loop must survive any one message
+            if self.metrics is not None:
+                self.metrics.count_rejected("handler_error")
+            self.log.exception("message_handling_failed", socket=sock, kind=msg.kind.value,
+                               seq=msg.seq, error=_quote(exc))
+            if identity is not None and sock in ("ingress", "control"):
+                self._error_to(sock, identity, msg.seq, "InternalError",
+                               f"the daemon could not handle this message: {type(exc).__name__}")
 
     def _count_reject(self, reason: Any) -> None:
         if self.metrics is not None:
@@ -546,6 +616,10 @@ class Daemon:
     def _error_to(self, sock: str, identity: bytes, seq: int, error_type: str, message: str) -> None:
         self._reply(sock, identity, Kind.ERROR, seq, {"error_type": error_type, "message": message})
 
+    def _count_outcome(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count_request(outcome)
+
     def _on_ingress(self, identity: bytes, msg: Message) -> None:
         now = self.clock()
         if msg.kind is Kind.CONTROL and msg.meta.get("command") == "hello":
@@ -559,34 +633,61 @@ class Daemon:
                            f"unexpected message kind {msg.kind.value!r} on ingress")
             return
         if self._drain_deadline is not None:
-            self._error_to("ingress", identity, msg.seq, "SafemonError", "the daemon is shutting down")
+            self._count_outcome("shutting_down")
+            self._error_to("ingress", identity, msg.seq, "ShuttingDownError",
+                           "the daemon is shutting down")
             return
         problem = self._validate_request(msg)
         if problem is not None:
             kind, text = problem
-            if kind == "InvalidInputError" and self.metrics is not None:
-                self.metrics.count_request("invalid_input")
+            if kind == "InvalidInputError":
+                self._count_outcome("invalid_input")
             self._error_to("ingress", identity, msg.seq, kind, text)
             return
         wid = str(msg.meta["weight_id"])
         x = np.ascontiguousarray(msg.arrays[0])
-        deadline_s = self.config.timing.request_deadline_s
-        client_ms = msg.meta.get("deadline_ms")
-        if isinstance(client_ms, int | float) and not isinstance(client_ms, bool) and client_ms > 0:
-            deadline_s = min(deadline_s, float(client_ms) / 1000.0)
-        seq = self._next_seq()
+        m, k = x.shape
+        n = self._weights[wid].shape[1]
+        refusal = admission.check_request(self.config, x.shape, n, self.voter.open_requests)
+        if refusal is not None:
+            self._count_outcome(refusal.outcome)
+            self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
+            return
         if self._mode is not Mode.SAFE and not self._voting:
             self._error_to("ingress", identity, msg.seq, "VoteTimeoutError",
                            "no voting set yet: channels are still passing their start-up self-tests")
             return
+        # The channels are judged by their own budget for this work item, never by the
+        # client's timeout: a client that gives up earlier gets VoteTimeoutError, alone.
+        budget_s = admission.work_budget_s(self.config, m, k, n)
+        client_s = _client_deadline_s(msg.meta.get("deadline_ms"), budget_s)
+        seq = self._next_seq()
         voters = self._voting if self._mode is not Mode.SAFE else tuple(
             self.config.channel_names[: self._policy.channels])
-        self._live[seq] = _Live(identity, msg.seq, now, x, wid, self._policy)
-        self._voter(vot.Submit(seq, now, now + deadline_s, voters, self._policy))
+        assert self.supervisor is not None
+        incs = {ch: self.supervisor.incarnation(ch) for ch in voters}
+        self._live[seq] = _Live(identity, msg.seq, now, x, wid, self._policy, incarnations=incs)
+        self._sent_to[seq] = (now + budget_s, incs)
+        if client_s < budget_s:
+            heapq.heappush(self._client_deadlines, (now + client_s, seq))
+        self._voter(vot.Submit(seq, now, now + budget_s, voters, self._policy))
         if seq in self._live:
             for ch in voters:
                 self._send_channel(ch, Kind.REQUEST, seq, {
-                    "weight_id": wid, "deadline_ms": deadline_s * 1000.0, "job": "live"}, (x,))
+                    "weight_id": wid, "deadline_ms": budget_s * 1000.0, "job": "live"}, (x,))
+
+    def _expire_client_deadlines(self, now: float) -> None:
+        """Answer each request whose client's own deadline passed with VoteTimeoutError;
+        the vote goes on (its channels' results still judge them), only the reply is gone."""
+        while self._client_deadlines and self._client_deadlines[0][0] <= now:
+            _, seq = heapq.heappop(self._client_deadlines)
+            if seq in self._live:
+                self._count_outcome("client_timeout")
+                self._answer_error(seq, "VoteTimeoutError",
+                                   "the client's deadline passed before the vote completed")
+        horizon = now - 1.0  # the voter closed these at their deadline (voter Tick first)
+        for seq in [s for s, (d, _) in self._sent_to.items() if d < horizon]:
+            del self._sent_to[seq]
 
     def _validate_request(self, msg: Message) -> tuple[str, str] | None:
         if len(msg.arrays) != 1:
@@ -594,7 +695,7 @@ class Daemon:
         x = msg.arrays[0]
         wid = msg.meta.get("weight_id")
         if not isinstance(wid, str) or wid not in self._weights:
-            return "UnknownWeightError", f"weight id {wid!r} is not registered with this daemon"
+            return "UnknownWeightError", f"weight id {_quote(wid)} is not registered with this daemon"
         w = self._weights[wid]
         if x.dtype != np.float32 or x.ndim != 2 or x.size == 0:
             return "InvalidInputError", f"x must be a non-empty 2-D float32 array, got {x.dtype} {x.shape}"
@@ -615,7 +716,14 @@ class Daemon:
             return
         wid = weight_id_of(w)
         if wid not in self._weights:
+            refusal = admission.check_weight(self.config, w.shape, len(self._weights),
+                                             self._weight_bytes)
+            if refusal is not None:
+                self.log.warning("weight_refused", shape=list(w.shape), reason=refusal.message)
+                self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
+                return
             self._weights[wid] = np.array(w, dtype=np.float32, order="C", copy=True)
+            self._weight_bytes += int(w.nbytes)
             for ch in self.config.channel_names:
                 self._send_weight(ch, wid)
             self.log.info("weight_registered", weight_id=wid, shape=list(w.shape))
@@ -638,7 +746,11 @@ class Daemon:
         return {
             "name": self.config.name,
             "epoch": self.epoch,
-            "mode": self._mode.value,
+            # STARTING until a voting set first exists (and again after a reset from SAFE).
+            "mode": self._mode.value if self._mode is Mode.SAFE or self.controller.formed
+            else "STARTING",
+            "safe_reason": self._safe_reason,
+            "fault_injection": self.injection_enabled,
             "policy": Policy(self.config.policy).value,
             "effective_policy": self._policy.value,
             "voting": list(self._voting),
@@ -660,7 +772,7 @@ class Daemon:
         command = msg.meta.get("command")
         args = msg.meta.get("args")
         args = args if isinstance(args, str) else ""
-        ok, outcome = True, str(command)
+        ok, outcome = True, _quote(command) if not isinstance(command, str) else command[:MAX_QUOTE]
         if command == "status":
             body = np.frombuffer(json.dumps(self.status()).encode(), dtype=np.uint8).copy()
             self._reply("control", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": "status"}, (body,))
@@ -670,15 +782,18 @@ class Daemon:
         elif command in ("inject", "clear"):
             ch, _, kind = args.partition(":")
             targets = self.config.channel_names if (command == "clear" and not ch) else (ch,)
-            if any(t not in self._chan_socks for t in targets):
-                ok, outcome = False, f"unknown channel {ch!r}"
+            if command == "inject" and not self.injection_enabled:
+                ok, outcome = False, ("fault injection is disabled (set testing.fault_injection: "
+                                      "true in a test configuration)")
+            elif any(t not in self._chan_socks for t in targets):
+                ok, outcome = False, f"unknown channel {_quote(ch)}"
             else:
                 for t in targets:
                     if command == "inject":
                         from safemon.channels.faults import FAULT_KINDS
 
                         if kind not in FAULT_KINDS:
-                            ok, outcome = False, f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}"
+                            ok, outcome = False, f"unknown fault {_quote(kind)}; known: {', '.join(FAULT_KINDS)}"
                             break
                         if t not in self._injected_at or t in self._injected_expiry:
                             self._injected_at[t] = now  # a new fault (the last was cleared)
@@ -692,12 +807,12 @@ class Daemon:
                         if t in self._injected_at:
                             self._injected_expiry[t] = now + self._detection_bound()
                         self._send_channel(t, Kind.CONTROL, self._next_seq(), {"command": "clear"})
-                self.log.warning("control_" + str(command), target=args)
+                self.log.warning("control_" + str(command), target=_quote(args))
         elif command == "selftest":
             for ch in self.config.channel_names:
                 self._run_now(ch, now)
         else:
-            ok, outcome = False, f"unknown command {command!r}"
+            ok, outcome = False, f"unknown command {_quote(command)}"
         self._reply("control", identity, Kind.REPLY, msg.seq, {"ok": ok, "outcome": outcome})
 
     # ================================================================== channels
@@ -787,6 +902,7 @@ class Daemon:
         assert self.scheduler is not None and self.supervisor is not None
         self._sched(sch.Tick(now))  # catches up on every due timer first (see _sched)
         self._voter(vot.Tick(now))
+        self._expire_client_deadlines(now)
         for lost in self.supervisor.tick(now):
             self._on_lost(lost, now)
         for name, inc in self._sock_incarnation.items():
@@ -806,6 +922,15 @@ class Daemon:
         if self.scheduler is not None and lost.channel in self.scheduler.channels:
             # Nothing left to self-test or scrub; it joins again when it registers.
             self._sched(sch.ChannelLeft(lost.channel, now))
+        if (self.controller.channel_state(lost.channel) is ChannelState.RESTARTING
+                and self._mode is not Mode.SAFE):
+            # A new incarnation died before it registered. The controller absorbs faults of
+            # a RESTARTING channel (its first failure is being handled), so tell it the
+            # start happened and then failed: the fault of a STARTING channel follows the
+            # policy's recovery (2oo3: another restart within the budget, then ISOLATED;
+            # 1oo2D: ISOLATED). RESTARTING so always ends in UP or ISOLATED.
+            self.log.warning("channel_died_before_registering", channel=lost.channel)
+            self._controller(ctl.ChannelStarted(lost.channel, now))
         self._fault(lost.channel, kind, lost.detected_at, now, lost.detail)
 
     def _fault(self, channel: str | None, kind: ctl.FaultKind, detected_at: float, now: float,
@@ -868,7 +993,16 @@ class Daemon:
                     self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
                                 f"request {d.req_id}: {', '.join(d.minority)} disagree")
             elif isinstance(d, vot.DeadlineMiss):
-                self._fault(d.channel, ctl.FaultKind.DEADLINE_MISS, now, now, f"request {d.req_id}")
+                sent = self._sent_to.get(d.req_id)
+                assert self.supervisor is not None
+                if sent is not None and sent[1].get(d.channel) != self.supervisor.incarnation(d.channel):
+                    # Sent to an incarnation that has since been replaced: its loss is
+                    # already being handled; the fresh one never saw this request.
+                    self.log.info("deadline_miss_of_replaced_incarnation", seq=d.req_id,
+                                  channel=d.channel)
+                    continue
+                self._fault(d.channel, ctl.FaultKind.DEADLINE_MISS, now, now,
+                            f"request {d.req_id}: no result within its work budget")
             elif isinstance(d, vot.ChannelFailed):
                 kind = (ctl.FaultKind.ECC_UNCORRECTABLE if d.reason.startswith("ecc")
                         else ctl.FaultKind.CHANNEL_ERROR)
@@ -882,7 +1016,7 @@ class Daemon:
         self._sched(sch.Tick(now))  # settle what fell due before this instant first
         if ch not in self.scheduler.channels:
             assert self.supervisor is not None
-            if not self.supervisor.running(ch):
+            if not self.supervisor.running(ch) or self.supervisor.lost(ch):
                 # Lost while nothing restarted it (e.g. in SAFE) and now asked to prove
                 # itself (after a reset): start it; it must pass a self-test to vote again.
                 self.log.info("channel_restart_for_selftest", channel=ch)
@@ -991,6 +1125,7 @@ class Daemon:
                 reactions.append(ins)  # recorded once every other action has been carried out
             elif isinstance(ins, ctl.SetMode):
                 old, self._mode = self._mode, ins.mode
+                self._safe_reason = ins.reason if ins.mode is Mode.SAFE else None
                 self.metrics.set_mode(ins.mode)
                 self.log.warning("mode_changed", mode=ins.mode.value, previous=old.value,
                                  reason=ins.reason)
@@ -1067,6 +1202,18 @@ class Daemon:
         except OSError:
             pass
         self._hooks.append(p)
+
+
+def _client_deadline_s(deadline_ms: object, budget_s: float) -> float:
+    """The client's own deadline in seconds (capped by the channel budget `budget_s`);
+    anything that is not a positive finite number of milliseconds means "no own deadline".
+    Total: never raises, whatever the client sent."""
+    if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, int | float):
+        return budget_s
+    ms = float(deadline_ms)
+    if not (ms > 0.0 and ms < float("inf")):
+        return budget_s
+    return min(budget_s, ms / 1000.0)
 
 
 def _stray_reason() -> Any:

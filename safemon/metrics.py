@@ -68,7 +68,10 @@ __all__ = [
 PREFIX = "safemon"
 
 #: `requests_total{outcome}`: the voter's outcomes plus requests refused at ingress.
-REQUEST_OUTCOMES: tuple[str, ...] = (*VOTE_OUTCOMES, "invalid_input")
+#: busy: refused by admission control (limits.max_in_flight); client_timeout: the client's
+#: own deadline passed first (the channels are not blamed); shutting_down: the daemon stopped.
+REQUEST_OUTCOMES: tuple[str, ...] = (
+    *VOTE_OUTCOMES, "invalid_input", "busy", "client_timeout", "shutting_down")
 
 # Buckets in seconds. Each histogram also gets the matching deadline from the config as a
 # bucket edge, so "fraction over the deadline" is read exactly, not interpolated.
@@ -285,6 +288,12 @@ class Metrics:
             }
         )
         self.set_mode(mode)
+        self.fault_injection = Gauge(
+            name("fault_injection_enabled"),
+            "1 when testing.fault_injection is on (a test configuration), else 0.",
+            registry=registry,
+        )
+        self.fault_injection.set(1 if config.testing.fault_injection else 0)
 
     def _preinitialise(self) -> None:
         for o in REQUEST_OUTCOMES:

@@ -116,7 +116,8 @@ class ChannelWorker:
         self._setup_device()
         self._warm_up()
         sock = make_socket(
-            self._ctx, zmq.DEALER, self.config.channel_address(self.name), bind=True
+            self._ctx, zmq.DEALER, self.config.channel_address(self.name, self.incarnation),
+            bind=True
         )
         try:
             self._send(sock, Kind.REGISTER, self._next_seq(), meta={

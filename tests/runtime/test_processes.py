@@ -69,7 +69,8 @@ def test_daemon_with_channel_processes_status_crash_restart_and_sigterm_drain(tm
     crashed channel process is restarted and rejoins; SIGTERM with requests in flight
     answers each (result or typed error) and exits 0."""
     # Three fresh interpreters start on a 2-core CI box: give the deadlines headroom.
-    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc", extra={"timing": {
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc", injection=True,
+                      extra={"timing": {
         "dti_s": 0.5, "selftest_deadline_s": 0.4, "heartbeat_timeout_s": 1.0, "ftti_s": 2.0,
         "request_deadline_s": 0.5}})
     path = tmp_path / "proc.yaml"
