@@ -56,6 +56,7 @@ from prometheus_client import CollectorRegistry
 
 from safemon import admission
 from safemon.channels.launcher import Launcher, RealLauncher
+from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.config import Config
 from safemon.daemon_lock import DaemonLock, needs_lock
 from safemon.errors import ConfigError, PatternError
@@ -81,6 +82,7 @@ from safemon.transport import (
     send_message,
 )
 from safemon.transport.sockets import Context, Socket
+from safemon.weight_id import weight_id_of
 
 __all__ = ["Daemon", "GoldenPatternLike", "abft_ok", "sd_notify", "weight_id_of"]
 
@@ -133,14 +135,6 @@ class GoldenPatternLike(Protocol):
     def variant(self) -> Variant: ...
 
     def check(self, c: Any, es: Any) -> bool: ...
-
-
-def weight_id_of(w: npt.NDArray[np.float32]) -> str:
-    """Content address of a weight: the same array always gets the same id (any epoch)."""
-    h = hashlib.sha256()
-    h.update(f"{w.dtype.str}{w.shape}".encode())
-    h.update(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
-    return h.hexdigest()[:24]
 
 
 def _digest(a: npt.NDArray[Any]) -> bytes:
@@ -314,6 +308,7 @@ class Daemon:
         #: seq -> {channel: incarnation} of requests still open in the voter.
         self._sent_to: dict[int, tuple[float, dict[str, int]]] = {}
         self._weight_bytes = 0
+        self._link_key: bytes | None = None
         self._lock: DaemonLock | None = None
         self._ipc_files: list[str] = []
         self.injection_enabled = bool(config.testing.fault_injection)
@@ -414,6 +409,10 @@ class Daemon:
         if self._serve_metrics:
             self.metrics_server = start_http_server(cfg, self.registry)
         launcher = self._launcher or RealLauncher(cfg, self.ctx)
+        # The key of the channel-link tokens; a launcher without one (a test's fake) runs
+        # its channels without link checks.
+        link_key = getattr(launcher, "link_key", None)
+        self._link_key = link_key if isinstance(link_key, bytes) else None
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         now = self.clock()
         # Connect before the channels bind: DEALERs reconnect until the peer appears.
@@ -593,8 +592,17 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.count_rejected(reason)
 
+    def _link_token(self, name: str) -> str | None:
+        """The current incarnation's link token of channel `name` (None: no link checks)."""
+        if self._link_key is None or self.supervisor is None:
+            return None
+        return link_token(self._link_key, name, self.supervisor.incarnation(name))
+
     def _send_channel(self, name: str, kind: Kind, seq: int, meta: dict[str, Any],
                       arrays: tuple[npt.NDArray[Any], ...] = ()) -> bool:
+        token = self._link_token(name)
+        if token is not None:
+            meta = {**meta, LINK_FIELD: token}
         frames = encode(kind, epoch=self.epoch, seq=seq, channel=name, meta=meta, arrays=arrays)
         try:
             send_message(self._chan_socks[name], frames, flags=zmq.NOBLOCK)
@@ -823,6 +831,13 @@ class Daemon:
         if msg.channel != name:
             self._rejects.record(_stray_reason())
             return
+        token = self._link_token(name)
+        if token is not None and not link_ok(msg.meta, token):
+            # Not from this channel's current incarnation: an impostor bound the channel's
+            # address, or a leftover of a replaced incarnation. Counted, logged, dropped.
+            self.metrics.count_rejected("foreign")
+            self.log.warning("foreign_channel_message_dropped", channel=name, kind=msg.kind.value)
+            return
         inc = msg.meta.get("incarnation")
         started = None
         if msg.kind is Kind.REGISTER and isinstance(inc, int):
@@ -912,6 +927,12 @@ class Daemon:
                 self._chan_socks[name].close(linger=0)
                 self._chan_socks[name] = self._connect_channel(name)
                 self._sock_incarnation[name] = self.supervisor.incarnation(name)
+        for name in self._sock_incarnation:
+            if self.supervisor.awaiting_registration(name):
+                # The channel answers only the peer that spoke first with its link token;
+                # say hello until it registers (a send before the connection completes
+                # fails at once: the sockets are IMMEDIATE).
+                self._send_channel(name, Kind.CONTROL, self._next_seq(), {"command": "link"})
         for p in list(self._hooks):
             if p.poll() is not None:
                 self._hooks.remove(p)

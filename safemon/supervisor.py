@@ -136,6 +136,11 @@ class Supervisor:
         slot = self._slots[channel]
         return slot.restart_at is None and not slot.watching
 
+    def awaiting_registration(self, channel: str) -> bool:
+        """Whether the current incarnation was started and has not registered yet."""
+        slot = self._slots[channel]
+        return slot.handle is not None and slot.watching and slot.last_seen is None
+
     def incarnation(self, channel: str) -> int:
         """The incarnation currently running (or being started) for `channel`."""
         return self._slots[channel].incarnation

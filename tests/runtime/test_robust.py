@@ -174,6 +174,7 @@ class _DiesOnce:
 
     def __init__(self, real: RealLauncher, channel: str) -> None:
         self.real, self.channel = real, channel
+        self.link_key = real.link_key
 
     def start(self, name: str, incarnation: int, epoch: int) -> ChannelHandle:
         if name == self.channel and incarnation == 1:
@@ -181,7 +182,7 @@ class _DiesOnce:
             from safemon.channels.worker import ChannelWorker
 
             worker = ChannelWorker(self.real.ctx, self.real.config, name,
-                                   incarnation=incarnation, epoch=epoch)
+                                   incarnation=incarnation, epoch=epoch, link="")
             thread = threading.Thread(target=lambda: None, daemon=True)
             thread.start()
             thread.join()

@@ -1,0 +1,147 @@
+"""A local process against a running daemon (issue 11), across real processes over ipc://:
+a second daemon of the same name, a raw pyzmq peer on a channel's socket poisoning a
+weight, socket files at stop, and channel processes outliving a killed daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+import zmq
+
+from safemon.client import Client
+from safemon.config import Config
+from safemon.errors import SafemonError
+from safemon.transport import Kind, encode
+
+from .helpers import make_config, operands, reference, same_bits, wait_for
+
+PY = [sys.executable, "-m", "safemon"]
+SLOW_START: dict[str, Any] = {"timing": {
+    "dti_s": 0.5, "selftest_deadline_s": 0.4, "heartbeat_timeout_s": 1.0, "ftti_s": 2.0,
+    "request_deadline_s": 0.5}}
+
+
+def _start(tmp_path: Path, cfg: Config, tag: str) -> tuple[subprocess.Popen[bytes], Path]:
+    path = tmp_path / f"{tag}.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+    err = tmp_path / f"{tag}.err"
+    with err.open("wb") as f:
+        proc = subprocess.Popen([*PY, "run", "--config", str(path)], stdout=subprocess.DEVNULL,
+                                stderr=f)
+    return proc, path
+
+
+def _up(client: Client) -> bool:
+    try:
+        st = client.status()
+    except SafemonError:
+        return False
+    return st["mode"] == "NORMAL" and all(c["state"] == "UP" for c in st["channels"])
+
+
+def _socket_files(cfg: Config) -> list[Path]:
+    return [Path(a[len("ipc://"):]) for a in (cfg.endpoints.ingress, cfg.endpoints.control,
+                                                cfg.endpoints.events)]
+
+
+def test_second_daemon_impostor_peer_and_clean_stop(tmp_path: Path) -> None:
+    """(1) A second `safemon run` of the same name exits 2 naming the running one and
+    leaves its sockets alone: the first still answers. (2) A raw pyzmq peer that connects
+    to two channels' sockets and sends a different weight under a registered id (and fault
+    injections) is ignored: every released product stays right. (3) SIGTERM: exit 0 and
+    the socket files are gone."""
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc", extra=SLOW_START)
+    proc, _ = _start(tmp_path, cfg, "first")
+    try:
+        with Client(cfg) as client:
+            assert wait_for(lambda: _up(client), 60.0), (tmp_path / "first.err").read_text()[-4000:]
+            second, _ = _start(tmp_path, cfg, "second")
+            assert second.wait(60) == 2
+            assert "another safemon daemon" in (tmp_path / "second.err").read_text()
+            assert all(p.exists() for p in _socket_files(cfg))
+            assert _up(client)
+
+            x, w = operands(3)
+            ref = reference(x, w, cfg)
+            wid = client.register_weight(w)
+            assert same_bits(client.matmul(x, wid, timeout=2.0), ref)
+
+            ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+            peers = []
+            try:
+                for ch in ("c0", "c1"):
+                    s = ctx.socket(zmq.DEALER)
+                    s.setsockopt(zmq.LINGER, 0)
+                    s.connect(cfg.channel_address(ch))
+                    peers.append(s)
+                poison = np.full_like(w, 7.0)
+                for s in peers:
+                    for i in range(5):
+                        s.send_multipart(encode(Kind.CONTROL, epoch=0, seq=i + 1, channel="c0",
+                                                meta={"command": "weight", "args": wid},
+                                                arrays=(poison,)))
+                        s.send_multipart(encode(Kind.CONTROL, epoch=0, seq=100 + i, channel="c0",
+                                                meta={"command": "inject", "args": "bitflip-c"}))
+                released = 0
+                for _ in range(50):
+                    try:
+                        got = client.matmul(x, wid, timeout=2.0)
+                    except SafemonError:
+                        continue
+                    assert same_bits(got, ref), "a wrong product was released"
+                    released += 1
+                assert released == 50
+                assert _up(client)
+            finally:
+                for s in peers:
+                    s.close()
+                ctx.term()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert not any(p.exists() for p in _socket_files(cfg))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(t) for t in text]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_channel_processes_exit_when_their_daemon_is_killed(tmp_path: Path) -> None:
+    """SIGKILL the daemon: its channel processes notice and exit (they hold the weights)."""
+    cfg = make_config(tmp_path, "1oo1D", placement="process", transport="ipc", extra=SLOW_START)
+    proc, _ = _start(tmp_path, cfg, "k")
+    try:
+        with Client(cfg) as client:
+            assert wait_for(lambda: _up(client), 60.0), (tmp_path / "k.err").read_text()[-4000:]
+        kids = _children(proc.pid)
+        assert kids
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        assert wait_for(lambda: not any(_alive(k) for k in kids), 10.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
