@@ -82,6 +82,7 @@ from safemon.transport import (
     send_message,
 )
 from safemon.transport.sockets import Context, Socket
+from safemon.weight_delivery import WeightDelivery
 from safemon.weight_id import weight_id_of
 
 __all__ = ["Daemon", "GoldenPatternLike", "abft_ok", "sd_notify", "weight_id_of"]
@@ -308,6 +309,12 @@ class Daemon:
         #: seq -> {channel: incarnation} of requests still open in the voter.
         self._sent_to: dict[int, tuple[float, dict[str, int]]] = {}
         self._weight_bytes = 0
+        self._deliveries = {n: WeightDelivery() for n in config.channel_names}
+        #: channels registered and waiting for their weights before they join the schedule
+        self._awaiting_join: set[str] = set()
+        #: weight id -> (clients waiting for register_weight's reply, channels still owing
+        #: the acknowledgement)
+        self._weight_waits: dict[str, tuple[list[tuple[bytes, int]], set[str]]] = {}
         self._link_key: bytes | None = None
         self._lock: DaemonLock | None = None
         self._ipc_files: list[str] = []
@@ -732,14 +739,73 @@ class Daemon:
                 return
             self._weights[wid] = np.array(w, dtype=np.float32, order="C", copy=True)
             self._weight_bytes += int(w.nbytes)
-            for ch in self.config.channel_names:
-                self._send_weight(ch, wid)
+            assert self.supervisor is not None
+            owing = {ch for ch in self.config.channel_names if self.supervisor.registered(ch)}
+            if owing:
+                self._weight_waits[wid] = ([], owing)
+            for ch in owing:
+                self._deliveries[ch].add(wid)
+                self._pump_weights(ch, self.clock())
             self.log.info("weight_registered", weight_id=wid, shape=list(w.shape))
+        wait = self._weight_waits.get(wid)
+        if wait is not None and wait[1]:
+            wait[0].append((identity, msg.seq))  # answered once every channel holds it
+            return
         self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": wid})
 
-    def _send_weight(self, ch: str, wid: str) -> None:
-        self._send_channel(ch, Kind.CONTROL, self._next_seq(),
-                           {"command": "weight", "args": wid}, (self._weights[wid],))
+    def _weight_budget_s(self, wid: str) -> float:
+        """How long a channel may take to acknowledge weight `wid`: the work budget of an
+        8-row work item on it (storing it, ECC encoding included, is that order of work)."""
+        k, n = self._weights[wid].shape
+        return admission.work_budget_s(self.config, 8, k, n)
+
+    def _pump_weights(self, ch: str, now: float) -> None:
+        """Send what the window allows of the weights `ch` is owed; once it holds them all,
+        a channel waiting to join the self-test schedule joins (and is asked for its test)."""
+        d = self._deliveries[ch]
+        while (wid := d.next_to_send()) is not None:
+            if wid not in self._weights:
+                d.sent(wid, now)
+                d.ack(wid)
+                continue
+            if not self._send_channel(ch, Kind.CONTROL, self._next_seq(),
+                                      {"command": "weight", "args": wid}, (self._weights[wid],)):
+                break  # the socket is full or gone: retried on the next loop turn
+            d.sent(wid, now + self._weight_budget_s(wid))
+        if d.idle and ch in self._awaiting_join:
+            self._awaiting_join.discard(ch)
+            assert self.scheduler is not None
+            self._sched(sch.ChannelJoined(ch, now))
+            if self._mode is not Mode.SAFE and self.controller.channel_state(ch) is ChannelState.STARTING:
+                self._run_now(ch, now)
+
+    def _weight_acked(self, ch: str, wid: str) -> None:
+        wait = self._weight_waits.get(wid)
+        if wait is None:
+            return
+        wait[1].discard(ch)
+        if not wait[1]:
+            del self._weight_waits[wid]
+            for identity, seq in wait[0]:
+                self._reply("ingress", identity, Kind.REPLY, seq, {"ok": True, "outcome": wid})
+
+    def _drop_delivery(self, ch: str) -> None:
+        """`ch` is being restarted or isolated: it owes nothing more (its next incarnation
+        gets every weight afresh), and no client waits for it."""
+        self._deliveries[ch].begin(())
+        self._awaiting_join.discard(ch)
+        for wid in list(self._weight_waits):
+            self._weight_acked(ch, wid)
+
+    def _check_deliveries(self, now: float) -> None:
+        for ch, d in self._deliveries.items():
+            late = d.overdue(now)
+            if late:
+                self._drop_delivery(ch)
+                self._fault(ch, ctl.FaultKind.CHANNEL_ERROR, now, now,
+                            f"weight {late[0]} not acknowledged within its budget")
+            else:
+                self._pump_weights(ch, now)
 
     def _answer_error(self, seq: int, error_type: str, message: str) -> None:
         live = self._live.pop(seq, None)
@@ -847,12 +913,15 @@ class Daemon:
         if started is not None:
             self.log.info("channel_registered", channel=name, incarnation=inc,
                           pid=msg.meta.get("pid"))
-            for wid in self._weights:
-                self._send_weight(name, wid)
             if name in self.scheduler.channels:
                 self._sched(sch.ChannelLeft(name, now))
-            self._sched(sch.ChannelJoined(name, now))
+            # It joins the self-test schedule (and so may rejoin the vote) only once it
+            # holds every registered weight, acknowledged (`_pump_weights`).
+            self._drop_delivery(name)
+            self._deliveries[name].begin(self._weights)
+            self._awaiting_join.add(name)
             self._controller(ctl.ChannelStarted(name, now))
+            self._pump_weights(name, now)
         if msg.kind is Kind.HEARTBEAT and isinstance(inc, int):
             cor, unc = msg.meta.get("ecc_corrected"), msg.meta.get("ecc_uncorrectable")
             if isinstance(cor, int) and isinstance(unc, int) and inc == self.supervisor.incarnation(name):
@@ -860,6 +929,16 @@ class Daemon:
                     self.metrics.update_channel_ecc(name, inc, {"weights": cor}, {"weights": unc})
                 except ValueError as exc:
                     self.log.warning("bad_heartbeat_ecc", channel=name, error=str(exc))
+        elif msg.kind is Kind.EVENT and msg.meta.get("event") == "weight":
+            wid = msg.meta.get("weight_id")
+            if isinstance(wid, str) and self._deliveries[name].ack(wid):
+                if msg.meta.get("ok") is True:
+                    self._weight_acked(name, wid)
+                    self._pump_weights(name, now)
+                else:
+                    self._drop_delivery(name)
+                    self._fault(name, ctl.FaultKind.CHANNEL_ERROR, now, now,
+                                f"refused weight {wid}")
         elif msg.kind is Kind.EVENT and msg.meta.get("event") == "scrub":
             cor, unc = msg.meta.get("corrected"), msg.meta.get("uncorrectable")
             if (isinstance(cor, int) and isinstance(unc, int) and cor >= 0 and unc >= 0
@@ -918,10 +997,12 @@ class Daemon:
         self._sched(sch.Tick(now))  # catches up on every due timer first (see _sched)
         self._voter(vot.Tick(now))
         self._expire_client_deadlines(now)
+        self._check_deliveries(now)
         for lost in self.supervisor.tick(now):
             self._on_lost(lost, now)
         for name, inc in self._sock_incarnation.items():
             if self.supervisor.incarnation(name) != inc:
+                self._drop_delivery(name)
                 # A new incarnation binds afresh: a new pipe drops the old one's leftovers
                 # (and inproc:// does not reconnect to a re-bound endpoint by itself).
                 self._chan_socks[name].close(linger=0)
@@ -1167,10 +1248,12 @@ class Daemon:
                         self._notified_ready = True
                         sd_notify("READY=1\nSTATUS=voting")
             elif isinstance(ins, ctl.RestartChannel):
+                self._drop_delivery(ins.channel)
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))
                 self.supervisor.restart(ins.channel, ins.delay, now)
             elif isinstance(ins, ctl.IsolateChannel):
+                self._drop_delivery(ins.channel)
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))
                 self.supervisor.isolate(ins.channel, now)

@@ -136,6 +136,11 @@ class Supervisor:
         slot = self._slots[channel]
         return slot.restart_at is None and not slot.watching
 
+    def registered(self, channel: str) -> bool:
+        """Whether the current incarnation registered and is still watched (running)."""
+        slot = self._slots[channel]
+        return slot.wanted and slot.watching and slot.last_seen is not None
+
     def awaiting_registration(self, channel: str) -> bool:
         """Whether the current incarnation was started and has not registered yet."""
         slot = self._slots[channel]

@@ -304,7 +304,10 @@ class ChannelWorker:
         elif self._faults.hang:
             return False  # hung: only clear/stop/inject get through
         elif command == "weight" and isinstance(args, str) and len(msg.arrays) == 1:
-            self._store_weight(args, msg.arrays[0])
+            stored = self._store_weight(args, msg.arrays[0])
+            # Acknowledged delivery: the daemon waits for this before the channel votes.
+            self._send(sock, Kind.EVENT, self._next_seq(), epoch=msg.epoch, meta={
+                "event": "weight", "weight_id": args[:64], "ok": stored})
         elif command == "scrub":
             corrected = uncorrectable = 0
             for w in self._weights.values():
@@ -323,16 +326,25 @@ class ChannelWorker:
             self._exit_process()
         raise _Crash()
 
-    def _store_weight(self, weight_id: str, w: npt.NDArray[Any]) -> None:
+    def _store_weight(self, weight_id: str, w: npt.NDArray[Any]) -> bool:
+        """Keep `w` resident under `weight_id`; False (refused) if its content does not
+        match the id or it is not a float32 matrix."""
+        if w.dtype != np.float32 or w.ndim != 2:
+            return False
         host = np.array(w, dtype=np.float32, order="C", copy=True)
         if weight_id_of(host) != weight_id:
             # Weight ids are content addresses: a weight under another's id is refused.
             self.log.error("weight_content_mismatch", weight_id=weight_id[:32])
-            return
-        if self.config.weights.ecc:
-            self._weights[weight_id] = self._protect(host, name=f"w-{weight_id}")
-        else:
-            self._weights[weight_id] = self._to_device(host)
+            return False
+        try:
+            if self.config.weights.ecc:
+                self._weights[weight_id] = self._protect(host, name=f"w-{weight_id}")
+            else:
+                self._weights[weight_id] = self._to_device(host)
+        except Exception as exc:  # e.g. out of device memory: refused, and said so
+            self.log.error("weight_store_failed", weight_id=weight_id[:32], error=repr(exc)[:200])
+            return False
+        return True
 
     def _request(self, sock: Socket, msg: Message) -> None:
         job = msg.meta.get("job", "live")

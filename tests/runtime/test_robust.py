@@ -255,3 +255,23 @@ def test_a_fresh_incarnation_is_not_blamed_for_its_predecessors_requests(tmp_pat
             assert not wait_for(lambda: sup.incarnation("c0") != 1, timeout=1.5)
         finally:
             sock.close()
+
+
+def test_a_restarted_channel_gets_every_weight_acknowledged_before_it_rejoins(tmp_path: Path) -> None:
+    """300 registered weights (more than the socket queue holds): after c1 crashes, its new
+    incarnation rejoins holding all of them; requests on every weight are released with
+    all three channels voting, and c1 is not restarted again."""
+    cfg = make_config(tmp_path, "2oo3", injection=True, extra={"limits": {"max_weights": 1000}})
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    with system(cfg) as (daemon, client):
+        ws = [rng.standard_normal((8, 4)).astype(np.float32) for _ in range(300)]
+        wids = [client.register_weight(w) for w in ws]
+        client.inject("c1", "crash")
+        sup = daemon.supervisor
+        assert sup is not None
+        assert wait_for(lambda: sup.incarnation("c1") == 1 and _healthy(daemon), 20.0), daemon.status()
+        for w, wid in zip(ws[::10], wids[::10], strict=True):
+            assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
+        assert _healthy(daemon) and sup.incarnation("c1") == 1, daemon.status()
+        assert _value(daemon, "safemon_fault_reaction_seconds_count", kind="channel_crash") == 1
