@@ -59,6 +59,7 @@ from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.config import Config
 from safemon.daemon_lock import DaemonLock, needs_lock
+from safemon.fdlimit import ensure_fd_budget
 from safemon.errors import ConfigError, PatternError
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
@@ -74,6 +75,8 @@ from safemon.transport import (
     Limits,
     Message,
     RejectCounter,
+    Rejected,
+    RejectReason,
     StalenessFilter,
     ZapAuthenticator,
     encode,
@@ -316,6 +319,7 @@ class Daemon:
         #: the acknowledgement)
         self._weight_waits: dict[str, tuple[list[tuple[bytes, int]], set[str]]] = {}
         self._link_key: bytes | None = None
+        self._zap_denied_seen = 0
         self._lock: DaemonLock | None = None
         self._ipc_files: list[str] = []
         self.injection_enabled = bool(config.testing.fault_injection)
@@ -392,6 +396,7 @@ class Daemon:
             jitter=t.dti_jitter,
             scrub_interval=t.scrub_interval_s if cfg.weights.ecc else None,
         ), rng=random.Random())
+        ensure_fd_budget(cfg.limits.max_connections)
         if needs_lock(cfg):
             assert cfg.endpoints.runtime_dir is not None
             # Before any socket file is bound or unlinked: a second daemon of this name
@@ -572,7 +577,8 @@ class Daemon:
         for key, handler in (("ingress", self._on_ingress), ("control", self._on_control)):
             sock = self._sockets[key]
             while sock in ready:
-                got = recv_message(sock, limits=self._limits, timeout_ms=0, counter=self._rejects)
+                got = recv_message(sock, limits=self._limits, timeout_ms=0, counter=self._rejects,
+                                   on_reject=functools.partial(self._on_rejected, key))
                 if got is None:
                     break
                 ident = got.identity
@@ -598,6 +604,22 @@ class Daemon:
     def _count_reject(self, reason: Any) -> None:
         if self.metrics is not None:
             self.metrics.count_rejected(reason)
+
+    def _on_rejected(self, sock: str, identity: bytes | None, rejected: Rejected,
+                     frames: Sequence[Any]) -> None:
+        """A client message the transport dropped (already counted by reason): log it
+        (the first 10 of each reason, then every power of two) and, when its header names
+        a seq, answer the sender with a typed InvalidInputError so it does not wait."""
+        n = self._rejects[rejected.reason]
+        if n <= 10 or n & (n - 1) == 0:
+            self.log.warning("message_rejected", socket=sock, reason=rejected.reason.value,
+                             detail=_quote(rejected.detail), count=n)
+        if identity is None or not frames or rejected.reason is RejectReason.UNAUTHENTICATED:
+            return
+        seq = _header_seq(frames[0], self._limits.max_header_bytes)
+        if seq is not None:
+            self._error_to(sock, identity, seq, "InvalidInputError",
+                           f"message rejected ({rejected.reason.value}): {_quote(rejected.detail)}")
 
     def _link_token(self, name: str) -> str | None:
         """The current incarnation's link token of channel `name` (None: no link checks)."""
@@ -998,6 +1020,11 @@ class Daemon:
         self._voter(vot.Tick(now))
         self._expire_client_deadlines(now)
         self._check_deliveries(now)
+        if self._zap is not None and self.metrics is not None:
+            denied = self._zap.denied  # counted (and logged) by the ZAP thread
+            for _ in range(denied - self._zap_denied_seen):
+                self.metrics.count_rejected("zap_denied")
+            self._zap_denied_seen = denied
         for lost in self.supervisor.tick(now):
             self._on_lost(lost, now)
         for name, inc in self._sock_incarnation.items():
@@ -1306,6 +1333,18 @@ class Daemon:
         except OSError:
             pass
         self._hooks.append(p)
+
+
+def _header_seq(frame: Any, max_bytes: int) -> int | None:
+    """The `seq` of a (rejected) message's header frame if it is readable, else None."""
+    try:
+        raw = frame.bytes if hasattr(frame, "bytes") else bytes(frame)
+        if len(raw) > max_bytes:
+            return None
+        seq = json.loads(raw).get("seq")
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq < 2**63 else None
 
 
 def _client_deadline_s(deadline_ms: object, budget_s: float) -> float:

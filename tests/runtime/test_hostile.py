@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import socket
 import signal
 import subprocess
 import sys
@@ -29,13 +31,20 @@ SLOW_START: dict[str, Any] = {"timing": {
     "request_deadline_s": 0.5}}
 
 
-def _start(tmp_path: Path, cfg: Config, tag: str) -> tuple[subprocess.Popen[bytes], Path]:
+def _start(tmp_path: Path, cfg: Config, tag: str, nofile: int | None = None
+           ) -> tuple[subprocess.Popen[bytes], Path]:
     path = tmp_path / f"{tag}.yaml"
     path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
     err = tmp_path / f"{tag}.err"
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(
+                resource.RLIMIT_NOFILE)[1]))
+
     with err.open("wb") as f:
         proc = subprocess.Popen([*PY, "run", "--config", str(path)], stdout=subprocess.DEVNULL,
-                                stderr=f)
+                                stderr=f, preexec_fn=limit)
     return proc, path
 
 
@@ -145,3 +154,34 @@ def test_channel_processes_exit_when_their_daemon_is_killed(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_more_connections_than_the_default_descriptor_limit_are_survived(tmp_path: Path) -> None:
+    """The daemon starts under the usual 1,024-descriptor soft limit; 1,100 raw connections
+    to its ingress socket do not abort it: it raised its limit at start and still answers."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        import pytest
+
+        pytest.skip(f"hard descriptor limit {hard} is too low for this test")
+    cfg = make_config(tmp_path, "1oo1D", transport="ipc", extra=SLOW_START)
+    proc, _ = _start(tmp_path, cfg, "fd", nofile=1024)
+    conns: list[socket.socket] = []
+    try:
+        with Client(cfg) as client:
+            assert wait_for(lambda: _up(client), 60.0), (tmp_path / "fd.err").read_text()[-4000:]
+            path = cfg.endpoints.ingress[len("ipc://"):]
+            for _ in range(1100):
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.connect(path)
+                conns.append(c)
+            x, w = operands(4)
+            wid = client.register_weight(w)
+            assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
+            assert proc.poll() is None
+    finally:
+        for c in conns:
+            c.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
