@@ -59,8 +59,8 @@ from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.config import Config
 from safemon.daemon_lock import DaemonLock, needs_lock
-from safemon.fdlimit import ensure_fd_budget
 from safemon.errors import ConfigError, PatternError
+from safemon.fdlimit import ensure_fd_budget
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
 from safemon.metrics import Metrics, MetricsServer, SelftestResult, start_http_server
