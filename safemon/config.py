@@ -63,6 +63,7 @@ __all__ = [
     "ENV_RESERVED",
     "ActionsConfig",
     "ChannelConfig",
+    "ClassificationConfig",
     "Config",
     "EndpointsConfig",
     "LimitsConfig",
@@ -304,6 +305,14 @@ class LimitsConfig(_Model):
     max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 512
 
 
+class ClassificationConfig(_Model):
+    """Fault classification (`safemon.fault_classes`). retests: self-tests run after a 2oo3
+    channel's self-test failure or disagreement, before the reaction; a fault that shows
+    again is permanent, else transient (0 = no retest: every fault is unclassified)."""
+
+    retests: Annotated[StrictInt, Field(ge=0, le=10)] = 2
+
+
 class TestingConfig(_Model):
     """Test-only switches, off in production. fault_injection: accept `safemon inject`
     (control command `inject`); when on, `status`, the metric `safemon_fault_injection_enabled`
@@ -541,6 +550,7 @@ class Config(_Model):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     testing: TestingConfig = Field(default_factory=TestingConfig)
+    classification: ClassificationConfig = Field(default_factory=ClassificationConfig)
 
     @model_validator(mode="after")
     def _resolve_and_check(self, info: ValidationInfo) -> Self:

@@ -60,6 +60,7 @@ from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.config import Config
 from safemon.daemon_lock import DaemonLock, needs_lock
 from safemon.errors import ConfigError, PatternError
+from safemon.fault_classes import Classifier, FaultClass
 from safemon.fdlimit import ensure_fd_budget
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
@@ -111,6 +112,9 @@ def _quote(value: object) -> str:
     """repr(value), cut to `MAX_QUOTE` characters: safe to put in any error reply."""
     text = repr(value)
     return text if len(text) <= MAX_QUOTE else text[: MAX_QUOTE - 3] + "..."
+
+#: Faults classified by retest before the reaction (`safemon.fault_classes`).
+_RETESTED = frozenset({ctl.FaultKind.SELFTEST_FAILED, ctl.FaultKind.DISAGREEMENT_MINORITY})
 
 _FAULT_TO_METRIC: dict[ctl.FaultKind, str] = {
     ctl.FaultKind.DISAGREEMENT_MINORITY: "disagreement",
@@ -320,6 +324,13 @@ class Daemon:
         self._weight_waits: dict[str, tuple[list[tuple[bytes, int]], set[str]]] = {}
         self._link_key: bytes | None = None
         self._zap_denied_seen = 0
+        #: retests before the reaction (fault classification); a pending fault is the
+        #: arguments of `_fault_now`.
+        self._classifier: Classifier[tuple[ctl.FaultKind, float, str]] = Classifier(
+            config.classification.retests)
+        self._class_of: dict[int, FaultClass] = {}  # id(ctl.Fault) -> its class
+        #: the last faults that led to a reaction, newest last (for `status`).
+        self._fault_history: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._lock: DaemonLock | None = None
         self._ipc_files: list[str] = []
         self.injection_enabled = bool(config.testing.fault_injection)
@@ -859,6 +870,9 @@ class Daemon:
                 for n in self.config.channel_names
             ],
             "weights": len(self._weights),
+            # The last faults that led to a reaction, oldest first (age in seconds).
+            "faults": [{**{k: v for k, v in f.items() if k != "at"},
+                        "age_s": round(self.clock() - f["at"], 3)} for f in self._fault_history],
             "in_flight": len(self._live),
             "unexplained_mismatches": self.controller.unexplained_mismatches,
         }
@@ -1064,6 +1078,43 @@ class Daemon:
 
     def _fault(self, channel: str | None, kind: ctl.FaultKind, detected_at: float, now: float,
                detail: str) -> None:
+        """Report a fault to the controller, after classifying it by retest where that is
+        safe (`safemon.fault_classes`): a 2oo3 voting channel's self-test failure or
+        disagreement starts `classification.retests` self-tests first."""
+        if channel is not None and self._classifier.active(channel):
+            if kind in _RETESTED:
+                self._retest_done(channel, False, now)  # it showed again: a failed retest
+                return
+            # Another kind of fault (crash, hang, ...) ends the retest: both are reported,
+            # the first as permanent (it was followed by another failure).
+            pending = self._classifier.abandon(channel)
+            if pending is not None:
+                self._fault_now(channel, pending[0], pending[1], now, pending[2],
+                                FaultClass.PERMANENT)
+        elif (channel is not None and kind in _RETESTED and self._mode is not Mode.SAFE
+              and self._policy is Policy.TWO_OO_THREE and channel in self._voting
+              and self._classifier.begin(channel, (kind, detected_at, detail))):
+            self.log.info("fault_retest_started", channel=channel, kind=kind.value,
+                          retests=self._classifier.retests)
+            self._run_now(channel, now)
+            return
+        self._fault_now(channel, kind, detected_at, now, detail, FaultClass.UNCLASSIFIED)
+
+    def _retest_done(self, channel: str, passed: bool, now: float) -> None:
+        done = self._classifier.result(channel, passed)
+        if done is None:
+            self._run_now(channel, now)
+            return
+        (kind, detected_at, detail), cls = done
+        self.log.info("fault_classified", channel=channel, kind=kind.value, fault_class=cls.value)
+        self._fault_now(channel, kind, detected_at, now, detail, cls)
+
+    def _fault_now(self, channel: str | None, kind: ctl.FaultKind, detected_at: float,
+                   now: float, detail: str, fault_class: FaultClass) -> None:
+        if self.metrics is not None:
+            self.metrics.count_fault_class(_FAULT_TO_METRIC[kind], fault_class.value)
+        if fault_class is not FaultClass.UNCLASSIFIED:
+            detail = f"{detail} [{fault_class.value} after {self._classifier.retests} retest(s)]"
         # An injected fault's occurrence time is consumed by its first detection: the channel
         # is then isolated or restarted (a new incarnation starts without the fault).
         occurred = None
@@ -1074,8 +1125,13 @@ class Daemon:
             self._injected_expiry.pop(channel, None)
         if occurred is not None and occurred > detected_at:
             occurred = None
-        self._controller(ctl.Fault(channel=channel, kind=kind, detected_at=min(detected_at, now),
-                                   now=now, occurred_at=occurred, detail=detail))
+        event = ctl.Fault(channel=channel, kind=kind, detected_at=min(detected_at, now),
+                          now=now, occurred_at=occurred, detail=detail)
+        self._class_of[id(event)] = fault_class
+        try:
+            self._controller(event)
+        finally:
+            self._class_of.pop(id(event), None)
 
     def _detection_bound(self) -> float:
         """The longest a fault's consequence can take to be detected (seconds)."""
@@ -1200,6 +1256,9 @@ class Daemon:
             self.metrics.observe_selftest(ins.channel, SelftestResult.PASS, ins.latency)
             ondemand = ins.test_id in self._ondemand
             self._ondemand.discard(ins.test_id)
+            if ondemand and self._classifier.active(ins.channel):
+                self._retest_done(ins.channel, True, now)
+                return
             if self._states[ins.channel] is not ChannelState.UP or ondemand:
                 self._controller(ctl.SelfTestResult(ins.channel, True, now))
         elif isinstance(ins, sch.SelfTestFailed):
@@ -1259,6 +1318,8 @@ class Daemon:
                 self.log.warning("mode_changed", mode=ins.mode.value, previous=old.value,
                                  reason=ins.reason)
                 if ins.mode is Mode.SAFE:
+                    for ch in self.config.channel_names:
+                        self._classifier.abandon(ch)  # latched: nothing more to react to
                     self._voter(vot.EnterSafe(now))
                 elif old is Mode.SAFE:
                     self._voter(vot.Reset(now))
@@ -1276,11 +1337,13 @@ class Daemon:
                         sd_notify("READY=1\nSTATUS=voting")
             elif isinstance(ins, ctl.RestartChannel):
                 self._drop_delivery(ins.channel)
+                self._classifier.abandon(ins.channel)  # its new incarnation starts afresh
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))
                 self.supervisor.restart(ins.channel, ins.delay, now)
             elif isinstance(ins, ctl.IsolateChannel):
                 self._drop_delivery(ins.channel)
+                self._classifier.abandon(ins.channel)
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))
                 self.supervisor.isolate(ins.channel, now)
@@ -1300,8 +1363,15 @@ class Daemon:
             self.metrics.observe_fault_reaction(kind, frti)
             if rec.fdti_seconds is not None:
                 self.metrics.observe_fault_detection(kind, rec.fdti_seconds)
+            cls = self._class_of.get(id(event), FaultClass.UNCLASSIFIED)
             self.log.info("fault_reaction", kind=rec.kind.value, fdti_s=rec.fdti_seconds,
-                          frti_s=frti)
+                          frti_s=frti, fault_class=cls.value)
+            self._fault_history.append({
+                "kind": rec.kind.value,
+                "channel": event.channel if isinstance(event, ctl.Fault) else None,
+                "class": cls.value, "fdti_s": rec.fdti_seconds, "frti_s": frti,
+                "detail": _quote(event.detail) if isinstance(event, ctl.Fault) else "",
+                "mode": self._mode.value, "at": self.clock()})
             if frti > 0.05:  # say where the time went (the steps' start times, from detection)
                 self.log.warning("slow_reaction", kind=rec.kind.value, frti_s=frti,
                                  steps=[(n, round(t - detected, 4)) for n, t in steps])

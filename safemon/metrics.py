@@ -294,6 +294,22 @@ class Metrics:
             registry=registry,
         )
         self.fault_injection.set(1 if config.testing.fault_injection else 0)
+        self.fault_classes = Counter(
+            name("fault_classes_total"),
+            "Faults reported to the safe-state controller, by kind and class "
+            "(transient / permanent after retests, or unclassified).",
+            ["kind", "class"],
+            registry=registry,
+        )
+        for k in FaultKind:
+            for c in ("transient", "permanent", "unclassified"):
+                self.fault_classes.labels(kind=k.value, **{"class": c})
+
+    def count_fault_class(self, kind: str, fault_class: str) -> None:
+        """One fault of metric kind `kind` (a `FaultKind` value) with class `fault_class`."""
+        k = self._member("fault kind", kind, [v.value for v in FaultKind])
+        c = self._member("fault class", fault_class, ("transient", "permanent", "unclassified"))
+        self.fault_classes.labels(kind=k, **{"class": c}).inc()
 
     def _preinitialise(self) -> None:
         for o in REQUEST_OUTCOMES:

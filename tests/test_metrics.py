@@ -53,6 +53,7 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_fault_detection_seconds": ("histogram", {"kind"}),
     "safemon_build": ("info", {"version", "python", "backend"}),
     "safemon_fault_injection_enabled": ("gauge", set()),
+    "safemon_fault_classes": ("counter", {"kind", "class"}),
 }
 
 

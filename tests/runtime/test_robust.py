@@ -275,3 +275,25 @@ def test_a_restarted_channel_gets_every_weight_acknowledged_before_it_rejoins(tm
             assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
         assert _healthy(daemon) and sup.incarnation("c1") == 1, daemon.status()
         assert _value(daemon, "safemon_fault_reaction_seconds_count", kind="channel_crash") == 1
+
+
+def test_a_disagreeing_channel_is_retested_and_its_fault_classified(tmp_path: Path) -> None:
+    """bitflip-c in c1 under 2oo3: its disagreement is retested (classification.retests)
+    before the reaction; the fault shows again, so it is permanent, in status (with FDTI and
+    FRTI) and in safemon_fault_classes_total; no wrong product is released."""
+    cfg = make_config(tmp_path, "2oo3", injection=True, extra={"classification": {"retests": 2}})
+    x, w = operands()
+    ref = reference(x, w, cfg)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        client.inject("c1", "bitflip-c")
+        for _ in range(5):
+            assert same_bits(client.matmul(x, wid, timeout=2.0), ref)
+        assert wait_for(lambda: any(f["class"] == "permanent" for f in client.status()["faults"]),
+                        5.0), client.status()
+        f = next(f for f in client.status()["faults"] if f["class"] == "permanent")
+        assert f["channel"] == "c1" and f["kind"] in ("disagreement_minority", "selftest_failed")
+        assert "frti_s" in f and "fdti_s" in f and "permanent after 2 retest(s)" in f["detail"]
+        assert sum(_value(daemon, "safemon_fault_classes_total", kind=k, **{"class": "permanent"})
+                   for k in ("disagreement", "selftest_fail")) >= 1
+        assert wait_for(lambda: _healthy(daemon), 10.0), daemon.status()
