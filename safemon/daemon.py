@@ -919,8 +919,14 @@ class Daemon:
                         self._send_channel(t, Kind.CONTROL, self._next_seq(), {"command": "clear"})
                 self.log.warning("control_" + str(command), target=_quote(args))
         elif command == "selftest":
+            # At most one self-test in flight per channel: a flood of these commands must
+            # not queue self-tests behind each other until they overrun (that would be a
+            # fault caused by a client).
+            limit = self.config.timing.selftest_deadline_s
+            busy = {t.channel for t in self._tests.values() if now - t.started < limit}
             for ch in self.config.channel_names:
-                self._run_now(ch, now)
+                if ch not in busy:
+                    self._run_now(ch, now)
         else:
             ok, outcome = False, f"unknown command {_quote(command)}"
         self._reply("control", identity, Kind.REPLY, msg.seq, {"ok": ok, "outcome": outcome})
@@ -1034,6 +1040,11 @@ class Daemon:
         self._voter(vot.Tick(now))
         self._expire_client_deadlines(now)
         self._check_deliveries(now)
+        # Self-tests never answered (a lost channel) were judged by the scheduler at their
+        # deadline; forget them after ten of those.
+        stale = now - 10 * self.config.timing.selftest_deadline_s
+        for seq in [q for q, t in self._tests.items() if t.started < stale]:
+            del self._tests[seq]
         if self._zap is not None and self.metrics is not None:
             denied = self._zap.denied  # counted (and logged) by the ZAP thread
             for _ in range(denied - self._zap_denied_seen):

@@ -46,7 +46,10 @@ def _message(wid: str) -> st.SearchStrategy[tuple[str, Kind, dict[str, Any], tup
 
 
 def _fuzz(tmp_path: Path, examples: int) -> None:
-    cfg = make_config(tmp_path, "2oo3", extra={"timing": {"request_deadline_s": 1.0}})
+    # Timing headroom: this is about message handling; a starved CPU must not overrun DTIs.
+    cfg = make_config(tmp_path, "2oo3", extra={"timing": {
+        "request_deadline_s": 1.0, "selftest_deadline_s": 0.5, "dti_s": 0.6,
+        "heartbeat_timeout_s": 1.0, "ftti_s": 2.0, "scrub_interval_s": 1.0}})
     x, w = operands(9)
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
