@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from safemon.config import Config
 
-__all__ = ["Refusal", "check_request", "check_weight", "work_budget_s"]
+__all__ = ["Refusal", "check_request", "check_weight", "item_cost_s", "max_queued_s",
+           "work_budget_s"]
 
 #: float32 only on the data path.
 _ITEMSIZE = 4
@@ -35,23 +36,36 @@ class Refusal:
     outcome: str  # the `safemon_requests_total{outcome}` label
 
 
-def work_budget_s(config: Config, m: int, k: int, n: int) -> float:
-    """Seconds a healthy channel may take to compute one (M, K)·(K, N) work item.
-
-    `timing.request_deadline_s + 2*M*K*N / (limits.min_channel_gflops * 1e9)`: the
-    configured deadline covers the fixed cost (transport, queueing behind one self-test),
-    and the second term the arithmetic at the slowest throughput a healthy channel must
-    sustain. Raises ValueError for a non-positive dimension.
-    """
+def item_cost_s(config: Config, m: int, k: int, n: int) -> float:
+    """Seconds a healthy channel may spend on one (M, K)·(K, N) work item:
+    `limits.item_overhead_s + 2*M*K*N / (limits.min_channel_gflops * 1e9)`.
+    Raises ValueError for a non-positive dimension."""
     if min(m, k, n) < 1:
         raise ValueError(f"dimensions must be >= 1, got {m}x{k}x{n}")
     flops = 2.0 * m * k * n
-    return config.timing.request_deadline_s + flops / (config.limits.min_channel_gflops * 1e9)
+    lim = config.limits
+    return lim.item_overhead_s + flops / (lim.min_channel_gflops * 1e9)
 
 
-def check_request(config: Config, shape: tuple[int, ...], n: int, in_flight: int) -> Refusal | None:
+def work_budget_s(config: Config, m: int, k: int, n: int, queued_s: float = 0.0) -> float:
+    """Seconds a healthy channel may take to answer one (M, K)·(K, N) work item that finds
+    `queued_s` seconds of work (item costs) queued ahead of it on the channel:
+    `timing.request_deadline_s + queued_s + item_cost_s(...)`. The configured deadline
+    covers transport and a self-test or scrub interleaved ahead of it."""
+    return config.timing.request_deadline_s + queued_s + item_cost_s(config, m, k, n)
+
+
+def max_queued_s(config: Config) -> float:
+    """The most work (seconds of item cost) admitted onto one channel's queue: half the
+    self-test deadline, so a self-test queued behind it still meets its deadline."""
+    return config.timing.selftest_deadline_s / 2.0
+
+
+def check_request(config: Config, shape: tuple[int, ...], n: int, in_flight: int,
+                  queued_s: float = 0.0) -> Refusal | None:
     """Refusal for a request with x of `shape` against a weight with `n` columns while
-    `in_flight` requests are open, or None to admit it."""
+    `in_flight` requests are open and the busiest voting channel has `queued_s` seconds of
+    work queued, or None to admit it."""
     lim = config.limits
     if len(shape) == 2 and max(shape[0], shape[1], n) > lim.max_dim:
         return Refusal("InvalidInputError",
@@ -68,6 +82,13 @@ def check_request(config: Config, shape: tuple[int, ...], n: int, in_flight: int
         return Refusal("BusyError",
                        f"{in_flight} requests in flight (limits.max_in_flight): retry later",
                        "busy")
+    if len(shape) == 2 and shape[0] >= 1 and shape[1] >= 1 and n >= 1:
+        cost = item_cost_s(config, shape[0], shape[1], n)
+        if queued_s > 0.0 and queued_s + cost > max_queued_s(config):
+            return Refusal("BusyError",
+                           f"{queued_s:.3f} s of work already queued on a channel (at most "
+                           f"{max_queued_s(config):.3f} s, half timing.selftest_deadline_s): "
+                           "retry later", "busy")
     return None
 
 

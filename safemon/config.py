@@ -287,10 +287,15 @@ class LimitsConfig(_Model):
     max_weight_bytes: size of one weight (K * N * 4 bytes).
     max_weights / max_weight_total_bytes: how many weights, and how many bytes of them,
         may be registered at once (every channel keeps each one resident).
-    min_channel_gflops: the slowest throughput (GFLOP/s of 2*M*K*N) a healthy channel must
-        sustain. A work item's channel budget is `timing.request_deadline_s +
-        2*M*K*N / (min_channel_gflops * 1e9)` seconds (`safemon.admission.work_budget_s`);
-        only a channel that misses that budget is blamed.
+    min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
+        healthy channel must sustain, and the fixed time it may take per work item. A work
+        item costs `item_overhead_s + 2*M*K*N / (min_channel_gflops * 1e9)` seconds
+        (`safemon.admission.item_cost_s`). Its channel budget is `timing.request_deadline_s`
+        plus the cost of everything queued on the channel ahead of it and its own
+        (`work_budget_s`); only a channel that misses that budget is blamed. A request is
+        refused with BusyError when the work queued on a channel would exceed half of
+        `timing.selftest_deadline_s`, so that a self-test queued behind live work still
+        meets its deadline: overload is refused, never turned into a fault.
     max_connections: client connections the ingress and control sockets accept (each holds
         a file descriptor); the systemd unit's LimitNOFILE must exceed it.
     """
@@ -302,6 +307,7 @@ class LimitsConfig(_Model):
     max_weights: Annotated[StrictInt, Field(ge=1)] = 256
     max_weight_total_bytes: Annotated[StrictInt, Field(ge=4)] = 1024 * 1024 * 1024
     min_channel_gflops: Annotated[StrictFloat, Field(gt=0.0)] = 0.05
+    item_overhead_s: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.005
     max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 512
 
 

@@ -85,7 +85,7 @@ from safemon.transport import (
     recv_message,
     send_message,
 )
-from safemon.transport.sockets import Context, Socket
+from safemon.transport.sockets import Context, Socket, SocketOptions
 from safemon.weight_delivery import WeightDelivery
 from safemon.weight_id import weight_id_of
 
@@ -102,6 +102,10 @@ FAIL_ERRORS: dict[str, str] = {
     # trustworthy result could be formed, which is what VoteTimeoutError means.
     "channel_error": "VoteTimeoutError",
 }
+
+#: After a drain, how long the daemon keeps answering requests already queued on its
+#: ingress socket with ShuttingDownError before it closes it (seconds).
+DRAIN_SWEEP_S = 0.1
 
 #: Error texts built from request content are cut to this many characters, so an error
 #: reply always fits the header limit (a long weight id or command cannot break it).
@@ -317,6 +321,9 @@ class Daemon:
         self._sent_to: dict[int, tuple[float, dict[str, int]]] = {}
         self._weight_bytes = 0
         self._deliveries = {n: WeightDelivery() for n in config.channel_names}
+        #: per channel, live work sent and not answered: seq -> (item cost s, budget end).
+        self._queued: dict[str, dict[int, tuple[float, float]]] = {
+            n: {} for n in config.channel_names}
         #: channels registered and waiting for their weights before they join the schedule
         self._awaiting_join: set[str] = set()
         #: weight id -> (clients waiting for register_weight's reply, channels still owing
@@ -421,8 +428,13 @@ class Daemon:
                                    ("control", zmq.ROUTER, ep.control),
                                    ("events", zmq.PUB, ep.events)):
             use = curve if address.startswith("tcp://") or (curve and address.startswith("ipc://")) else None
+            # Replies wait in the ROUTER's per-client queue until the client reads them: room
+            # for every reply a client can be owed (its admitted requests and the refusals
+            # of what it pipelined meanwhile), so a reply is never dropped for lack of it.
+            opts = SocketOptions(sndhwm=4 * cfg.limits.max_in_flight) if kind == zmq.ROUTER else None
             try:
-                self._sockets[key] = make_socket(self.ctx, kind, address, bind=True, curve=use)
+                self._sockets[key] = make_socket(self.ctx, kind, address, bind=True, curve=use,
+                                                 options=opts)
             except zmq.ZMQError as exc:
                 self._close_sockets()
                 self._release_lock()
@@ -527,6 +539,23 @@ class Daemon:
         for seq in list(self._live):
             self._count_outcome("shutting_down")
             self._answer_error(seq, "ShuttingDownError", "the daemon stopped before the vote completed")
+        for wid, (waiting, _owing) in list(self._weight_waits.items()):
+            for identity, seq in waiting:
+                self._error_to("ingress", identity, seq, "ShuttingDownError",
+                               f"the daemon stopped before weight {wid} reached every channel")
+        self._weight_waits.clear()
+        # Requests already queued on the ingress socket get their answer too (a typed
+        # ShuttingDownError), so that nothing sent before the stop is left unanswered.
+        sweep_end = time.monotonic() + DRAIN_SWEEP_S
+        ing = self._sockets["ingress"]
+        while time.monotonic() < sweep_end:
+            got = recv_message(ing, limits=self._limits, timeout_ms=10, counter=self._rejects,
+                               on_reject=functools.partial(self._on_rejected, "ingress"))
+            if got is None:
+                break
+            assert got.identity is not None
+            self._guarded("ingress", got.identity, got.message,
+                          functools.partial(self._on_ingress, got.identity))
         self.log.info("drained", at=now)
 
     def _shutdown(self) -> None:
@@ -673,17 +702,17 @@ class Daemon:
         if msg.kind is Kind.CONTROL and msg.meta.get("command") == "hello":
             self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": "hello"})
             return
+        if self._drain_deadline is not None:
+            self._count_outcome("shutting_down")
+            self._error_to("ingress", identity, msg.seq, "ShuttingDownError",
+                           "the daemon is shutting down")
+            return
         if msg.kind is Kind.CONTROL and msg.meta.get("command") == "register_weight":
             self._register_weight(identity, msg)
             return
         if msg.kind is not Kind.REQUEST:
             self._error_to("ingress", identity, msg.seq, "InvalidInputError",
                            f"unexpected message kind {msg.kind.value!r} on ingress")
-            return
-        if self._drain_deadline is not None:
-            self._count_outcome("shutting_down")
-            self._error_to("ingress", identity, msg.seq, "ShuttingDownError",
-                           "the daemon is shutting down")
             return
         problem = self._validate_request(msg)
         if problem is not None:
@@ -696,7 +725,11 @@ class Daemon:
         x = np.ascontiguousarray(msg.arrays[0])
         m, k = x.shape
         n = self._weights[wid].shape[1]
-        refusal = admission.check_request(self.config, x.shape, n, self.voter.open_requests)
+        voters = self._voting if self._mode is not Mode.SAFE else tuple(
+            self.config.channel_names[: self._policy.channels])
+        queued_s = max((self._queued_s(ch, now) for ch in voters), default=0.0)
+        refusal = admission.check_request(self.config, x.shape, n, self.voter.open_requests,
+                                          queued_s)
         if refusal is not None:
             self._count_outcome(refusal.outcome)
             self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
@@ -705,13 +738,15 @@ class Daemon:
             self._error_to("ingress", identity, msg.seq, "VoteTimeoutError",
                            "no voting set yet: channels are still passing their start-up self-tests")
             return
-        # The channels are judged by their own budget for this work item, never by the
-        # client's timeout: a client that gives up earlier gets VoteTimeoutError, alone.
-        budget_s = admission.work_budget_s(self.config, m, k, n)
+        # The channels are judged by their own budget for this work item (the work queued
+        # ahead of it included), never by the client's timeout: a client that gives up
+        # earlier gets VoteTimeoutError, alone.
+        budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
+        cost_s = admission.item_cost_s(self.config, m, k, n)
         client_s = _client_deadline_s(msg.meta.get("deadline_ms"), budget_s)
         seq = self._next_seq()
-        voters = self._voting if self._mode is not Mode.SAFE else tuple(
-            self.config.channel_names[: self._policy.channels])
+        for ch in voters:
+            self._queued[ch][seq] = (cost_s, now + budget_s)
         assert self.supervisor is not None
         incs = {ch: self.supervisor.incarnation(ch) for ch in voters}
         self._live[seq] = _Live(identity, msg.seq, now, x, wid, self._policy, incarnations=incs)
@@ -723,6 +758,10 @@ class Daemon:
             for ch in voters:
                 self._send_channel(ch, Kind.REQUEST, seq, {
                     "weight_id": wid, "deadline_ms": budget_s * 1000.0, "job": "live"}, (x,))
+
+    def _queued_s(self, ch: str, now: float) -> float:
+        """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
+        return sum(c for c, d in self._queued[ch].values() if d >= now)
 
     def _expire_client_deadlines(self, now: float) -> None:
         """Answer each request whose client's own deadline passed with VoteTimeoutError;
@@ -736,6 +775,9 @@ class Daemon:
         horizon = now - 1.0  # the voter closed these at their deadline (voter Tick first)
         for seq in [s for s, (d, _) in self._sent_to.items() if d < horizon]:
             del self._sent_to[seq]
+        for q in self._queued.values():
+            for seq in [s for s, (_c, d) in q.items() if d < now]:
+                del q[seq]
 
     def _validate_request(self, msg: Message) -> tuple[str, str] | None:
         if len(msg.arrays) != 1:
@@ -1013,6 +1055,7 @@ class Daemon:
             if name in self.scheduler.channels if self.scheduler else False:
                 self._sched(sch.SelfTestDone(name, test.test_id, passed, now))
             return
+        self._queued[name].pop(msg.seq, None)
         live = self._live.get(msg.seq)
         error = msg.meta.get("error")
         error_text = error if isinstance(error, str) and error else "result without C and ES"
@@ -1055,6 +1098,7 @@ class Daemon:
         for name, inc in self._sock_incarnation.items():
             if self.supervisor.incarnation(name) != inc:
                 self._drop_delivery(name)
+                self._queued[name].clear()  # the old incarnation's queue died with it
                 # A new incarnation binds afresh: a new pipe drops the old one's leftovers
                 # (and inproc:// does not reconnect to a re-bound endpoint by itself).
                 self._chan_socks[name].close(linger=0)

@@ -185,3 +185,45 @@ def test_more_connections_than_the_default_descriptor_limit_are_survived(tmp_pat
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
+
+
+def test_every_request_sent_before_sigterm_is_answered(tmp_path: Path) -> None:
+    """300 requests pipelined, then SIGTERM: each gets exactly one answer, its product
+    (right) or a typed ShuttingDownError / BusyError, and the daemon exits 0."""
+    cfg = make_config(tmp_path, "2oo3", transport="ipc", extra=SLOW_START)
+    proc, _ = _start(tmp_path, cfg, "drain")
+    try:
+        with Client(cfg) as client:
+            assert wait_for(lambda: _up(client), 60.0), (tmp_path / "drain.err").read_text()[-4000:]
+            x, w = operands(6)
+            ref = reference(x, w, cfg)
+            wid = client.register_weight(w)
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(cfg.endpoints.ingress)
+        try:
+            for i in range(300):
+                sock.send_multipart(encode(Kind.REQUEST, epoch=0, seq=i + 1, meta={
+                    "weight_id": wid, "deadline_ms": 5000.0, "job": "live"}, arrays=(x,)))
+            proc.send_signal(signal.SIGTERM)
+            answers: dict[int, str] = {}
+            from safemon.transport import Limits, recv_message
+
+            while len(answers) < 300:
+                got = recv_message(sock, limits=Limits(), timeout_ms=10000)
+                assert got is not None, f"{300 - len(answers)} requests never answered"
+                m = got.message
+                assert m.seq not in answers
+                if m.kind is Kind.REPLY:
+                    assert same_bits(np.asarray(m.arrays[0]), ref)
+                answers[m.seq] = str(m.meta.get("error_type", "released"))
+        finally:
+            sock.close()
+            ctx.term()
+        assert set(answers.values()) <= {"released", "ShuttingDownError", "BusyError"}, answers
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
