@@ -558,6 +558,11 @@ class Daemon:
                           functools.partial(self._on_ingress, got.identity))
         self.log.info("drained", at=now)
 
+    def close(self) -> None:
+        """Stop everything `start` began (channels, sockets, lock) without running the loop:
+        for a start that was interrupted. `run` does this itself when it returns."""
+        self._shutdown()
+
     def _shutdown(self) -> None:
         if self.supervisor is not None:
             self.supervisor.stop_all()

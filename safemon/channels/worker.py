@@ -445,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    # Ctrl-C reaches the whole process group: the daemon stops its channels itself, so a
+    # channel ignores SIGINT (no KeyboardInterrupt traceback from every channel).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         worker.run()
     finally:
