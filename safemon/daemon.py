@@ -284,7 +284,13 @@ class Daemon:
         self.stopped = threading.Event()
         self._stop_requested = threading.Event()
         self._seq = 0
-        self._limits = Limits()
+        self._limits = Limits()  # channel links: results can be as large as any product
+        # Client messages: nothing larger than the biggest request or weight admitted, so an
+        # oversized one is refused (counted, logged, answered) before it is looked at.
+        lim = config.limits
+        biggest = max(lim.max_request_bytes, lim.max_weight_bytes)
+        self._client_limits = Limits(max_frame_bytes=min(biggest, Limits().max_frame_bytes),
+                                     max_total_bytes=min(2 * biggest, Limits().max_total_bytes))
         self._rejects = RejectCounter(self._count_reject)
         self._staleness = StalenessFilter(self.epoch)
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
@@ -549,7 +555,7 @@ class Daemon:
         sweep_end = time.monotonic() + DRAIN_SWEEP_S
         ing = self._sockets["ingress"]
         while time.monotonic() < sweep_end:
-            got = recv_message(ing, limits=self._limits, timeout_ms=10, counter=self._rejects,
+            got = recv_message(ing, limits=self._client_limits, timeout_ms=10, counter=self._rejects,
                                on_reject=functools.partial(self._on_rejected, "ingress"))
             if got is None:
                 break
@@ -622,7 +628,7 @@ class Daemon:
         for key, handler in (("ingress", self._on_ingress), ("control", self._on_control)):
             sock = self._sockets[key]
             while sock in ready:
-                got = recv_message(sock, limits=self._limits, timeout_ms=0, counter=self._rejects,
+                got = recv_message(sock, limits=self._client_limits, timeout_ms=0, counter=self._rejects,
                                    on_reject=functools.partial(self._on_rejected, key))
                 if got is None:
                     break

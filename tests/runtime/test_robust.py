@@ -123,8 +123,10 @@ def test_a_flood_of_requests_gets_busy_errors_never_safe(tmp_path: Path) -> None
 
 def test_hostile_messages_get_bounded_typed_answers_and_the_daemon_survives(tmp_path: Path) -> None:
     """deadline_ms=1e-300, a string, negative, huge or a bool; a 1000-character weight id, command or fault name:
-    each gets a typed error that fits the header limit, and the daemon keeps serving."""
-    cfg = make_config(tmp_path, "2oo3")
+    each gets a typed error that fits the header limit; a request over the size limits is
+    counted as oversized and answered with InvalidInputError; the daemon keeps serving."""
+    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"max_request_bytes": 8192,
+                                                          "max_weight_bytes": 8192}})
     x, w = operands()
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
@@ -144,6 +146,12 @@ def test_hostile_messages_get_bounded_typed_answers_and_the_daemon_survives(tmp_
             assert m.meta["ok"] is False and len(m.meta["outcome"]) < 300
             m = _ask(ctl, Kind.CONTROL, 22, {"command": "inject", "args": "c0:" + "k" * 1000})
             assert m.meta["ok"] is False and len(m.meta["outcome"]) < 300
+            before = _value(daemon, "safemon_messages_rejected_total", reason="oversized")
+            big = np.zeros((64, 64), dtype=np.float32)  # 16 KiB, over the 8 KiB limits
+            m = _ask(ing, Kind.REQUEST, 23, {"weight_id": wid, "job": "live"}, (big,))
+            assert m.kind is Kind.ERROR and m.meta["error_type"] == "InvalidInputError"
+            assert "oversized" in m.meta["message"]
+            assert _value(daemon, "safemon_messages_rejected_total", reason="oversized") == before + 1
         finally:
             ing.close()
             ctl.close()
