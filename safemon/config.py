@@ -189,8 +189,10 @@ class WeightsConfig(_Model):
 class TimingConfig(_Model):
     """Deadlines and periods, all in seconds.
 
-    request_deadline_s: the voter answers each request within this time (a late channel
-        counts as failed for that request).
+    request_deadline_s: the fixed part of a channel's budget for one work item (transport,
+        a self-test or scrub interleaved ahead of it); the budget adds the item's own cost
+        and the work queued ahead of it (`LimitsConfig`). A channel later than its budget
+        counts as failed for that request; a client's shorter timeout only ends its wait.
     dti_s: diagnostic test interval; every channel runs a golden self-test at least once
         per DTI.
     selftest_deadline_s: a self-test result later than this counts as a failed self-test.

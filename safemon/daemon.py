@@ -26,7 +26,8 @@ Per-request checks under an effective 1oo1D (no second channel to compare with):
 be finite and pass a column-checksum test (Huang-Abraham ABFT) against x and the daemon's
 copy of the weight, with a rigorous float32 rounding bound (`abft_ok`), so a flipped
 exponent bit is never released. Timing rule: every request gets exactly one answer, by
-its deadline at the latest (`timing.request_deadline_s`, or the client's shorter one).
+the client's own deadline or the channels' work budget, whichever comes first
+(`safemon.admission.work_budget_s`; only the budget judges the channels; docs/ROBUSTNESS.md).
 """
 
 from __future__ import annotations
