@@ -45,6 +45,8 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
     "safemon_fault_reaction_seconds": ("histogram", frozenset({"kind"})),
     "safemon_fault_detection_seconds": ("histogram", frozenset({"kind"})),
     "safemon_build_info": ("gauge", frozenset({"version", "python", "backend"})),
+    "safemon_fault_injection_enabled": ("gauge", frozenset()),
+    "safemon_fault_classes_total": ("counter", frozenset({"kind", "class"})),
 }
 
 #: Labels Prometheus attaches to every scraped series (target labels), usable in any selector.

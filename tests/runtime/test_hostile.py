@@ -27,8 +27,8 @@ from .helpers import make_config, operands, reference, same_bits, wait_for
 
 PY = [sys.executable, "-m", "safemon"]
 SLOW_START: dict[str, Any] = {"timing": {
-    "dti_s": 0.5, "selftest_deadline_s": 0.4, "heartbeat_timeout_s": 1.0, "ftti_s": 2.0,
-    "request_deadline_s": 0.5}}
+    "dti_s": 0.8, "selftest_deadline_s": 0.6, "heartbeat_timeout_s": 1.5, "ftti_s": 3.0,
+    "request_deadline_s": 1.0}}
 
 
 def _start(tmp_path: Path, cfg: Config, tag: str, nofile: int | None = None

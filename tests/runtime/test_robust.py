@@ -25,6 +25,20 @@ from safemon.transport import Kind, Limits, encode, recv_message
 from .helpers import make_config, operands, reference, same_bits, system, wait_for
 
 
+#: Headroom for a 2-core machine shared with other work: these tests are about who is
+#: blamed and what is refused, so a starved CPU must not look like a hung channel.
+ROOMY: dict[str, Any] = {"timing": {
+    "request_deadline_s": 1.0, "heartbeat_timeout_s": 1.5, "dti_s": 0.8,
+    "selftest_deadline_s": 0.6, "ftti_s": 3.0}}
+
+
+def _roomy(**sections: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: dict(v) for k, v in ROOMY.items()}
+    for k, v in sections.items():
+        out.setdefault(k, {}).update(v)
+    return out
+
+
 def _value(daemon: Any, name: str, **labels: str) -> float:
     v = daemon.registry.get_sample_value(name, labels)
     return 0.0 if v is None else float(v)
@@ -53,7 +67,7 @@ def _ask(sock: zmq.Socket[bytes], kind: Kind, seq: int, meta: dict[str, Any],
 def test_a_clients_short_timeout_blames_the_client_not_the_channels(tmp_path: Path) -> None:
     """timeout=0.002 s: the client gets VoteTimeoutError (without a raw clock value in the
     text); no channel is faulted, the mode stays NORMAL, the outcome is client_timeout."""
-    cfg = make_config(tmp_path, "2oo3")
+    cfg = make_config(tmp_path, "2oo3", extra=_roomy())
     x, w = operands()
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
@@ -75,20 +89,20 @@ def test_a_clients_short_timeout_blames_the_client_not_the_channels(tmp_path: Pa
 def test_oversized_input_and_large_weight_get_typed_errors_not_safe(tmp_path: Path) -> None:
     """An 8 MiB x and a weight over limits.max_weight_bytes are refused with
     InvalidInputError; too many weights with WeightBudgetError; the mode stays NORMAL."""
-    cfg = make_config(tmp_path, "2oo3", extra={"limits": {
-        "max_request_bytes": 1024 * 1024, "max_weight_bytes": 64 * 1024, "max_weights": 2}})
+    cfg = make_config(tmp_path, "2oo3", extra=_roomy(limits={
+        "max_request_bytes": 1024 * 1024, "max_weight_bytes": 64 * 1024, "max_weights": 2}))
     x, w = operands()
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
         big_x = np.ones((2048, 16 * 64), dtype=np.float32)  # 8 MiB
         wide = client.register_weight(np.ones((16 * 64, 4), dtype=np.float32))
-        with pytest.raises(InvalidInputError, match="max_request_bytes"):
+        with pytest.raises(InvalidInputError, match="oversized|max_request_bytes"):
             client.matmul(big_x, wide, timeout=2.0)
         with pytest.raises(InvalidInputError, match="max_weight_bytes"):
             client.register_weight(np.ones((256, 256), dtype=np.float32))
         with pytest.raises(WeightBudgetError, match="max_weights"):
             client.register_weight(np.full((4, 4), 3.0, dtype=np.float32))
-        assert _value(daemon, "safemon_requests_total", outcome="invalid_input") >= 1
+        assert _value(daemon, "safemon_messages_rejected_total", reason="oversized") >= 1
         assert _healthy(daemon), daemon.status()
         assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
 
@@ -96,7 +110,7 @@ def test_oversized_input_and_large_weight_get_typed_errors_not_safe(tmp_path: Pa
 def test_a_flood_of_requests_gets_busy_errors_never_safe(tmp_path: Path) -> None:
     """200 requests pipelined at once against max_in_flight=4: the excess is answered
     BusyError (outcome busy), every request gets exactly one answer, and no fault follows."""
-    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"max_in_flight": 4}})
+    cfg = make_config(tmp_path, "2oo3", extra=_roomy(limits={"max_in_flight": 4}))
     x, w = operands()
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
@@ -125,8 +139,8 @@ def test_hostile_messages_get_bounded_typed_answers_and_the_daemon_survives(tmp_
     """deadline_ms=1e-300, a string, negative, huge or a bool; a 1000-character weight id, command or fault name:
     each gets a typed error that fits the header limit; a request over the size limits is
     counted as oversized and answered with InvalidInputError; the daemon keeps serving."""
-    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"max_request_bytes": 8192,
-                                                          "max_weight_bytes": 8192}})
+    cfg = make_config(tmp_path, "2oo3", extra=_roomy(limits={"max_request_bytes": 8192,
+                                                             "max_weight_bytes": 8192}))
     x, w = operands()
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
