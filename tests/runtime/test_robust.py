@@ -24,7 +24,6 @@ from safemon.transport import Kind, Limits, encode, recv_message
 
 from .helpers import make_config, operands, reference, same_bits, system, wait_for
 
-
 #: Headroom for a 2-core machine shared with other work: these tests are about who is
 #: blamed and what is refused, so a starved CPU must not look like a hung channel.
 ROOMY: dict[str, Any] = {"timing": {
