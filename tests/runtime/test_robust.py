@@ -95,7 +95,7 @@ def test_oversized_input_and_large_weight_get_typed_errors_not_safe(tmp_path: Pa
         wid = client.register_weight(w)
         big_x = np.ones((2048, 16 * 64), dtype=np.float32)  # 8 MiB
         wide = client.register_weight(np.ones((16 * 64, 4), dtype=np.float32))
-        with pytest.raises(InvalidInputError, match="oversized|max_request_bytes"):
+        with pytest.raises(InvalidInputError, match=r"oversized|max_request_bytes"):
             client.matmul(big_x, wide, timeout=2.0)
         with pytest.raises(InvalidInputError, match="max_weight_bytes"):
             client.register_weight(np.ones((256, 256), dtype=np.float32))
