@@ -918,9 +918,12 @@ class Daemon:
             "backend": self.backend,
             "metrics_url": self.metrics_url,
             "sockets": self.sockets(),
+            # `state` is the controller's (frozen while SAFE is latched); `process` is what
+            # the supervisor sees now, so a channel lost in SAFE does not pass for healthy.
             "channels": [
                 {"name": n, "state": self._states[n].value,
-                 "incarnation": sup.incarnation(n) if sup is not None else -1}
+                 "incarnation": sup.incarnation(n) if sup is not None else -1,
+                 "process": _process_state(sup, n) if sup is not None else "not started"}
                 for n in self.config.channel_names
             ],
             "weights": len(self._weights),
@@ -1470,6 +1473,17 @@ class Daemon:
         except OSError:
             pass
         self._hooks.append(p)
+
+
+def _process_state(sup: Supervisor, channel: str) -> str:
+    """running / starting / restarting / lost (exited or silent, nothing planned)."""
+    if sup.registered(channel):
+        return "running"
+    if sup.awaiting_registration(channel):
+        return "starting"
+    if sup.lost(channel):
+        return "lost"
+    return "restarting"
 
 
 def _header_seq(frame: Any, max_bytes: int) -> int | None:

@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         if status.get("fault_injection"):
             print("  fault injection ENABLED (testing.fault_injection: a test configuration)")
         for ch in status["channels"]:
-            print(f"  {ch['name']:<12} {ch['state']:<12} incarnation {ch.get('incarnation', '?')}")
+            print(f"  {ch['name']:<12} {ch['state']:<12} incarnation {ch.get('incarnation', '?')}"
+                  f"  process {ch.get('process', '?')}")
         faults = status.get("faults") or []
         if faults:
             print("  last faults (oldest first):")
