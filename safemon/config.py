@@ -24,7 +24,7 @@ through `Config.model_validate` to an equal object:
 - `channels: null` (the default) becomes `Policy(policy).channels` process channels
   `ch0, ch1, ...` with the default variant;
 - `degraded_policy: null` becomes the voter table's choice (2oo3 → 2oo2, the stricter of
-  its two options; 1oo2D → 1oo1D; none for 1oo1D and 2oo2);
+  its two options; 1oo2D → 1oo1D; 1oo3D → 1oo2D; none for 1oo1D and 2oo2);
 - `endpoints.runtime_dir: null` becomes `$XDG_RUNTIME_DIR/safemon-<name>`, or
   `/tmp/safemon-<uid>-<name>` without XDG_RUNTIME_DIR;
 - the placeholders `{runtime_dir}` and `{name}` in endpoint addresses are substituted.
@@ -486,10 +486,19 @@ class MetricsConfig(_Model):
 
 class PatternsConfig(_Model):
     """Golden patterns for self-tests. dir None = the package's built-in patterns.
-    dims: the "MxNxK" shapes each self-test runs."""
+    dims: the "MxNxK" shapes each self-test runs.
+    cover: the device-covering shape (`safemon.patterns.sm_coverage.cover_dims`: ≥ 2 blocks
+    on every SM of the channel's GPU). None (the default): on when the SM count is known, i.e.
+    on a GPU backend, and then it replaces the default `dims` (dims named in the config are
+    kept beside it); False: never."""
 
     dir: Path | None = None
     dims: list[str] = Field(default_factory=lambda: ["16x16x16"], min_length=1)
+    cover: bool | None = None
+
+    def covers(self, sm_count: int | None) -> bool:
+        """Whether the device-covering shape is used for a device with `sm_count` SMs."""
+        return sm_count is not None and self.cover is not False
 
     @field_validator("dims")
     @classmethod
@@ -529,7 +538,10 @@ _DEGRADED_OPTIONS: dict[Policy, tuple[Policy, ...]] = {
     Policy.TWO_OO_TWO: (),
     Policy.ONE_OO_TWO_D: (Policy.ONE_OO_ONE_D,),
     Policy.TWO_OO_THREE: (Policy.TWO_OO_TWO, Policy.ONE_OO_TWO_D),
+    Policy.ONE_OO_THREE_D: (Policy.ONE_OO_TWO_D,),
 }
+#: Policies that may end up as 1oo1D, which relies on per-request signature checks.
+_DEGRADES_TO_1OO1D = frozenset({Policy.ONE_OO_ONE_D, Policy.ONE_OO_TWO_D, Policy.ONE_OO_THREE_D})
 
 
 class Config(_Model):
@@ -538,7 +550,7 @@ class Config(_Model):
     name: deployment name ([a-z0-9-], used in the runtime dir and logs).
     policy: the voter policy; fixes the number of channels.
     degraded_policy: what the voter falls back to when a channel is lost (2oo3: "2oo2" or
-        "1oo2D"; 1oo2D: "1oo1D"; others: none, they go to SAFE).
+        "1oo2D"; 1oo2D: "1oo1D"; 1oo3D: "1oo2D"; others: none, they go to SAFE).
     backend: "numpy" (reference, CPU), "cupy" (GPU) or "auto" (cupy when a device is usable).
     """
 
@@ -600,7 +612,7 @@ class Config(_Model):
                 problems.append(
                     (f"channels.{i}.gpu", "must be null when backend is numpy (no GPU is used)")
                 )
-            if ch.variant.checksum is None and policy in (Policy.ONE_OO_ONE_D, Policy.ONE_OO_TWO_D):
+            if ch.variant.checksum is None and policy in _DEGRADES_TO_1OO1D:
                 problems.append(
                     (
                         f"channels.{i}.variant.checksum",

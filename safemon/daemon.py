@@ -63,6 +63,7 @@ from safemon.daemon_lock import DaemonLock, needs_lock
 from safemon.errors import ConfigError, PatternError
 from safemon.fault_classes import Classifier, FaultClass
 from safemon.fdlimit import ensure_fd_budget
+from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
 from safemon.metrics import Metrics, MetricsServer, SelftestResult, start_http_server
@@ -199,8 +200,9 @@ def sd_notify(state: str, env: dict[str, str] | None = None) -> bool:
     return True
 
 
-def load_patterns_for(config: Config) -> list[GoldenPatternLike]:
-    """The golden patterns of `config` (`safemon.patterns.golden.load_patterns`).
+def load_patterns_for(config: Config, sm_count: int | None = None) -> list[GoldenPatternLike]:
+    """The golden patterns of `config` (`safemon.patterns.golden.load_patterns`; with the
+    GPU's SM count, the device-covering shape too).
 
     Raises:
         PatternError: missing or tampered pattern files (or the module is missing).
@@ -209,7 +211,7 @@ def load_patterns_for(config: Config) -> list[GoldenPatternLike]:
         from safemon.patterns import golden
     except ImportError as exc:  # pragma: no cover - ships with the package
         raise PatternError(f"golden patterns are unavailable: {exc}") from None
-    return list(golden.load_patterns(config))
+    return list(golden.load_patterns(config, sm_count=sm_count))
 
 
 @dataclass
@@ -279,6 +281,7 @@ class Daemon:
         # 62 random bits: a restarted daemon never reuses an epoch (anti-replay).
         self.epoch = random.SystemRandom().getrandbits(62) or 1
         self.backend = "numpy"
+        self._sm_count: int | None = None  # of the channels' GPU, when self-tests cover it
         self.metrics: Metrics | None = None
         self.metrics_server: MetricsServer | None = None
         self.ready = threading.Event()
@@ -389,7 +392,9 @@ class Daemon:
     def _assign_patterns(self, patterns: Sequence[GoldenPatternLike]) -> tuple[str, ...]:
         """Per channel, the patterns of its own variant; the scheduler's ids index them."""
         assert self.config.channels is not None
-        shapes = self.config.patterns.shapes()
+        from safemon.patterns.golden import pattern_shapes
+
+        shapes = pattern_shapes(self.config, self._sm_count)
         for ch in self.config.channels:
             mine: list[GoldenPatternLike] = []
             for m, n, k in shapes:
@@ -413,7 +418,12 @@ class Daemon:
         except Exception as exc:
             raise ConfigError(f"backend: {exc}") from None
         self._check_gpus()
-        patterns = self._patterns_in if self._patterns_in is not None else load_patterns_for(cfg)
+        if self.backend == "cupy" and self._patterns_in is None and cfg.patterns.cover is not False:
+            from safemon.patterns.sm_coverage import device_sm_count
+
+            self._sm_count = device_sm_count(ch.gpu or 0 for ch in cfg.channels or [])
+        patterns = (self._patterns_in if self._patterns_in is not None
+                    else load_patterns_for(cfg, self._sm_count))
         ids = self._assign_patterns(patterns)
         t = cfg.timing
         self.scheduler = sch.Scheduler(sch.SchedulerConfig(
@@ -429,6 +439,7 @@ class Daemon:
             self._lock = DaemonLock.acquire(cfg.endpoints.runtime_dir, cfg.name)
         self.metrics = Metrics(cfg, self.registry, backend=self.backend)
         self.metrics.set_mode(Mode.NORMAL)
+        self._report_hft(at_start=True)
         curve = self._curve()
         ep = cfg.endpoints
         for key, kind, address in (("ingress", zmq.ROUTER, ep.ingress),
@@ -923,7 +934,8 @@ class Daemon:
             "channels": [
                 {"name": n, "state": self._states[n].value,
                  "incarnation": sup.incarnation(n) if sup is not None else -1,
-                 "process": _process_state(sup, n) if sup is not None else "not started"}
+                 "process": _process_state(sup, n) if sup is not None else "not started",
+                 "sm_coverage": self.scheduler.sm_coverage(n) if self.scheduler else None}
                 for n in self.config.channel_names
             ],
             "weights": len(self._weights),
@@ -932,7 +944,33 @@ class Daemon:
                         "age_s": round(self.clock() - f["at"], 3)} for f in self._fault_history],
             "in_flight": len(self._live),
             "unexplained_mismatches": self.controller.unexplained_mismatches,
+            **self._hft_status(),
         }
+
+    def hft(self) -> HftAssessment:
+        """Declared and effective HFT (`safemon.hft`) of the voting set now; while none
+        votes (starting, SAFE), of the configured set under the configured policy."""
+        configured = Policy(self.config.policy)
+        hardware = channel_hardware(self.config, self.backend)
+        policy, names = (self._policy, self._voting) if self._voting else (
+            configured, self.config.channel_names)
+        return assess(configured, policy, {n: hardware[n] for n in names})
+
+    def _hft_status(self) -> dict[str, Any]:
+        a = self.hft()
+        note = "" if self._voting else "No voting set now: figures for the configured set. "
+        return {"hft_declared": a.declared, "hft_effective": a.effective,
+                "hft_reason": note + a.reason,
+                "hft_hardware": {u: list(chs) for u, chs in a.units}}
+
+    def _report_hft(self, *, at_start: bool = False) -> None:
+        """Export the HFT gauges; at start, warn when the hardware earns less than declared."""
+        assert self.metrics is not None
+        a = self.hft()
+        self.metrics.set_hft(a.declared, a.effective)
+        if at_start and a.effective < a.declared:
+            self.log.warning("hft_below_declared", declared=a.declared, effective=a.effective,
+                             policy=Policy(self.config.policy).value, reason=a.reason)
 
     def _on_control(self, identity: bytes, msg: Message) -> None:
         now = self.clock()
@@ -1048,7 +1086,8 @@ class Daemon:
 
     def _on_result(self, name: str, msg: Message, now: float) -> None:
         assert self.metrics is not None
-        ok = msg.meta.get("ok") is True and len(msg.arrays) == 2
+        # A GPU self-test adds a third frame: the SM id of every block (sm_coverage.sm_report).
+        ok = msg.meta.get("ok") is True and len(msg.arrays) in (2, 3)
         ks = msg.meta.get("kernel_seconds")
         if ok and isinstance(ks, float) and ks >= 0:
             self.metrics.observe_kernel(name, ks)
@@ -1059,6 +1098,11 @@ class Daemon:
             if test is None or test.channel != name:
                 return
             passed = bool(ok and test.pattern.check(c, es))
+            from safemon.patterns.sm_coverage import sm_report
+
+            per_block = msg.arrays[2] if ok and len(msg.arrays) == 3 else None
+            sms, sm_count, failing = sm_report(msg.meta.get("sm_count"), per_block, test.pattern,
+                                               c, es, passed)
             self.log.debug("selftest_result", channel=name, test_id=test.test_id, seq=msg.seq,
                            passed=passed, age_s=now - test.started)
             if not passed:
@@ -1066,9 +1110,12 @@ class Daemon:
                 self.log.warning("selftest_result_wrong", channel=name, test_id=test.test_id,
                                  pattern=test.pattern.id,
                                  reason=err if isinstance(err, str) and err else
-                                 "C or ES differs from the golden pattern")
+                                 "C or ES differs from the golden pattern", failing_sms=list(failing))
             if name in self.scheduler.channels if self.scheduler else False:
-                self._sched(sch.SelfTestDone(name, test.test_id, passed, now))
+                self._sched(sch.SelfTestDone(name, test.test_id, passed, now, sms=sms,
+                                             sm_count=sm_count, failing_sms=failing))
+                self.metrics.set_sm_coverage(name, self.scheduler.sm_coverage(name)
+                                             if self.scheduler else None)
             return
         self._queued[name].pop(msg.seq, None)
         live = self._live.get(msg.seq)
@@ -1241,6 +1288,8 @@ class Daemon:
                     self.metrics.count_disagreement(ch)
                 self.log.warning("disagreement", seq=d.req_id, minority=list(d.minority),
                                  majority=list(d.majority), policy=d.policy.value)
+                # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
+                # two faulty ones, so its mismatch goes to the self-test diagnosis.
                 if d.policy is Policy.TWO_OO_THREE and d.majority and len(d.minority) == 1:
                     self._fault(d.minority[0], ctl.FaultKind.DISAGREEMENT_MINORITY, now, now,
                                 f"request {d.req_id}")
@@ -1336,8 +1385,11 @@ class Daemon:
             self.metrics.observe_selftest(ins.channel, SelftestResult.FAIL, None)
             self.log.warning("selftest_failed", channel=ins.channel, test_id=ins.test_id)
             # A Fault (not SelfTestResult) so an injected fault's occurrence time gives FDTI.
+            sms = ins.failing_sms
+            on_sm = (f" on SM {', '.join(map(str, sms[:8]))}" + (f" … ({len(sms)} SMs)" if len(sms) > 8 else "")
+                     if sms else "")
             self._fault(ins.channel, ctl.FaultKind.SELFTEST_FAILED, ins.detected_at, now,
-                        "self-test did not match its golden pattern")
+                        f"self-test did not match its golden pattern{on_sm}")
         elif isinstance(ins, sch.DtiOverrun):
             self._ondemand.discard(ins.test_id)
             self.metrics.count_dti_overrun(ins.channel)
@@ -1400,6 +1452,7 @@ class Daemon:
                               reason=ins.reason)
             elif isinstance(ins, ctl.SetVoting):
                 self._voting, self._policy = ins.channels, ins.policy
+                self._report_hft()
                 if ins.channels:
                     self.ready.set()
                     if not getattr(self, "_notified_ready", False):

@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from safemon.config import Config, MetricsConfig
 from safemon.errors import InvalidInputError
+from safemon.hft import declared_hft
 from safemon.patterns.voter import OUTCOMES as VOTE_OUTCOMES
 from safemon.states import ChannelState, Mode, Policy
 from safemon.transport.wire import RejectReason
@@ -274,6 +275,20 @@ class Metrics:
             buckets=_buckets(FAULT_REACTION_BUCKETS, t.ftti_s),
             registry=registry,
         )
+        self.hft = Gauge(
+            name("hft"),
+            "Hardware fault tolerance (IEC 61508): declared by the configured policy, and "
+            "effective for the voting set now, counting channels on one GPU as one.",
+            ["kind"],
+            registry=registry,
+        )
+        self.sm_coverage = Gauge(
+            name("selftest_sm_coverage_ratio"),
+            "Share of the channel's GPU SMs that ran a block of a passed self-test within the "
+            "last DTI (set at each self-test result; absent without a GPU).",
+            ["channel"],
+            registry=registry,
+        )
         # Info appends `_info`: the exposed series is safemon_build_info{...} 1.
         self.build = Info(name("build"), "safemon build and runtime.", registry=registry)
 
@@ -332,6 +347,8 @@ class Metrics:
         for k in FaultKind:
             self.fault_reaction.labels(kind=k.value)
             self.fault_detection.labels(kind=k.value)
+        # Effective 0 until the daemon has assessed the hardware: claim nothing unverified.
+        self.set_hft(declared_hft(self.policies[0]), 0)
 
     # ------------------------------------------------------------------ label guards
 
@@ -378,6 +395,11 @@ class Metrics:
         """Record a channel state change: only UP counts as up."""
         self.set_channel_up(channel, ChannelState(state) is ChannelState.UP)
 
+    def set_sm_coverage(self, channel: str, ratio: float | None) -> None:
+        """Set `selftest_sm_coverage_ratio{channel}`; None (no SM count known) leaves it unset."""
+        if ratio is not None:
+            self.sm_coverage.labels(channel=self._channel(channel)).set(ratio)
+
     def observe_selftest(
         self, channel: str, result: SelftestResult | str, seconds: float | None
     ) -> None:
@@ -398,6 +420,20 @@ class Metrics:
         current = Mode(self._member("mode", str(mode), [m.value for m in Mode]))
         for m in Mode:
             self.mode.labels(mode=m.value).set(1 if m is current else 0)
+
+    def set_hft(self, declared: int, effective: int) -> None:
+        """Set `hft{kind}`: the declared and the effective HFT (see `safemon.hft`).
+
+        Raises:
+            InvalidInputError: not ints, negative, or effective above declared.
+        """
+        for what, v in (("declared", declared), ("effective", effective)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise InvalidInputError(f"{what} HFT must be an int >= 0, got {v!r}")
+        if effective > declared:
+            raise InvalidInputError(f"effective HFT {effective} above declared {declared}")
+        self.hft.labels(kind="declared").set(declared)
+        self.hft.labels(kind="effective").set(effective)
 
     def count_ecc(
         self, buffer: BufferKind | str, *, corrected: int = 0, uncorrectable: int = 0

@@ -35,16 +35,24 @@ class Policy(StrEnum):
     TWO_OO_TWO = "2oo2"
     ONE_OO_TWO_D = "1oo2D"
     TWO_OO_THREE = "2oo3"
+    ONE_OO_THREE_D = "1oo3D"
 
     @property
     def channels(self) -> int:
         """How many channels the policy needs when nothing is degraded."""
-        return {"1oo1D": 1, "2oo2": 2, "1oo2D": 2, "2oo3": 3}[self.value]
+        return {"1oo1D": 1, "2oo2": 2, "1oo2D": 2, "2oo3": 3, "1oo3D": 3}[self.value]
+
+    @property
+    def quorum(self) -> int:
+        """How many agreeing channel results release a request (the voter's rule)."""
+        return {"1oo1D": 1, "2oo2": 2, "1oo2D": 2, "2oo3": 2, "1oo3D": 3}[self.value]
 
     @property
     def hft(self) -> int:
-        """Hardware fault tolerance of the policy."""
-        return {"1oo1D": 0, "2oo2": 1, "1oo2D": 1, "2oo3": 2}[self.value]
+        """Declared hardware fault tolerance (IEC 61508); `safemon.hft` owns the rule."""
+        from safemon.hft import declared_hft  # late: safemon.hft imports this module
+
+        return declared_hft(self)
 
 
 class ChannelState(StrEnum):

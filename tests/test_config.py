@@ -81,7 +81,8 @@ def test_empty_file_means_all_defaults(tmp_path: Path) -> None:
     [
         ("hft0.yaml", Policy.ONE_OO_ONE_D, 1, None),
         ("hft1.yaml", Policy.ONE_OO_TWO_D, 2, Policy.ONE_OO_ONE_D),
-        ("hft2.yaml", Policy.TWO_OO_THREE, 3, Policy.TWO_OO_TWO),
+        ("hft2.yaml", Policy.ONE_OO_THREE_D, 3, Policy.ONE_OO_TWO_D),
+        ("2oo3.yaml", Policy.TWO_OO_THREE, 3, Policy.TWO_OO_TWO),
     ],
 )
 def test_example_configs_validate(
@@ -100,14 +101,33 @@ def test_hft1_example_uses_diverse_tiles_on_two_gpus() -> None:
     assert [ch.gpu for ch in c.channels] == [0, 1]
 
 
-def test_hft2_example_spells_out_the_embedded_default() -> None:
+def test_hft2_example_puts_each_channel_on_its_own_gpu() -> None:
+    """HFT 2 needs three independent pieces of hardware (safemon.hft): three GPUs, CuPy."""
+    c = load_config(CONFIGS / "hft2.yaml", env=XDG)
+    assert c.channels is not None and c.backend == "cupy"
+    assert sorted(ch.gpu for ch in c.channels if ch.gpu is not None) == [0, 1, 2]
+
+
+def test_2oo3_example_spells_out_the_embedded_default() -> None:
     """Only the name differs, so the commented file documents the real defaults."""
-    assert load_config(CONFIGS / "hft2.yaml", env=XDG) == load_config(
-        env={**XDG, "SAFEMON_NAME": "hft2-demo"}
+    assert load_config(CONFIGS / "2oo3.yaml", env=XDG) == load_config(
+        env={**XDG, "SAFEMON_NAME": "2oo3-demo"}
     )
 
 
-@pytest.mark.parametrize("source", [None, "hft0.yaml", "hft1.yaml", "hft2.yaml"])
+def test_1oo3d_degrades_only_to_1oo2d_and_needs_a_checksum() -> None:
+    """1oo3D → 1oo2D → 1oo1D, and 1oo1D relies on the signatures: no unprotected kernel."""
+    c = load_config(env={**XDG, "SAFEMON_POLICY": "1oo3D"})
+    assert c.policy_chain() == (Policy.ONE_OO_THREE_D, Policy.ONE_OO_TWO_D, Policy.ONE_OO_ONE_D)
+    with pytest.raises(ConfigError, match="degraded_policy"):
+        load_config(env={**XDG, "SAFEMON_POLICY": "1oo3D", "SAFEMON_DEGRADED_POLICY": "2oo2"})
+    with pytest.raises(ConfigError, match=r"channels\.1\.variant\.checksum"):
+        load_config(env={**XDG, "SAFEMON_POLICY": "1oo3D",
+                         "SAFEMON_CHANNELS": "[{name: a}, {name: b, variant: {checksum: null, "
+                                             "level: null}}, {name: c}]"})
+
+
+@pytest.mark.parametrize("source", [None, "hft0.yaml", "hft1.yaml", "hft2.yaml", "2oo3.yaml"])
 def test_model_dump_round_trips(source: str | None, tmp_path: Path) -> None:
     c = load_config(None if source is None else CONFIGS / source, env=XDG)
     assert Config.model_validate(c.model_dump()) == c

@@ -51,15 +51,18 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_messages_rejected": ("counter", {"reason"}),
     "safemon_fault_reaction_seconds": ("histogram", {"kind"}),
     "safemon_fault_detection_seconds": ("histogram", {"kind"}),
+    "safemon_hft": ("gauge", {"kind"}),
     "safemon_build": ("info", {"version", "python", "backend"}),
     "safemon_fault_injection_enabled": ("gauge", set()),
     "safemon_fault_classes": ("counter", {"kind", "class"}),
+    # {channel}; no sample until a GPU self-test reports its SMs (tests/patterns/test_sm_coverage.py)
+    "safemon_selftest_sm_coverage_ratio": ("gauge", set()),
 }
 
 
 @pytest.fixture
 def config() -> Config:
-    return load_config(CONFIGS / "hft2.yaml", env=ENV)
+    return load_config(CONFIGS / "2oo3.yaml", env=ENV)
 
 
 @pytest.fixture
@@ -135,6 +138,27 @@ def test_policies_not_in_the_degradation_chain_have_no_series(
     assert value(registry, "safemon_votes_total", policy="1oo1D", outcome="released") is None
     with pytest.raises(UnknownLabelError, match="policy"):
         metrics.observe_vote(Policy.ONE_OO_ONE_D, "released", 0.001)
+
+
+def test_hft_gauge_starts_with_the_declared_hft_and_claims_no_effective_hft(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """2oo3 declares HFT 1; the effective HFT stays 0 until the daemon has assessed the
+    hardware, so an unassessed deployment never shows more than it has."""
+    assert value(registry, "safemon_hft", kind="declared") == 1.0
+    assert value(registry, "safemon_hft", kind="effective") == 0.0
+    metrics.set_hft(2, 1)
+    assert value(registry, "safemon_hft", kind="declared") == 2.0
+    assert value(registry, "safemon_hft", kind="effective") == 1.0
+
+
+@pytest.mark.parametrize(("declared", "effective"), [(1, 2), (-1, 0), (1, True), (1.0, 0)])
+def test_hft_gauge_refuses_impossible_values(
+    metrics: Metrics, registry: CollectorRegistry, declared: object, effective: object
+) -> None:
+    with pytest.raises(InvalidInputError):
+        metrics.set_hft(declared, effective)  # type: ignore[arg-type]
+    assert value(registry, "safemon_hft", kind="declared") == 1.0
 
 
 def test_build_info_and_initial_mode(metrics: Metrics, registry: CollectorRegistry) -> None:

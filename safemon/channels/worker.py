@@ -9,7 +9,8 @@ Messages in (docs/PROTOCOL.md kinds):
 - REQUEST job="live": frames [x (M, K) float32]; meta weight_id, deadline_ms.
   Runs the channel's variant on (x, resident weight) and answers RESULT [C, ES].
 - REQUEST job="selftest": frames [A, B] of a golden pattern; meta test_id. Same kernel
-  path, answered RESULT [C, ES] with the test_id.
+  path, answered RESULT [C, ES] with the test_id; on a GPU through the self-test build, which
+  adds a third frame (uint32, the SM id of every block) and meta `sm_count`.
 - CONTROL command="weight", args=weight_id, frames [W (K, N) float32]: keep W resident
   (an ECC `ProtectedArray` when config.weights.ecc; verified before every use).
 - CONTROL command="scrub": patrol the resident weights; answered EVENT event="scrub"
@@ -348,6 +349,7 @@ class ChannelWorker:
 
     def _request(self, sock: Socket, msg: Message) -> None:
         job = msg.meta.get("job", "live")
+        self._sm_frame: npt.NDArray[np.uint32] | None = None
         meta: dict[str, Any] = {"job": job, "variant": "", "ok": False, "kernel_seconds": 0.0}
         if "test_id" in msg.meta:
             meta["test_id"] = msg.meta["test_id"]
@@ -367,7 +369,10 @@ class ChannelWorker:
                 raise SafemonError(f"malformed {job!r} request ({len(msg.arrays)} frames)")
             variant = self.chan.variant.to_variant(int(a.shape[0]), int(weight.shape[1]))
             t0 = time.perf_counter()
-            res = self._run(a, weight, variant)
+            if job == "selftest" and self.backend == "cupy":
+                res = self._run_recording_sm(a, weight, variant, meta)
+            else:
+                res = self._run(a, weight, variant)
             meta["kernel_seconds"] = time.perf_counter() - t0
             c, es = res
             self._faults.apply(c, es)
@@ -386,7 +391,10 @@ class ChannelWorker:
             self._stop.wait(wait + self.config.timing.request_deadline_s * 0.5)
         corrupt = self._faults.corrupt_frame and c is not None
         self._faults.corrupt_frame = self._faults.corrupt_frame and not corrupt
-        arrays = (c, es) if c is not None and es is not None else ()
+        arrays: tuple[Any, ...] = (c, es) if c is not None and es is not None else ()
+        if arrays and self._sm_frame is not None:
+            arrays += (self._sm_frame,)
+        self._sm_frame = None
         self._send(sock, Kind.RESULT, msg.seq, epoch=msg.epoch, meta=meta, arrays=arrays,
                    corrupt=corrupt)
 
@@ -402,6 +410,23 @@ class ChannelWorker:
             self._stream.synchronize()
             return dev
         return np.ascontiguousarray(x)
+
+    def _run_recording_sm(self, a: npt.NDArray[Any], weight: Any, variant: Any,
+                          meta: dict[str, Any]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint32]]:
+        """A self-test on the GPU through the self-test build: also keeps the SM id of every
+        block for the RESULT's third frame and puts the device's SM count into `meta`."""
+        from safemon.kernels.compiler import import_cupy
+        from safemon.kernels.gpu import gpu_matmul_recording_sm
+
+        cp = import_cupy()
+        with self._stream:
+            c_d, es_d, sm_d = gpu_matmul_recording_sm(cp.asarray(a), weight, variant)
+            c, es, sm = (x.get(stream=self._stream) for x in (c_d, es_d, sm_d))
+            self._stream.synchronize()
+        self._sm_frame = np.array(sm, dtype=np.uint32, order="C", copy=True)
+        meta["sm_count"] = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        return (np.array(c, dtype=np.float32, order="C", copy=True),
+                np.array(es, dtype=np.uint32, order="C", copy=True))
 
     def _run(self, a: npt.NDArray[Any], weight: Any, variant: Any) -> tuple[
         npt.NDArray[np.float32], npt.NDArray[np.uint32]

@@ -28,7 +28,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("target", nargs="?", choices=("kernels", "vote"), default="kernels",
                    help="what to benchmark (default: kernels)")
     p.add_argument("--dims", default="bench",
-                   help="comma list of MxNxK / N / L91; 'bench' = 80,160,320,L91,1024,4096 (default)")
+                   help="comma list of MxNxK / N / L91; 'bench' = 80,160,320,L91,1024,4096, "
+                   "1x4096x4096,64x4096x4096,256x1024x4096 (default)")
+    p.add_argument("--api-dims", default="bench",
+                   help="sizes of the API wall-time section (safemon.matmul / protected_matmul "
+                   "against cupy.matmul, device arrays); 'none' skips it (default: bench)")
+    p.add_argument("--api-repeats", type=int, default=200,
+                   help="calls per API median (fewer at ≥ 2**30 MACs)")
     p.add_argument("--modes", default="fma,exact", help="comma list of fma, exact")
     p.add_argument("--variants", default="standard",
                    help="comma list of variant labels (ones/I, xor_fletcher, ...) or 'standard'")
@@ -46,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--backend", default="auto", choices=("auto", "numpy", "cupy"))
     v.add_argument("--depth", type=int, default=8, help="requests in flight when pipelined")
     v.add_argument("--plot", default=None, help="write the round-trip CDF (PNG) here")
-    p.add_argument("--json", dest="json_file", default=None, help="write safemon.bench/1 evidence here")
+    p.add_argument("--json", dest="json_file", default=None, help="write safemon.bench/2 evidence here")
     p.add_argument("--markdown", default=None, help="write the Markdown report here")
     p.add_argument("--evidence", default=None, help="store the evidence per device under this directory")
     p.set_defaults(handler=handler)
@@ -120,8 +126,11 @@ def _kernels(args: argparse.Namespace) -> int:
         def keep(v: Variant) -> bool:
             return wanted is None or variant_label(v) in wanted
 
+        api_text = QUICK_DIMS if args.quick and args.api_dims == "bench" else args.api_dims
+        api_dims = [] if api_text == "none" else parse_dims_list(api_text)
         ev = run_bench(
             dims_list=dims, modes=modes, variant_filter=keep, repeats=repeats,
+            api_dims=api_dims, api_repeats=args.api_repeats,
             warmup=args.warmup, ecc=not args.no_ecc,
             ecc_sizes_mib=(64,) if args.quick else (64, 256),
             ecc_dims=(BENCH_DIMS["1024"],) if args.quick else (BENCH_DIMS["1024"], BENCH_DIMS["4096"]),

@@ -6,7 +6,6 @@ Exit codes: 0 done, 2 bad usage, 1 the device's clean run disagrees with the ref
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 from typing import Any
@@ -30,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int, default=None, help="copies per reference call / launch")
-    p.add_argument("--json", dest="json_file", default=None, help="write the safemon.dc/1 evidence here")
+    p.add_argument("--json", dest="json_file", default=None, help="write the safemon.dc/2 evidence here")
     p.add_argument("--markdown", default=None, help="write the Table-3-style Markdown here")
     p.add_argument("--evidence", default=None, help="store the evidence per device under this directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -103,11 +102,12 @@ def handler(args: argparse.Namespace) -> int:
 
 
 def _inkernel(args: argparse.Namespace, jobs: list[Any], backend: str) -> int:
-    """Sampled in-kernel campaigns: a table of outcomes per target, optional JSON."""
-    from safemon import __version__
+    """Sampled in-kernel campaigns: per variant the dangerous / detected / escaped / safe
+    counts and the DC lower bound; `--json` / `--evidence` write `safemon.inkernel/2`."""
     from safemon.commands._common import current_device_name
-    from safemon.faults.evidence import now_utc
-    from safemon.faults.inkernel import IN_KERNEL_TARGETS, OUTCOMES, run_inkernel_campaign
+    from safemon.faults.evidence import EvidenceStore, write_evidence
+    from safemon.faults.inkernel import IN_KERNEL_TARGETS, run_inkernel_campaign
+    from safemon.faults.inkernel_evidence import inkernel_evidence
 
     if backend != "cupy":
         print("safemon dc: --inkernel needs the cupy backend (the NumPy reference does not "
@@ -115,24 +115,27 @@ def _inkernel(args: argparse.Namespace, jobs: list[Any], backend: str) -> int:
         return 2
     targets = IN_KERNEL_TARGETS if args.scope == "transient" else IN_KERNEL_TARGETS[:3]
     results = []
-    lines = ["| variant | size | target | " + " | ".join(OUTCOMES) + " |",
-             "|---|---|---|" + "---:|" * len(OUTCOMES)]
     for variant, dims in jobs:
         tg = targets if variant.words else tuple(t for t in targets if t != "es_word")
-        r = run_inkernel_campaign(variant, dims, args.inkernel, seed=args.seed, targets=tg,
-                                  scope=args.scope)
-        results.append(r.as_dict())
-        for target, counts in r.counts().items():
-            lines.append(f"| {variant.name} | {dims.key} | {target} | "
-                         + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
-    print(f"In-kernel faults ({args.scope}), {args.inkernel} sites per variant\n")
+        results.append(run_inkernel_campaign(variant, dims, args.inkernel, seed=args.seed,
+                                             targets=tg, scope=args.scope))
+    ev = inkernel_evidence(results, device=current_device_name() or "unknown GPU")
+    lines = ["| variant | size | sites | dangerous | detected | escapes | no effect | latent | "
+             "safe (ES word) | DC % | DC 95 % lower % |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in ev.results:
+        dc = "—" if r.dc_percent is None else f"{r.dc_percent:.2f}"
+        lo = "—" if r.dc_lower_percent is None else f"{r.dc_lower_percent:.2f}"
+        lines.append(f"| {r.name} | {r.dims} | {r.sites} | {r.dangerous} | {r.detected_dangerous} | "
+                     f"{r.escapes} | {r.no_effect} | {r.latent} | {r.safe_es_word} | {dc} | {lo} |")
+    print(f"In-kernel faults ({args.scope}), {args.inkernel} sites per variant, {ev.device}, "
+          f"{ev.date}\n")
     print("\n".join(lines))
     if args.json_file:
-        doc = {"schema": "safemon.inkernel/1", "safemon_version": __version__, "date": now_utc(),
-               "device": current_device_name(), "seed": args.seed, "scope": args.scope,
-               "results": results}
-        with open(args.json_file, "w") as fh:
-            json.dump(doc, fh, indent=2)
+        write_evidence(ev, args.json_file)
+    if args.evidence:
+        for path in EvidenceStore(args.evidence).save_inkernel(ev):
+            print(f"stored {path}", file=sys.stderr)
     return 0
 
 

@@ -19,7 +19,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("status", help="show the running daemon's status",
                               description="Ask the running daemon for its mode, policy and channels.")
     add_config(p)
-    p.add_argument("--json", action="store_true", help="print JSON (mode, policy, metrics_url, channels, ...)")
+    p.add_argument("--json", action="store_true", help="print JSON (mode, policy, hft_declared, hft_effective, hft_reason, channels, ...)")
     p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for the daemon")
     p.set_defaults(handler=run)
 
@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"mode {status['mode']}  policy {status['policy']} "
               f"(effective {status['effective_policy']})  metrics {status['metrics_url']}")
+        print(f"HFT declared {status['hft_declared']}, effective {status['hft_effective']}: "
+              f"{status['hft_reason']}")
         if status.get("safe_reason"):
             print(f"  SAFE because: {status['safe_reason']}  (an operator must `safemon reset`)")
         if status.get("fault_injection"):

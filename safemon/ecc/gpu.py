@@ -87,17 +87,18 @@ class _Launch:
     max_blocks: int
 
 
-_launch_cache: dict[tuple[int, int, KernelBuild, int], _Launch] = {}
+_launch_cache: dict[tuple[int, int, int, int, int], _Launch] = {}
 
 
 def _launch(cupy: Any, word_bits: int) -> _Launch:
     # Cached so that a call costs a dict lookup, not a module lookup: at 64 MiB the kernels
     # run for tens of microseconds, comparable to Python-side overhead.
     dev = int(cupy.cuda.runtime.getDevice())
-    build = _build()
-    key = (dev, word_bits, build, BLOCKS_PER_SM)
+    # Plain ints as the key: hashing the KernelBuild cost tens of microseconds per call.
+    key = (dev, word_bits, UNROLL[32], UNROLL[64], BLOCKS_PER_SM)
     got = _launch_cache.get(key)
     if got is None:
+        build = _build()
         mod = load_module(build)
         sms = int(cupy.cuda.Device(dev).attributes["MultiProcessorCount"])
         got = _Launch(
@@ -206,11 +207,16 @@ def encode_device(data: Any, word_bits: int = 32) -> Any:
         return check
 
 
-def count_errors_device(data: Any, check: Any, word_bits: int = 32) -> Any:
-    """Launch the read-only check; returns a CuPy uint64 array of one element (no sync)."""
+def count_errors_device(data: Any, check: Any, word_bits: int = 32, out: Any = None) -> Any:
+    """Launch the read-only check; returns a CuPy uint64 array of one element (no sync).
+
+    The number of words with a nonzero syndrome is added to `out` when given (a zeroed
+    1-element uint64 CuPy array, or the device address of a zeroed uint64 as `numpy.uintp`,
+    e.g. inside a larger status block), else to a new array, which is returned.
+    """
     cupy = import_cupy()
     ngroups = n_check_words(data.nbytes, word_bits)
-    nerr = cupy.zeros(1, dtype=cupy.uint64)
+    nerr = cupy.zeros(1, dtype=cupy.uint64) if out is None else out
     if ngroups:
         k = _launch(cupy, word_bits)
         grid = _grid_for(k, (ngroups + k.unroll - 1) // k.unroll)

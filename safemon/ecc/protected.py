@@ -229,6 +229,26 @@ class ProtectedArray:
             self._check_and_raise(self._data, self._check)
             return self._data
 
+    def launch_check(self, errors_out: Any) -> Any:
+        """Queue the read-only ECC check on the current stream and return the stored array
+        without waiting (the fused path of `safemon.kernels.checked`).
+
+        The number of words with a nonzero syndrome is added to `errors_out` (a zeroed
+        1-element uint64 CuPy array, or a zeroed uint64's device address as `numpy.uintp`). Nothing is corrected or counted here: the caller must
+        read `errors_out` before releasing anything computed from the array, and when it is
+        nonzero call `verified()` (which corrects, counts and raises) and compute again.
+
+        Raises:
+            InvalidInputError: the buffer lives on the host (use `verified()`).
+        """
+        if not self.on_device:
+            raise InvalidInputError(f"{self._name!r} lives on the host; use verified()")
+        from safemon.ecc.gpu import count_errors_device
+
+        with self._lock:
+            count_errors_device(self._data, self._check, self._word_bits, out=errors_out)
+            return self._data
+
     def to_host(self) -> npt.NDArray[Any]:
         """Download data and check bits, check and correct the host copy, return it.
 

@@ -2,7 +2,10 @@
 
 Modules: `campaign` (exhaustive input campaigns, NumPy and GPU), `inkernel` (sampled
 register-level faults, GPU), `launch` (the injection build's launcher), `evidence` (JSON
-schema and per-device store), `select` (IEC 61508-2 requirement table and selection rule),
+schema and per-device store), `inkernel_evidence` (the in-kernel schema: dangerous, detected,
+safe), `bounds` (Clopper–Pearson lower bounds), `coverage` (a variant's selection DC: the min
+of four lower bounds), `select` (IEC 61508-2 requirement table and selection rule),
+`committed` (finding the committed evidence), `seed_table3` (the seed's Table 3 GPU column),
 `bench` (overhead benchmark, GPU), `plot` (DC-vs-overhead PNG), `dims` (matrix sizes).
 docs/SAFETY.md explains how to read the evidence.
 """

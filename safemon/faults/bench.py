@@ -1,13 +1,15 @@
 """The overhead benchmark: protected vs unprotected (same tiling) vs cuBLAS, per variant and size.
 
-For each size, the tile is the library's `auto_tile` choice, and every variant of
-`standard_variants(mode, tile)` is timed with the unprotected kernel of the same tiling and
+For each size, the tile and split are the library's `auto_tile` / `auto_split` choice, and
+every variant of `standard_variants(mode, tile, split)` is timed (its kernel and, when split,
+the split-K reduction) with the unprotected kernel of the same tiling and
 `cupy.matmul` (cuBLAS) *in the same run*, so the ratios do not depend on clock drift between
 runs. Each timing is the median of `repeats` runs measured with CUDA events after a warm-up;
 before each timed run a short spin kernel is queued on the stream, so the kernel is already
 queued when its start event fires and Python's launch latency is not counted (the same
 method as `safemon.ecc.bench`). Clocks are read (nvidia-smi query or device attributes) and
-recorded, never set. Timings are reported, never asserted in tests.
+recorded, never set. Timings are reported, never asserted in tests. The API section
+(`safemon.faults.api_bench`) adds what a user pays per call, wall clock, against cupy.matmul.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from safemon.faults.campaign import variant_label
 from safemon.faults.dims import BENCH_DIMS, Dims
 from safemon.faults.evidence import BENCH_SCHEMA, BenchEvidence, now_utc
-from safemon.kernels.catalog import Variant, auto_tile, make_variant, standard_variants
+from safemon.kernels.catalog import Variant, auto_split, auto_tile, make_variant, standard_variants
 
 __all__ = [
     "LARGE_SIZE_REPEATS",
@@ -97,19 +99,25 @@ def _median_ms(cp: Any, fn: Callable[[], object], repeats: int, warmup: int) -> 
 
 
 def _launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]:
-    from safemon.kernels.gpu import kernel_for
+    """The variant's kernels alone, on preallocated buffers: the MMM kernel over its K-slices
+    and, when split, the reduction (no input checks: those are part of the API wall time)."""
+    from safemon.kernels.gpu import kernel_for, reduce_slices
 
     m, k = a.shape
     n = b.shape[1]
     t = variant.tile
     gx, gy = t.grid(m, n)
+    slices = variant.slices(k)
     c = cp.empty((m, n), dtype=cp.float32)
-    es = cp.empty((max(1, gx * gy * t.threads * variant.words),), dtype=cp.uint32)
+    out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
+    es = cp.empty((max(1, gx * gy * t.threads * slices * variant.words),), dtype=cp.uint32)
     kernel = kernel_for(variant)
-    args = (a, b, c, es, np.int32(m), np.int32(n), np.int32(k))
+    args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0))
 
     def run() -> None:
-        kernel((gx, gy, 1), (t.threads, 1, 1), args)
+        kernel((gx, gy, slices), (t.threads, 1, 1), args)
+        if slices > 1:
+            reduce_slices(out, c)
 
     return run
 
@@ -131,6 +139,8 @@ def run_bench(
     ecc: bool = True,
     ecc_sizes_mib: Sequence[int] = (64, 256),
     ecc_dims: Sequence[Dims] = (BENCH_DIMS["1024"], BENCH_DIMS["4096"]),
+    api_dims: Sequence[Dims] = (),
+    api_repeats: int = 200,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> BenchEvidence:
@@ -144,6 +154,8 @@ def run_bench(
             but never fewer than `LARGE_SIZE_REPEATS` (10).
         ecc: also run `safemon.ecc.bench.run_ecc_bench(ecc_sizes_mib)` and time
             `ProtectedArray.verified()` + the kernel against the kernel alone at `ecc_dims`.
+        api_dims: sizes of the API wall-time section (`safemon.faults.api_bench`); empty
+            skips it. `api_repeats` calls per median there (fewer at large sizes).
         progress: called with a short text before each measurement.
 
     Raises:
@@ -172,9 +184,15 @@ def run_bench(
             progress("ecc")
         ecc_result = run_ecc_bench(ecc_sizes_mib, repeats=max(10, min(repeats, 50)))
         ecc_rows = _ecc_mmm(cp, ecc_dims, repeats, warmup, rng, progress)
+    api_rows: list[dict[str, Any]] = []
+    if api_dims:
+        from safemon.faults.api_bench import run_api_bench
+
+        api_rows = run_api_bench(api_dims, repeats=api_repeats, warmup=warmup, seed=seed,
+                                 progress=progress)
     return BenchEvidence.model_validate({
         "schema": BENCH_SCHEMA, "safemon_version": __version__, "date": now_utc(),
-        **info, "rows": rows, "ecc": ecc_result, "ecc_mmm": ecc_rows,
+        **info, "rows": rows, "ecc": ecc_result, "ecc_mmm": ecc_rows, "api": api_rows,
     })
 
 
@@ -183,6 +201,7 @@ def _bench_dims(
     reps: int, warmup: int, rng: np.random.Generator, progress: Callable[[str], None] | None,
 ) -> list[dict[str, Any]]:
     tile = auto_tile(dims.m, dims.n)
+    split = auto_split(dims.m, dims.n, dims.k, tile)
     a = cp.asarray(rng.standard_normal((dims.m, dims.k), dtype=np.float32))
     b = cp.asarray(rng.standard_normal((dims.k, dims.n), dtype=np.float32))
     c_blas = cp.empty((dims.m, dims.n), dtype=cp.float32)
@@ -192,11 +211,11 @@ def _bench_dims(
 
     rows: list[dict[str, Any]] = []
     for mode in modes:
-        variants = [v for v in standard_variants(mode, tile)
+        variants = [v for v in standard_variants(mode, tile, split)
                     if variant_filter is None or variant_filter(v)]
         if not variants:
             continue
-        run_base = _launcher(cp, make_variant(None, None, mode, tile), a, b)
+        run_base = _launcher(cp, make_variant(None, None, mode, tile, split), a, b)
         for v in variants:
             if progress is not None:
                 progress(f"{dims.label} {v.name}")
@@ -208,7 +227,7 @@ def _bench_dims(
             gflop = dims.flops / 1e9  # GFLOP / ms = TFLOP/s
             rows.append({
                 "variant": variant_label(v), "name": v.name, "checksum": v.checksum,
-                "level": v.level, "mode": mode, "tile": tile.name, "dims": dims.key,
+                "level": v.level, "mode": mode, "tile": tile.name + (f"/split{split}" if split > 1 else ""), "dims": dims.key,
                 "repeats": reps, "protected_ms": prot, "unprotected_ms": unprot,
                 "cublas_ms": blas, "overhead": prot / unprot, "vs_cublas": prot / blas,
                 "tflops_protected": gflop / prot, "tflops_unprotected": gflop / unprot,
@@ -246,7 +265,7 @@ def _ecc_mmm(
                          es: Any = es, grid: tuple[int, int, int] = (gx, gy, 1),
                          block: tuple[int, int, int] = (t.threads, 1, 1),
                          shape: tuple[Any, ...] = shape) -> None:
-            kernel(grid, block, (a, pb.verified(), c, es, *shape))
+            kernel(grid, block, (a, pb.verified(), c, es, *shape, np.uintp(0)))
 
         reps = _repeats_for(dims, repeats)
         mmm = _median_ms(cp, run_mmm, reps, warmup)
@@ -290,6 +309,10 @@ def bench_markdown(ev: BenchEvidence) -> str:
             lines.append(f"| {d} | {r.tile} | {r.tflops_unprotected:.2f} | {r.tflops_cublas:.2f} | "
                          f"{r.unprotected_ms / r.cublas_ms:.2f} |")
         lines.append("")
+    if ev.api:
+        from safemon.faults.api_bench import api_markdown
+
+        lines += [api_markdown(ev.api)]
     if ev.ecc_mmm:
         lines += ["### ECC-verified B + MMM vs MMM alone", "",
                   "| variant | size | MMM (ms) | verify + MMM (ms) | ratio |", "|---|---|---:|---:|---:|"]

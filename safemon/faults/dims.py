@@ -56,7 +56,8 @@ SEED_DC_DIMS: dict[str, Dims] = {
     "L3": Dims(15, 225, 48),
 }
 
-#: The overhead-benchmark sizes: the seed's performance sizes plus 1024³ and 4096³.
+#: The overhead-benchmark sizes: the seed's performance sizes, 1024³ and 4096³, and three
+#: inference shapes (a batch-1 layer, a 64-token batch, a 256-row layer with K = 4096).
 BENCH_DIMS: dict[str, Dims] = {
     "80": Dims(80, 80, 80),
     "160": Dims(160, 160, 160),
@@ -64,6 +65,9 @@ BENCH_DIMS: dict[str, Dims] = {
     "L91": Dims(18, 230400, 64),
     "1024": Dims(1024, 1024, 1024),
     "4096": Dims(4096, 4096, 4096),
+    "1x4096x4096": Dims(1, 4096, 4096),
+    "64x4096x4096": Dims(64, 4096, 4096),
+    "256x1024x4096": Dims(256, 1024, 4096),
 }
 
 _DIMS_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*[xX×]\s*(\d+)\s*$")

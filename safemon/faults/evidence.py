@@ -2,10 +2,10 @@
 
 Two kinds of file (docs/SAFETY.md, "Evidence files", shows both with every field):
 
-* ``safemon.dc/1`` — results of exhaustive input campaigns (`safemon dc`): one record per
+* ``safemon.dc/2`` — results of exhaustive input campaigns (`safemon dc`): one record per
   (variant, dims) with the injection count, the ES-detected, C-visible, latent and escape
   counts, and the percentages derived from them.
-* ``safemon.bench/1`` — the overhead benchmark (`safemon bench`): one row per
+* ``safemon.bench/2`` — the overhead benchmark (`safemon bench`): one row per
   (variant, dims) with medians of the protected, unprotected (same tiling) and cuBLAS runs
   and their ratios, plus the device, clocks and versions.
 
@@ -13,7 +13,11 @@ Validation is strict: unknown fields are refused, and the derived numbers (perce
 ratios) must agree with the counts and medians they come from, so a hand-edited file that
 no longer adds up is rejected with a clear error instead of being used for a selection.
 
-Store layout: ``<root>/<device-slug>/dc_<MxNxK>_<mode>_<backend>.json`` and
+A third, ``safemon.inkernel/2`` (in-kernel campaigns), is defined in
+`safemon.faults.inkernel_evidence` and read through the same `load_evidence`.
+
+Store layout: ``<root>/<device-slug>/dc_<MxNxK>_<mode>_<backend>.json``,
+``<root>/<device-slug>/inkernel_<MxNxK>_<mode>_<scope>.json`` and
 ``<root>/<device-slug>/bench_<UTC timestamp>.json``. Loading merges every file of a device;
 for a (variant, dims) present twice the newer file wins.
 """
@@ -26,7 +30,7 @@ import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -36,6 +40,7 @@ from safemon.faults.dims import Dims, parse_dims
 __all__ = [
     "BENCH_SCHEMA",
     "DC_SCHEMA",
+    "ApiRow",
     "BenchEvidence",
     "BenchRow",
     "DcEvidence",
@@ -52,8 +57,10 @@ __all__ = [
     "write_evidence",
 ]
 
-DC_SCHEMA = "safemon.dc/1"
-BENCH_SCHEMA = "safemon.bench/1"
+DC_SCHEMA = "safemon.dc/2"
+BENCH_SCHEMA = "safemon.bench/2"
+#: Schema 1 files named today's levels F and T "M" and "E"; they are refused, never relabelled.
+_SCHEMA_1 = ("safemon.dc/1", "safemon.bench/1")
 
 #: Tolerance for derived floating-point fields (they are rounded by JSON writers at most).
 _REL = 1e-6
@@ -137,9 +144,9 @@ class DcRecord(_Strict):
 
 
 class DcEvidence(_Strict):
-    """A `safemon.dc/1` file: campaigns run together on one device with one seed."""
+    """A `safemon.dc/2` file: campaigns run together on one device with one seed."""
 
-    schema_: Literal["safemon.dc/1"] = Field(alias="schema")
+    schema_: Literal["safemon.dc/2"] = Field(alias="schema")
     safemon_version: str
     date: str = Field(description="ISO 8601 UTC")
     device: str
@@ -205,10 +212,35 @@ class EccMmmRow(_Strict):
         return self
 
 
-class BenchEvidence(_Strict):
-    """A `safemon.bench/1` file."""
+class ApiRow(_Strict):
+    """What a user pays for one call at one size: wall clock with device arrays in and out
+    (the call, then a stream synchronisation), next to the CUDA-event time of the kernels
+    the call launches, and against `cupy.matmul` at the same size in the same run."""
 
-    schema_: Literal["safemon.bench/1"] = Field(alias="schema")
+    call: str = Field(description="cupy.matmul, safemon.matmul or protected_matmul ... ")
+    variant: str | None = Field(description="the variant's name; None for cupy.matmul")
+    dims: str
+    repeats: int = Field(gt=0)
+    wall_p50_us: float = Field(gt=0)
+    wall_p99_us: float = Field(gt=0)
+    kernel_us: float = Field(gt=0, description="median CUDA-event time of the kernels alone")
+    cupy_wall_p50_us: float = Field(gt=0)
+    vs_cupy: float = Field(gt=0, description="wall_p50_us / cupy_wall_p50_us")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ApiRow:
+        _check_dims(self.dims)
+        if not _close(self.vs_cupy, self.wall_p50_us / self.cupy_wall_p50_us):
+            raise ValueError(f"{self.call} at {self.dims}: vs_cupy is not wall / cupy wall")
+        if self.wall_p99_us < self.wall_p50_us:
+            raise ValueError(f"{self.call} at {self.dims}: p99 below p50")
+        return self
+
+
+class BenchEvidence(_Strict):
+    """A `safemon.bench/2` file."""
+
+    schema_: Literal["safemon.bench/2"] = Field(alias="schema")
     safemon_version: str
     date: str
     device: str
@@ -219,22 +251,41 @@ class BenchEvidence(_Strict):
     rows: list[BenchRow]
     ecc: dict[str, Any] | None = Field(default=None, description="run_ecc_bench's result")
     ecc_mmm: list[EccMmmRow] = Field(default_factory=list)
+    api: list[ApiRow] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-Evidence = DcEvidence | BenchEvidence
+if TYPE_CHECKING:
+    from safemon.faults.inkernel_evidence import InKernelEvidence
+
+Evidence = Union[DcEvidence, BenchEvidence, "InKernelEvidence"]
 
 
 def _validate(data: Any, origin: str) -> Evidence:
+    from safemon.faults.inkernel_evidence import INKERNEL_SCHEMA, InKernelEvidence
+
     if not isinstance(data, dict):
         raise EvidenceError(f"{origin}: an evidence file holds a JSON object, not {type(data).__name__}")
     schema = data.get("schema")
-    model: type[DcEvidence] | type[BenchEvidence]
+    model: type[DcEvidence] | type[BenchEvidence] | type[InKernelEvidence]
     if schema == DC_SCHEMA:
         model = DcEvidence
     elif schema == BENCH_SCHEMA:
         model = BenchEvidence
+    elif schema == INKERNEL_SCHEMA:
+        model = InKernelEvidence
+    elif schema == "safemon.inkernel/1":
+        raise EvidenceError(
+            f"{origin}: schema 'safemon.inkernel/1' counted ES-word flips as detected and used "
+            f"the old level names; it is not read as {INKERNEL_SCHEMA!r}: run the campaign again"
+        )
+    elif schema in _SCHEMA_1:
+        raise EvidenceError(
+            f"{origin}: schema {schema!r} predates the paper's levels: its M and E were the "
+            "levels now called F and T (docs/SIGNATURES.md), so it is not read as "
+            f"{DC_SCHEMA!r}/{BENCH_SCHEMA!r}; run the campaign or benchmark again"
+        )
     else:
         raise EvidenceError(
             f"{origin}: unknown schema {schema!r}; expected {DC_SCHEMA!r} or {BENCH_SCHEMA!r}"
@@ -336,6 +387,29 @@ class EvidenceStore:
                     out[(r.name, r.dims)] = r
         return out
 
+    def save_inkernel(self, ev: InKernelEvidence) -> list[Path]:
+        """Write one file per (dims, mode, scope) of `ev`; a later campaign of the key replaces it."""
+        groups: dict[tuple[str, str, str], list[Any]] = {}
+        for r in ev.results:
+            groups.setdefault((r.dims, r.mode, r.scope), []).append(r)
+        out = []
+        for (dims, mode, scope), recs in sorted(groups.items()):
+            part = ev.model_copy(update={"results": recs})
+            name = f"inkernel_{dims}_{mode}_{scope}.json"
+            out.append(write_evidence(part, self.device_dir(ev.device) / name))
+        return out
+
+    def inkernel_records(self, device: str) -> dict[tuple[str, str, str], Any]:
+        """{(variant name, dims, scope): InKernelRecord} for a device; newer files win."""
+        from safemon.faults.inkernel_evidence import InKernelEvidence
+
+        out: dict[tuple[str, str, str], Any] = {}
+        for ev in self._files(device_slug(device)):
+            if isinstance(ev, InKernelEvidence):
+                for r in ev.results:
+                    out[(r.name, r.dims, r.scope)] = r
+        return out
+
     def bench_rows(self, device: str) -> dict[tuple[str, str], BenchRow]:
         """{(variant name, dims): row} for a device; newer files win."""
         out: dict[tuple[str, str], BenchRow] = {}
@@ -398,7 +472,7 @@ def dc_record(result: Any) -> DcRecord:
 
 
 def dc_evidence(results: Iterable[Any], *, device: str, backend: str, seed: int) -> DcEvidence:
-    """A validated `safemon.dc/1` document for campaign results run together."""
+    """A validated `safemon.dc/2` document for campaign results run together."""
     from safemon import __version__
 
     return DcEvidence.model_validate(

@@ -18,7 +18,10 @@ targets asked for, their indices and the 32 bits.
 
 Each run is classified against the golden (NumPy reference) C and ES:
 ``masked`` (neither differs), ``detected`` (ES differs, whatever C does), ``sdc`` (C differs,
-ES does not: silent data corruption). The CPU reference does not model these targets, so the
+ES does not: silent data corruption). For the safety figures `effect_counts` keeps the two
+verdict bits apart (``neither``, ``es_only``, ``c_only``, ``both``): only a fault that changes C
+can corrupt a released result, so the in-kernel DC (`safemon.faults.inkernel_evidence`) is
+``both / (both + c_only)``, and ES-word flips, which never change C, are safe faults. The CPU reference does not model these targets, so the
 campaign needs the cupy backend; sampling and classification are pure and tested on CPU.
 """
 
@@ -37,6 +40,7 @@ from safemon.faults.launch import SCOPES, TARGETS, injection_rows
 from safemon.kernels.catalog import Variant
 
 __all__ = [
+    "EFFECTS",
     "IN_KERNEL_TARGETS",
     "OUTCOMES",
     "InKernelResult",
@@ -47,6 +51,8 @@ __all__ = [
 
 IN_KERNEL_TARGETS: tuple[str, ...] = ("operand_a", "operand_b", "accumulator", "es_word")
 OUTCOMES: tuple[str, ...] = ("masked", "detected", "sdc")
+#: The four verdict classes (ES differs? C differs?) kept apart in the evidence.
+EFFECTS: tuple[str, ...] = ("neither", "es_only", "c_only", "both")
 I32 = npt.NDArray[np.int32]
 U32 = npt.NDArray[np.uint32]
 
@@ -139,6 +145,20 @@ class InKernelResult:
             (names[int(c)], targets == c) for c in np.unique(targets)
         ]:
             out[key] = {o: int(np.count_nonzero(outcomes[mask] == o)) for o in OUTCOMES}
+        return out
+
+    def effect_counts(self) -> dict[str, dict[str, int]]:
+        """{target: {effect: count}} for the targets sampled (EFFECTS: neither, es_only,
+        c_only, both)."""
+        names = {code: name for name, code in TARGETS.items()}
+        es = (self.verdicts & ES_DIFFERS) != 0
+        c = (self.verdicts & C_DIFFERS) != 0
+        classes = {"neither": ~es & ~c, "es_only": es & ~c, "c_only": ~es & c, "both": es & c}
+        targets = self.rows[:, 0]
+        out: dict[str, dict[str, int]] = {}
+        for code in np.unique(targets):
+            mask = targets == code
+            out[names[int(code)]] = {k: int(np.count_nonzero(v & mask)) for k, v in classes.items()}
         return out
 
     def as_dict(self) -> dict[str, object]:

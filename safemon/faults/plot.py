@@ -1,7 +1,9 @@
 """The DC-vs-overhead trade-off plot (the seed's Figure 7) and its data points.
 
 One point per variant at one size: x = overhead (protected / unprotected median, same
-tiling, from the benchmark), y = DC(ES) in percent (from the exhaustive input campaign).
+tiling, from the benchmark), y = the selection DC in percent (`safemon.faults.coverage`: the
+minimum of the input-flip and three in-kernel 95 % lower bounds) when in-kernel evidence is
+given, else the input-flip DC(ES); variants lacking in-kernel evidence are then left out.
 Horizontal lines mark the IEC 61508-2 bands. Rendered with matplotlib's Agg backend into a
 PNG file; no display is needed.
 """
@@ -12,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safemon.faults.coverage import variant_coverage
 from safemon.faults.evidence import BenchRow, DcRecord
+from safemon.faults.inkernel_evidence import InKernelRecord
 from safemon.faults.select import BANDS
 
 __all__ = ["TradeoffPoint", "plot_tradeoff", "tradeoff_points"]
@@ -30,10 +34,12 @@ def tradeoff_points(
     dims: str,
     dc: Mapping[tuple[str, str], DcRecord],
     bench: Mapping[tuple[str, str], BenchRow],
+    inkernel: Mapping[tuple[str, str, str], InKernelRecord] | None = None,
     *,
     mode: str | None = None,
 ) -> list[TradeoffPoint]:
-    """Points for every protected variant with both DC and overhead evidence at `dims`."""
+    """Points for every protected variant with DC and overhead evidence at `dims` (and, when
+    `inkernel` is given, all three in-kernel campaigns: y is then the selection DC)."""
     out = []
     for (name, d), rec in sorted(dc.items()):
         row = bench.get((name, d))
@@ -41,11 +47,18 @@ def tradeoff_points(
             continue
         if mode is not None and rec.mode != mode:
             continue
-        out.append(TradeoffPoint(rec.variant, name, row.overhead, rec.dc_percent))
+        y: float | None = rec.dc_percent
+        if inkernel is not None:
+            y = variant_coverage(name, dims, dc, inkernel).selection_dc
+        if y is not None:
+            out.append(TradeoffPoint(rec.variant, name, row.overhead, y))
     return out
 
 
-def plot_tradeoff(points: Sequence[TradeoffPoint], path: Path | str, *, title: str) -> Path:
+def plot_tradeoff(
+    points: Sequence[TradeoffPoint], path: Path | str, *, title: str,
+    ylabel: str = "DC(ES) %: single-bit input faults detected",
+) -> Path:
     """Write the trade-off scatter plot as a PNG; returns the path.
 
     Raises:
@@ -81,7 +94,7 @@ def plot_tradeoff(points: Sequence[TradeoffPoint], path: Path | str, *, title: s
         if max(xs) / min(xs) > 20:
             ax.set_xscale("log")
         ax.set_xlabel("overhead: protected / unprotected time (same tiling)")
-        ax.set_ylabel("DC(ES) %: single-bit input faults detected")
+        ax.set_ylabel(ylabel)
         ax.set_ylim(low, 100.0 + (100.0 - low) * 0.04)
         ax.set_title(title, fontsize=9)
         ax.grid(True, linewidth=0.3)

@@ -24,12 +24,15 @@ says so. "not specified": the standard sets no SFF constraint there.
 
 The selection rule
 ------------------
-Among the variants with both DC evidence and overhead evidence for this device at the
-requested dims (and arithmetic mode), keep those whose measured DC(ES) meets the minimum and
-whose overhead (protected / unprotected median, same tiling, same run) is within the budget;
-pick the lowest overhead, ties broken by higher DC, then by name. If nothing qualifies, the
-answer is "not achievable" with the reason (no evidence, the best DC is too low, or the
-cheapest qualifying variant is over budget).
+Among the variants with input-flip DC evidence at the requested dims (and arithmetic mode),
+a variant is *selectable* only with all three in-kernel campaigns (transient, thread- and
+block-permanent) at those dims and an overhead measurement (`safemon.faults.coverage`). Its
+selection DC is the minimum of the four one-sided 95 % Clopper–Pearson lower bounds. Keep the
+selectable variants whose selection DC meets the minimum and whose overhead (protected /
+unprotected median, same tiling, same run) is within the budget; pick the lowest overhead,
+ties broken by higher selection DC, then by name. If nothing qualifies, the answer is "not
+achievable" with the reason (no evidence, which campaign is missing, the best bound is too
+low and which campaign limits it, or the cheapest qualifying variant is over budget).
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from safemon.faults.coverage import VariantCoverage, variant_coverage
 from safemon.faults.evidence import BenchRow, DcRecord
+from safemon.faults.inkernel_evidence import InKernelRecord
 
 __all__ = [
     "BANDS",
@@ -107,7 +112,12 @@ def requirement(sil: int, hft: int) -> Requirement:
 
 @dataclass(frozen=True)
 class Selection:
-    """The answer for one (SIL, HFT): a variant with its evidence, or why there is none."""
+    """The answer for one (SIL, HFT): a variant with its evidence, or why there is none.
+
+    `dc_percent` is the selection DC (min of the four lower bounds) of the chosen variant;
+    `coverage` holds its four figures. `blind` lists the variants set aside for missing
+    in-kernel evidence, with the campaigns that would supply it.
+    """
 
     requirement: Requirement
     dims: str
@@ -115,10 +125,37 @@ class Selection:
     dc_percent: float | None
     overhead: float | None
     reason: str
+    coverage: VariantCoverage | None = None
+    blind: tuple[VariantCoverage, ...] = ()
 
     @property
     def achievable(self) -> bool:
         return self.variant is not None
+
+
+def _candidates(
+    dims: str,
+    dc: Mapping[tuple[str, str], DcRecord],
+    bench: Mapping[tuple[str, str], BenchRow],
+    inkernel: Mapping[tuple[str, str, str], InKernelRecord],
+    mode: str | None,
+) -> tuple[list[tuple[float, float, str, VariantCoverage]], list[VariantCoverage], list[str]]:
+    """(selectable as (overhead, −DC, name, coverage), blind variants, variants without overhead)."""
+    ok: list[tuple[float, float, str, VariantCoverage]] = []
+    blind: list[VariantCoverage] = []
+    no_bench: list[str] = []
+    for (name, d), rec in sorted(dc.items()):
+        if d != dims or rec.checksum is None or (mode is not None and rec.mode != mode):
+            continue
+        cov = variant_coverage(name, dims, dc, inkernel)
+        row = bench.get((name, d))
+        if not cov.selectable or cov.selection_dc is None:
+            blind.append(cov)
+        elif row is None:
+            no_bench.append(name)
+        else:
+            ok.append((row.overhead, -cov.selection_dc, name, cov))
+    return sorted(ok, key=lambda c: (c[0], c[1], c[2])), blind, no_bench
 
 
 def select_variant(
@@ -127,6 +164,7 @@ def select_variant(
     dims: str,
     dc: Mapping[tuple[str, str], DcRecord],
     bench: Mapping[tuple[str, str], BenchRow],
+    inkernel: Mapping[tuple[str, str, str], InKernelRecord] | None = None,
     *,
     mode: str | None = None,
     budget: float | None = None,
@@ -136,6 +174,8 @@ def select_variant(
     Args:
         dims: "MxNxK" key.
         dc, bench: {(variant name, dims): record} as `EvidenceStore.dc_records/bench_rows` give.
+        inkernel: {(variant name, dims, scope): record} (`EvidenceStore.inkernel_records`);
+            None or empty: no variant is selectable.
         mode: only variants of this arithmetic mode ("exact"/"fma"); None: any.
         budget: maximum overhead ratio (protected / unprotected); None: unlimited.
 
@@ -149,55 +189,62 @@ def select_variant(
         return Selection(req, dims, None, None, None,
                          f"not achievable: IEC 61508-2 allows no SIL {sil} with HFT {hft} "
                          "for a type B element, whatever the DC; add a channel (HFT ≥ 1)")
-    candidates = []
-    dc_only = []
-    for (name, d), rec in dc.items():
-        if d != dims or rec.checksum is None or (mode is not None and rec.mode != mode):
-            continue
-        row = bench.get((name, d))
-        if row is None:
-            dc_only.append(name)
-            continue
-        candidates.append((row.overhead, -rec.dc_percent, name, rec))
-    if not candidates:
-        why = (f"DC evidence for {', '.join(sorted(dc_only))} but no overhead measured at {dims}"
-               if dc_only else f"no DC evidence at {dims}")
-        return Selection(req, dims, None, None, None,
-                         f"not achievable from the evidence: {why}"
-                         + (f" (mode {mode})" if mode else "")
-                         + "; run `safemon dc` and `safemon bench` at these dims")
+    ok, blind, no_bench = _candidates(dims, dc, bench, inkernel or {}, mode)
+    blind_t = tuple(blind)
+    if not ok:
+        return Selection(req, dims, None, None, None, _why_none(dims, mode, blind, no_bench),
+                         blind=blind_t)
     min_dc = req.min_dc if req.min_dc is not None else 0.0
-    meets = sorted(c for c in candidates if c[3].dc_percent >= min_dc and c[3].dc_percent > 0)
+    meets = [c for c in ok if -c[1] >= min_dc and -c[1] > 0]
     if not meets:
-        best = max(candidates, key=lambda c: c[3].dc_percent)
+        best = min(ok, key=lambda c: c[1])[3]
+        lim = best.limiting
+        assert lim is not None  # selectable coverage always has a limiting figure
         return Selection(req, dims, None, None, None,
-                         f"not achievable: needs DC ≥ {min_dc:g} % ({req.band}); the best measured "
-                         f"at {dims} is {best[2]} with {best[3].dc_percent:.2f} %")
+                         f"not achievable: needs DC ≥ {min_dc:g} % ({req.band}) as a 95 % lower "
+                         f"bound; the best at {dims} is {best.name} with {best.selection_dc:.2f} %, "
+                         f"limited by its {lim.source} campaign ({lim.detected} of {lim.dangerous} "
+                         f"dangerous faults detected, {lim.percent:.2f} %)",
+                         coverage=best, blind=blind_t)
     within = [c for c in meets if budget is None or c[0] <= budget]
     if not within:
         cheapest = meets[0]
         return Selection(req, dims, None, None, None,
                          f"not achievable within budget {budget:g}×: the cheapest variant with "
-                         f"DC ≥ {min_dc:g} % is {cheapest[2]} at {cheapest[0]:.2f}×")
-    overhead, _, name, rec = within[0]
+                         f"DC ≥ {min_dc:g} % is {cheapest[2]} at {cheapest[0]:.2f}×", blind=blind_t)
+    overhead, neg_dc, name, cov = within[0]
     note = {
         "none": "IEC 61508-2 accepts DC < 60 % here; the cheapest variant with any DC is shown",
         "not specified": "IEC 61508-2 sets no requirement here; the cheapest variant is shown",
-    }.get(req.band, f"meets the {req.band} band (DC ≥ {min_dc:g} %)")
-    return Selection(req, dims, name, rec.dc_percent, overhead, note)
+    }.get(req.band, f"meets the {req.band} band (every DC lower bound ≥ {min_dc:g} %)")
+    return Selection(req, dims, name, -neg_dc, overhead, note, coverage=cov, blind=blind_t)
+
+
+def _why_none(dims: str, mode: str | None, blind: list[VariantCoverage], no_bench: list[str]) -> str:
+    suffix = f" (mode {mode})" if mode else ""
+    if blind:
+        first = blind[0]
+        return (f"not achievable from the evidence{suffix}: no variant at {dims} has all four "
+                f"DC campaigns ({len(blind)} lack some; {first.name} lacks "
+                f"{', '.join(first.missing)}); run e.g. `{first.missing_campaigns()[0]}`")
+    if no_bench:
+        return (f"not achievable from the evidence{suffix}: DC evidence for "
+                f"{', '.join(sorted(no_bench))} but no overhead measured at {dims}; run `safemon bench`")
+    return f"not achievable from the evidence{suffix}: no DC evidence at {dims}; run `safemon dc`"
 
 
 def selection_table(
     dims: str,
     dc: Mapping[tuple[str, str], DcRecord],
     bench: Mapping[tuple[str, str], BenchRow],
+    inkernel: Mapping[tuple[str, str, str], InKernelRecord] | None = None,
     *,
     mode: str | None = None,
     budget: float | None = None,
 ) -> list[Selection]:
     """Every (SIL 4..1, HFT 0..2) selection: the seed's Table 4 from the rule."""
     return [
-        select_variant(sil, hft, dims, dc, bench, mode=mode, budget=budget)
+        select_variant(sil, hft, dims, dc, bench, inkernel, mode=mode, budget=budget)
         for sil in (4, 3, 2, 1)
         for hft in (0, 1, 2)
     ]
@@ -214,13 +261,15 @@ def _band_of(dc: float) -> str:
 
 
 def selection_table_markdown(selections: list[Selection]) -> str:
-    """Render `selection_table` as Markdown: cells "variant (overhead×, DC %) (band)".
+    """Render `selection_table` as Markdown: cells "variant (overhead×, selection DC %) (band)";
+    the selection DC is the minimum of the four 95 % lower bounds.
 
     Band marks follow the seed: (i) DC < 60 %, (ii) 60–90 %, (iii) 90–99 %, (iv) ≥ 99 %.
     """
     by = {(s.requirement.sil, s.requirement.hft): s for s in selections}
     dims = selections[0].dims if selections else "?"
-    lines = [f"Selected variants at {dims} (overhead vs unprotected, measured DC):", "",
+    lines = [f"Selected variants at {dims} (overhead vs unprotected; DC = min of the input-flip and "
+             "three in-kernel 95 % lower bounds):", "",
              "| SIL | HFT 0 | HFT 1 | HFT 2 |", "|---|---|---|---|"]
     for sil in (4, 3, 2, 1):
         cells = []

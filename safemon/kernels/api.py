@@ -2,17 +2,22 @@
 
 Both backends (NumPy reference, CuPy kernels) return bit-identical C and ES for the same
 variant; the variant is recorded with every result so results can be compared safely.
+
+On the CuPy backend the input checks (finite A and B, ECC of a protected B) are queued with
+the kernel on the current stream and report through a device status block
+(`safemon.kernels.checked`): a call waits on the device once, to read that block, or not at
+all with `wait=False`, when the caller settles the result later with `MatmulResult.wait()`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from safemon.errors import BackendUnavailableError, InvalidInputError
-from safemon.kernels.catalog import TileConfig, Variant, auto_tile, make_variant
+from safemon.errors import BackendUnavailableError, InvalidInputError, UncorrectableError
+from safemon.kernels.catalog import TileConfig, Variant, auto_split, auto_tile, make_variant
 from safemon.kernels.compiler import cuda_available
 
 __all__ = ["BACKENDS", "MatmulResult", "matmul", "protected_matmul", "resolve_backend", "run_variant"]
@@ -29,12 +34,50 @@ class MatmulResult:
         es: (threads, variant.words) uint32 execution-signature array, same device as `c`.
         variant: the exact kernel variant that produced them.
         backend: "numpy" or "cupy".
+        status: None once the input checks are known to have passed; a pending result
+            (`wait=False` on the CuPy backend) holds the device status block here, and its
+            c and es must not be used before `wait()` returns.
     """
 
     c: Any
     es: Any
     variant: Variant
     backend: str
+    status: Any = field(default=None, compare=False)
+    _inputs: tuple[Any, Any, int] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def pending(self) -> bool:
+        """True while the input checks of this result have not been read back."""
+        return self.status is not None
+
+    def wait(self) -> MatmulResult:
+        """Read the status block (one host synchronisation) and return the settled result.
+
+        When B is a device `ProtectedArray` whose check found bad words, B is corrected with
+        `verified()` and the product computed again. A settled result returns itself.
+
+        Raises:
+            InvalidInputError: A or B holds NaN or infinity (the message names which).
+            UncorrectableError: B is a ProtectedArray with an uncorrectable ECC error.
+        """
+        if self.status is None:
+            return self
+        from safemon.kernels.checked import read_status
+
+        report = read_status(self.status)
+        if report.ok:
+            return replace(self, status=None, _inputs=None)
+        assert self._inputs is not None  # a pending result always keeps its inputs
+        a, b, ecc_retries = self._inputs
+        if report.ecc_bad_words:
+            # ECC first: a flipped exponent bit can make B look non-finite.
+            b.verified()  # corrects and counts, or raises UncorrectableError
+            if ecc_retries < 1:
+                raise UncorrectableError(b.name, [])
+            return _run_cupy(a, b, self.variant, ecc_retries=ecc_retries - 1).wait()
+        _raise_nonfinite("a" if report.a_nonfinite else "b")
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def resolve_backend(backend: str) -> str:
@@ -75,58 +118,100 @@ def _validate(name: str, x: Any, backend: str) -> None:
         raise InvalidInputError(f"{name} must not be empty, got shape {tuple(x.shape)}")
     if not x.flags.c_contiguous:
         raise InvalidInputError(f"{name} must be C-contiguous (row-major); use ascontiguousarray")
-    finite = bool(x.size == 0 or (np.isfinite(x).all() if kind == "numpy" else _cupy_all_finite(x)))
-    if not finite:
-        raise InvalidInputError(
-            f"{name} contains NaN or infinity; non-finite inputs are rejected because NaN "
-            "payloads differ between CPU and GPU"
-        )
+    # Device arrays are checked on the device, in the launch sequence (safemon.kernels.checked).
+    if kind == "numpy" and not np.isfinite(x).all():
+        _raise_nonfinite(name)
 
 
-def _cupy_all_finite(x: Any) -> bool:
-    from safemon.kernels.gpu import all_finite
+def _raise_nonfinite(name: str) -> None:
+    raise InvalidInputError(
+        f"{name} contains NaN or infinity (finite check of {name}); non-finite inputs are "
+        "rejected because NaN payloads differ between CPU and GPU"
+    )
 
-    return all_finite(x)
 
-
-def _unwrap_protected(b: Any) -> Any:
-    """ECC-protected weights are checked (and corrected) right before use."""
+def _protected(b: Any) -> Any:
+    """`b` when it is a `safemon.ecc.ProtectedArray`, else None."""
     try:
         from safemon.ecc import ProtectedArray
     except ImportError:  # pragma: no cover - the ecc package ships with safemon
-        return b
-    if isinstance(b, ProtectedArray):
-        return b.verified()
-    return b
+        return None
+    return b if isinstance(b, ProtectedArray) else None
 
 
-def run_variant(a: Any, b: Any, variant: Variant, backend: str = "auto") -> MatmulResult:
-    """Validate and run an explicit `variant` (the entry point for channels and campaigns)."""
+def run_variant(
+    a: Any, b: Any, variant: Variant, backend: str = "auto", *, wait: bool = True
+) -> MatmulResult:
+    """Validate and run an explicit `variant` (the entry point for channels and campaigns).
+
+    With `wait=False` on the CuPy backend the result is pending (see `MatmulResult.wait`);
+    on the NumPy backend it is always settled.
+    """
     backend = resolve_backend(backend)
-    b = _unwrap_protected(b)
+    pb = _protected(b)
+    if pb is not None and (backend == "numpy" or not pb.on_device):
+        b, pb = pb.verified(), None  # host buffers are checked (and corrected) on the host
     _validate("a", a, backend)
-    _validate("b", b, backend)
-    if a.shape[1] != b.shape[0]:
+    if pb is None:
+        _validate("b", b, backend)
+    else:
+        _validate_protected(pb)
+    b_shape = tuple(b.shape) if pb is None else pb.shape
+    if a.shape[1] != b_shape[0]:
         raise InvalidInputError(
-            f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} (need a K×N b for an M×K a)"
+            f"inner dimensions differ: a is {tuple(a.shape)}, b is {b_shape} "
+            "(need a K×N b for an M×K a)"
         )
     if backend == "cupy":
-        from safemon.kernels.gpu import gpu_matmul
+        res = _run_cupy(a, b if pb is None else pb, variant, ecc_retries=1)
+        return res.wait() if wait else res
+    from safemon.kernels.reference import reference_matmul
 
-        c, es = gpu_matmul(a, b, variant)
-    else:
-        from safemon.kernels.reference import reference_matmul
-
-        c, es = reference_matmul(a, b, variant)
+    c, es = reference_matmul(a, b, variant)
     return MatmulResult(c=c, es=es, variant=variant, backend=backend)
 
 
-def _tile_for(a: Any, b: Any, tile: TileConfig | str | None) -> TileConfig | str:
-    if tile is not None:
-        return tile
-    m = a.shape[0] if getattr(a, "ndim", 0) == 2 else 1
-    n = b.shape[1] if getattr(b, "ndim", 0) == 2 else 1
-    return auto_tile(m, n)
+def _validate_protected(pb: Any) -> None:
+    """A device ProtectedArray B: float32, 2-D, non-empty (its storage is C-contiguous)."""
+    if pb.dtype != np.float32:
+        raise TypeError(f"b must be float32, not {pb.dtype} (safemon never converts silently)")
+    if len(pb.shape) != 2 or 0 in pb.shape:
+        raise InvalidInputError(f"b must be a non-empty 2-D array, got shape {pb.shape}")
+
+
+def _run_cupy(a: Any, b: Any, variant: Variant, *, ecc_retries: int) -> MatmulResult:
+    """Queue checks and kernel on the current stream (no wait); `b` may be a device
+    ProtectedArray, whose ECC check then joins the sequence."""
+    from safemon.kernels.checked import launch_checked
+
+    pb = _protected(b)
+    launch = launch_checked(
+        a, b, variant,
+        a_on_device=_module_of(a) == "cupy",
+        b_on_device=pb is not None or _module_of(b) == "cupy",
+        b_protected=pb,
+    )
+    return MatmulResult(launch.c, launch.es, variant, "cupy", status=launch.status,
+                        _inputs=(a, b, ecc_retries))
+
+
+def _shape_of(a: Any, b: Any) -> tuple[int, int, int]:
+    """(M, N, K) as far as the inputs tell (validation reports anything malformed)."""
+    m, k = (a.shape[0], a.shape[1]) if getattr(a, "ndim", 0) == 2 else (1, 1)
+    b_shape = tuple(getattr(b, "shape", ()))
+    n = b_shape[1] if len(b_shape) == 2 else 1
+    return int(m), int(n), int(k)
+
+
+def _variant_for(
+    a: Any, b: Any, checksum: str | None, level: str | None, mode: str,
+    tile: TileConfig | str | None, split: int | None,
+) -> Variant:
+    """The variant of a call: tile and split default to pure functions of the shape."""
+    m, n, k = _shape_of(a, b)
+    chosen = make_variant(checksum, level, mode, auto_tile(m, n) if tile is None else tile)
+    return make_variant(checksum, level, mode, chosen.tile,
+                        auto_split(m, n, k, chosen.tile) if split is None else split)
 
 
 def protected_matmul(
@@ -138,6 +223,8 @@ def protected_matmul(
     mode: str = "exact",
     backend: str = "auto",
     tile: TileConfig | str | None = None,
+    split: int | None = None,
+    wait: bool = True,
 ) -> MatmulResult:
     """C = A·B with per-thread execution signatures.
 
@@ -150,6 +237,10 @@ def protected_matmul(
         mode: "exact" (no FMA contraction) or "fma".
         backend: "auto" (CuPy when a CUDA device is usable, else NumPy), "numpy" or "cupy".
         tile: a tile name ("small", "large", "wide"), a `TileConfig`, or None to pick by shape.
+        split: split-K factor (1..MAX_SPLIT), or None for `auto_split` of the shape and tile.
+        wait: on the CuPy backend, read the input checks' status block before returning (one
+            host synchronisation). False returns a pending result at once; call its `wait()`
+            before using c or es (they hold poison if a check failed).
 
     Returns:
         `MatmulResult` with c (M, N) float32, es (threads, words) uint32, the variant, the backend.
@@ -157,13 +248,13 @@ def protected_matmul(
     Raises:
         TypeError: wrong array type or dtype.
         InvalidInputError (a ValueError): wrong rank, empty, non-contiguous, mismatched K,
-            non-finite values.
-        ValueError: unknown checksum, level, mode, tile or backend.
+            non-finite values (the message names the operand whose finite check failed).
+        ValueError: unknown checksum, level, mode, tile or backend, or a bad split.
         BackendUnavailableError: backend="cupy" without a usable CUDA device.
         UncorrectableError: `b` is a ProtectedArray with an uncorrectable ECC error.
     """
-    variant = make_variant(checksum, level, mode, _tile_for(a, b, tile))
-    return run_variant(a, b, variant, backend)
+    variant = _variant_for(a, b, checksum, level, mode, tile, split)
+    return run_variant(a, b, variant, backend, wait=wait)
 
 
 def matmul(
@@ -173,7 +264,9 @@ def matmul(
     mode: str = "exact",
     backend: str = "auto",
     tile: TileConfig | str | None = None,
+    split: int | None = None,
 ) -> Any:
-    """The unprotected kernel with the same tiling: returns C only (the overhead baseline)."""
-    variant = make_variant(None, None, mode, _tile_for(a, b, tile))
+    """The unprotected kernel with the same tiling and split: returns C only (the overhead
+    baseline). The input checks run as for `protected_matmul`, which it waits for."""
+    variant = _variant_for(a, b, None, None, mode, tile, split)
     return run_variant(a, b, variant, backend).c

@@ -15,11 +15,15 @@ __all__ = [
     "CHECKSUM_WORDS",
     "COMBINATIONS",
     "LEVELS",
+    "MAX_SPLIT",
     "MODES",
+    "PAPER_LEVELS",
     "STANDARD_COMBINATIONS",
+    "STRONG_LEVELS",
     "TILES",
     "TileConfig",
     "Variant",
+    "auto_split",
     "auto_tile",
     "make_variant",
     "standard_variants",
@@ -31,8 +35,17 @@ Mode = Literal["exact", "fma"]
 CHECKSUMS: tuple[str, ...] = ("xor", "twos", "ones", "fletcher", "crc32c")
 #: Number of uint32 ES words one checksum occupies.
 CHECKSUM_WORDS: dict[str, int] = {"xor": 1, "twos": 1, "ones": 1, "fletcher": 2, "crc32c": 1}
-#: Single-checksum levels: I (inner, per MAC), M (intermediate, per k step), E (external, per k-tile).
-LEVELS: tuple[str, ...] = ("I", "M", "E")
+#: The seed paper's levels (Algorithm 1: outer loop over k, middle over the B-tile columns j,
+#: inner over the A-tile rows i): I folds a[i], b[j], acc[i][j] at every MAC; M folds once per
+#: middle step (acc[TM-1][j], the accumulator its inner loop wrote last); E folds once per outer
+#: step (acc[TM-1][TN-1], the accumulator of the step's last MAC).
+PAPER_LEVELS: tuple[str, ...] = ("I", "M", "E")
+#: safemon's stronger folds, named for what they fold: F the operand fragments a[0..TM-1] and
+#: b[0..TN-1] at every k step; T the whole accumulator tile at the end of every k-tile.
+#: (Evidence schema 1 called these M and E; see docs/SIGNATURES.md.)
+STRONG_LEVELS: tuple[str, ...] = ("F", "T")
+#: Every single-checksum level, in ES word order.
+LEVELS: tuple[str, ...] = PAPER_LEVELS + STRONG_LEVELS
 #: The level name recorded for a combination X_Y (X at I, Y at M).
 COMBINED_LEVEL = "I+M"
 MODES: tuple[str, ...] = ("exact", "fma")
@@ -115,17 +128,74 @@ def auto_tile(m: int, n: int) -> TileConfig:
     return TILES["large"]
 
 
+#: Split-K: a product whose output grid has fewer blocks than this is split over K until it
+#: has about this many (two per multiprocessor of a 132-SM H100). A constant, never read
+#: from the device, so that replicas on different devices pick the same decomposition.
+SPLIT_TARGET_BLOCKS = 264
+#: Every K-slice of an automatic split keeps at least this many k-tiles.
+SPLIT_MIN_SLICE_TILES = 16
+#: The largest split factor a variant may ask for.
+MAX_SPLIT = 64
+
+
+def auto_split(m: int, n: int, k: int, tile: TileConfig) -> int:
+    """The split factor `split=None` picks: a pure function of the shape and the tile.
+
+    1 when the output grid already has `SPLIT_TARGET_BLOCKS` blocks or K is short; else the
+    factor that brings the grid to about that many blocks, keeping at least
+    `SPLIT_MIN_SLICE_TILES` k-tiles per slice.
+    """
+    gx, gy = tile.grid(m, n)
+    blocks = gx * gy
+    if blocks <= 0 or k <= 0 or blocks >= SPLIT_TARGET_BLOCKS:
+        return 1  # empty shapes are rejected later by validation
+    ktiles = -(-k // tile.bk)
+    want = -(-SPLIT_TARGET_BLOCKS // blocks)
+    return max(1, min(want, ktiles // SPLIT_MIN_SLICE_TILES, MAX_SPLIT))
+
+
+def k_slices(k: int, bk: int, split: int) -> int:
+    """Number of K-slices (`gridDim.z`) for a requested `split`: no slice is left empty.
+
+    The kernel gives slice z the k-tiles `[z·T, min(kt, (z+1)·T))` with `kt = ⌈K/BK⌉` and
+    `T = ⌈kt / gridDim.z⌉` (docs/SIGNATURES.md, "Split-K"). With `gridDim.z = ⌈kt / ⌈kt/s⌉⌉`,
+    `s = min(split, kt)`, every slice holds at least one k-tile.
+    """
+    kt = -(-k // bk)
+    s = max(1, min(split, kt))
+    per = -(-kt // s)
+    return -(-kt // per)
+
+
+def slice_bounds(k: int, bk: int, slices: int) -> list[tuple[int, int]]:
+    """The K range `[begin, end)` (unpadded, clipped to K) of each of `slices` slices, in z order."""
+    kt = -(-k // bk)
+    per = -(-kt // slices)
+    return [(z * per * bk, min(k, (z + 1) * per * bk)) for z in range(slices)]
+
+
 @dataclass(frozen=True)
 class Variant:
     """One kernel build: the checksum(s), where they fold, the arithmetic mode and the tiling.
 
     `checksum` is None for the unprotected kernel. For a combination `X_Y`, `level` is "I+M".
+    `split` is the requested split-K factor (1: no split); the number of K-slices actually
+    launched for a given K is `slices(k)`.
     """
 
     checksum: str | None
     level: str | None
     mode: str
     tile: TileConfig
+    split: int = 1
+
+    def slices(self, k: int) -> int:
+        """K-slices (`gridDim.z`) of a product with inner dimension `k`."""
+        return k_slices(k, self.tile.bk, self.split)
+
+    def es_threads(self, m: int, n: int, k: int) -> int:
+        """Rows of the ES array: launched threads over all K-slices."""
+        return self.tile.total_threads(m, n) * self.slices(k)
 
     @property
     def is_combination(self) -> bool:
@@ -149,31 +219,39 @@ class Variant:
     @property
     def name(self) -> str:
         """Short stable name, e.g. `ones/I/exact/small` or `unprotected/fma/large`."""
+        suffix = f"/split{self.split}" if self.split > 1 else ""
         if self.checksum is None:
-            return f"unprotected/{self.mode}/{self.tile.name}"
-        return f"{self.checksum}/{self.level}/{self.mode}/{self.tile.name}"
+            return f"unprotected/{self.mode}/{self.tile.name}{suffix}"
+        return f"{self.checksum}/{self.level}/{self.mode}/{self.tile.name}{suffix}"
 
     def as_dict(self) -> dict[str, object]:
+        """JSON form; `split` appears only when it is not 1 (older files stay valid)."""
         t = self.tile
-        return {
+        out: dict[str, object] = {
             "checksum": self.checksum,
             "level": self.level,
             "mode": self.mode,
             "tile": {"name": t.name, "bm": t.bm, "bn": t.bn, "bk": t.bk, "tm": t.tm, "tn": t.tn},
             "words": self.words,
         }
+        if self.split > 1:
+            out["split"] = self.split
+        return out
 
 
 def make_variant(
-    checksum: str | None, level: str | None, mode: str, tile: TileConfig | str
+    checksum: str | None, level: str | None, mode: str, tile: TileConfig | str, split: int = 1
 ) -> Variant:
     """Validate the parts and build a `Variant`.
 
     Raises:
-        ValueError: unknown checksum, level, mode or tile name, or a level that does not
-            fit the checksum (a combination `X_Y` takes level "I" or "I+M").
+        ValueError: unknown checksum, level, mode or tile name, a level that does not
+            fit the checksum (a combination `X_Y` takes level "I" or "I+M"), or a split
+            outside 1..MAX_SPLIT.
         TypeError: `tile` is neither a name nor a `TileConfig`.
     """
+    if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= MAX_SPLIT:
+        raise ValueError(f"split must be an integer in 1..{MAX_SPLIT}, not {split!r}")
     if isinstance(tile, str):
         if tile not in TILES:
             raise ValueError(f"unknown tile {tile!r}; known: {', '.join(TILES)}")
@@ -183,14 +261,14 @@ def make_variant(
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     if checksum is None:
-        return Variant(None, None, mode, tile)
+        return Variant(None, None, mode, tile, split)
     if checksum in COMBINATIONS:
         if level not in ("I", COMBINED_LEVEL):
             raise ValueError(
                 f"combination {checksum!r} folds its first checksum at I and its second at M; "
                 f"level must be 'I' or 'I+M', not {level!r}"
             )
-        return Variant(checksum, COMBINED_LEVEL, mode, tile)
+        return Variant(checksum, COMBINED_LEVEL, mode, tile, split)
     if checksum not in CHECKSUMS:
         raise ValueError(
             f"unknown checksum {checksum!r}; known: {', '.join(CHECKSUMS)} "
@@ -198,11 +276,14 @@ def make_variant(
         )
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
-    return Variant(checksum, level, mode, tile)
+    return Variant(checksum, level, mode, tile, split)
 
 
-def standard_variants(mode: str = "exact", tile: TileConfig | str = "small") -> list[Variant]:
-    """The evaluated catalog: 5 checksums × 3 levels, then the seed's three combinations."""
-    out = [make_variant(c, lv, mode, tile) for c in CHECKSUMS for lv in LEVELS]
-    out += [make_variant(c, "I", mode, tile) for c in STANDARD_COMBINATIONS]
+def standard_variants(
+    mode: str = "exact", tile: TileConfig | str = "small", split: int = 1
+) -> list[Variant]:
+    """The evaluated catalog: 5 checksums × 5 levels (I, M, E, F, T), then the seed's three
+    combinations (X at I, Y at the paper's M)."""
+    out = [make_variant(c, lv, mode, tile, split) for c in CHECKSUMS for lv in LEVELS]
+    out += [make_variant(c, "I", mode, tile, split) for c in STANDARD_COMBINATIONS]
     return out

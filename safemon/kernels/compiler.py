@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +25,7 @@ __all__ = [
     "cuda_available",
     "import_cupy",
     "load_module",
+    "on_clear",
 ]
 
 #: Flags every build gets. Denormals are kept and division/sqrt are IEEE so that the NumPy
@@ -62,8 +63,17 @@ class KernelBuild:
         return out
 
 
+_cupy_module: ModuleType | None = None  # set once CuPy imported and a device answered
+
+
 def import_cupy() -> ModuleType:
-    """Import CuPy or raise `BackendUnavailableError` saying why it cannot be used."""
+    """Import CuPy or raise `BackendUnavailableError` saying why it cannot be used.
+
+    After the first success the module is returned at once (it is on every call's path).
+    """
+    global _cupy_module
+    if _cupy_module is not None:
+        return _cupy_module
     try:
         import cupy
     except Exception as exc:  # ImportError, or a CUDA library that fails to load
@@ -78,6 +88,7 @@ def import_cupy() -> ModuleType:
     if count < 1:
         raise BackendUnavailableError("CuPy is installed but no CUDA device is present")
     module: ModuleType = cupy
+    _cupy_module = module
     return module
 
 
@@ -134,8 +145,18 @@ def load_module(build: KernelBuild) -> Any:
         return mod
 
 
+_clear_hooks: list[Callable[[], None]] = []
+
+
+def on_clear(hook: Callable[[], None]) -> None:
+    """Call `hook` from `clear_cache` (modules that cache functions of loaded modules)."""
+    _clear_hooks.append(hook)
+
+
 def clear_cache() -> None:
     """Forget every compiled module (test-only: forces the next `load_module` to recompile)."""
     with _lock:
         _modules.clear()
         _compiling.clear()
+    for hook in _clear_hooks:
+        hook()

@@ -2,10 +2,14 @@
 
 Kernels are compiled once per (device, variant) through `compiler.load_module` and launched on
 CuPy's current stream, so a channel in stream mode only needs `with stream:` around the call.
+A variant whose K is split (`Variant.slices(k) > 1`) launches the kernel over a (gx, gy, S)
+grid into S partial products and then `splitk.cu`'s reduction, both on that stream.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +23,29 @@ from safemon.kernels.catalog import (
     Variant,
     make_variant,
 )
-from safemon.kernels.compiler import KernelBuild, import_cupy, load_module
+from safemon.kernels.compiler import KernelBuild, import_cupy, load_module, on_clear
 
-__all__ = ["SIG_CODES", "all_finite", "build_for", "finite_build", "gpu_matmul", "nvcc_builds"]
+__all__ = [
+    "SIG_CODES",
+    "all_finite",
+    "build_for",
+    "finite_build",
+    "gpu_matmul",
+    "gpu_matmul_recording_sm",
+    "launch_finite",
+    "launch_inputs_finite",
+    "nvcc_builds",
+    "splitk_build",
+]
 
 CUDA_DIR = Path(__file__).parent / "cuda"
 MMM_SOURCE = CUDA_DIR / "mmm.cu"
 FINITE_SOURCE = CUDA_DIR / "finite.cu"
+SPLITK_SOURCE = CUDA_DIR / "splitk.cu"
+#: Threads per block of the split-K reduction and of the finite check.
+AUX_THREADS = 256
+#: Grid cap of those grid-stride kernels (blocks); enough to fill an H100 several times.
+AUX_MAX_BLOCKS = 1024
 KERNEL_NAME = "safemon_mmm"
 #: Checksum name → the SIG_* code of signature.cuh.
 SIG_CODES: dict[str | None, int] = {
@@ -33,8 +53,21 @@ SIG_CODES: dict[str | None, int] = {
 }
 
 
-def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
-    """The compilation of `variant` (the injection build when `inject`)."""
+def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> KernelBuild:
+    """The compilation of `variant` (the injection build when `inject`; the self-test build,
+    which records each block's SM, when `record_sm`).
+
+    The split factor is not part of the build (the kernel reads it from gridDim.z).
+
+    Raises:
+        ValueError: `inject` with a split variant: the injection build uses blockIdx.z to
+            select the injection and always walks the whole of K (split 1).
+    """
+    if inject and variant.split != 1:
+        raise ValueError(
+            f"{variant.name}: the fault-injection build runs split 1 only (blockIdx.z selects "
+            "the injection); campaign the split-1 variant"
+        )
     t = variant.tile
     levels = {level: kind for kind, level in variant.parts}
     defines: dict[str, object] = {
@@ -43,26 +76,112 @@ def build_for(variant: Variant, *, inject: bool = False) -> KernelBuild:
         "SIG_I": SIG_CODES[levels.get("I")],
         "SIG_M": SIG_CODES[levels.get("M")],
         "SIG_E": SIG_CODES[levels.get("E")],
+        "SIG_F": SIG_CODES[levels.get("F")],
+        "SIG_T": SIG_CODES[levels.get("T")],
         "SAFEMON_INJECT": int(inject),
     }
+    if record_sm:  # only then, so production builds keep their exact cache keys and code
+        defines["SAFEMON_RECORD_SM"] = 1
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
     return KernelBuild.make(MMM_SOURCE, defines, (fmad,))
 
 
-def kernel_for(variant: Variant, *, inject: bool = False) -> Any:
+_functions: dict[tuple[Any, ...], Any] = {}
+_functions_lock = threading.Lock()
+
+
+def _clear_functions() -> None:
+    with _functions_lock:
+        _functions.clear()
+
+
+on_clear(_clear_functions)
+
+
+def _function(key: tuple[Any, ...], build: Callable[[], KernelBuild], name: str) -> Any:
+    """The kernel `name` of `build()` on the current device, looked up by the cheap `key`.
+
+    Building and hashing a `KernelBuild` costs tens of microseconds of Python, paid on every
+    call before this cache existed; the key here is a variant or a constant.
+    """
+    cp = import_cupy()
+    full = (cp.cuda.runtime.getDevice(), *key)
+    fn = _functions.get(full)
+    if fn is None:
+        fn = load_module(build()).get_function(name)
+        with _functions_lock:
+            _functions[full] = fn
+    return fn
+
+
+def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> Any:
     """The compiled `cupy.RawKernel` of `variant` on the current device."""
-    return load_module(build_for(variant, inject=inject)).get_function(KERNEL_NAME)
+    if inject and variant.split != 1:
+        build_for(variant, inject=True)  # raises: the injection build runs split 1 only
+    return _function(
+        ("mmm", variant, inject, record_sm),
+        lambda: build_for(variant, inject=inject, record_sm=record_sm),
+        KERNEL_NAME,
+    )
 
 
-def gpu_matmul(a: Any, b: Any, variant: Variant) -> tuple[Any, Any]:
-    """Run the kernel of `variant` on the current CuPy stream.
+def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[Any, Any]:
+    """Run the kernel of `variant` on the current CuPy stream (no host synchronisation).
 
     Args:
         a: (M, K) float32 C-contiguous, NumPy (uploaded) or CuPy.
         b: (K, N) float32 C-contiguous, NumPy (uploaded) or CuPy.
+        status: None, or the 4-word uint32 CuPy status block of `safemon.kernels.checked`,
+            written by checks queued earlier on this stream; when any word is nonzero the
+            kernel stores poison instead of computing (mmm.cu).
     Returns:
-        (c, es) as CuPy arrays on the current device: (M, N) float32 and (threads, words) uint32.
+        (c, es) as CuPy arrays on the current device: (M, N) float32 and
+        (variant.es_threads(M, N, K), words) uint32.
     """
+    cp = import_cupy()
+    a_d = cp.asarray(a)
+    b_d = cp.asarray(b)
+    m, k = a_d.shape
+    n = b_d.shape[1]
+    t = variant.tile
+    gx, gy = t.grid(m, n)
+    slices = variant.slices(k)
+    c = cp.empty((m, n), dtype=cp.float32)
+    es = cp.empty((gx * gy * t.threads * slices, variant.words), dtype=cp.uint32)
+    out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
+    status_arg = np.uintp(0) if status is None else status
+    kernel = kernel_for(variant)
+    kernel((gx, gy, slices), (t.threads, 1, 1),
+           (a_d, b_d, out, es, np.int32(m), np.int32(n), np.int32(k), status_arg))
+    if slices > 1:
+        reduce_slices(out, c)
+    return c, es
+
+
+def splitk_build() -> KernelBuild:
+    """The compilation of splitk.cu (one build for every shape and split)."""
+    return KernelBuild.make(SPLITK_SOURCE)
+
+
+def reduce_slices(partials: Any, c: Any) -> None:
+    """c = the sum of the (S, M, N) `partials` in slice order (splitk.cu), on the current stream."""
+    s = int(partials.shape[0])
+    mn = int(c.size)
+    units = mn // 4 if mn % 4 == 0 else mn
+    blocks = max(1, min(AUX_MAX_BLOCKS, (units + AUX_THREADS - 1) // AUX_THREADS))
+    kernel = _function(("splitk",), splitk_build, "safemon_splitk_reduce")
+    kernel((blocks, 1, 1), (AUX_THREADS, 1, 1), (partials, c, np.int64(mn), np.int32(s)))
+
+
+def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any, Any]:
+    """`gpu_matmul` through the self-test build: also returns, per block, the SM that ran it.
+
+    Returns:
+        (c, es, sm) as CuPy arrays; sm is (blocks,) uint32 with blocks = gx·gy, indexed by
+        the linear block id `by·gx + bx` (docs/SIGNATURES.md), each the block's `%smid`.
+    """
+    if variant.split != 1:
+        raise ValueError(f"{variant.name}: the self-test build runs split 1 only")
     cp = import_cupy()
     a_d = cp.asarray(a)
     b_d = cp.asarray(b)
@@ -72,9 +191,11 @@ def gpu_matmul(a: Any, b: Any, variant: Variant) -> tuple[Any, Any]:
     gx, gy = t.grid(m, n)
     c = cp.empty((m, n), dtype=cp.float32)
     es = cp.empty((gx * gy * t.threads, variant.words), dtype=cp.uint32)
-    kernel = kernel_for(variant)
-    kernel((gx, gy, 1), (t.threads, 1, 1), (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k)))
-    return c, es
+    sm = cp.empty(gx * gy, dtype=cp.uint32)
+    kernel = kernel_for(variant, record_sm=True)
+    kernel((gx, gy, 1), (t.threads, 1, 1),
+           (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0), sm))
+    return c, es, sm
 
 
 def finite_build() -> KernelBuild:
@@ -90,13 +211,33 @@ def all_finite(x: Any) -> bool:
     cp = import_cupy()
     if x.size == 0:
         return True
-    words = x.view(cp.uint32).ravel()
     flag = cp.zeros(1, dtype=cp.uint32)
-    threads = 256
-    blocks = int(min(1024, (words.size + threads - 1) // threads))
-    kernel = load_module(finite_build()).get_function("safemon_any_nonfinite")
-    kernel((blocks, 1, 1), (threads, 1, 1), (words, np.uint64(words.size), flag))
+    launch_finite(x, flag)
     return int(flag.get()[0]) == 0
+
+
+def launch_finite(x: Any, flag: Any) -> None:
+    """Queue finite.cu over `x` on the current stream: sets the uint32 `flag` (a CuPy array
+    of one element, zeroed by the caller) to 1 when `x` holds NaN or infinity. No waiting."""
+    if x.size == 0:
+        return
+    blocks = int(min(AUX_MAX_BLOCKS, (x.size + AUX_THREADS - 1) // AUX_THREADS))
+    kernel = _function(("finite",), finite_build, "safemon_any_nonfinite")
+    kernel((blocks, 1, 1), (AUX_THREADS, 1, 1), (x, np.uint64(x.size), flag))
+
+
+def launch_inputs_finite(a: Any, b: Any, status_ptr: int, *, check_a: bool, check_b: bool) -> None:
+    """Queue one finite.cu launch over A and B (float32, C-contiguous CuPy arrays): word 0 of
+    the status block at `status_ptr` becomes 1 when A holds NaN or infinity, word 1 when B
+    does. An operand not to check counts as empty. No waiting."""
+    na = int(a.size) if check_a else 0
+    nb = int(b.size) if check_b else 0
+    if na + nb == 0:
+        return
+    blocks = int(min(AUX_MAX_BLOCKS, (na + nb + AUX_THREADS - 1) // AUX_THREADS))
+    kernel = _function(("finite2",), finite_build, "safemon_inputs_nonfinite")
+    kernel((blocks, 1, 1), (AUX_THREADS, 1, 1),
+           (a, np.uint64(na), b, np.uint64(nb), np.uintp(status_ptr)))
 
 
 def nvcc_builds() -> list[KernelBuild]:
@@ -115,5 +256,7 @@ def nvcc_builds() -> list[KernelBuild]:
         builds.append(build_for(make_variant(None, None, ("fma", "exact")[i % 2], tile)))
     builds.append(build_for(make_variant("ones_crc32c", "I", "exact", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
+    builds.append(build_for(make_variant("ones", "I", "exact", "small"), record_sm=True))
     builds.append(finite_build())
+    builds.append(splitk_build())
     return builds

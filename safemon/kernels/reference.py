@@ -11,17 +11,23 @@ Arithmetic: ``exact`` rounds the product and the sum separately in float32 (the 
 ``__fmul_rn``/``__fadd_rn``); ``fma`` emulates one single-rounding fused multiply-add per MAC in
 float64 (exact product, TwoSum, round-to-odd, then round to float32). NaN results are stored
 as the GPU's canonical NaN, 0x7FFFFFFF.
+
+Split-K (`Variant.slices(K) > 1`): each K-slice is an independent product of A's columns and
+B's rows in that slice (`catalog.slice_bounds`), with its own threads and ES rows; the slices'
+partial products are then summed in slice order by `reduce_slices`, as splitk.cu does.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import numpy.typing as npt
 
-from safemon.kernels.catalog import Variant
+from safemon.kernels.catalog import Variant, slice_bounds
 from safemon.kernels.signatures import StreamAccumulator, accumulator
 
-__all__ = ["CANONICAL_NAN_BITS", "fma_float32", "reference_matmul"]
+__all__ = ["CANONICAL_NAN_BITS", "fma_float32", "reduce_slices", "reference_matmul"]
 
 CANONICAL_NAN_BITS = np.uint32(0x7FFFFFFF)
 
@@ -62,28 +68,41 @@ def fma_float32(a: F32, b: F32, c: F32) -> F32:
 
 
 class _Part:
-    """One (checksum, level) part of a variant: its accumulator, stream shape and partials."""
+    """One (checksum, level) part of a variant: its accumulator, stream shape and partials.
+
+    Word positions within one step of a thread's stream follow docs/SIGNATURES.md ("Fold
+    order"): a step is one padded k step, except for level T, whose step is one k-tile.
+    """
 
     def __init__(self, kind: str, level: str, variant: Variant, mp: int, np_: int, kp: int) -> None:
         t = variant.tile
         self.acc: StreamAccumulator = accumulator(kind)
         self.level = level
         tm, tn = t.tm, t.tn
-        # Offsets of each word within one step of a thread's stream (see docs/SIGNATURES.md).
-        if level == "I":
-            self.stride, self.steps = 3 * tm * tn, kp
-            self.a_offsets = [[(i * tn + j) * 3 for j in range(tn)] for i in range(tm)]
-            self.b_offsets = [[(i * tn + j) * 3 + 1 for i in range(tm)] for j in range(tn)]
-            self.c_offsets = [[[(i * tn + j) * 3 + 2] for j in range(tn)] for i in range(tm)]
-        elif level == "M":
-            self.stride, self.steps = tm + tn, kp
+        last = tm - 1
+        # a_offsets[i] / b_offsets[j]: where a[i] / b[j] sit in a step; c_offsets[(i, j)]: acc[i][j].
+        self.a_offsets: list[list[int]] = []
+        self.b_offsets: list[list[int]] = []
+        self.c_offsets: dict[tuple[int, int], list[int]] = {}
+        self.steps = kp
+        if level == "I":  # Algorithm 1 order: middle loop over j, inner over i; a, b, acc per MAC
+            self.stride = 3 * tm * tn
+            self.a_offsets = [[(j * tm + i) * 3 for j in range(tn)] for i in range(tm)]
+            self.b_offsets = [[(j * tm + i) * 3 + 1 for i in range(tm)] for j in range(tn)]
+            self.c_offsets = {(i, j): [(j * tm + i) * 3 + 2] for i in range(tm) for j in range(tn)}
+        elif level == "M":  # end of each middle step j: the accumulator its inner loop wrote last
+            self.stride = tn
+            self.c_offsets = {(last, j): [j] for j in range(tn)}
+        elif level == "E":  # end of each outer step k: the accumulator of the step's last MAC
+            self.stride = 1
+            self.c_offsets = {(last, tn - 1): [0]}
+        elif level == "F":  # every k step, before the MACs: the operand fragments a, then b
+            self.stride = tm + tn
             self.a_offsets = [[i] for i in range(tm)]
             self.b_offsets = [[tm + j] for j in range(tn)]
-            self.c_offsets = []
-        else:  # E
+        else:  # T: end of each k-tile, every accumulator of the thread tile, row-major
             self.stride, self.steps = tm * tn, kp // t.bk
-            self.a_offsets, self.b_offsets = [], []
-            self.c_offsets = [[[i * tn + j] for j in range(tn)] for i in range(tm)]
+            self.c_offsets = {(i, j): [i * tn + j] for i in range(tm) for j in range(tn)}
         self.state_a = self.acc.start((mp,)) if self.a_offsets else None
         self.state_b = self.acc.start((np_,)) if self.b_offsets else None
         self.state_c = self.acc.start((mp, np_)) if self.c_offsets else None
@@ -106,11 +125,10 @@ class _Part:
                 total = acc.merge(total, contrib[None, :, None, :])
         if self.state_c is not None:
             sc = self.state_c.reshape(-1, gy, ty_n, t.tm, gx, tx_n, t.tn)
-            for i in range(t.tm):
-                for j in range(t.tn):
-                    sub = sc[:, :, :, i, :, :, j].transpose(0, 1, 3, 2, 4)
-                    contrib = acc.contribution(sub, self.c_offsets[i][j], self.stride, self.steps)
-                    total = acc.merge(total, contrib)
+            for (i, j), offs in self.c_offsets.items():
+                sub = sc[:, :, :, i, :, :, j].transpose(0, 1, 3, 2, 4)
+                contrib = acc.contribution(sub, offs, self.stride, self.steps)
+                total = acc.merge(total, contrib)
         threads = gx * gy * ty_n * tx_n
         return acc.finalize(total.reshape(threads, -1), self.stride * self.steps)
 
@@ -125,8 +143,34 @@ def reference_matmul(a: F32, b: F32, variant: Variant) -> tuple[F32, U32]:
 
     Returns:
         (c, es): c is (M, N) float32; es is (threads, variant.words) uint32 with
-        threads = variant.tile.total_threads(M, N).
+        threads = variant.es_threads(M, N, K) (slice z's threads after slice z−1's).
     """
+    slices = variant.slices(a.shape[1])
+    if slices == 1:
+        return _whole(a, b, variant)
+    whole_k = dataclasses.replace(variant, split=1)
+    parts = [_whole(a[:, lo:hi], b[lo:hi, :], whole_k)
+             for lo, hi in slice_bounds(a.shape[1], variant.tile.bk, slices)]
+    c = reduce_slices(np.stack([p[0] for p in parts]))
+    return c, np.ascontiguousarray(np.concatenate([p[1] for p in parts], axis=0))
+
+
+def reduce_slices(partials: F32) -> F32:
+    """Sum (S, M, N) float32 partial products in slice order, as splitk.cu does.
+
+    `((P[0] + P[1]) + P[2]) + …`: one float32 round-to-nearest-even add per slice; a NaN
+    result is stored as the canonical 0x7FFFFFFF.
+    """
+    c: F32 = partials[0].copy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        for z in range(1, partials.shape[0]):
+            np.add(c, partials[z], out=c)
+    c.view(np.uint32)[np.isnan(c)] = CANONICAL_NAN_BITS
+    return c
+
+
+def _whole(a: F32, b: F32, variant: Variant) -> tuple[F32, U32]:
+    """One product over the whole of the given K (no split)."""
     c, es = _run(a, b, variant, canonical_nan=False)
     if np.isnan(c).any():
         # NaN only arises from inf − inf and then propagates, so a NaN-free result never saw one;
@@ -162,7 +206,7 @@ def _run(a: F32, b: F32, variant: Variant, *, canonical_nan: bool) -> tuple[F32,
                 acc_bits[np.isnan(acc)] = CANONICAL_NAN_BITS
             end_of_tile = (kk + 1) % t.bk == 0
             for part in parts:
-                if part.level == "E":
+                if part.level == "T":
                     if end_of_tile and part.state_c is not None:
                         part.acc.step(part.state_c, acc_bits, kk // t.bk, part.stride)
                     continue

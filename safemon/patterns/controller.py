@@ -12,7 +12,7 @@ Events in (frozen dataclasses):
 
 - `Fault(channel, kind, detected_at, now, occurred_at=None, detail="")`: a fault found by
   the voter, the scheduler or the supervisor. `channel=None` means it could not be pinned
-  on one channel (e.g. a 2oo2/1oo2D mismatch: both suspect).
+  on one channel (e.g. a 2oo2/1oo2D mismatch: both suspect; any 1oo3D mismatch).
 - `ChannelStarted(channel, now)`: the channel's process (or stream) is up and can run a
   self-test.
 - `SelfTestResult(channel, passed, now)`: a self-test finished. A pass is the rejoin gate;
@@ -35,7 +35,7 @@ Instructions out (frozen dataclasses), in the order the shell must carry them ou
 - `RunHook(event_type, payload)`: run the configured hook command (when `hook` is on);
   only for mode changes, which is what an operator must hear about at once.
 - `RecordReaction(kind, fdti_seconds, frti_seconds)`: one per fault that led to a reaction
-  (quarantine/restart, isolation, SAFE; or a 1oo2D mismatch when its diagnosis isolates a
+  (quarantine/restart, isolation, SAFE; or a 1oo2D/1oo3D mismatch when its diagnosis isolates a
   channel or goes SAFE). FDTI = detected_at - occurred_at (None when the occurrence time is
   unknown); FRTI = `now` of the handling - detected_at. The shell exports FRTI as
   `safemon_fault_reaction_seconds`.
@@ -49,34 +49,40 @@ ISOLATED: then, and after every later change, it is the UP channels under the ef
 policy of the table below; NORMAL iff that is the configured policy with every channel,
 else DEGRADED. If too few channels are UP for any policy, the system goes SAFE.
 
-| configured | 3 UP | 2 UP            | 1 UP                                        |
-|------------|------|-----------------|---------------------------------------------|
-| 1oo1D      | —    | —               | 1oo1D                                       |
-| 2oo2       | —    | 2oo2            | SAFE                                        |
-| 1oo2D      | —    | 1oo2D           | 1oo1D (DEGRADED)                            |
-| 2oo3       | 2oo3 | degraded_policy | 1oo1D if degraded_policy is 1oo2D, else SAFE |
+| configured | 3 UP  | 2 UP            | 1 UP                                         |
+|------------|-------|-----------------|----------------------------------------------|
+| 1oo1D      | —     | —               | 1oo1D                                        |
+| 2oo2       | —     | 2oo2            | SAFE                                         |
+| 1oo2D      | —     | 1oo2D           | 1oo1D (DEGRADED)                             |
+| 2oo3       | 2oo3  | degraded_policy | 1oo1D if degraded_policy is 1oo2D, else SAFE |
+| 1oo3D      | 1oo3D | 1oo2D           | 1oo1D                                        |
 
 Fault rules (by the policy in effect when the fault arrives)
 ------------------------------------------------------------
 - In SAFE every event except `Reset` is absorbed: nothing changes.
 - A fault of a channel that is already out of the vote and being dealt with (QUARANTINED,
   RESTARTING, ISOLATED) is absorbed (the second report of one failure changes nothing).
-- `channel=None`: a disagreement under an effective 1oo2D starts a diagnosis (below);
-  anything else cannot be localised and goes SAFE (with three voting channels an
-  unresolved disagreement means no majority exists).
+- `channel=None`: a disagreement under an effective 1oo2D or 1oo3D starts a diagnosis
+  (below); anything else cannot be localised and goes SAFE (under 2oo3 an unresolved
+  disagreement means no majority exists).
 - A voting channel's fault (any kind, crash and heartbeat_lost included):
   1oo1D, 2oo2 → SAFE (no redundancy left to continue safely);
   1oo2D → isolate it, survivor runs 1oo1D (DEGRADED);
+  1oo3D → isolate it, the other two run 1oo2D (DEGRADED), whose rules apply from then on;
   2oo3 → quarantine it and restart it with backoff; the other two vote under
   degraded_policy (DEGRADED); it rejoins after a passed self-test, NORMAL when all three
   are UP again. A second fault while DEGRADED follows the degraded policy's rule.
 - A fault of a STARTING channel (not voting yet, or rejoining) follows the configured
-  policy's recovery: 2oo3 → restart (same budget), 1oo2D → isolate, 2oo2/1oo1D → SAFE.
-- 1oo2D diagnosis: both voting channels get `RequestSelfTest` and keep voting meanwhile
-  (1oo2D releases only on agreement, so two suspects cannot release a wrong result alone).
-  A failing self-test isolates that channel (→ 1oo1D on the other); if the survivor then
-  fails too, 1oo1D goes SAFE; if both pass, nothing changes and `unexplained_mismatches`
-  counts it (Notify "mismatch_unexplained").
+  policy's recovery: 2oo3 → restart (same budget), 1oo2D and 1oo3D → isolate,
+  2oo2/1oo1D → SAFE.
+- 1oo2D / 1oo3D diagnosis: every voting channel gets `RequestSelfTest` and keeps voting
+  meanwhile (both policies release only when every voting channel agrees, so suspects
+  cannot release a wrong result while one healthy channel votes). A failing self-test
+  isolates that channel (1oo3D → 1oo2D on the other two, 1oo2D → 1oo1D on the other); a
+  second failure follows the rule of the policy then in effect, down to SAFE when 1oo1D
+  fails. Under 1oo3D the two channels that agreed are not trusted over the one that
+  differed: two faulty channels can agree. If every self-test passes, nothing changes and
+  `unexplained_mismatches` counts it (Notify "mismatch_unexplained").
 - Restart budget: at most `max_restarts` restarts of one channel within `restart_window`
   seconds. One more is not attempted: the channel is ISOLATED instead, because it has
   shown a persistent fault and the remaining channels still vote under the degraded
@@ -164,6 +170,9 @@ class FaultKind(StrEnum):
 
 
 _DISAGREEMENTS = frozenset({FaultKind.DISAGREEMENT_MINORITY, FaultKind.DISAGREEMENT_UNRESOLVED})
+#: Policies whose mismatches are localised by self-tests, and whose faulty channels are
+#: isolated (not restarted): the survivors vote under the next policy down.
+_DIAGNOSED = frozenset({Policy.ONE_OO_TWO_D, Policy.ONE_OO_THREE_D})
 
 
 def _is_seconds(value: object) -> bool:
@@ -292,6 +301,12 @@ def effective_policy(config: ControllerConfig, n_up: int) -> Policy | None:
         case Policy.TWO_OO_THREE, 2:
             return config.degraded_policy
         case Policy.TWO_OO_THREE, 1 if config.degraded_policy is Policy.ONE_OO_TWO_D:
+            return Policy.ONE_OO_ONE_D
+        case Policy.ONE_OO_THREE_D, 3:
+            return Policy.ONE_OO_THREE_D
+        case Policy.ONE_OO_THREE_D, 2:
+            return Policy.ONE_OO_TWO_D
+        case Policy.ONE_OO_THREE_D, 1:
             return Policy.ONE_OO_ONE_D
     return None
 
@@ -440,7 +455,7 @@ ControllerInstruction: TypeAlias = (
 
 @dataclass
 class _Diagnosis:
-    """A 1oo2D mismatch whose self-tests are outstanding."""
+    """A 1oo2D or 1oo3D mismatch whose self-tests are outstanding."""
 
     fault: Fault
     waiting: set[str] = field(default_factory=set)
@@ -686,7 +701,7 @@ class SafeStateController:
         c, now, policy = f.channel, f.now, self._policy
         what = f"{f.kind.value}" + (f" on {c}" if c else "")
         if c is None:
-            if self._formed and policy is Policy.ONE_OO_TWO_D and f.kind in _DISAGREEMENTS:
+            if self._formed and policy in _DIAGNOSED and f.kind in _DISAGREEMENTS:
                 self._diagnose(f, out)
             else:
                 self._enter_safe(
@@ -704,8 +719,8 @@ class SafeStateController:
                 out, f"{what} under {rule.value}: no redundancy left to continue safely"
             )
         else:
-            if rule is Policy.ONE_OO_TWO_D:
-                done = self._isolate(out, c, f"{what} under 1oo2D")
+            if rule in _DIAGNOSED:
+                done = self._isolate(out, c, f"{what} under {rule.value}")
             else:
                 done = self._restart(out, c, f"{what} under 2oo3", now)
             if done:

@@ -77,6 +77,7 @@ __all__ = [
     "load_patterns",
     "make_pattern",
     "pattern_id",
+    "pattern_shapes",
     "verify_patterns",
 ]
 
@@ -627,11 +628,15 @@ def _open_store(directory: Path) -> list[_Entry]:
     return entries
 
 
-def load_patterns(config: Config) -> list[GoldenPattern]:
+def load_patterns(config: Config, *, sm_count: int | None = None) -> list[GoldenPattern]:
     """Every golden pattern the deployment's self-tests need.
 
-    For each shape in `config.patterns.dims`, each distinct channel variant (resolved for that
-    shape) and each family in `FAMILIES`, one `GoldenPattern`, in that order. They come from
+    For each shape, each distinct channel variant (resolved for that shape) and each family in
+    `FAMILIES`, one `GoldenPattern`, in that order. The shapes are `config.patterns.dims`;
+    when the device covering is on (`config.patterns.covers(sm_count)`: on a GPU by default)
+    the device-covering shape `sm_coverage.cover_dims(sm_count, tile)` comes first and the
+    configured dims are kept only where the config names them explicitly, so every default
+    self-test on a GPU puts ≥ 2 blocks on every SM. They come from
     the store `config.patterns.dir` (or the built-in store when it is None); a pattern the
     store does not hold is generated in memory with the NumPy reference.
 
@@ -648,7 +653,7 @@ def load_patterns(config: Config) -> list[GoldenPattern]:
     index = {(e.id, e.variant): e for e in entries}
     channels = config.channels or []
     out: list[GoldenPattern] = []
-    for dims in config.patterns.shapes():
+    for dims in pattern_shapes(config, sm_count):
         for variant in _variants_for(dims, [ch.variant for ch in channels]):
             for fam in FAMILIES:
                 entry = index.get((pattern_id(fam, dims), variant))
@@ -657,6 +662,27 @@ def load_patterns(config: Config) -> list[GoldenPattern]:
                 else:
                     out.append(_load_file(directory / entry.file, entry))
     return out
+
+
+def pattern_shapes(config: Config, sm_count: int | None = None) -> list[tuple[int, int, int]]:
+    """The (M, N, K) shapes the self-tests run (`load_patterns`): the device-covering shape of
+    each channel variant first when covering is on for `sm_count`, then the configured dims."""
+    if sm_count is None or not config.patterns.covers(sm_count):
+        return config.patterns.shapes()
+    from safemon.patterns.sm_coverage import cover_dims
+
+    shapes: list[tuple[int, int, int]] = []
+    for ch in config.channels or []:
+        # The cover shape is sized for the tile the variant picks at that shape; "auto" picks
+        # by output size, so size with the tile of a large output and resolve again.
+        tile = ch.variant.to_variant(1024, 1024).tile
+        d = cover_dims(sm_count, tile)
+        d = cover_dims(sm_count, ch.variant.to_variant(d.m, d.n).tile)
+        if (d.m, d.n, d.k) not in shapes:
+            shapes.append((d.m, d.n, d.k))
+    if "dims" in config.patterns.model_fields_set:
+        shapes += [s for s in config.patterns.shapes() if s not in shapes]
+    return shapes
 
 
 def verify_patterns(directory: str | Path) -> list[str]:

@@ -18,7 +18,9 @@ Events in (frozen dataclasses):
   stale (their results are ignored, no overrun is reported for them). Leaving an unknown
   channel does nothing. A restarted channel process should leave and join again, so that
   results of the old process can never count for the new one.
-- `SelfTestDone(channel, test_id, passed, now)`: a self-test finished.
+- `SelfTestDone(channel, test_id, passed, now, sms=(), sm_count=None, failing_sms=())`: a
+  self-test finished; a self-test build that records `%smid` also reports the SMs that ran
+  its blocks, the device's SM count and, on a failure, the SMs of the failing blocks.
 - `ScrubDone(channel, corrected, uncorrectable, now)`: an ECC scrub of the channel's
   resident weights finished; counts are numbers of words (int >= 0).
 - `RunNow(channel, now)`: start a self-test now (1oo2D mismatch, rejoin gate). It counts as a
@@ -30,8 +32,12 @@ Instructions out (frozen dataclasses), in the order they happen:
   `test_id` is unique for the scheduler's life; `deadline` is absolute (seconds, same clock).
 - `StartScrub(channel, deadline)`: enqueue an ECC scrub.
 - `SelfTestPassed(channel, test_id, latency)`: latency = completion `now` - start, seconds.
-- `SelfTestFailed(channel, test_id, detected_at)`: the result did not match the golden
-  pattern: a fault, detected at `detected_at`.
+- `SelfTestFailed(channel, test_id, detected_at, failing_sms)`: the result did not match the
+  golden pattern: a fault, detected at `detected_at`, on the SMs named (empty if unknown).
+
+SM coverage (`sm_coverage(channel)`): the share of the channel's SMs that ran a block of a
+*passed* self-test within the last DTI (`safemon.patterns.sm_coverage.SmCoverage`); None
+until the channel reports an SM count.
 - `DtiOverrun(channel, test_id, deadline)`: the test had not completed before `deadline`: a
   fault. Reported exactly once per test; a completion that arrives later is stale.
 - `ScrubFindings(channel, corrected, uncorrectable)`: only when either count is nonzero.
@@ -71,6 +77,7 @@ from enum import StrEnum
 from typing import TypeAlias
 
 from safemon.errors import ConfigError, InvalidInputError
+from safemon.patterns.sm_coverage import SmCoverage
 
 __all__ = [
     "ChannelJoined",
@@ -274,6 +281,9 @@ class SelfTestDone:
     test_id: int
     passed: bool
     now: float
+    sms: tuple[int, ...] = ()
+    sm_count: int | None = None
+    failing_sms: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -334,6 +344,7 @@ class SelfTestFailed:
     channel: str
     test_id: int
     detected_at: float
+    failing_sms: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -401,6 +412,15 @@ class _Channel:
     last_selftest_start: float | None = None
     rotation: int = 0
     pending: dict[int, _Pending] = field(default_factory=dict)
+    coverage: SmCoverage | None = None
+
+
+def _record_sms(ch: _Channel, event: SelfTestDone, *, passed: bool = True) -> None:
+    """Only a passed self-test covers its SMs; any result may tell the device's SM count."""
+    if event.sm_count is not None and (ch.coverage is None or ch.coverage.sm_count != event.sm_count):
+        ch.coverage = SmCoverage(event.sm_count)
+    if passed and ch.coverage is not None and event.sms:
+        ch.coverage.record(event.sms, event.now)
 
 
 class Scheduler:
@@ -446,6 +466,14 @@ class Scheduler:
         """When `channel`'s latest self-test started, None if none yet or unknown."""
         ch = self._channels.get(channel)
         return ch.last_selftest_start if ch else None
+
+    def sm_coverage(self, channel: str) -> float | None:
+        """Share (0..1) of `channel`'s SMs covered by passed self-tests in the last DTI; None
+        for an unknown channel or one that never reported its SM count."""
+        ch = self._channels.get(channel)
+        if ch is None or ch.coverage is None or self._now is None:
+            return None
+        return ch.coverage.ratio(self._now, self._config.dti)
 
     def selftest_due(self, channel: str) -> float:
         """When `channel`'s next periodic self-test is due. Raises KeyError if unknown."""
@@ -496,14 +524,16 @@ class Scheduler:
             case SelfTestDone(channel=c, test_id=tid, passed=passed, now=now):
                 ch = self._channels.get(c)
                 pend = ch.pending.pop(tid, None) if ch else None
-                if pend is None:
+                if ch is None or pend is None:
                     # Unknown id, another channel's id, or already settled (overrun at the
                     # advance above, or a duplicate): a result that proves nothing now.
                     self.stale_results += 1
                 elif passed:
+                    _record_sms(ch, event)
                     out.append(SelfTestPassed(c, tid, now - pend.started))
                 else:
-                    out.append(SelfTestFailed(c, tid, now))
+                    _record_sms(ch, event, passed=False)
+                    out.append(SelfTestFailed(c, tid, now, event.failing_sms))
             case ScrubDone(channel=c, corrected=corr, uncorrectable=unc):
                 ch = self._channels.get(c)
                 if ch is None:
@@ -541,6 +571,13 @@ class Scheduler:
                     raise InvalidInputError(f"test_id must be an int, got {tid!r}")
                 if not isinstance(passed, bool):
                     raise InvalidInputError(f"passed must be a bool, got {passed!r}")
+                n_sm = event.sm_count
+                if n_sm is not None and (isinstance(n_sm, bool) or not isinstance(n_sm, int) or n_sm < 1):
+                    raise InvalidInputError(f"sm_count must be an int >= 1, got {n_sm!r}")
+                limit = n_sm if n_sm is not None else 1 << 30
+                if any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < limit
+                       for s in (*event.sms, *event.failing_sms)):
+                    raise InvalidInputError(f"SM ids must be ints in 0..{limit - 1}")
             case ScrubDone(channel=c, corrected=corr, uncorrectable=unc):
                 _check_channel(c)
                 for name, n in (("corrected", corr), ("uncorrectable", unc)):

@@ -45,8 +45,8 @@ comes before the findings it causes:
   one variant, differ in ES): then `majority=(B,)` and `minority=(A, C)`.
 - `DeadlineMiss(req_id, channel)`: a voting channel had sent no result by the deadline.
 - `ChannelFailed(req_id, channel, reason)`: a channel reported `ok=False`.
-- `RequestSelfTest(channels)`: 1oo2D mismatch; self-test these channels now; the controller
-  isolates the one that fails.
+- `RequestSelfTest(channels)`: 1oo2D or 1oo3D mismatch; self-test these channels (every
+  voter with an ok result) now; the controller isolates each one that fails.
 
 Exactly one `Release` or `Fail` per request, ever. A request is *answered* as soon as the
 outcome is certain (2oo3 releases as soon as two results agree; any policy fails as soon as
@@ -64,6 +64,7 @@ Policies (a result "agrees" with another per `agree`):
 | 2oo2   | both agree                        | Disagreement (the controller goes SAFE)  |
 | 1oo2D  | both agree                        | Disagreement + RequestSelfTest(both)     |
 | 2oo3   | any two agree (released at once)  | Disagreement naming the minority         |
+| 1oo3D  | all three agree                   | Disagreement + RequestSelfTest(all ok)   |
 
 A 1oo2D request whose other channel reported ok=False is *not* released on the survivor's
 word: the table releases only on agreement. The `ChannelFailed` finding lets the
@@ -72,9 +73,19 @@ A 1oo2D mismatch is answered at once with `disagreement` instead of being held f
 self-tests: a self-test takes a channel's own input queue slot and often longer than the
 remaining deadline, and the answer must not depend on timing.
 
+1oo3D is the HFT 2 policy (`safemon.hft`): three channels, released only when all three
+agree, so two faulty channels that return the same wrong result are still outvoted by the
+third. Its `Disagreement` describes the split like 2oo3's, but the two that agree are not
+trusted over the one that differs (they may be the two faulty ones): the findings ask for
+a self-test of every channel with an ok result, and the controller isolates what fails.
+The name follows IEC 61508's MooN(D): one healthy channel of three suffices to withhold
+a wrong product (1oo3), with diagnostics (D) that localise the fault after a mismatch
+so the other channels continue, degraded to 1oo2D.
+
 The `error` of a `Fail` that is not `safe_state`: `disagreement` when two or more ok
-results were in hand and no quorum of them agreed; otherwise `timeout` at the deadline or
-`channel_error` before it.
+results were in hand and no quorum of them agreed (at the deadline: when they did not all
+agree; 1oo3D's two agreeing results with a silent third are a `timeout`); otherwise
+`timeout` at the deadline or `channel_error` before it.
 
 SAFE: on `EnterSafe` every open request still unanswered fails with `safe_state` and every
 open request is closed without further findings (the state is latched; the controller has
@@ -311,7 +322,7 @@ class ChannelFailed:
 
 @dataclass(frozen=True, slots=True)
 class RequestSelfTest:
-    """Self-test each of `channels` now (1oo2D mismatch); the one that fails is isolated."""
+    """Self-test each of `channels` now (1oo2D/1oo3D mismatch); each that fails is isolated."""
 
     channels: tuple[str, ...]
 
@@ -495,7 +506,7 @@ class Voter:
     def _answer_early(self, req: _Request, out: list[Decision]) -> None:
         """Release if a quorum agrees; fail if no quorum can agree any more; else wait."""
         voters = req.submit.voters
-        quorum = _quorum(req.submit.policy)
+        quorum = req.submit.policy.quorum
         for group in itertools.combinations(voters, quorum):
             got = [req.results[ch] for ch in group if ch in req.results]
             if len(got) == quorum and all(r.ok for r in got) and _all_agree(got):
@@ -529,7 +540,7 @@ class Voter:
             missing = [ch for ch in req.submit.voters if ch not in req.results]
             if not req.answered:
                 oks = [ch for ch, r in req.results.items() if r.ok]
-                if len(oks) >= 2:
+                if len(oks) >= 2 and not _all_agree([req.results[ch] for ch in oks]):
                     detail = (
                         f"results of {', '.join(oks)} do not agree and "
                         f"{', '.join(missing)} missed the deadline"
@@ -561,6 +572,9 @@ class Voter:
             )
             if policy is Policy.ONE_OO_TWO_D:
                 out.append(RequestSelfTest(minority))
+            elif policy is Policy.ONE_OO_THREE_D:
+                # Agreement of two proves nothing here: test every channel that answered.
+                out.append(RequestSelfTest(tuple(ch for ch in voters if ch in ok)))
         del self._open[req.submit.req_id]
         self._remember_closed(req.submit.req_id)
 
@@ -594,11 +608,6 @@ class Voter:
         self._closed[req_id] = None
         while len(self._closed) > self._remember:
             self._closed.popitem(last=False)
-
-
-def _quorum(policy: Policy) -> int:
-    """How many agreeing results release a request under `policy`."""
-    return 1 if policy is Policy.ONE_OO_ONE_D else 2
 
 
 def _all_agree(results: list[ChannelResult]) -> bool:

@@ -44,6 +44,7 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
     "safemon_messages_rejected_total": ("counter", frozenset({"reason"})),
     "safemon_fault_reaction_seconds": ("histogram", frozenset({"kind"})),
     "safemon_fault_detection_seconds": ("histogram", frozenset({"kind"})),
+    "safemon_hft": ("gauge", frozenset({"kind"})),
     "safemon_build_info": ("gauge", frozenset({"version", "python", "backend"})),
     "safemon_fault_injection_enabled": ("gauge", frozenset()),
     "safemon_fault_classes_total": ("counter", frozenset({"kind", "class"})),

@@ -30,7 +30,7 @@ def dc_rec(variant: str, dc: float, *, dims: str = "80x80x80", mode: str = "fma"
 
 
 def dc_doc(records: list[dict[str, Any]], *, date: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
-    return {"schema": "safemon.dc/1", "safemon_version": "0.1.0", "date": date, "device": DEVICE,
+    return {"schema": "safemon.dc/2", "safemon_version": "0.1.0", "date": date, "device": DEVICE,
             "backend": "cupy", "seed": 0, "results": records}
 
 
@@ -53,7 +53,7 @@ def bench_row(variant: str, overhead: float, *, dims: str = "80x80x80", mode: st
 
 
 def bench_doc(rows: list[dict[str, Any]], *, date: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
-    return {"schema": "safemon.bench/1", "safemon_version": "0.1.0", "date": date,
+    return {"schema": "safemon.bench/2", "safemon_version": "0.1.0", "date": date,
             "device": DEVICE, "clocks": {"clocks.sm": "1980 MHz"}, "cuda_runtime": 12080,
             "cuda_driver": 12080, "cupy": "13.4.0", "rows": rows}
 
@@ -68,3 +68,33 @@ CATALOG = [
     ("crc32c/I", 100.0, 9.0),
     ("xor/E", 12.5, 1.00),
 ]
+
+
+def ik_rec(variant: str, scope: str, dangerous: int, detected: int, *, dims: str = "80x80x80",
+           mode: str = "fma", es_word: int = 0, no_effect: int = 0) -> dict[str, Any]:
+    """A consistent in-kernel record: `detected` of `dangerous` accumulator faults caught."""
+    from safemon.faults.bounds import lower_bound_percent
+
+    checksum, _, level = variant.partition("/")
+    if "_" in checksum:
+        level = "I+M"
+    counts: dict[str, dict[str, int]] = {
+        "accumulator": {"neither": no_effect, "es_only": 0, "c_only": dangerous - detected,
+                        "both": detected}}
+    if es_word:
+        counts["es_word"] = {"neither": 0, "es_only": es_word, "c_only": 0, "both": 0}
+    return {
+        "variant": variant, "name": f"{checksum}/{level}/{mode}/small", "checksum": checksum,
+        "level": level, "mode": mode, "tile": "small", "dims": dims, "scope": scope, "seed": 0,
+        "sites": dangerous + es_word + no_effect, "counts": counts, "dangerous": dangerous,
+        "detected_dangerous": detected, "escapes": dangerous - detected, "no_effect": no_effect,
+        "latent": 0, "safe_es_word": es_word,
+        "dc_percent": 100 * detected / dangerous if dangerous else None,
+        "dc_lower_percent": lower_bound_percent(detected, dangerous) if dangerous else None,
+        "confidence": 0.95, "seconds": 1.0,
+    }
+
+
+def ik_doc(records: list[dict[str, Any]], *, date: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    return {"schema": "safemon.inkernel/2", "safemon_version": "0.1.0", "date": date,
+            "device": DEVICE, "backend": "cupy", "results": records}

@@ -15,6 +15,7 @@ from safemon.faults.campaign import (
     run_input_campaign,
 )
 from safemon.faults.dims import Dims, parse_dims, parse_dims_list
+from safemon.kernels.catalog import make_variant
 from safemon.kernels.reference import reference_matmul
 
 D20 = Dims(20, 20, 20)
@@ -115,7 +116,7 @@ def test_bad_arguments_raise() -> None:
 
 def test_parse_variants_expands_standard() -> None:
     vs = parse_variants("standard", "fma", "small")
-    assert len(vs) == 18
+    assert len(vs) == 28
     assert parse_variants("xor_fletcher", "exact", "small")[0].level == "I+M"
 
 
@@ -146,3 +147,26 @@ def test_gpu_campaign_equals_cpu_fma_multi_block() -> None:
     cpu = run_input_campaign(v, d, seed=2, backend="numpy")
     gpu = run_input_campaign(v, d, seed=2, backend="cupy")
     assert np.array_equal(cpu.verdicts, gpu.verdicts)
+
+
+@pytest.mark.parametrize("level", ["M", "E"])
+def test_paper_levels_at_20_detect_only_flips_that_reach_their_accumulator_word(level: str) -> None:
+    """20² campaign with the paper's levels (small tile, 4x4 per thread): M folds acc[3][j],
+    so a detected A flip lies in a row ≡ 3 (mod 4); E folds acc[3][3], so a detected flip
+    lies in such a row of A or a column ≡ 3 (mod 4) of B. I detects every flip that changes C."""
+    d = Dims(20, 20, 20)
+    res = run_input_campaign(make_variant("ones", level, "exact", "small"), d, seed=2)
+    det = (res.verdicts & ES_DIFFERS) != 0
+    n_a = 32 * d.m * d.k
+    a_rows = (np.arange(n_a) // 32) // d.k
+    b_cols = (np.arange(res.injections - n_a) // 32) % d.n
+    assert not det[:n_a][a_rows % 4 != 3].any()
+    if level == "E":
+        assert not det[n_a:][b_cols % 4 != 3].any()
+    else:
+        assert det[n_a:].mean() > 0.9  # every B column reaches some acc[3][j]
+    assert det.any()
+    full = run_input_campaign(make_variant("ones", "I", "exact", "small"), d, seed=2)
+    visible = (full.verdicts & C_DIFFERS) != 0
+    assert ((full.verdicts & ES_DIFFERS) != 0)[visible].all()
+    assert full.detected_es > res.detected_es

@@ -41,7 +41,7 @@ def test_campaign_evidence_round_trips(tmp_path: Path) -> None:
     for key in ("variant", "dims", "injections", "detected_es", "visible_c", "dc_percent"):
         assert key in rec
     assert rec["injections"] == r.injections and rec["detected_es"] == r.detected_es
-    assert data["schema"] == "safemon.dc/1" and data["seed"] == 1
+    assert data["schema"] == "safemon.dc/2" and data["seed"] == 1
 
 
 @pytest.mark.parametrize(
@@ -119,3 +119,11 @@ def test_device_slug() -> None:
     assert device_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
     with pytest.raises(EvidenceError):
         device_slug("///")
+
+
+def test_schema_1_files_are_refused_not_read_as_the_paper_levels(tmp_path: Path) -> None:
+    """A schema 1 "M"/"E" record (today's F/T) is never taken for the paper's M/E."""
+    data = dc_doc([dc_rec("ones/M", 70.0)])
+    data["schema"] = "safemon.dc/1"
+    with pytest.raises(EvidenceError, match="predates the paper's levels"):
+        load_evidence(_write(tmp_path, data))

@@ -5,19 +5,22 @@ from __future__ import annotations
 import pytest
 
 from safemon.faults.evidence import BenchRow, DcRecord
+from safemon.faults.inkernel_evidence import SCOPES, InKernelRecord
 from safemon.faults.select import (
     REQUIREMENTS,
     requirement,
-    select_variant,
-    selection_table,
     selection_table_markdown,
 )
-from tests.faults.helpers import CATALOG, bench_row, dc_rec
+from safemon.faults.select import select_variant as _select_variant
+from safemon.faults.select import selection_table as _selection_table
+from tests.faults.helpers import CATALOG, bench_row, dc_rec, ik_rec
 
 D = "80x80x80"
 
 
-def _evidence(catalog=CATALOG):  # type: ignore[no-untyped-def]
+def _evidence(catalog=CATALOG, inkernel=None):  # type: ignore[no-untyped-def]
+    """DC and bench records; by default every variant also has all three in-kernel campaigns
+    with 3000 of 3000 dangerous faults detected (so the input-flip figure decides)."""
     dc = {}
     bench = {}
     for v, d, o in catalog:
@@ -25,7 +28,27 @@ def _evidence(catalog=CATALOG):  # type: ignore[no-untyped-def]
         b = BenchRow.model_validate(bench_row(v, o))
         dc[(r.name, r.dims)] = r
         bench[(b.name, b.dims)] = b
+    _INKERNEL.clear()
+    for v, _, _ in catalog:
+        for scope in SCOPES:
+            n, k = (inkernel or {}).get((v, scope), (3000, 3000))
+            if n is None:
+                continue
+            rec = InKernelRecord.model_validate(ik_rec(v, scope, n, k))
+            _INKERNEL[(rec.name, rec.dims, rec.scope)] = rec
     return dc, bench
+
+
+_INKERNEL: dict[tuple[str, str, str], InKernelRecord] = {}
+
+
+def select_variant(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """The rule with the in-kernel evidence `_evidence` built last."""
+    return _select_variant(*args[:5], _INKERNEL, **kwargs)
+
+
+def selection_table(*args, **kwargs):  # type: ignore[no-untyped-def]
+    return _selection_table(*args[:3], _INKERNEL, **kwargs)
 
 
 def test_requirement_table_is_iec_61508_2_type_b() -> None:
@@ -74,7 +97,7 @@ def test_dc_too_low_says_the_best_measured() -> None:
     dc, bench = _evidence([("xor/M", 50.0, 1.01), ("twos/I", 95.7, 1.3)])
     s = select_variant(3, 0, D, dc, bench)
     assert not s.achievable
-    assert "twos/I/fma/small" in s.reason and "95.70" in s.reason
+    assert "twos/I/fma/small" in s.reason and "input-flip" in s.reason
 
 
 def test_budget_excludes_expensive_variants() -> None:
@@ -111,4 +134,60 @@ def test_generated_table4_has_every_cell() -> None:
     assert len(table) == 12
     md = selection_table_markdown(table)
     assert "not achievable (not allowed)" in md
-    assert "ones/I/fma/small (1.50×, 100.0 %) (iv)" in md
+    assert "ones/I/fma/small (1.50×, 99.9 %) (iv)" in md  # 3000/3000 in-kernel bound
+
+
+def test_a_variant_without_in_kernel_evidence_is_not_selectable() -> None:
+    """ones/I lacks its block-permanent campaign: crc32c/I (9×) is chosen, and with only
+    ones/I at hand the answer names the campaign to run."""
+    dc, bench = _evidence(inkernel={("ones/I", "block"): (None, None)})
+    s = select_variant(3, 0, D, dc, bench)
+    assert s.variant == "crc32c/I/fma/small"
+    assert [b.name for b in s.blind] == ["ones/I/fma/small"]
+    dc, bench = _evidence([("ones/I", 100.0, 1.5)], inkernel={("ones/I", "block"): (None, None)})
+    s = select_variant(3, 0, D, dc, bench)
+    assert not s.achievable
+    assert "in-kernel block" in s.reason and "--inkernel 3000 --scope block" in s.reason
+
+
+def test_in_kernel_coverage_limits_a_variant_blind_to_arithmetic_faults() -> None:
+    """Input-flip DC 100 % but 0 of 5,029 transient accumulator faults detected (the schema-1
+    "M" finding): the variant is not picked for any band above 'none'."""
+    dc, bench = _evidence([("ones/F", 100.0, 1.3), ("ones/I", 100.0, 3.4)],
+                          inkernel={("ones/F", "transient"): (5029, 0)})
+    s = select_variant(3, 0, D, dc, bench)
+    assert s.variant == "ones/I/fma/small"
+    s = select_variant(3, 0, D, dc, bench)
+    assert s.coverage is not None and s.coverage.selection_dc is not None
+
+
+def test_the_lower_bound_not_the_point_value_meets_the_band() -> None:
+    """299/299 dangerous faults detected bounds DC above 99 %, 298/298 does not."""
+    for n, ok in [(299, True), (298, False)]:
+        dc, bench = _evidence([("ones/I", 100.0, 1.5)], inkernel={("ones/I", "thread"): (n, n)})
+        s = select_variant(3, 0, D, dc, bench)
+        assert s.achievable is ok, n
+        if not ok:
+            assert "in-kernel thread" in s.reason and "298 of 298" in s.reason
+
+
+def test_es_word_flips_are_safe_faults_not_detections() -> None:
+    """ES-word sites are counted apart and never enter the DC; one changing C is refused."""
+    rec = InKernelRecord.model_validate(ik_rec("ones/I", "transient", 100, 90, es_word=40))
+    assert rec.safe_es_word == 40 and rec.dc_percent == 90.0 and rec.sites == 140
+    bad = ik_rec("ones/I", "transient", 100, 90, es_word=40)
+    bad["counts"]["es_word"] = {"neither": 0, "es_only": 39, "c_only": 0, "both": 1}
+    with pytest.raises(ValueError, match="ES-word flip cannot change C"):
+        InKernelRecord.model_validate(bad)
+
+
+def test_table3_vs_seed_marks_differences_over_five_points() -> None:
+    from safemon.faults.seed_table3 import table3_vs_seed
+
+    recs = [DcRecord.model_validate(dc_rec("ones/E", 24.7, dims="20x20x20", mode="exact")),
+            DcRecord.model_validate(dc_rec("ones/M", 61.9, dims="20x20x20", mode="exact"))]
+    md = table3_vs_seed(recs)
+    ones_e = next(line for line in md.splitlines() if line.startswith("| ones/E |"))
+    ones_m = next(line for line in md.splitlines() if line.startswith("| ones/M |"))
+    assert "24.7 | 10.0 | **+14.7**" in ones_e
+    assert "61.9 | 62.5 | -0.6 |" in ones_m

@@ -81,12 +81,37 @@ def _round_to_f32(x: Fraction) -> np.float32:  # noqa: F821 - imported lazily ab
     return np.float32(best)
 
 
+def _slice_ranges(k: int, bk: int, split: int) -> list[tuple[int, int]]:
+    """Padded k-step ranges of the K-slices, from docs/SIGNATURES.md ("Split-K") alone."""
+    kt = -(-k // bk)
+    s = max(1, min(split, kt))
+    per = -(-kt // s)
+    z_count = -(-kt // per)  # gridDim.z
+    t_len = -(-kt // z_count)  # the kernel's k-tiles per slice
+    return [(z * t_len * bk, min(kt, (z + 1) * t_len) * bk) for z in range(z_count)]
+
+
 def slow_matmul(a: np.ndarray, b: np.ndarray, variant: Variant) -> tuple[np.ndarray, np.ndarray]:
+    """C and ES of `variant`, split-K included: each slice's threads in z order, then the
+    partial products summed one float32 add per slice in z order."""
+    partials, es_rows = [], []
+    for lo, hi in _slice_ranges(a.shape[1], variant.tile.bk, variant.split):
+        c_z, es_z = _slow_slice(a, b, variant, lo, hi)
+        partials.append(c_z)
+        es_rows.append(es_z)
+    c = partials[0]
+    for p in partials[1:]:
+        c = (c + p).astype(np.float32)
+    return c, np.concatenate(es_rows, axis=0)
+
+
+def _slow_slice(
+    a: np.ndarray, b: np.ndarray, variant: Variant, k_lo: int, k_hi: int
+) -> tuple[np.ndarray, np.ndarray]:
     t = variant.tile
     m, k = a.shape
     n = b.shape[1]
     gx, gy = t.grid(m, n)
-    kp = t.k_padded(k)
     ty_n, tx_n = t.bm // t.tm, t.bn // t.tn
     fma = variant.mode == "fma"
 
@@ -106,29 +131,34 @@ def slow_matmul(a: np.ndarray, b: np.ndarray, variant: Variant) -> tuple[np.ndar
                     cols = [bx * t.bn + tx * t.tn + j for j in range(t.tn)]
                     acc = [[np.float32(0)] * t.tn for _ in range(t.tm)]
                     folds = {lvl: _Fold(kind) for kind, lvl in variant.parts}
-                    for kk in range(kp):
+                    for kk in range(k_lo, k_hi):
                         ar = [av(r, kk) for r in rows]
                         br = [bv(kk, c) for c in cols]
-                        if "M" in folds:
+                        if "F" in folds:
                             for x in ar + br:
-                                folds["M"].fold(_bits(x))
-                        for i in range(t.tm):
-                            for j in range(t.tn):
+                                folds["F"].fold(_bits(x))
+                        # Algorithm 1: middle loop over the B columns j, inner over the A rows i.
+                        for j in range(t.tn):
+                            for i in range(t.tm):
                                 acc[i][j] = _mac(acc[i][j], ar[i], br[j], fma)
                                 if "I" in folds:
                                     folds["I"].fold(_bits(ar[i]))
                                     folds["I"].fold(_bits(br[j]))
                                     folds["I"].fold(_bits(acc[i][j]))
-                        if "E" in folds and (kk + 1) % t.bk == 0:
+                            if "M" in folds:
+                                folds["M"].fold(_bits(acc[t.tm - 1][j]))
+                        if "E" in folds:
+                            folds["E"].fold(_bits(acc[t.tm - 1][t.tn - 1]))
+                        if "T" in folds and (kk + 1) % t.bk == 0:
                             for i in range(t.tm):
                                 for j in range(t.tn):
-                                    folds["E"].fold(_bits(acc[i][j]))
+                                    folds["T"].fold(_bits(acc[i][j]))
                     for i, r in enumerate(rows):
                         for j, c in enumerate(cols):
                             if r < m and c < n:
                                 c_out[r, c] = acc[i][j]
                     words: list[int] = []
-                    for lvl in ("I", "M", "E"):
+                    for lvl in ("I", "M", "E", "F", "T"):
                         if lvl in folds:
                             words += folds[lvl].words()
                     es_rows.append(words)

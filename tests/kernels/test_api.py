@@ -110,7 +110,7 @@ def test_catalog_has_the_seed_set() -> None:
     names = {v.checksum for v in standard_variants()}
     assert {"xor", "twos", "ones", "fletcher", "crc32c"} <= names
     assert {"xor_fletcher", "ones_fletcher", "twos_fletcher"} <= names
-    assert len(standard_variants()) == 18 and len(COMBINATIONS) == 20
+    assert len(standard_variants()) == 28 and len(COMBINATIONS) == 20
     assert all(isinstance(v, Variant) for v in standard_variants())
 
 

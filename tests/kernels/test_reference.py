@@ -126,3 +126,29 @@ def test_overflowing_products_give_canonical_nan() -> None:
     b = np.array([[big], [-big]], dtype=np.float32)  # inf + (−inf) = NaN
     c, _ = reference_matmul(a, b, make_variant("ones", "I", "exact", "small"))
     assert c.view(np.uint32)[0, 0] == 0x7FFFFFFF
+
+
+def _one_thread_stream(a: np.ndarray, b: np.ndarray, level: str) -> list[int]:
+    """The words one TINY thread folds, written out from docs/SIGNATURES.md by hand (4×4 tile)."""
+    acc = np.zeros((4, 4), dtype=np.float32)
+    words: list[int] = []
+    for k in range(a.shape[1]):
+        for j in range(4):
+            for i in range(4):
+                acc[i, j] = np.float32(acc[i, j] + np.float32(a[i, k] * b[k, j]))
+            if level == "M":
+                words.append(int(acc[3, j].view(np.uint32)))
+        if level == "E":
+            words.append(int(acc[3, 3].view(np.uint32)))
+    return words
+
+
+@pytest.mark.parametrize("level", ["M", "E"])
+def test_paper_levels_fold_one_accumulator_per_loop_step(level: str) -> None:
+    """M folds acc[TM-1][j] once per middle step, E acc[TM-1][TN-1] once per outer step."""
+    one_thread = TileConfig("one", bm=4, bn=4, bk=4, tm=4, tn=4)
+    a, b = _rand((4, 8), 3), _rand((8, 4), 4)
+    _, es = reference_matmul(a, b, make_variant("twos", level, "exact", one_thread))
+    want = sum(_one_thread_stream(a, b, level)) & 0xFFFFFFFF
+    assert es.shape == (1, 1) and int(es[0, 0]) == want
+    assert len(_one_thread_stream(a, b, level)) == (8 * 4 if level == "M" else 8)

@@ -46,7 +46,10 @@ ALLOWED = {
         Policy.ONE_OO_TWO_D,
         Policy.ONE_OO_ONE_D,
     },
+    Policy.ONE_OO_THREE_D: {Policy.ONE_OO_THREE_D, Policy.ONE_OO_TWO_D, Policy.ONE_OO_ONE_D},
 }
+#: Policies whose mismatches are diagnosed by self-tests instead of by a majority.
+DIAGNOSED = {Policy.ONE_OO_TWO_D, Policy.ONE_OO_THREE_D}
 
 
 class ControllerMachine(RuleBasedStateMachine):
@@ -96,9 +99,22 @@ class ControllerMachine(RuleBasedStateMachine):
             self.clean[event.channel] = False
         if isinstance(event, SelfTestResult):
             self.clean[event.channel] = event.passed
+        voting_before, policy_before, formed_before = self.voting, self.policy, self.formed
         out = self.ctl.handle(event)
         if was_safe and not isinstance(event, Reset):
             assert all(isinstance(i, Notify) for i in out), f"SAFE changed by {event}: {out}"
+        if (
+            not was_safe
+            and formed_before
+            and policy_before in DIAGNOSED
+            and isinstance(event, Fault)
+            and event.channel is None
+            and event.kind in (FaultKind.DISAGREEMENT_MINORITY, FaultKind.DISAGREEMENT_UNRESOLVED)
+        ):
+            # A mismatch under 1oo2D/1oo3D trusts no majority and takes nobody out on the
+            # vote: it only asks every voting channel for a self-test.
+            acts = [i for i in out if not isinstance(i, Notify)]
+            assert acts == [RequestSelfTest(c) for c in voting_before], f"{event}: {out}"
         if isinstance(event, Reset):
             if was_safe:
                 self.formed = False

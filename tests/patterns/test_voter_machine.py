@@ -7,6 +7,7 @@ voter's answers against the contract's invariants after every step.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
@@ -22,6 +23,7 @@ from safemon.patterns.voter import (
     EnterSafe,
     Fail,
     Release,
+    RequestSelfTest,
     Reset,
     Submit,
     Tick,
@@ -31,6 +33,14 @@ from safemon.states import Policy
 
 CHANNELS = ("a", "b", "c", "d")
 UNKNOWN_REQ = 10_000
+#: Agreeing results that release a request: the test's own statement of DESIGN.md's table.
+QUORUM = {
+    Policy.ONE_OO_ONE_D: 1,
+    Policy.TWO_OO_TWO: 2,
+    Policy.ONE_OO_TWO_D: 2,
+    Policy.TWO_OO_THREE: 2,
+    Policy.ONE_OO_THREE_D: 3,
+}
 
 
 def agree(a: ChannelResult, b: ChannelResult) -> bool:
@@ -86,6 +96,14 @@ class VoterMachine(RuleBasedStateMachine):
                     self._check_release(req, d)
             elif isinstance(d, Disagreement | DeadlineMiss | ChannelFailed):
                 req = self.reqs[d.req_id]
+                if isinstance(d, Disagreement) and d.policy is Policy.ONE_OO_THREE_D:
+                    # Invariant: a 1oo3D mismatch trusts no majority; every channel that
+                    # answered is self-tested.
+                    answered = {*d.minority, *d.majority}
+                    assert any(
+                        isinstance(x, RequestSelfTest) and set(x.channels) == answered
+                        for x in out
+                    ), f"{d} without a self-test of {sorted(answered)}: {out}"
                 if isinstance(d, Disagreement | DeadlineMiss):
                     # Judged at close, and a request closes only once it is answered.
                     assert req.answers, f"{d} before request {d.req_id} was answered"
@@ -99,11 +117,24 @@ class VoterMachine(RuleBasedStateMachine):
         assert not req.hit_by_safe and not req.safe_at_submit
         counted = req.counted()
         assert rel.channel in counted and counted[rel.channel].ok
-        if req.submit.policy is not Policy.ONE_OO_ONE_D:
+        policy = req.submit.policy
+        if policy is not Policy.ONE_OO_ONE_D:
             # Invariant: the released channel agreed with another voting channel.
             assert any(
                 agree(counted[rel.channel], r) for ch, r in counted.items() if ch != rel.channel
             ), f"released {rel.channel} without agreement: {counted}"
+        # Invariant: a quorum of counted results agrees, each with every other.
+        agreed = [counted[ch] for ch in rel.agreed if ch in counted]
+        assert len(agreed) == len(rel.agreed) >= QUORUM[policy], f"{rel}: {counted}"
+        assert all(agree(a, b) for a in agreed for b in agreed if a is not b), f"{rel}: {counted}"
+        if QUORUM[policy] == policy.channels > 1:
+            # Invariant (2oo2, 1oo2D, 1oo3D): nothing is released unless every voting
+            # channel sent an ok result and all of them agree.
+            assert set(counted) == set(req.submit.voters), f"{rel} without all voters: {counted}"
+            results = list(counted.values())
+            assert all(agree(a, b) for a in results for b in results if a is not b), (
+                f"{rel} although the voting channels disagree: {counted}"
+            )
 
     def _advance(self, dt: float) -> float:
         self.now += dt
@@ -112,7 +143,9 @@ class VoterMachine(RuleBasedStateMachine):
     # --------------------------------------------------------------------- rules
 
     @rule(
-        policy=st.sampled_from([*Policy, Policy.TWO_OO_THREE, Policy.TWO_OO_THREE]),
+        policy=st.sampled_from(
+            [*Policy, Policy.TWO_OO_THREE, Policy.TWO_OO_THREE, Policy.ONE_OO_THREE_D]
+        ),
         data=st.data(),
         dt=st.sampled_from([0.0, 0.1, 0.5]),
         timeout=st.sampled_from([0.3, 1.0, 3.0, 3.0]),
@@ -279,9 +312,10 @@ class VoterMachine(RuleBasedStateMachine):
             if req.hit_by_safe or req.safe_at_submit:
                 continue
             counted = [r for r in req.counted().values() if r.ok]
-            quorum = 1 if req.submit.policy is Policy.ONE_OO_ONE_D else 2
-            found = len(counted) >= quorum and (
-                quorum == 1 or any(agree(a, b) for a in counted for b in counted if a is not b)
+            quorum = QUORUM[req.submit.policy]
+            found = any(
+                all(agree(a, b) for a, b in itertools.combinations(group, 2))
+                for group in itertools.combinations(counted, quorum)
             )
             if found:
                 assert req.answers and isinstance(req.answers[0], Release), (

@@ -22,7 +22,7 @@ from safemon.config import Config, load_config
 from safemon.daemon import Daemon
 from safemon.kernels.api import run_variant
 
-N_CHANNELS = {"1oo1D": 1, "2oo2": 2, "1oo2D": 2, "2oo3": 3}
+N_CHANNELS = {"1oo1D": 1, "2oo2": 2, "1oo2D": 2, "2oo3": 3, "1oo3D": 3}
 
 TIMING: dict[str, Any] = {
     "request_deadline_s": 0.3,

@@ -20,7 +20,7 @@ from safemon.transport import Kind, Limits, decode
 
 from .helpers import make_config, operands, reference, same_bits, system, wait_for
 
-POLICIES = ("1oo1D", "2oo2", "1oo2D", "2oo3")
+POLICIES = ("1oo1D", "2oo2", "1oo2D", "2oo3", "1oo3D")
 
 
 def test_clean_requests_release_the_reference_result(tmp_path: Path) -> None:

@@ -21,3 +21,24 @@ extern "C" __global__ void safemon_any_nonfinite(const unsigned int* __restrict_
         atomicOr(flag, 1u);
     }
 }
+
+// safemon_inputs_nonfinite(a, na, b, nb, status): both operands of a product in one launch
+// (safemon/kernels/checked.py). Grid-stride over the na + nb words; a non-finite word of a
+// sets status[0] to 1, one of b sets status[1]. The caller zeroes the status block first.
+extern "C" __global__ void safemon_inputs_nonfinite(const unsigned int* __restrict__ a,
+                                                    unsigned long long na,
+                                                    const unsigned int* __restrict__ b,
+                                                    unsigned long long nb,
+                                                    unsigned int* __restrict__ status) {
+    unsigned int seen_a = 0u, seen_b = 0u;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < na + nb; i += (unsigned long long)gridDim.x * blockDim.x) {
+        if (i < na) {
+            seen_a |= (unsigned int)((a[i] & 0x7F800000u) == 0x7F800000u);
+        } else {
+            seen_b |= (unsigned int)((b[i - na] & 0x7F800000u) == 0x7F800000u);
+        }
+    }
+    if (seen_a) atomicOr(status, 1u);
+    if (seen_b) atomicOr(status + 1, 1u);
+}

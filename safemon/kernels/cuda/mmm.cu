@@ -9,12 +9,29 @@
 // Compile-time parameters (set by safemon/kernels/gpu.py; nvcc_check uses the same):
 //   BM BN BK TM TN        tile configuration
 //   MODE_FMA              0: exact (separate rounding of product and sum), 1: fmaf
-//   SIG_I SIG_M SIG_E     checksum at each level (signature.cuh: SIG_NONE..SIG_CRC32C)
+//   SIG_I SIG_M SIG_E     checksum at each of the seed's levels (signature.cuh: SIG_NONE..
+//                         SIG_CRC32C): I every MAC, M every middle-loop step, E every outer step
+//   SIG_F SIG_T           safemon's stronger levels (default none): F the operand fragments
+//                         every k step, T the whole accumulator tile every k-tile
 //   SAFEMON_INJECT        1 only in the fault-injection build (safemon/faults): adds the
 //                         injection arguments; production builds never see that code.
+//   SAFEMON_RECORD_SM     1 only in the self-test build (safemon/patterns): adds one argument,
+//                         SM[block] = %smid of the SM that ran the block; production builds
+//                         never see that code.
 //
-// ES layout: ES[g * ES_WORDS + w], g = (blockIdx.y * gridDim.x + blockIdx.x) * THREADS + t;
-// words are the I-level checksum's, then M's, then E's (only the enabled ones).
+// ES layout: ES[g * ES_WORDS + w], g = ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x +
+// blockIdx.x) * THREADS + t; words are the I-level checksum's, then M's, E's, F's and T's (only
+// the enabled ones).
+//
+// Split-K (production builds): blockIdx.z is the K-slice. With kt = ceil(K/BK) k-tiles and
+// T = ceil(kt / gridDim.z), slice z walks the k-tiles [z*T, min(kt, (z+1)*T)) and stores its
+// partial product at C + z*M*N; splitk.cu sums the slices in z order. gridDim.z = 1 is the
+// whole product. The injection build keeps blockIdx.z for the injection and walks all of K
+// (split 1; docs/SIGNATURES.md, "Split-K").
+//
+// Status word (production builds): `status` is null or 4 words written by the input checks
+// queued before this kernel on the same stream (safemon/kernels/checked.py). When any word is
+// nonzero the kernel computes nothing and stores poison: canonical NaN in C, 0xFFFFFFFF in ES.
 #include "signature.cuh"
 #include "crc32c_table.cuh"
 
@@ -24,10 +41,21 @@
 #ifndef SAFEMON_INJECT
 #define SAFEMON_INJECT 0
 #endif
+#ifndef SAFEMON_RECORD_SM
+#define SAFEMON_RECORD_SM 0
+#endif
 
 #define THREADS ((BM / TM) * (BN / TN))
-#define ES_WORDS (Sig<SIG_I>::WORDS + Sig<SIG_M>::WORDS + Sig<SIG_E>::WORDS)
-#define USES_CRC (SIG_I == SIG_CRC32C || SIG_M == SIG_CRC32C || SIG_E == SIG_CRC32C)
+#ifndef SIG_F
+#define SIG_F SIG_NONE
+#endif
+#ifndef SIG_T
+#define SIG_T SIG_NONE
+#endif
+#define ES_WORDS (Sig<SIG_I>::WORDS + Sig<SIG_M>::WORDS + Sig<SIG_E>::WORDS + \
+                  Sig<SIG_F>::WORDS + Sig<SIG_T>::WORDS)
+#define USES_CRC (SIG_I == SIG_CRC32C || SIG_M == SIG_CRC32C || SIG_E == SIG_CRC32C || \
+                  SIG_F == SIG_CRC32C || SIG_T == SIG_CRC32C)
 // Row padding of the transposed A tile: breaks the bank conflicts of its column-wise stores
 // while keeping rows 16-byte aligned for the float4 fragment reads.
 #define A_PAD 4
@@ -66,13 +94,20 @@ struct Injection {
 };
 #define INJ_ARGS , const Injection* __restrict__ injections, unsigned* __restrict__ verdicts, \
                  const unsigned* __restrict__ golden_es, const float* __restrict__ golden_c
+#define STATUS_ARG
 #else
 #define INJ_ARGS
+#define STATUS_ARG , const unsigned* __restrict__ status
+#endif
+#if SAFEMON_RECORD_SM
+#define SM_ARGS , unsigned* __restrict__ SM
+#else
+#define SM_ARGS
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-            unsigned* __restrict__ ES, int M, int N, int K INJ_ARGS) {
+            unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS) {
     __shared__ __align__(16) float As[BK][BM + A_PAD];  // transposed: As[k][m]
     __shared__ __align__(16) float Bs[BK][BN];
 #if USES_CRC
@@ -87,8 +122,42 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     const int ty = t / (BN / TN);
     const int row0 = blockIdx.y * BM;
     const int col0 = blockIdx.x * BN;
+#if SAFEMON_INJECT
     const long long block_id = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    const int k_begin = 0, k_stop = K;
+#else
+    const long long block_id =
+        ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    const int ktiles = (K + BK - 1) / BK;
+    const int slice_tiles = (ktiles + (int)gridDim.z - 1) / (int)gridDim.z;
+    const int k_begin = (int)blockIdx.z * slice_tiles * BK;
+    const int k_stop = min(K, k_begin + slice_tiles * BK);
+    C += (long long)blockIdx.z * M * N;  // this slice's partial product
+#endif
     const long long g = block_id * THREADS + t;
+#if SAFEMON_RECORD_SM
+    // Self-test coverage: which SM ran this block (PTX special register %smid).
+    if (t == 0) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        SM[block_id] = smid;
+    }
+#endif
+
+#if !SAFEMON_INJECT
+    if (status != nullptr) {
+        const uint4 s = *reinterpret_cast<const uint4*>(status);
+        if (s.x | s.y | s.z | s.w) {  // an input check failed: release nothing usable
+            for (int i = 0; i < TM; ++i)
+                for (int j = 0; j < TN; ++j) {
+                    const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                    if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
+                }
+            for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
+            return;  // uniform over the block, before any barrier
+        }
+    }
+#endif
 
 #if SAFEMON_INJECT
     const Injection inj = injections[blockIdx.z];
@@ -114,8 +183,10 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     Sig<SIG_I> sig_i;
     Sig<SIG_M> sig_m;
     Sig<SIG_E> sig_e;
+    Sig<SIG_F> sig_f;
+    Sig<SIG_T> sig_t;
 
-    for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
 #pragma unroll
         for (int r = 0; r < (BM * BK) / THREADS; ++r) {
             const int e = t + r * THREADS;
@@ -166,16 +237,18 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
                 for (int j = 0; j < TN; ++j)
                     if (j == inj.index) b[j] = __uint_as_float(__float_as_uint(b[j]) ^ inj_mask);
 #endif
-#if SIG_M != SIG_NONE
+#if SIG_F != SIG_NONE
 #pragma unroll
-            for (int i = 0; i < TM; ++i) sig_m.fold(__float_as_uint(a[i]), table);
+            for (int i = 0; i < TM; ++i) sig_f.fold(__float_as_uint(a[i]), table);
 #pragma unroll
-            for (int j = 0; j < TN; ++j) sig_m.fold(__float_as_uint(b[j]), table);
+            for (int j = 0; j < TN; ++j) sig_f.fold(__float_as_uint(b[j]), table);
 #endif
+            // Algorithm 1 of the seed: this k step is one step of the outer loop; the middle
+            // loop walks the B-tile columns j, the inner loop the A-tile rows i.
 #pragma unroll
-            for (int i = 0; i < TM; ++i) {
+            for (int j = 0; j < TN; ++j) {
 #pragma unroll
-                for (int j = 0; j < TN; ++j) {
+                for (int i = 0; i < TM; ++i) {
                     acc[i][j] = safemon_mac(acc[i][j], a[i], b[j]);
 #if SAFEMON_INJECT
                     if (inj_now && inj.target == 3 && i * TN + j == inj.index)
@@ -187,13 +260,19 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
                     sig_i.fold(__float_as_uint(acc[i][j]), table);
 #endif
                 }
+#if SIG_M != SIG_NONE
+                sig_m.fold(__float_as_uint(acc[TM - 1][j]), table);
+#endif
             }
-        }
 #if SIG_E != SIG_NONE
+            sig_e.fold(__float_as_uint(acc[TM - 1][TN - 1]), table);
+#endif
+        }
+#if SIG_T != SIG_NONE
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
-            for (int j = 0; j < TN; ++j) sig_e.fold(__float_as_uint(acc[i][j]), table);
+            for (int j = 0; j < TN; ++j) sig_t.fold(__float_as_uint(acc[i][j]), table);
 #endif
         __syncthreads();
     }
@@ -206,7 +285,9 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         int w = 0;
         if (Sig<SIG_I>::WORDS) { sig_i.store(es_words + w); w += Sig<SIG_I>::WORDS; }
         if (Sig<SIG_M>::WORDS) { sig_m.store(es_words + w); w += Sig<SIG_M>::WORDS; }
-        if (Sig<SIG_E>::WORDS) { sig_e.store(es_words + w); }
+        if (Sig<SIG_E>::WORDS) { sig_e.store(es_words + w); w += Sig<SIG_E>::WORDS; }
+        if (Sig<SIG_F>::WORDS) { sig_f.store(es_words + w); w += Sig<SIG_F>::WORDS; }
+        if (Sig<SIG_T>::WORDS) { sig_t.store(es_words + w); }
         if (inj.target == 4 && g == inj.thread && inj.index < ES_WORDS)
             es_words[inj.index] ^= inj_mask;
         unsigned verdict = 0u;
@@ -241,6 +322,8 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         int w = 0;
         if (Sig<SIG_I>::WORDS) { sig_i.store(out + w); w += Sig<SIG_I>::WORDS; }
         if (Sig<SIG_M>::WORDS) { sig_m.store(out + w); w += Sig<SIG_M>::WORDS; }
-        if (Sig<SIG_E>::WORDS) { sig_e.store(out + w); }
+        if (Sig<SIG_E>::WORDS) { sig_e.store(out + w); w += Sig<SIG_E>::WORDS; }
+        if (Sig<SIG_F>::WORDS) { sig_f.store(out + w); w += Sig<SIG_F>::WORDS; }
+        if (Sig<SIG_T>::WORDS) { sig_t.store(out + w); }
     }
 }

@@ -1,0 +1,120 @@
+"""The checked launch sequence of the CuPy backend: input checks, kernel, one status block.
+
+A protected call on the GPU queues everything on CuPy's current stream, with no host wait in
+between:
+
+1. a zeroed status block of `STATUS_WORDS` uint32 words;
+2. when `b` is a `ProtectedArray` on the device, its read-only ECC check, which adds the
+   number of bad code words to words 2–3 (one uint64, `STATUS_ECC`);
+3. finite.cu over A (sets word 0, `STATUS_A`) and over B (word 1, `STATUS_B`), for device
+   arrays; host arrays were checked on the host before their upload;
+4. the MMM kernel (and for a split variant the split-K reduction). It reads the block first
+   and, when any word is nonzero, computes nothing and stores poison (canonical NaN in C,
+   0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers.
+
+`read_status` then copies the 16-byte block to the host: the one host synchronisation of a
+call. `failed_check` names the check that failed. The ECC check only counts; the caller
+corrects with `ProtectedArray.verified()` and computes again (`safemon.kernels.api`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from safemon.kernels.catalog import Variant
+from safemon.kernels.compiler import import_cupy
+
+__all__ = [
+    "STATUS_A",
+    "STATUS_B",
+    "STATUS_ECC",
+    "STATUS_WORDS",
+    "CheckedLaunch",
+    "StatusReport",
+    "launch_checked",
+    "read_status",
+]
+
+#: uint32 words of the status block (16 bytes; the kernel reads it as one uint4).
+STATUS_WORDS = 4
+#: Word set to 1 when A holds NaN or infinity.
+STATUS_A = 0
+#: Word set to 1 when B holds NaN or infinity.
+STATUS_B = 1
+#: First of the two words (a little-endian uint64) counting B's code words with a nonzero
+#: ECC syndrome.
+STATUS_ECC = 2
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """The status block read back on the host.
+
+    Attributes:
+        a_nonfinite / b_nonfinite: the finite check of A / B found NaN or infinity.
+        ecc_bad_words: code words of the ECC-protected B with a nonzero syndrome.
+    """
+
+    a_nonfinite: bool
+    b_nonfinite: bool
+    ecc_bad_words: int
+
+    @property
+    def ok(self) -> bool:
+        return not (self.a_nonfinite or self.b_nonfinite or self.ecc_bad_words)
+
+    @classmethod
+    def from_words(cls, words: npt.NDArray[np.uint32]) -> StatusReport:
+        ecc = int(words[STATUS_ECC]) | (int(words[STATUS_ECC + 1]) << 32)
+        return cls(bool(words[STATUS_A]), bool(words[STATUS_B]), ecc)
+
+
+@dataclass(frozen=True)
+class CheckedLaunch:
+    """What `launch_checked` queued: device C and ES (poison if a check failed), the
+    device status block, and whether B's ECC check is part of it."""
+
+    c: Any
+    es: Any
+    status: Any
+    ecc_checked: bool
+
+
+def launch_checked(
+    a: Any, b: Any, variant: Variant, *, a_on_device: bool, b_on_device: bool,
+    b_protected: Any = None,
+) -> CheckedLaunch:
+    """Queue checks and kernel on the current stream; never waits.
+
+    Args:
+        a: (M, K) float32 C-contiguous CuPy or NumPy array (NumPy: already checked finite).
+        b: (K, N) float32 likewise; ignored when `b_protected` is given.
+        variant: the kernel variant (its split decides the grid).
+        a_on_device / b_on_device: whether the finite check of A / B runs on the GPU.
+        b_protected: a device `ProtectedArray` holding B: its ECC check joins the sequence.
+    """
+    from safemon.kernels.gpu import gpu_matmul, launch_inputs_finite
+
+    cp = import_cupy()
+    status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+    base = int(status.data.ptr)
+    if b_protected is not None:
+        b = b_protected.launch_check(np.uintp(base + 4 * STATUS_ECC))
+    a_d, b_d = cp.asarray(a), cp.asarray(b)
+    launch_inputs_finite(a_d, b_d, base, check_a=a_on_device, check_b=b_on_device)
+    c, es = gpu_matmul(a_d, b_d, variant, status=status)
+    return CheckedLaunch(c, es, status, b_protected is not None)
+
+
+def read_status(status: Any) -> StatusReport:
+    """Copy the status block to the host on the current stream and wait for it (the one
+    host synchronisation of a checked call)."""
+    cp = import_cupy()
+    stream = cp.cuda.get_current_stream()
+    words = status.get(stream=stream)
+    stream.synchronize()
+    return StatusReport.from_words(words)

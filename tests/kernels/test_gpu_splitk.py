@@ -1,0 +1,188 @@
+"""Split-K kernels and the checked launch sequence on the GPU, against the NumPy reference.
+
+Split shapes: the inference shapes (1×4096×4096, 64×4096×4096, 256×1024×4096) with a spec set
+that covers every checksum, every level and both modes, and random odd shapes with every
+standard variant in both modes. Each case compares C and ES bit for bit and runs twice.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import Any
+
+import numpy as np
+import pytest
+
+from safemon.kernels.catalog import Variant, auto_split, auto_tile, make_variant, standard_variants
+
+pytestmark = pytest.mark.gpu
+
+INFERENCE = [(1, 4096, 4096), (64, 4096, 4096), (256, 1024, 4096)]  # (M, N, K)
+# Every checksum (xor and fletcher through a combination), every level, both modes.
+INFERENCE_SPECS = [(None, None, "exact"), (None, None, "fma"), ("ones", "I", "fma"),
+                   ("ones", "M", "fma"), ("twos", "M", "exact"), ("crc32c", "E", "exact"),
+                   ("xor_fletcher", "I", "exact"), ("crc32c", "I", "fma")]
+ODD = [(1, 333, 2049), (3, 50, 1000), (37, 129, 777)]
+EXPLICIT = [((97, 61, 1500), "large", 5), ((5, 300, 999), "wide", 7), ((130, 7, 64), "small", 3)]
+
+
+def _inputs(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m * 7919 + n * 104729 + k)
+    return rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+
+
+def _auto(m: int, n: int, k: int, spec: tuple[Any, Any, str]) -> Variant:
+    tile = auto_tile(m, n)
+    return make_variant(spec[0], spec[1], spec[2], tile, auto_split(m, n, k, tile))
+
+
+def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
+    cases = [(d, _auto(*d, spec)) for d in INFERENCE for spec in INFERENCE_SPECS]
+    for d in ODD:
+        tile = auto_tile(d[0], d[1])
+        split = auto_split(*d, tile)
+        for mode in ("exact", "fma"):
+            cases += [(d, v) for v in standard_variants(mode, tile, split)]
+            cases.append((d, make_variant(None, None, mode, tile, split)))
+    for d, tile_name, split in EXPLICIT:
+        for spec in [("ones", "I"), ("crc32c", "E"), ("xor_fletcher", "I")]:
+            cases.append((d, make_variant(*spec, "exact", tile_name, split)))
+    return cases
+
+
+CASES = _cases()
+
+
+def _reference(case: tuple[tuple[int, int, int], Variant]) -> tuple[bytes, bytes]:
+    from safemon.kernels.reference import reference_matmul
+
+    (m, n, k), v = case
+    a, b = _inputs(m, n, k)
+    c, es = reference_matmul(a, b, v)
+    return c.tobytes(), es.tobytes()
+
+
+@pytest.fixture(scope="session")
+def split_references() -> dict[int, tuple[bytes, bytes]]:
+    workers = max(1, min(15, (os.cpu_count() or 2) - 1))
+    order = sorted(range(len(CASES)), key=lambda i: -np.prod(CASES[i][0]))
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        results = pool.map(_reference, [CASES[i] for i in order], chunksize=1)
+        return dict(zip(order, results, strict=True))
+
+
+def test_every_case_is_split() -> None:
+    """The shapes here exercise split-K: every case launches more than one K-slice."""
+    assert all(v.slices(d[2]) > 1 for d, v in CASES)
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{'x'.join(map(str, d))}-{v.name}" for d, v in CASES])
+def test_split_gpu_equals_reference_bit_for_bit(index: int, split_references: dict[int, tuple[bytes, bytes]]) -> None:
+    import cupy as cp
+
+    from safemon.kernels.gpu import gpu_matmul
+
+    (m, n, k), v = CASES[index]
+    a, b = _inputs(m, n, k)
+    c_ref, es_ref = split_references[index]
+    a_d, b_d = cp.asarray(a), cp.asarray(b)
+    for _ in range(2):  # repeated runs give the same bits
+        c, es = gpu_matmul(a_d, b_d, v)
+        assert cp.asnumpy(c).tobytes() == c_ref, f"C differs for {v.name}"
+        assert cp.asnumpy(es).tobytes() == es_ref, f"ES differs for {v.name}"
+
+
+# ---------------------------------------------------------------- the checked sequence
+
+
+def _bad(x: np.ndarray, value: float) -> np.ndarray:
+    y = x.copy()
+    y.ravel()[y.size // 2] = value
+    return y
+
+
+@pytest.mark.parametrize("operand", ["a", "b"])
+def test_device_nonfinite_input_is_rejected_naming_the_operand(operand: str) -> None:
+    import cupy as cp
+
+    import safemon
+    from safemon.errors import InvalidInputError
+
+    a, b = _inputs(3, 50, 1000)
+    args = {"a": a, "b": b}
+    args[operand] = _bad(args[operand], np.inf)
+    with pytest.raises(InvalidInputError, match=f"finite check of {operand}"):
+        safemon.protected_matmul(cp.asarray(args["a"]), cp.asarray(args["b"]))
+    with pytest.raises(InvalidInputError, match=f"finite check of {operand}"):
+        safemon.matmul(cp.asarray(args["a"]), cp.asarray(args["b"]))
+
+
+def test_pending_result_holds_poison_until_wait_raises() -> None:
+    """wait=False returns at once; when a check failed, C is canonical NaN and ES 0xFFFFFFFF
+    (split and unsplit), and wait() raises."""
+    import cupy as cp
+
+    import safemon
+    from safemon.errors import InvalidInputError
+
+    a, b = _inputs(64, 256, 4096)
+    for split in (1, 4):
+        r = safemon.protected_matmul(cp.asarray(_bad(a, np.nan)), cp.asarray(b), split=split, wait=False)
+        assert r.pending
+        assert (cp.asnumpy(r.c).view(np.uint32) == 0x7FFFFFFF).all()
+        assert (cp.asnumpy(r.es) == 0xFFFFFFFF).all()
+        with pytest.raises(InvalidInputError, match="finite check of a"):
+            r.wait()
+
+
+def test_pending_result_settles_to_the_reference() -> None:
+    import cupy as cp
+
+    import safemon
+    from safemon.kernels.reference import reference_matmul
+
+    a, b = _inputs(2, 96, 700)
+    r = safemon.protected_matmul(cp.asarray(a), cp.asarray(b), checksum="fletcher", level="M",
+                                 wait=False)
+    done = r.wait()
+    assert not done.pending and done.variant.split > 1
+    c_ref, es_ref = reference_matmul(a, b, done.variant)
+    assert cp.asnumpy(done.c).tobytes() == c_ref.tobytes()
+    assert np.array_equal(cp.asnumpy(done.es), es_ref)
+
+
+def test_protected_weight_single_flip_is_corrected_and_the_product_is_right() -> None:
+    import cupy as cp
+
+    import safemon
+    from safemon.ecc import ProtectedArray
+    from safemon.kernels.reference import reference_matmul
+
+    a, b = _inputs(4, 128, 900)
+    pb = ProtectedArray(cp.asarray(b), name="w")
+    pb.verified().view(cp.uint32).ravel()[777] ^= cp.uint32(1 << 30)  # one flip behind its back
+    r = safemon.protected_matmul(cp.asarray(a), pb)
+    c_ref, es_ref = reference_matmul(a, b, r.variant)
+    assert cp.asnumpy(r.c).tobytes() == c_ref.tobytes()
+    assert np.array_equal(cp.asnumpy(r.es), es_ref)
+    assert pb.corrected_total == 1
+
+
+def test_protected_weight_double_flip_raises_and_releases_nothing() -> None:
+    import cupy as cp
+
+    import safemon
+    from safemon.ecc import ProtectedArray
+    from safemon.errors import UncorrectableError
+
+    a, b = _inputs(4, 128, 900)
+    pb = ProtectedArray(cp.asarray(b), name="w")
+    pb.verified().view(cp.uint32).ravel()[5] ^= cp.uint32(0b11)  # two bits of one word
+    pending = safemon.protected_matmul(cp.asarray(a), pb, wait=False)
+    assert (cp.asnumpy(pending.c).view(np.uint32) == 0x7FFFFFFF).all()
+    with pytest.raises(UncorrectableError, match="'w'"):
+        pending.wait()
+    with pytest.raises(UncorrectableError):
+        safemon.protected_matmul(cp.asarray(a), pb)
