@@ -1,6 +1,7 @@
 """`safemon.Client`: what the inference application imports.
 
-    client = Client("configs/hft2.yaml")         # or Client() for the embedded default
+    client = Client("configs/hft2.yaml")         # or Client(): $SAFEMON_CONFIG or the default
+    client.wait_ready(timeout=10.0)              # optional: until a voting set exists
     wid = client.register_weight(w)              # (K, N) float32, kept resident in every channel
     y = client.matmul(x, wid, timeout=0.25)      # (M, K) float32 -> (M, N) float32, voted
 
@@ -25,6 +26,7 @@ answer arrives in `control_timeout_s`.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ import numpy.typing as npt
 import zmq
 
 from safemon import errors
-from safemon.config import Config, default_config, load_config
+from safemon.config import Config, load_config
 from safemon.errors import InvalidInputError, SafemonError, VoteTimeoutError
 from safemon.transport import (
     CurveClientKeys,
@@ -76,10 +78,15 @@ class Client:
     """A connection to one safemon daemon. Not thread-safe (one per thread).
 
     Args:
-        config: a `Config`, a YAML path, or None for the embedded default.
+        config: a `Config`, a YAML path, or None: `$SAFEMON_CONFIG` or the embedded default.
+            A path or None is loaded with the SAFEMON_* overrides of the environment,
+            exactly as the daemon and the CLI load it.
         context: a zmq context; required for inproc:// endpoints (the daemon's own);
             None = a fresh one owned (and closed) by this client.
         control_timeout_s: bound on operator calls and weight registration.
+
+    Raises:
+        ConfigError: invalid configuration or unusable CURVE keys.
     """
 
     def __init__(
@@ -90,7 +97,7 @@ class Client:
         control_timeout_s: float = 2.0,
     ) -> None:
         if config is None:
-            config = default_config()
+            config = load_config(os.environ.get("SAFEMON_CONFIG") or None)
         elif not isinstance(config, Config):
             config = load_config(config)
         self.config = config
@@ -174,7 +181,9 @@ class Client:
         reply = self._call(self._ingress, Kind.CONTROL,
                            {"command": "register_weight", "args": ""}, (w,), self.control_timeout_s)
         if reply is None:
-            raise DaemonUnreachableError("no answer to register_weight from the daemon")
+            raise DaemonUnreachableError(
+                f"no answer to register_weight on {self.config.endpoints.ingress} "
+                f"within {self.control_timeout_s} s")
         if reply.kind is Kind.ERROR:
             self._raise(reply)
         wid = str(reply.meta.get("outcome"))
@@ -204,7 +213,8 @@ class Client:
                                {"weight_id": weight_id, "deadline_ms": remaining * 1000.0,
                                 "job": "live"}, (x,), remaining + 0.05)
             if reply is None:
-                raise VoteTimeoutError(f"no answer from the daemon within {timeout} s")
+                raise VoteTimeoutError(f"no answer from the daemon on "
+                                       f"{self.config.endpoints.ingress} within {timeout} s")
             if reply.kind is Kind.REPLY and reply.meta.get("ok") is True and len(reply.arrays) == 1:
                 return np.array(reply.arrays[0], copy=True)
             if reply.kind is Kind.ERROR and reply.meta.get("error_type") == "UnknownWeightError":
@@ -216,7 +226,8 @@ class Client:
             if reply.kind is Kind.ERROR:
                 self._raise(reply)
             raise SafemonError(f"unexpected reply {reply.kind.value} {reply.meta}")
-        raise VoteTimeoutError(f"no answer from the daemon within {timeout} s")
+        raise VoteTimeoutError(f"no answer from the daemon on {self.config.endpoints.ingress} "
+                               f"within {timeout} s")
 
     # ------------------------------------------------------------------ control
 
@@ -232,6 +243,39 @@ class Client:
         if reply.meta.get("ok") is not True:
             raise InvalidInputError(str(reply.meta.get("outcome")))
         return reply
+
+    def wait_ready(self, timeout: float) -> dict[str, Any]:
+        """Wait until the daemon answers and has a voting set (mode NORMAL or DEGRADED),
+        at most `timeout` seconds; returns its status.
+
+        Raises:
+            SafeStateError: the daemon is in the latched SAFE state.
+            DaemonUnreachableError: not ready within `timeout` (the text names the address
+                and the last state seen).
+        """
+        end = time.monotonic() + timeout
+        last = "no answer"
+        while True:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise DaemonUnreachableError(
+                    f"daemon on {self.config.endpoints.control} not ready within {timeout} s "
+                    f"({last})")
+            saved, self.control_timeout_s = self.control_timeout_s, min(self.control_timeout_s,
+                                                                        remaining)
+            try:
+                st = self.status()
+            except DaemonUnreachableError:
+                st = None
+            finally:
+                self.control_timeout_s = saved
+            if st is not None:
+                if st["mode"] == "SAFE":
+                    raise errors.SafeStateError(f"the daemon is in SAFE: {st.get('safe_reason')}")
+                if st["mode"] in ("NORMAL", "DEGRADED"):
+                    return st
+                last = f"mode {st['mode']}"
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
 
     def status(self) -> dict[str, Any]:
         """The daemon's status: mode, policy, metrics_url, channels [{name, state}], ..."""

@@ -64,13 +64,16 @@ __all__ = [
     "ENV_RESERVED",
     "ActionsConfig",
     "ChannelConfig",
+    "ClassificationConfig",
     "Config",
     "EndpointsConfig",
+    "LimitsConfig",
     "LoggingConfig",
     "MetricsConfig",
     "PatternsConfig",
     "RestartConfig",
     "SecurityConfig",
+    "TestingConfig",
     "TimingConfig",
     "VariantConfig",
     "WeightsConfig",
@@ -195,8 +198,10 @@ class WeightsConfig(_Model):
 class TimingConfig(_Model):
     """Deadlines and periods, all in seconds.
 
-    request_deadline_s: the voter answers each request within this time (a late channel
-        counts as failed for that request).
+    request_deadline_s: the fixed part of a channel's budget for one work item (transport,
+        a self-test or scrub interleaved ahead of it); the budget adds the item's own cost
+        and the work queued ahead of it (`LimitsConfig`). A channel later than its budget
+        counts as failed for that request; a client's shorter timeout only ends its wait.
     dti_s: diagnostic test interval; every channel runs a golden self-test at least once
         per DTI.
     selftest_deadline_s: a self-test result later than this counts as a failed self-test.
@@ -280,6 +285,57 @@ class RestartConfig(_Model):
                 [("backoff_max_s", f"must be >= backoff_initial_s ({self.backoff_initial_s} s)")]
             )
         return self
+
+
+class LimitsConfig(_Model):
+    """Admission control and resource budgets, checked at ingress before any work is queued
+    (docs/ROBUSTNESS.md). A request or weight over a limit gets `InvalidInputError`; a
+    request that finds `max_in_flight` requests open gets `BusyError`. Neither is a fault.
+
+    max_in_flight: client requests open at once (admitted, not yet answered).
+    max_request_bytes: size of a request's x (M * K * 4 bytes).
+    max_dim: largest M, K or N of a request or weight.
+    max_weight_bytes: size of one weight (K * N * 4 bytes).
+    max_weights / max_weight_total_bytes: how many weights, and how many bytes of them,
+        may be registered at once (every channel keeps each one resident).
+    min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
+        healthy channel must sustain, and the fixed time it may take per work item. A work
+        item costs `item_overhead_s + 2*M*K*N / (min_channel_gflops * 1e9)` seconds
+        (`safemon.admission.item_cost_s`). Its channel budget is `timing.request_deadline_s`
+        plus the cost of everything queued on the channel ahead of it and its own
+        (`work_budget_s`); only a channel that misses that budget is blamed. A request is
+        refused with BusyError when the work queued on a channel would exceed half of
+        `timing.selftest_deadline_s`, so that a self-test queued behind live work still
+        meets its deadline: overload is refused, never turned into a fault.
+    max_connections: client connections the ingress and control sockets accept (each holds
+        a file descriptor); the systemd unit's LimitNOFILE must exceed it.
+    """
+
+    max_in_flight: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 256
+    max_request_bytes: Annotated[StrictInt, Field(ge=4)] = 4 * 1024 * 1024
+    max_dim: Annotated[StrictInt, Field(ge=1, le=65536)] = 8192
+    max_weight_bytes: Annotated[StrictInt, Field(ge=4)] = 64 * 1024 * 1024
+    max_weights: Annotated[StrictInt, Field(ge=1)] = 256
+    max_weight_total_bytes: Annotated[StrictInt, Field(ge=4)] = 1024 * 1024 * 1024
+    min_channel_gflops: Annotated[StrictFloat, Field(gt=0.0)] = 0.05
+    item_overhead_s: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.005
+    max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 512
+
+
+class ClassificationConfig(_Model):
+    """Fault classification (`safemon.fault_classes`). retests: self-tests run after a 2oo3
+    channel's self-test failure or disagreement, before the reaction; a fault that shows
+    again is permanent, else transient (0 = no retest: every fault is unclassified)."""
+
+    retests: Annotated[StrictInt, Field(ge=0, le=10)] = 2
+
+
+class TestingConfig(_Model):
+    """Test-only switches, off in production. fault_injection: accept `safemon inject`
+    (control command `inject`); when on, `status`, the metric `safemon_fault_injection_enabled`
+    and the start-up log say so."""
+
+    fault_injection: StrictBool = False
 
 
 class ActionsConfig(_Model):
@@ -521,6 +577,9 @@ class Config(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     patterns: PatternsConfig = Field(default_factory=PatternsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    testing: TestingConfig = Field(default_factory=TestingConfig)
+    classification: ClassificationConfig = Field(default_factory=ClassificationConfig)
 
     @model_validator(mode="after")
     def _resolve_and_check(self, info: ValidationInfo) -> Self:
@@ -630,16 +689,28 @@ class Config(_Model):
         base = self.endpoints.channel_base
         if not base.startswith("tcp://") or self.channels is None:
             return
+        if any(ch.placement == "process" for ch in self.channels):
+            # A channel process binds its address and the daemon connects to it, so over
+            # tcp:// any host on the network could connect, read the weights and answer
+            # in a channel's place; channel links are local only (ipc:// or inproc://).
+            problems.append(
+                ("endpoints.channel_base",
+                 "tcp:// is not supported for channel links (process channels are local: "
+                 "use ipc:// or inproc://)")
+            )
+            return
         parsed = _parse_tcp(base)
         if isinstance(parsed, tuple) and parsed[1] + len(self.channels) - 1 > 65535:
             problems.append(
                 ("endpoints.channel_base", "tcp:// port + number of channels exceeds 65535")
             )
 
-    def channel_address(self, name: str) -> str:
+    def channel_address(self, name: str, incarnation: int | None = None) -> str:
         """The address channel `name` binds and the daemon connects to.
 
-        stream channels: `inproc://safemon-<deployment>-<channel>` (they live in the daemon).
+        stream channels: `inproc://safemon-<deployment>-<channel>` (they live in the daemon),
+        with `-<incarnation>` appended when `incarnation` is given: a thread that ignores
+        its stop flag cannot be killed, so each incarnation binds a fresh name.
         ipc:// base: `<base>-<channel>.sock`; inproc:// base: `<base>-<channel>`;
         tcp://host:port base: `tcp://host:<port + channel index>`.
 
@@ -654,7 +725,8 @@ class Config(_Model):
         ch = self.channels[i]
         base = self.endpoints.channel_base
         if ch.placement == "stream":
-            return f"inproc://safemon-{self.name}-{name}"
+            tail = "" if incarnation is None else f"-{incarnation}"
+            return f"inproc://safemon-{self.name}-{name}{tail}"
         if base.startswith("ipc://"):
             return f"{base}-{name}.sock"
         if base.startswith("inproc://"):

@@ -27,14 +27,19 @@ Per-request checks under an effective 1oo1D (no second channel to compare with):
 be finite and pass a column-checksum test (Huang-Abraham ABFT) against x and the daemon's
 copy of the weight, with a rigorous float32 rounding bound (`abft_ok`), so a flipped
 exponent bit is never released. Timing rule: every request gets exactly one answer, by
-its deadline at the latest (`timing.request_deadline_s`, or the client's shorter one).
+the client's own deadline or the channels' work budget, whichever comes first
+(`safemon.admission.work_budget_s`; only the budget judges the channels; docs/ROBUSTNESS.md).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import hashlib
+import heapq
 import json
+import os
 import random
 import shlex
 import subprocess
@@ -50,9 +55,14 @@ import structlog
 import zmq
 from prometheus_client import CollectorRegistry
 
+from safemon import admission
 from safemon.channels.launcher import Launcher, RealLauncher
+from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.config import Config
+from safemon.daemon_lock import DaemonLock, needs_lock
 from safemon.errors import ConfigError, PatternError
+from safemon.fault_classes import Classifier, FaultClass
+from safemon.fdlimit import ensure_fd_budget
 from safemon.gpu_identity import channel_devices, cuda_uuid
 from safemon.health import HealthReport
 from safemon.health import assess as assess_health
@@ -72,6 +82,8 @@ from safemon.transport import (
     Limits,
     Message,
     RejectCounter,
+    Rejected,
+    RejectReason,
     StalenessFilter,
     ZapAuthenticator,
     encode,
@@ -79,7 +91,9 @@ from safemon.transport import (
     recv_message,
     send_message,
 )
-from safemon.transport.sockets import Context, Socket
+from safemon.transport.sockets import Context, Socket, SocketOptions
+from safemon.weight_delivery import WeightDelivery
+from safemon.weight_id import weight_id_of
 
 __all__ = ["Daemon", "GoldenPatternLike", "abft_ok", "sd_notify", "weight_id_of"]
 
@@ -94,6 +108,23 @@ FAIL_ERRORS: dict[str, str] = {
     # trustworthy result could be formed, which is what VoteTimeoutError means.
     "channel_error": "VoteTimeoutError",
 }
+
+#: After a drain, how long the daemon keeps answering requests already queued on its
+#: ingress socket with ShuttingDownError before it closes it (seconds).
+DRAIN_SWEEP_S = 0.1
+
+#: Error texts built from request content are cut to this many characters, so an error
+#: reply always fits the header limit (a long weight id or command cannot break it).
+MAX_QUOTE = 80
+
+
+def _quote(value: object) -> str:
+    """repr(value), cut to `MAX_QUOTE` characters: safe to put in any error reply."""
+    text = repr(value)
+    return text if len(text) <= MAX_QUOTE else text[: MAX_QUOTE - 3] + "..."
+
+#: Faults classified by retest before the reaction (`safemon.fault_classes`).
+_RETESTED = frozenset({ctl.FaultKind.SELFTEST_FAILED, ctl.FaultKind.DISAGREEMENT_MINORITY})
 
 _FAULT_TO_METRIC: dict[ctl.FaultKind, str] = {
     ctl.FaultKind.DISAGREEMENT_MINORITY: "disagreement",
@@ -122,14 +153,6 @@ class GoldenPatternLike(Protocol):
     def variant(self) -> Variant: ...
 
     def check(self, c: Any, es: Any) -> bool: ...
-
-
-def weight_id_of(w: npt.NDArray[np.float32]) -> str:
-    """Content address of a weight: the same array always gets the same id (any epoch)."""
-    h = hashlib.sha256()
-    h.update(f"{w.dtype.str}{w.shape}".encode())
-    h.update(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
-    return h.hexdigest()[:24]
 
 
 def _digest(a: npt.NDArray[Any]) -> bytes:
@@ -187,6 +210,9 @@ class _Live:
     x: npt.NDArray[np.float32]
     weight_id: str
     policy: Policy
+    #: per voting channel, the incarnation the work was sent to: a fresh incarnation is
+    #: never blamed for what its predecessor left unanswered.
+    incarnations: dict[str, int] = field(default_factory=dict)
     results: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)
     kernel_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -248,7 +274,13 @@ class Daemon:
         self.stopped = threading.Event()
         self._stop_requested = threading.Event()
         self._seq = 0
-        self._limits = Limits()
+        self._limits = Limits()  # channel links: results can be as large as any product
+        # Client messages: nothing larger than the biggest request or weight admitted, so an
+        # oversized one is refused (counted, logged, answered) before it is looked at.
+        lim = config.limits
+        biggest = max(lim.max_request_bytes, lim.max_weight_bytes)
+        self._client_limits = Limits(max_frame_bytes=min(biggest, Limits().max_frame_bytes),
+                                     max_total_bytes=min(2 * biggest, Limits().max_total_bytes))
         self._rejects = RejectCounter(self._count_reject)
         self._staleness = StalenessFilter(self.epoch)
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
@@ -281,6 +313,34 @@ class Daemon:
         # systemd and health probes (safemon/systemd.py, safemon/health.py)
         self._notifier = Notifier()
         self._loop_at: float | None = None
+        #: (client deadline, seq): when a client's own timeout ends its wait. The channels'
+        #: budget (the voter's deadline) is separate and never shorter than the config says.
+        self._client_deadlines: list[tuple[float, int]] = []
+        #: seq -> {channel: incarnation} of requests still open in the voter.
+        self._sent_to: dict[int, tuple[float, dict[str, int]]] = {}
+        self._weight_bytes = 0
+        self._deliveries = {n: WeightDelivery() for n in config.channel_names}
+        #: per channel, live work sent and not answered: seq -> (item cost s, budget end).
+        self._queued: dict[str, dict[int, tuple[float, float]]] = {
+            n: {} for n in config.channel_names}
+        #: channels registered and waiting for their weights before they join the schedule
+        self._awaiting_join: set[str] = set()
+        #: weight id -> (clients waiting for register_weight's reply, channels still owing
+        #: the acknowledgement)
+        self._weight_waits: dict[str, tuple[list[tuple[bytes, int]], set[str]]] = {}
+        self._link_key: bytes | None = None
+        self._zap_denied_seen = 0
+        #: retests before the reaction (fault classification); a pending fault is the
+        #: arguments of `_fault_now`.
+        self._classifier: Classifier[tuple[ctl.FaultKind, float, str]] = Classifier(
+            config.classification.retests)
+        self._class_of: dict[int, FaultClass] = {}  # id(ctl.Fault) -> its class
+        #: the last faults that led to a reaction, newest last (for `status`).
+        self._fault_history: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        self._lock: DaemonLock | None = None
+        self._ipc_files: list[str] = []
+        self.injection_enabled = bool(config.testing.fault_injection)
+        self._safe_reason: str | None = None
 
     # ================================================================== lifecycle
 
@@ -360,6 +420,12 @@ class Daemon:
             jitter=t.dti_jitter,
             scrub_interval=t.scrub_interval_s if cfg.weights.ecc else None,
         ), rng=random.Random())
+        ensure_fd_budget(cfg.limits.max_connections)
+        if needs_lock(cfg):
+            assert cfg.endpoints.runtime_dir is not None
+            # Before any socket file is bound or unlinked: a second daemon of this name
+            # must fail here and leave the first one's sockets alone.
+            self._lock = DaemonLock.acquire(cfg.endpoints.runtime_dir, cfg.name)
         devices = channel_devices(cfg, cuda_uuid if self.backend == "cupy" else None)
         self.metrics = Metrics(cfg, self.registry, backend=self.backend, devices=devices)
         self.metrics.set_mode(Mode.NORMAL)
@@ -370,14 +436,26 @@ class Daemon:
                                    ("control", zmq.ROUTER, ep.control),
                                    ("events", zmq.PUB, ep.events)):
             use = curve if address.startswith("tcp://") or (curve and address.startswith("ipc://")) else None
+            # Replies wait in the ROUTER's per-client queue until the client reads them: room
+            # for every reply a client can be owed (its admitted requests and the refusals
+            # of what it pipelined meanwhile), so a reply is never dropped for lack of it.
+            opts = SocketOptions(sndhwm=4 * cfg.limits.max_in_flight) if kind == zmq.ROUTER else None
             try:
-                self._sockets[key] = make_socket(self.ctx, kind, address, bind=True, curve=use)
+                self._sockets[key] = make_socket(self.ctx, kind, address, bind=True, curve=use,
+                                                 options=opts)
             except zmq.ZMQError as exc:
                 self._close_sockets()
+                self._release_lock()
                 raise ConfigError(f"endpoints.{key}: cannot bind {address}: {exc}") from None
+            if address.startswith("ipc://"):
+                self._ipc_files.append(address[len("ipc://"):])
         if self._serve_metrics:
             self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
         launcher = self._launcher or RealLauncher(cfg, self.ctx)
+        # The key of the channel-link tokens; a launcher without one (a test's fake) runs
+        # its channels without link checks.
+        link_key = getattr(launcher, "link_key", None)
+        self._link_key = link_key if isinstance(link_key, bytes) else None
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         now = self.clock()
         # Connect before the channels bind: DEALERs reconnect until the peer appears.
@@ -386,7 +464,11 @@ class Daemon:
         self.supervisor.start_all(now)
         self._sock_incarnation = {n: self.supervisor.incarnation(n) for n in cfg.channel_names}
         self.log.info("daemon_started", backend=self.backend, policy=self._policy.value,
-                      sockets=self.sockets(), metrics_url=self.metrics_url)
+                      sockets=self.sockets(), metrics_url=self.metrics_url,
+                      fault_injection=self.injection_enabled)
+        if self.injection_enabled:
+            self.log.warning("fault_injection_enabled",
+                             detail="testing.fault_injection is on: not for production")
 
     def _curve(self) -> CurveServerKeys | None:
         sec = self.config.security
@@ -399,7 +481,8 @@ class Daemon:
         return keys
 
     def _connect_channel(self, name: str) -> Socket:
-        address = self.config.channel_address(name)
+        inc = self.supervisor.incarnation(name) if self.supervisor is not None else 0
+        address = self.config.channel_address(name, max(inc, 0))
         curve = None
         if address.startswith("tcp://"):
             from safemon.transport import CurveClientKeys
@@ -455,8 +538,31 @@ class Daemon:
     def _finish_drain(self) -> None:
         now = self.clock()
         for seq in list(self._live):
-            self._answer_error(seq, "VoteTimeoutError", "daemon stopped before a vote completed")
+            self._count_outcome("shutting_down")
+            self._answer_error(seq, "ShuttingDownError", "the daemon stopped before the vote completed")
+        for wid, (waiting, _owing) in list(self._weight_waits.items()):
+            for identity, seq in waiting:
+                self._error_to("ingress", identity, seq, "ShuttingDownError",
+                               f"the daemon stopped before weight {wid} reached every channel")
+        self._weight_waits.clear()
+        # Requests already queued on the ingress socket get their answer too (a typed
+        # ShuttingDownError), so that nothing sent before the stop is left unanswered.
+        sweep_end = time.monotonic() + DRAIN_SWEEP_S
+        ing = self._sockets["ingress"]
+        while time.monotonic() < sweep_end:
+            got = recv_message(ing, limits=self._client_limits, timeout_ms=10, counter=self._rejects,
+                               on_reject=functools.partial(self._on_rejected, "ingress"))
+            if got is None:
+                break
+            assert got.identity is not None
+            self._guarded("ingress", got.identity, got.message,
+                          functools.partial(self._on_ingress, got.identity))
         self.log.info("drained", at=now)
+
+    def close(self) -> None:
+        """Stop everything `start` began (channels, sockets, lock) without running the loop:
+        for a start that was interrupted. `run` does this itself when it returns."""
+        self._shutdown()
 
     def _shutdown(self) -> None:
         if self.supervisor is not None:
@@ -471,7 +577,24 @@ class Daemon:
                 p.kill()
         if self._own_ctx:
             self.ctx.term()
+        self._remove_socket_files()
+        self._release_lock()
         self.stopped.set()
+
+    def _remove_socket_files(self) -> None:
+        """Unlink the ipc:// socket files this daemon bound (only while it holds the lock,
+        so a second daemon's files are never touched)."""
+        if self._lock is None:
+            return
+        for path in self._ipc_files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self._ipc_files.clear()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _close_sockets(self) -> None:
         for s in [*self._sockets.values(), *self._chan_socks.values()]:
@@ -491,33 +614,70 @@ class Daemon:
             poller.register(s, zmq.POLLIN)
         ready = dict(poller.poll(timeout_ms))
         for name, s in list(self._chan_socks.items()):
-            while s in ready:
+            while s in ready and self._chan_socks.get(name) is s:
                 got = recv_message(s, limits=self._limits, timeout_ms=0, counter=self._rejects,
                                    staleness=self._staleness)
                 if got is None:
                     break
-                self._on_channel(name, got.message)
-        ing = self._sockets["ingress"]
-        while ing in ready:
-            got = recv_message(ing, limits=self._limits, timeout_ms=0, counter=self._rejects)
-            if got is None:
-                break
-            assert got.identity is not None
-            self._on_ingress(got.identity, got.message)
-        control = self._sockets["control"]
-        while control in ready:
-            got = recv_message(control, limits=self._limits, timeout_ms=0, counter=self._rejects)
-            if got is None:
-                break
-            assert got.identity is not None
-            self._on_control(got.identity, got.message)
+                self._guarded("channel", None, got.message, functools.partial(self._on_channel, name))
+        for key, handler in (("ingress", self._on_ingress), ("control", self._on_control)):
+            sock = self._sockets[key]
+            while sock in ready:
+                got = recv_message(sock, limits=self._client_limits, timeout_ms=0, counter=self._rejects,
+                                   on_reject=functools.partial(self._on_rejected, key))
+                if got is None:
+                    break
+                ident = got.identity
+                assert ident is not None
+                self._guarded(key, ident, got.message, functools.partial(handler, ident))
+
+    def _guarded(self, sock: str, identity: bytes | None, msg: Message,
+                 handle: Callable[[Message], None]) -> None:
+        """Handle one message; an exception is a bug in handling *this* message, not a
+        reason to stop serving everyone: it is counted, logged and, where a reply address
+        exists, answered with a typed `InternalError`."""
+        try:
+            handle(msg)
+        except Exception as exc:  # the loop must survive any one message
+            if self.metrics is not None:
+                self.metrics.count_rejected("handler_error")
+            self.log.exception("message_handling_failed", socket=sock, kind=msg.kind.value,
+                               seq=msg.seq, error=_quote(exc))
+            if identity is not None and sock in ("ingress", "control"):
+                self._error_to(sock, identity, msg.seq, "InternalError",
+                               f"the daemon could not handle this message: {type(exc).__name__}")
 
     def _count_reject(self, reason: Any) -> None:
         if self.metrics is not None:
             self.metrics.count_rejected(reason)
 
+    def _on_rejected(self, sock: str, identity: bytes | None, rejected: Rejected,
+                     frames: Sequence[Any]) -> None:
+        """A client message the transport dropped (already counted by reason): log it
+        (the first 10 of each reason, then every power of two) and, when its header names
+        a seq, answer the sender with a typed InvalidInputError so it does not wait."""
+        n = self._rejects[rejected.reason]
+        if n <= 10 or n & (n - 1) == 0:
+            self.log.warning("message_rejected", socket=sock, reason=rejected.reason.value,
+                             detail=_quote(rejected.detail), count=n)
+        if identity is None or not frames or rejected.reason is RejectReason.UNAUTHENTICATED:
+            return
+        seq = _header_seq(frames[0], self._limits.max_header_bytes)
+        if seq is not None:
+            self._error_to(sock, identity, seq, "InvalidInputError",
+                           f"message rejected ({rejected.reason.value}): {_quote(rejected.detail)}")
+
+    def _link_token(self, name: str) -> str | None:
+        """The current incarnation's link token of channel `name` (None: no link checks)."""
+        if self._link_key is None or self.supervisor is None:
+            return None
+        return link_token(self._link_key, name, self.supervisor.incarnation(name))
+
     def _send_channel(self, name: str, kind: Kind, seq: int, meta: dict[str, Any],
                       arrays: tuple[npt.NDArray[Any], ...] = ()) -> bool:
+        token = self._link_token(name)
+        if token is not None:
+            meta = {**meta, LINK_FIELD: token}
         frames = encode(kind, epoch=self.epoch, seq=seq, channel=name, meta=meta, arrays=arrays)
         try:
             send_message(self._chan_socks[name], frames, flags=zmq.NOBLOCK)
@@ -539,10 +699,19 @@ class Daemon:
     def _error_to(self, sock: str, identity: bytes, seq: int, error_type: str, message: str) -> None:
         self._reply(sock, identity, Kind.ERROR, seq, {"error_type": error_type, "message": message})
 
+    def _count_outcome(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count_request(outcome)
+
     def _on_ingress(self, identity: bytes, msg: Message) -> None:
         now = self.clock()
         if msg.kind is Kind.CONTROL and msg.meta.get("command") == "hello":
             self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": "hello"})
+            return
+        if self._drain_deadline is not None:
+            self._count_outcome("shutting_down")
+            self._error_to("ingress", identity, msg.seq, "ShuttingDownError",
+                           "the daemon is shutting down")
             return
         if msg.kind is Kind.CONTROL and msg.meta.get("command") == "register_weight":
             self._register_weight(identity, msg)
@@ -551,35 +720,70 @@ class Daemon:
             self._error_to("ingress", identity, msg.seq, "InvalidInputError",
                            f"unexpected message kind {msg.kind.value!r} on ingress")
             return
-        if self._drain_deadline is not None:
-            self._error_to("ingress", identity, msg.seq, "SafemonError", "the daemon is shutting down")
-            return
         problem = self._validate_request(msg)
         if problem is not None:
             kind, text = problem
-            if kind == "InvalidInputError" and self.metrics is not None:
-                self.metrics.count_request("invalid_input")
+            if kind == "InvalidInputError":
+                self._count_outcome("invalid_input")
             self._error_to("ingress", identity, msg.seq, kind, text)
             return
         wid = str(msg.meta["weight_id"])
         x = np.ascontiguousarray(msg.arrays[0])
-        deadline_s = self.config.timing.request_deadline_s
-        client_ms = msg.meta.get("deadline_ms")
-        if isinstance(client_ms, int | float) and not isinstance(client_ms, bool) and client_ms > 0:
-            deadline_s = min(deadline_s, float(client_ms) / 1000.0)
-        seq = self._next_seq()
+        m, k = x.shape
+        n = self._weights[wid].shape[1]
+        voters = self._voting if self._mode is not Mode.SAFE else tuple(
+            self.config.channel_names[: self._policy.channels])
+        queued_s = max((self._queued_s(ch, now) for ch in voters), default=0.0)
+        refusal = admission.check_request(self.config, x.shape, n, self.voter.open_requests,
+                                          queued_s)
+        if refusal is not None:
+            self._count_outcome(refusal.outcome)
+            self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
+            return
         if self._mode is not Mode.SAFE and not self._voting:
             self._error_to("ingress", identity, msg.seq, "VoteTimeoutError",
                            "no voting set yet: channels are still passing their start-up self-tests")
             return
-        voters = self._voting if self._mode is not Mode.SAFE else tuple(
-            self.config.channel_names[: self._policy.channels])
-        self._live[seq] = _Live(identity, msg.seq, now, x, wid, self._policy)
-        self._voter(vot.Submit(seq, now, now + deadline_s, voters, self._policy))
+        # The channels are judged by their own budget for this work item (the work queued
+        # ahead of it included), never by the client's timeout: a client that gives up
+        # earlier gets VoteTimeoutError, alone.
+        budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
+        cost_s = admission.item_cost_s(self.config, m, k, n)
+        client_s = _client_deadline_s(msg.meta.get("deadline_ms"), budget_s)
+        seq = self._next_seq()
+        for ch in voters:
+            self._queued[ch][seq] = (cost_s, now + budget_s)
+        assert self.supervisor is not None
+        incs = {ch: self.supervisor.incarnation(ch) for ch in voters}
+        self._live[seq] = _Live(identity, msg.seq, now, x, wid, self._policy, incarnations=incs)
+        self._sent_to[seq] = (now + budget_s, incs)
+        if client_s < budget_s:
+            heapq.heappush(self._client_deadlines, (now + client_s, seq))
+        self._voter(vot.Submit(seq, now, now + budget_s, voters, self._policy))
         if seq in self._live:
             for ch in voters:
                 self._send_channel(ch, Kind.REQUEST, seq, {
-                    "weight_id": wid, "deadline_ms": deadline_s * 1000.0, "job": "live"}, (x,))
+                    "weight_id": wid, "deadline_ms": budget_s * 1000.0, "job": "live"}, (x,))
+
+    def _queued_s(self, ch: str, now: float) -> float:
+        """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
+        return sum(c for c, d in self._queued[ch].values() if d >= now)
+
+    def _expire_client_deadlines(self, now: float) -> None:
+        """Answer each request whose client's own deadline passed with VoteTimeoutError;
+        the vote goes on (its channels' results still judge them), only the reply is gone."""
+        while self._client_deadlines and self._client_deadlines[0][0] <= now:
+            _, seq = heapq.heappop(self._client_deadlines)
+            if seq in self._live:
+                self._count_outcome("client_timeout")
+                self._answer_error(seq, "VoteTimeoutError",
+                                   "the client's deadline passed before the vote completed")
+        horizon = now - 1.0  # the voter closed these at their deadline (voter Tick first)
+        for seq in [s for s, (d, _) in self._sent_to.items() if d < horizon]:
+            del self._sent_to[seq]
+        for q in self._queued.values():
+            for seq in [s for s, (_c, d) in q.items() if d < now]:
+                del q[seq]
 
     def _validate_request(self, msg: Message) -> tuple[str, str] | None:
         if len(msg.arrays) != 1:
@@ -587,7 +791,7 @@ class Daemon:
         x = msg.arrays[0]
         wid = msg.meta.get("weight_id")
         if not isinstance(wid, str) or wid not in self._weights:
-            return "UnknownWeightError", f"weight id {wid!r} is not registered with this daemon"
+            return "UnknownWeightError", f"weight id {_quote(wid)} is not registered with this daemon"
         w = self._weights[wid]
         if x.dtype != np.float32 or x.ndim != 2 or x.size == 0:
             return "InvalidInputError", f"x must be a non-empty 2-D float32 array, got {x.dtype} {x.shape}"
@@ -608,15 +812,81 @@ class Daemon:
             return
         wid = weight_id_of(w)
         if wid not in self._weights:
+            refusal = admission.check_weight(self.config, w.shape, len(self._weights),
+                                             self._weight_bytes)
+            if refusal is not None:
+                self.log.warning("weight_refused", shape=list(w.shape), reason=refusal.message)
+                self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
+                return
             self._weights[wid] = np.array(w, dtype=np.float32, order="C", copy=True)
-            for ch in self.config.channel_names:
-                self._send_weight(ch, wid)
+            self._weight_bytes += int(w.nbytes)
+            assert self.supervisor is not None
+            owing = {ch for ch in self.config.channel_names if self.supervisor.registered(ch)}
+            if owing:
+                self._weight_waits[wid] = ([], owing)
+            for ch in owing:
+                self._deliveries[ch].add(wid)
+                self._pump_weights(ch, self.clock())
             self.log.info("weight_registered", weight_id=wid, shape=list(w.shape))
+        wait = self._weight_waits.get(wid)
+        if wait is not None and wait[1]:
+            wait[0].append((identity, msg.seq))  # answered once every channel holds it
+            return
         self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": wid})
 
-    def _send_weight(self, ch: str, wid: str) -> None:
-        self._send_channel(ch, Kind.CONTROL, self._next_seq(),
-                           {"command": "weight", "args": wid}, (self._weights[wid],))
+    def _weight_budget_s(self, wid: str) -> float:
+        """How long a channel may take to acknowledge weight `wid`: the work budget of an
+        8-row work item on it (storing it, ECC encoding included, is that order of work)."""
+        k, n = self._weights[wid].shape
+        return admission.work_budget_s(self.config, 8, k, n)
+
+    def _pump_weights(self, ch: str, now: float) -> None:
+        """Send what the window allows of the weights `ch` is owed; once it holds them all,
+        a channel waiting to join the self-test schedule joins (and is asked for its test)."""
+        d = self._deliveries[ch]
+        while (wid := d.next_to_send()) is not None:
+            if wid not in self._weights:
+                d.sent(wid, now)
+                d.ack(wid)
+                continue
+            if not self._send_channel(ch, Kind.CONTROL, self._next_seq(),
+                                      {"command": "weight", "args": wid}, (self._weights[wid],)):
+                break  # the socket is full or gone: retried on the next loop turn
+            d.sent(wid, now + self._weight_budget_s(wid))
+        if d.idle and ch in self._awaiting_join:
+            self._awaiting_join.discard(ch)
+            assert self.scheduler is not None
+            self._sched(sch.ChannelJoined(ch, now))
+            if self._mode is not Mode.SAFE and self.controller.channel_state(ch) is ChannelState.STARTING:
+                self._run_now(ch, now)
+
+    def _weight_acked(self, ch: str, wid: str) -> None:
+        wait = self._weight_waits.get(wid)
+        if wait is None:
+            return
+        wait[1].discard(ch)
+        if not wait[1]:
+            del self._weight_waits[wid]
+            for identity, seq in wait[0]:
+                self._reply("ingress", identity, Kind.REPLY, seq, {"ok": True, "outcome": wid})
+
+    def _drop_delivery(self, ch: str) -> None:
+        """`ch` is being restarted or isolated: it owes nothing more (its next incarnation
+        gets every weight afresh), and no client waits for it."""
+        self._deliveries[ch].begin(())
+        self._awaiting_join.discard(ch)
+        for wid in list(self._weight_waits):
+            self._weight_acked(ch, wid)
+
+    def _check_deliveries(self, now: float) -> None:
+        for ch, d in self._deliveries.items():
+            late = d.overdue(now)
+            if late:
+                self._drop_delivery(ch)
+                self._fault(ch, ctl.FaultKind.CHANNEL_ERROR, now, now,
+                            f"weight {late[0]} not acknowledged within its budget")
+            else:
+                self._pump_weights(ch, now)
 
     def _answer_error(self, seq: int, error_type: str, message: str) -> None:
         live = self._live.pop(seq, None)
@@ -631,20 +901,30 @@ class Daemon:
         return {
             "name": self.config.name,
             "epoch": self.epoch,
-            "mode": self._mode.value,
+            # STARTING until a voting set first exists (and again after a reset from SAFE).
+            "mode": self._mode.value if self._mode is Mode.SAFE or self.controller.formed
+            else "STARTING",
+            "safe_reason": self._safe_reason,
+            "fault_injection": self.injection_enabled,
             "policy": Policy(self.config.policy).value,
             "effective_policy": self._policy.value,
             "voting": list(self._voting),
             "backend": self.backend,
             "metrics_url": self.metrics_url,
             "sockets": self.sockets(),
+            # `state` is the controller's (frozen while SAFE is latched); `process` is what
+            # the supervisor sees now, so a channel lost in SAFE does not pass for healthy.
             "channels": [
                 {"name": n, "state": self._states[n].value,
                  "incarnation": sup.incarnation(n) if sup is not None else -1,
+                 "process": _process_state(sup, n) if sup is not None else "not started",
                  "sm_coverage": self.scheduler.sm_coverage(n) if self.scheduler else None}
                 for n in self.config.channel_names
             ],
             "weights": len(self._weights),
+            # The last faults that led to a reaction, oldest first (age in seconds).
+            "faults": [{**{k: v for k, v in f.items() if k != "at"},
+                        "age_s": round(self.clock() - f["at"], 3)} for f in self._fault_history],
             "in_flight": len(self._live),
             "unexplained_mismatches": self.controller.unexplained_mismatches,
             **self._hft_status(),
@@ -686,7 +966,7 @@ class Daemon:
         command = msg.meta.get("command")
         args = msg.meta.get("args")
         args = args if isinstance(args, str) else ""
-        ok, outcome = True, str(command)
+        ok, outcome = True, _quote(command) if not isinstance(command, str) else command[:MAX_QUOTE]
         if command == "status":
             body = np.frombuffer(json.dumps(self.status()).encode(), dtype=np.uint8).copy()
             self._reply("control", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": "status"}, (body,))
@@ -696,15 +976,18 @@ class Daemon:
         elif command in ("inject", "clear"):
             ch, _, kind = args.partition(":")
             targets = self.config.channel_names if (command == "clear" and not ch) else (ch,)
-            if any(t not in self._chan_socks for t in targets):
-                ok, outcome = False, f"unknown channel {ch!r}"
+            if command == "inject" and not self.injection_enabled:
+                ok, outcome = False, ("fault injection is disabled (set testing.fault_injection: "
+                                      "true in a test configuration)")
+            elif any(t not in self._chan_socks for t in targets):
+                ok, outcome = False, f"unknown channel {_quote(ch)}"
             else:
                 for t in targets:
                     if command == "inject":
                         from safemon.channels.faults import FAULT_KINDS
 
                         if kind not in FAULT_KINDS:
-                            ok, outcome = False, f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}"
+                            ok, outcome = False, f"unknown fault {_quote(kind)}; known: {', '.join(FAULT_KINDS)}"
                             break
                         if t not in self._injected_at or t in self._injected_expiry:
                             self._injected_at[t] = now  # a new fault (the last was cleared)
@@ -718,12 +1001,18 @@ class Daemon:
                         if t in self._injected_at:
                             self._injected_expiry[t] = now + self._detection_bound()
                         self._send_channel(t, Kind.CONTROL, self._next_seq(), {"command": "clear"})
-                self.log.warning("control_" + str(command), target=args)
+                self.log.warning("control_" + str(command), target=_quote(args))
         elif command == "selftest":
+            # At most one self-test in flight per channel: a flood of these commands must
+            # not queue self-tests behind each other until they overrun (that would be a
+            # fault caused by a client).
+            limit = self.config.timing.selftest_deadline_s
+            busy = {t.channel for t in self._tests.values() if now - t.started < limit}
             for ch in self.config.channel_names:
-                self._run_now(ch, now)
+                if ch not in busy:
+                    self._run_now(ch, now)
         else:
-            ok, outcome = False, f"unknown command {command!r}"
+            ok, outcome = False, f"unknown command {_quote(command)}"
         self._reply("control", identity, Kind.REPLY, msg.seq, {"ok": ok, "outcome": outcome})
 
     # ================================================================== channels
@@ -734,6 +1023,13 @@ class Daemon:
         if msg.channel != name:
             self._rejects.record(_stray_reason())
             return
+        token = self._link_token(name)
+        if token is not None and not link_ok(msg.meta, token):
+            # Not from this channel's current incarnation: an impostor bound the channel's
+            # address, or a leftover of a replaced incarnation. Counted, logged, dropped.
+            self.metrics.count_rejected("foreign")
+            self.log.warning("foreign_channel_message_dropped", channel=name, kind=msg.kind.value)
+            return
         inc = msg.meta.get("incarnation")
         started = None
         if msg.kind is Kind.REGISTER and isinstance(inc, int):
@@ -743,12 +1039,15 @@ class Daemon:
         if started is not None:
             self.log.info("channel_registered", channel=name, incarnation=inc,
                           pid=msg.meta.get("pid"))
-            for wid in self._weights:
-                self._send_weight(name, wid)
             if name in self.scheduler.channels:
                 self._sched(sch.ChannelLeft(name, now))
-            self._sched(sch.ChannelJoined(name, now))
+            # It joins the self-test schedule (and so may rejoin the vote) only once it
+            # holds every registered weight, acknowledged (`_pump_weights`).
+            self._drop_delivery(name)
+            self._deliveries[name].begin(self._weights)
+            self._awaiting_join.add(name)
             self._controller(ctl.ChannelStarted(name, now))
+            self._pump_weights(name, now)
         if msg.kind is Kind.HEARTBEAT and isinstance(inc, int):
             cor, unc = msg.meta.get("ecc_corrected"), msg.meta.get("ecc_uncorrectable")
             if isinstance(cor, int) and isinstance(unc, int) and inc == self.supervisor.incarnation(name):
@@ -756,6 +1055,16 @@ class Daemon:
                     self.metrics.update_channel_ecc(name, inc, {"weights": cor}, {"weights": unc})
                 except ValueError as exc:
                     self.log.warning("bad_heartbeat_ecc", channel=name, error=str(exc))
+        elif msg.kind is Kind.EVENT and msg.meta.get("event") == "weight":
+            wid = msg.meta.get("weight_id")
+            if isinstance(wid, str) and self._deliveries[name].ack(wid):
+                if msg.meta.get("ok") is True:
+                    self._weight_acked(name, wid)
+                    self._pump_weights(name, now)
+                else:
+                    self._drop_delivery(name)
+                    self._fault(name, ctl.FaultKind.CHANNEL_ERROR, now, now,
+                                f"refused weight {wid}")
         elif msg.kind is Kind.EVENT and msg.meta.get("event") == "scrub":
             cor, unc = msg.meta.get("corrected"), msg.meta.get("uncorrectable")
             if (isinstance(cor, int) and isinstance(unc, int) and cor >= 0 and unc >= 0
@@ -797,6 +1106,7 @@ class Daemon:
                 self.metrics.set_sm_coverage(name, self.scheduler.sm_coverage(name)
                                              if self.scheduler else None)
             return
+        self._queued[name].pop(msg.seq, None)
         live = self._live.get(msg.seq)
         error = msg.meta.get("error")
         error_text = error if isinstance(error, str) and error else "result without C and ES"
@@ -822,15 +1132,35 @@ class Daemon:
         assert self.scheduler is not None and self.supervisor is not None
         self._sched(sch.Tick(now))
         self._voter(vot.Tick(now))
+        self._expire_client_deadlines(now)
+        self._check_deliveries(now)
+        # Self-tests never answered (a lost channel) were judged by the scheduler at their
+        # deadline; forget them after ten of those.
+        stale = now - 10 * self.config.timing.selftest_deadline_s
+        for seq in [q for q, t in self._tests.items() if t.started < stale]:
+            del self._tests[seq]
+        if self._zap is not None and self.metrics is not None:
+            denied = self._zap.denied  # counted (and logged) by the ZAP thread
+            for _ in range(denied - self._zap_denied_seen):
+                self.metrics.count_rejected("zap_denied")
+            self._zap_denied_seen = denied
         for lost in self.supervisor.tick(now):
             self._on_lost(lost, now)
         for name, inc in self._sock_incarnation.items():
             if self.supervisor.incarnation(name) != inc:
+                self._drop_delivery(name)
+                self._queued[name].clear()  # the old incarnation's queue died with it
                 # A new incarnation binds afresh: a new pipe drops the old one's leftovers
                 # (and inproc:// does not reconnect to a re-bound endpoint by itself).
                 self._chan_socks[name].close(linger=0)
                 self._chan_socks[name] = self._connect_channel(name)
                 self._sock_incarnation[name] = self.supervisor.incarnation(name)
+        for name in self._sock_incarnation:
+            if self.supervisor.awaiting_registration(name):
+                # The channel answers only the peer that spoke first with its link token;
+                # say hello until it registers (a send before the connection completes
+                # fails at once: the sockets are IMMEDIATE).
+                self._send_channel(name, Kind.CONTROL, self._next_seq(), {"command": "link"})
         for p in list(self._hooks):
             if p.poll() is not None:
                 self._hooks.remove(p)
@@ -841,10 +1171,56 @@ class Daemon:
         if self.scheduler is not None and lost.channel in self.scheduler.channels:
             # Nothing left to self-test or scrub; it joins again when it registers.
             self._sched(sch.ChannelLeft(lost.channel, now))
+        if (self.controller.channel_state(lost.channel) is ChannelState.RESTARTING
+                and self._mode is not Mode.SAFE):
+            # A new incarnation died before it registered. The controller absorbs faults of
+            # a RESTARTING channel (its first failure is being handled), so tell it the
+            # start happened and then failed: the fault of a STARTING channel follows the
+            # policy's recovery (2oo3: another restart within the budget, then ISOLATED;
+            # 1oo2D: ISOLATED). RESTARTING so always ends in UP or ISOLATED.
+            self.log.warning("channel_died_before_registering", channel=lost.channel)
+            self._controller(ctl.ChannelStarted(lost.channel, now))
         self._fault(lost.channel, kind, lost.detected_at, now, lost.detail)
 
     def _fault(self, channel: str | None, kind: ctl.FaultKind, detected_at: float, now: float,
                detail: str) -> None:
+        """Report a fault to the controller, after classifying it by retest where that is
+        safe (`safemon.fault_classes`): a 2oo3 voting channel's self-test failure or
+        disagreement starts `classification.retests` self-tests first."""
+        if channel is not None and self._classifier.active(channel):
+            if kind in _RETESTED:
+                self._retest_done(channel, False, now)  # it showed again: a failed retest
+                return
+            # Another kind of fault (crash, hang, ...) ends the retest: both are reported,
+            # the first as permanent (it was followed by another failure).
+            pending = self._classifier.abandon(channel)
+            if pending is not None:
+                self._fault_now(channel, pending[0], pending[1], now, pending[2],
+                                FaultClass.PERMANENT)
+        elif (channel is not None and kind in _RETESTED and self._mode is not Mode.SAFE
+              and self._policy is Policy.TWO_OO_THREE and channel in self._voting
+              and self._classifier.begin(channel, (kind, detected_at, detail))):
+            self.log.info("fault_retest_started", channel=channel, kind=kind.value,
+                          retests=self._classifier.retests)
+            self._run_now(channel, now)
+            return
+        self._fault_now(channel, kind, detected_at, now, detail, FaultClass.UNCLASSIFIED)
+
+    def _retest_done(self, channel: str, passed: bool, now: float) -> None:
+        done = self._classifier.result(channel, passed)
+        if done is None:
+            self._run_now(channel, now)
+            return
+        (kind, detected_at, detail), cls = done
+        self.log.info("fault_classified", channel=channel, kind=kind.value, fault_class=cls.value)
+        self._fault_now(channel, kind, detected_at, now, detail, cls)
+
+    def _fault_now(self, channel: str | None, kind: ctl.FaultKind, detected_at: float,
+                   now: float, detail: str, fault_class: FaultClass) -> None:
+        if self.metrics is not None:
+            self.metrics.count_fault_class(_FAULT_TO_METRIC[kind], fault_class.value)
+        if fault_class is not FaultClass.UNCLASSIFIED:
+            detail = f"{detail} [{fault_class.value} after {self._classifier.retests} retest(s)]"
         # An injected fault's occurrence time is consumed by its first detection: the channel
         # is then isolated or restarted (a new incarnation starts without the fault).
         occurred = None
@@ -855,8 +1231,13 @@ class Daemon:
             self._injected_expiry.pop(channel, None)
         if occurred is not None and occurred > detected_at:
             occurred = None
-        self._controller(ctl.Fault(channel=channel, kind=kind, detected_at=min(detected_at, now),
-                                   now=now, occurred_at=occurred, detail=detail))
+        event = ctl.Fault(channel=channel, kind=kind, detected_at=min(detected_at, now),
+                          now=now, occurred_at=occurred, detail=detail)
+        self._class_of[id(event)] = fault_class
+        try:
+            self._controller(event)
+        finally:
+            self._class_of.pop(id(event), None)
 
     def _detection_bound(self) -> float:
         """The longest a fault's consequence can take to be detected (seconds)."""
@@ -905,7 +1286,16 @@ class Daemon:
                     self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
                                 f"request {d.req_id}: {', '.join(d.minority)} disagree")
             elif isinstance(d, vot.DeadlineMiss):
-                self._fault(d.channel, ctl.FaultKind.DEADLINE_MISS, now, now, f"request {d.req_id}")
+                sent = self._sent_to.get(d.req_id)
+                assert self.supervisor is not None
+                if sent is not None and sent[1].get(d.channel) != self.supervisor.incarnation(d.channel):
+                    # Sent to an incarnation that has since been replaced: its loss is
+                    # already being handled; the fresh one never saw this request.
+                    self.log.info("deadline_miss_of_replaced_incarnation", seq=d.req_id,
+                                  channel=d.channel)
+                    continue
+                self._fault(d.channel, ctl.FaultKind.DEADLINE_MISS, now, now,
+                            f"request {d.req_id}: no result within its work budget")
             elif isinstance(d, vot.ChannelFailed):
                 kind = (ctl.FaultKind.ECC_UNCORRECTABLE if d.reason.startswith("ecc")
                         else ctl.FaultKind.CHANNEL_ERROR)
@@ -919,7 +1309,7 @@ class Daemon:
         self._sched(sch.Tick(now))  # settle what fell due before this instant first
         if ch not in self.scheduler.channels:
             assert self.supervisor is not None
-            if not self.supervisor.running(ch):
+            if not self.supervisor.running(ch) or self.supervisor.lost(ch):
                 # Lost while nothing restarted it (e.g. in SAFE) and now asked to prove
                 # itself (after a reset): start it; it must pass a self-test to vote again.
                 self.log.info("channel_restart_for_selftest", channel=ch)
@@ -964,6 +1354,9 @@ class Daemon:
             self.metrics.observe_selftest(ins.channel, SelftestResult.PASS, ins.latency)
             ondemand = ins.test_id in self._ondemand
             self._ondemand.discard(ins.test_id)
+            if ondemand and self._classifier.active(ins.channel):
+                self._retest_done(ins.channel, True, now)
+                return
             if self._states[ins.channel] is not ChannelState.UP or ondemand:
                 self._controller(ctl.SelfTestResult(ins.channel, True, now))
         elif isinstance(ins, sch.SelfTestFailed):
@@ -1026,10 +1419,13 @@ class Daemon:
                 reactions.append(ins)  # recorded once every other action has been carried out
             elif isinstance(ins, ctl.SetMode):
                 old, self._mode = self._mode, ins.mode
+                self._safe_reason = ins.reason if ins.mode is Mode.SAFE else None
                 self.metrics.set_mode(ins.mode)
                 self.log.warning("mode_changed", mode=ins.mode.value, previous=old.value,
                                  reason=ins.reason)
                 if ins.mode is Mode.SAFE:
+                    for ch in self.config.channel_names:
+                        self._classifier.abandon(ch)  # latched: nothing more to react to
                     self._voter(vot.EnterSafe(now))
                 elif old is Mode.SAFE:
                     self._voter(vot.Reset(now))
@@ -1045,10 +1441,14 @@ class Daemon:
                     self.ready.set()
                     self._notifier.ready(self._mode, self._states)
             elif isinstance(ins, ctl.RestartChannel):
+                self._drop_delivery(ins.channel)
+                self._classifier.abandon(ins.channel)  # its new incarnation starts afresh
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))
                 self.supervisor.restart(ins.channel, ins.delay, now)
             elif isinstance(ins, ctl.IsolateChannel):
+                self._drop_delivery(ins.channel)
+                self._classifier.abandon(ins.channel)
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))
                 self.supervisor.isolate(ins.channel, now)
@@ -1068,8 +1468,15 @@ class Daemon:
             self.metrics.observe_fault_reaction(kind, frti)
             if rec.fdti_seconds is not None:
                 self.metrics.observe_fault_detection(kind, rec.fdti_seconds)
+            cls = self._class_of.get(id(event), FaultClass.UNCLASSIFIED)
             self.log.info("fault_reaction", kind=rec.kind.value, fdti_s=rec.fdti_seconds,
-                          frti_s=frti)
+                          frti_s=frti, fault_class=cls.value)
+            self._fault_history.append({
+                "kind": rec.kind.value,
+                "channel": event.channel if isinstance(event, ctl.Fault) else None,
+                "class": cls.value, "fdti_s": rec.fdti_seconds, "frti_s": frti,
+                "detail": _quote(event.detail) if isinstance(event, ctl.Fault) else "",
+                "mode": self._mode.value, "at": self.clock()})
             if frti > 0.05:  # say where the time went (the steps' start times, from detection)
                 self.log.warning("slow_reaction", kind=rec.kind.value, frti_s=frti,
                                  steps=[(n, round(t - detected, 4)) for n, t in steps])
@@ -1101,6 +1508,41 @@ class Daemon:
         except OSError:
             pass
         self._hooks.append(p)
+
+
+def _process_state(sup: Supervisor, channel: str) -> str:
+    """running / starting / restarting / lost (exited or silent, nothing planned)."""
+    if sup.registered(channel):
+        return "running"
+    if sup.awaiting_registration(channel):
+        return "starting"
+    if sup.lost(channel):
+        return "lost"
+    return "restarting"
+
+
+def _header_seq(frame: Any, max_bytes: int) -> int | None:
+    """The `seq` of a (rejected) message's header frame if it is readable, else None."""
+    try:
+        raw = frame.bytes if hasattr(frame, "bytes") else bytes(frame)
+        if len(raw) > max_bytes:
+            return None
+        seq = json.loads(raw).get("seq")
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq < 2**63 else None
+
+
+def _client_deadline_s(deadline_ms: object, budget_s: float) -> float:
+    """The client's own deadline in seconds (capped by the channel budget `budget_s`);
+    anything that is not a positive finite number of milliseconds means "no own deadline".
+    Total: never raises, whatever the client sent."""
+    if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, int | float):
+        return budget_s
+    ms = float(deadline_ms)
+    if not (ms > 0.0 and ms < float("inf")):
+        return budget_s
+    return min(budget_s, ms / 1000.0)
 
 
 def _stray_reason() -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendUnavailableError",
+    "BusyError",
     "CompileError",
     "ConfigError",
     "DisagreementError",
@@ -16,8 +17,10 @@ __all__ = [
     "PatternError",
     "SafeStateError",
     "SafemonError",
+    "ShuttingDownError",
     "UncorrectableError",
     "VoteTimeoutError",
+    "WeightBudgetError",
 ]
 
 
@@ -47,6 +50,19 @@ class VoteTimeoutError(SafemonError, TimeoutError):
 
 class DisagreementError(SafemonError, RuntimeError):
     """The channels disagreed and the policy could not single out a trustworthy result."""
+
+
+class BusyError(SafemonError, RuntimeError):
+    """The daemon has `limits.max_in_flight` requests open; retry later. Not a fault."""
+
+
+class ShuttingDownError(SafemonError, RuntimeError):
+    """The daemon is stopping: the request was not (or no longer) voted on."""
+
+
+class WeightBudgetError(SafemonError, RuntimeError):
+    """Registering the weight would exceed `limits.max_weights` or
+    `limits.max_weight_total_bytes`."""
 
 
 class ConfigError(SafemonError, ValueError):

@@ -88,7 +88,10 @@ __all__ = [
 PREFIX = "safemon"
 
 #: `requests_total{outcome}`: the voter's outcomes plus requests refused at ingress.
-REQUEST_OUTCOMES: tuple[str, ...] = (*VOTE_OUTCOMES, "invalid_input")
+#: busy: refused by admission control (limits.max_in_flight); client_timeout: the client's
+#: own deadline passed first (the channels are not blamed); shutting_down: the daemon stopped.
+REQUEST_OUTCOMES: tuple[str, ...] = (
+    *VOTE_OUTCOMES, "invalid_input", "busy", "client_timeout", "shutting_down")
 
 # Buckets in seconds. Each histogram also gets the matching deadline from the config as a
 # bucket edge, so "fraction over the deadline" is read exactly, not interpolated.
@@ -376,6 +379,28 @@ class Metrics:
             v = ch_cfg.variant
             variant = f"{v.checksum or 'none'}/{v.level or '-'}/{v.mode}/{v.tile}"
             self.channel_info.labels(**lab, placement=ch_cfg.placement, variant=variant).set(1)
+        self.fault_injection = Gauge(
+            name("fault_injection_enabled"),
+            "1 when testing.fault_injection is on (a test configuration), else 0.",
+            registry=registry,
+        )
+        self.fault_injection.set(1 if config.testing.fault_injection else 0)
+        self.fault_classes = Counter(
+            name("fault_classes_total"),
+            "Faults reported to the safe-state controller, by kind and class "
+            "(transient / permanent after retests, or unclassified).",
+            ["kind", "class"],
+            registry=registry,
+        )
+        for k in FaultKind:
+            for c in ("transient", "permanent", "unclassified"):
+                self.fault_classes.labels(kind=k.value, **{"class": c})
+
+    def count_fault_class(self, kind: str, fault_class: str) -> None:
+        """One fault of metric kind `kind` (a `FaultKind` value) with class `fault_class`."""
+        k = self._member("fault kind", kind, [v.value for v in FaultKind])
+        c = self._member("fault class", fault_class, ("transient", "permanent", "unclassified"))
+        self.fault_classes.labels(kind=k, **{"class": c}).inc()
 
     def _preinitialise(self) -> None:
         for o in REQUEST_OUTCOMES:

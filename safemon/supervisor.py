@@ -129,6 +129,23 @@ class Supervisor:
         slot = self._slots[channel]
         return slot.restart_at is not None or (slot.handle is not None and slot.handle.alive())
 
+    def lost(self, channel: str) -> bool:
+        """Whether the current incarnation was reported lost (or stopped) and nothing is
+        planned for it: no restart pending and no longer watched. Such a channel will
+        never register again by itself (a hung process may still be alive)."""
+        slot = self._slots[channel]
+        return slot.restart_at is None and not slot.watching
+
+    def registered(self, channel: str) -> bool:
+        """Whether the current incarnation registered and is still watched (running)."""
+        slot = self._slots[channel]
+        return slot.wanted and slot.watching and slot.last_seen is not None
+
+    def awaiting_registration(self, channel: str) -> bool:
+        """Whether the current incarnation was started and has not registered yet."""
+        slot = self._slots[channel]
+        return slot.handle is not None and slot.watching and slot.last_seen is None
+
     def incarnation(self, channel: str) -> int:
         """The incarnation currently running (or being started) for `channel`."""
         return self._slots[channel].incarnation
@@ -163,6 +180,11 @@ class Supervisor:
             handle, deadline, killed = entry
             if not handle.alive():
                 continue
+            if killed and now >= deadline + STOP_GRACE_S:
+                # Killed and still running (a stream thread stuck in native code): no
+                # longer waited for, so the channel's restart goes ahead.
+                log.error("channel_abandoned", channel=handle.name, incarnation=handle.incarnation)
+                continue
             if now >= deadline and not killed:
                 log.warning("channel_killed", channel=handle.name, incarnation=handle.incarnation)
                 handle.kill()
@@ -175,7 +197,7 @@ class Supervisor:
                 # is asked to stop (and killed after STOP_GRACE_S by the reaping above); the
                 # daemon ticks every few ms, so the start follows its exit without blocking.
                 self._kill(slot, now)
-                if self._still_stopping(name):
+                if self._still_stopping(name, now):
                     continue
                 slot.restart_at = None
                 self._start(name, now)
@@ -198,7 +220,8 @@ class Supervisor:
         """The earliest time `tick` has something to do (restarts and heartbeat expiries)."""
         times = [s.restart_at for n, s in self._slots.items()
                  if s.restart_at is not None and not self._still_stopping(n)]
-        times += [deadline for _h, deadline, killed in self._stopping if not killed]
+        times += [deadline if not killed else deadline + STOP_GRACE_S
+                  for _h, deadline, killed in self._stopping]
         timeout = self.config.timing.heartbeat_timeout_s
         times += [s.last_seen + timeout for s in self._slots.values()
                   if s.watching and s.last_seen is not None]
@@ -221,6 +244,15 @@ class Supervisor:
             self._stopping.append([slot.handle, now + STOP_GRACE_S, False])
             slot.handle = None
 
-    def _still_stopping(self, name: str) -> bool:
-        """Whether an earlier incarnation of `name` is still running (asked to stop)."""
-        return any(h.name == name and h.alive() for h, _deadline, _killed in self._stopping)
+    def _still_stopping(self, name: str, now: float | None = None) -> bool:
+        """Whether an earlier incarnation of `name` is still running (asked to stop) and is
+        still waited for. A killed one is waited for at most `STOP_GRACE_S` more (until
+        `now` passes that; with `now` None, as long as it runs): a process dies at SIGKILL,
+        but a stream thread that ignores its stop flag cannot be killed at all, and waiting
+        for it would leave the channel RESTARTING for ever. Each stream incarnation binds
+        its own inproc:// address, so the new one never collides with an abandoned thread."""
+        return any(
+            h.name == name and h.alive()
+            and not (killed and now is not None and now >= kill_at + STOP_GRACE_S)
+            for h, kill_at, killed in self._stopping
+        )

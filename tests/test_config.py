@@ -334,18 +334,38 @@ def test_config_error_is_a_safemon_value_error() -> None:
 
 def test_channel_addresses_by_placement_and_scheme(tmp_path: Path) -> None:
     text = (
-        "endpoints: {channel_base: 'tcp://10.0.0.5:7000'}\n"
-        "security: {curve: true, keys_dir: /etc/safemon/keys}\n"
+        "endpoints: {channel_base: 'ipc:///run/sm/ch'}\n"
         "channels: [{name: a}, {name: b, placement: stream}, {name: c}]\n"
     )
     c = load_config(write(tmp_path, text), env=XDG)
-    assert c.channel_address("a") == "tcp://10.0.0.5:7000"
+    assert c.channel_address("a") == "ipc:///run/sm/ch-a.sock"
     assert c.channel_address("b") == "inproc://safemon-safemon-b"  # lives in the daemon
-    assert c.channel_address("c") == "tcp://10.0.0.5:7002"
+    assert c.channel_address("c") == "ipc:///run/sm/ch-c.sock"
     with pytest.raises(KeyError):
         c.channel_address("d")
     inproc = load_config(env={**XDG, "SAFEMON_ENDPOINTS__CHANNEL_BASE": "inproc://{name}-ch"})
     assert inproc.channel_address("ch0") == "inproc://safemon-ch-ch0"
+
+
+def test_tcp_channel_base_is_refused_at_load_for_process_channels(tmp_path: Path) -> None:
+    """A tcp:// channel link would let any network peer answer in a channel's place (and it
+    never worked): refused at config time, even with CURVE on the client endpoints."""
+    text = (
+        "endpoints: {channel_base: 'tcp://10.0.0.5:7000'}\n"
+        "security: {curve: true, keys_dir: /etc/safemon/keys}\n"
+        "channels: [{name: a}, {name: b, placement: stream}, {name: c}]\n"
+    )
+    with pytest.raises(ConfigError, match=r"endpoints\.channel_base: tcp:// is not supported"):
+        load_config(write(tmp_path, text), env=XDG)
+
+
+def test_limits_and_testing_sections_default_to_production_values() -> None:
+    """Fault injection is off unless a config turns it on; admission limits are set."""
+    c = load_config(env=XDG)
+    assert c.testing.fault_injection is False
+    assert c.limits.max_in_flight >= 1 and c.limits.max_request_bytes > 0
+    on = load_config(env={**XDG, "SAFEMON_TESTING__FAULT_INJECTION": "true"})
+    assert on.testing.fault_injection is True
 
 
 def test_policy_chain_follows_the_degradations() -> None:

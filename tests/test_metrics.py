@@ -60,6 +60,8 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_channel_info": ("gauge", {"channel", "gpu", "UUID", "placement", "variant"}),
     # no sample until a GPU self-test reports its SMs; the design-set test sets one
     "safemon_selftest_sm_coverage_ratio": ("gauge", {"channel", "gpu", "UUID"}),
+    "safemon_fault_injection_enabled": ("gauge", set()),
+    "safemon_fault_classes": ("counter", {"kind", "class"}),
 }
 
 

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import structlog
 
+from safemon.channels.link import link_token, new_link_key
 from safemon.channels.worker import ChannelWorker
 from safemon.config import Config
 from safemon.transport.sockets import Context
@@ -120,18 +121,22 @@ class RealLauncher:
     Args:
         config: the resolved deployment.
         ctx: the daemon's zmq context, used only by stream channels.
+        link_key: the key of the channel-link tokens (`safemon.channels.link`); None = a
+            fresh random one. The daemon reads `link_key` to check what channels send.
     """
 
-    def __init__(self, config: Config, ctx: Context) -> None:
+    def __init__(self, config: Config, ctx: Context, link_key: bytes | None = None) -> None:
         assert config.channels is not None
         self.config = config
         self.ctx = ctx
+        self.link_key = new_link_key() if link_key is None else link_key
         self._placement = {c.name: c.placement for c in config.channels}
         self._json = config.model_dump_json().encode()
 
     def start(self, name: str, incarnation: int, epoch: int) -> ChannelHandle:
         if self._placement[name] == "stream":
-            worker = ChannelWorker(self.ctx, self.config, name, incarnation=incarnation, epoch=epoch)
+            worker = ChannelWorker(self.ctx, self.config, name, incarnation=incarnation, epoch=epoch,
+                                   link=link_token(self.link_key, name, incarnation))
             thread = threading.Thread(target=self._run_stream, args=(worker,),
                                       name=f"safemon-{name}-{incarnation}", daemon=True)
             thread.start()
@@ -141,7 +146,8 @@ class RealLauncher:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=dict(os.environ),
                                 close_fds=True, start_new_session=False)
         assert proc.stdin is not None
-        proc.stdin.write(self._json)
+        # The link token first (one line), then the config: both only on the pipe.
+        proc.stdin.write(link_token(self.link_key, name, incarnation).encode() + b"\n" + self._json)
         proc.stdin.close()
         log.info("channel_spawned", channel=name, pid=proc.pid, incarnation=incarnation)
         return ProcessHandle(name, incarnation, proc)

@@ -30,6 +30,7 @@ for the daemon's staleness filter.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
@@ -43,6 +44,7 @@ import structlog
 import zmq
 
 from safemon.channels.faults import FaultState
+from safemon.channels.link import LINK_FIELD, link_ok
 from safemon.config import Config
 from safemon.ecc import ProtectedArray
 from safemon.errors import SafemonError, UncorrectableError
@@ -50,6 +52,7 @@ from safemon.kernels.api import resolve_backend, run_variant
 from safemon.kernels.catalog import TILES, make_variant
 from safemon.transport import Kind, Limits, Message, encode, make_socket, recv_message, send_message
 from safemon.transport.sockets import Context, Socket
+from safemon.weight_id import weight_id_of
 
 __all__ = ["ChannelWorker", "main"]
 
@@ -71,6 +74,11 @@ class ChannelWorker:
         epoch: the daemon epoch, stamped on REGISTER / HEARTBEAT.
         exit_process: called for an injected `crash`; None = stream mode (the loop ends).
         clock: monotonic seconds (injected for tests).
+        link: this incarnation's link token (`safemon.channels.link`): sent on every
+            message and required on every message received (others are counted, logged
+            and dropped); None = no link check (unit tests of the worker alone).
+        parent_pid: process mode: the daemon's pid; the loop ends once the process's
+            parent is no longer that pid (the daemon died), within a heartbeat interval.
     """
 
     def __init__(
@@ -83,6 +91,8 @@ class ChannelWorker:
         epoch: int,
         exit_process: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        link: str | None = None,
+        parent_pid: int | None = None,
     ) -> None:
         assert config.channels is not None
         chans = {c.name: c for c in config.channels}
@@ -104,6 +114,10 @@ class ChannelWorker:
         self._started = clock()
         self._stream: Any = None
         self._limits = Limits()
+        self._link = link
+        self._peer: bytes | None = None  # the routing id of this incarnation's daemon
+        self._parent_pid = parent_pid
+        self.foreign_dropped = 0
         self.log = log.bind(channel=name, epoch=epoch, incarnation=incarnation)
 
     # ---------------------------------------------------------------- public
@@ -116,16 +130,14 @@ class ChannelWorker:
         """Bind, register, serve until `stop()`, a `stop` command or an injected crash."""
         self._setup_device()
         self._warm_up()
+        # A ROUTER, so that everything goes back to the one peer that proved to be this
+        # incarnation's daemon (a DEALER would deal replies round-robin to any process
+        # that connected). Without a link token, the first peer to write is taken.
         sock = make_socket(
-            self._ctx, zmq.DEALER, self.config.channel_address(self.name), bind=True
+            self._ctx, zmq.ROUTER, self.config.channel_address(self.name, self.incarnation),
+            bind=True
         )
         try:
-            self._send(sock, Kind.REGISTER, self._next_seq(), meta={
-                "variant": self._variant_text(),
-                "pid": os.getpid(),
-                "device": -1 if self.chan.gpu is None else self.chan.gpu,
-                "incarnation": self.incarnation,
-            })
             self._loop(sock)
         except _Crash:
             self.log.warning("channel_crash_injected")
@@ -200,6 +212,8 @@ class ChannelWorker:
         arrays: tuple[npt.NDArray[Any], ...] = (),
         corrupt: bool = False,
     ) -> None:
+        if self._link is not None:
+            meta = {**(meta or {}), LINK_FIELD: self._link}
         frames = encode(
             kind, epoch=self.epoch if epoch is None else epoch, seq=seq, channel=self.name,
             meta=meta, arrays=arrays,
@@ -209,12 +223,22 @@ class ChannelWorker:
             if bad:
                 bad[0] ^= 0xFF  # after the CRC was computed: the receiver must reject it
             frames[1] = bytes(bad)
+        if self._peer is None:
+            return  # no daemon has spoken yet: nobody to send to
         try:
-            send_message(sock, frames, flags=zmq.NOBLOCK)
-        except zmq.Again:
-            # The daemon is not connected (yet/any more): the deadline turns this into a
+            send_message(sock, frames, identity=self._peer, flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            # The daemon is not connected (any more): the deadline turns this into a
             # DeadlineMiss, and heartbeats resume once it reconnects.
             self.log.debug("send_dropped", kind=kind.value)
+
+    def _register(self, sock: Socket) -> None:
+        self._send(sock, Kind.REGISTER, self._next_seq(), meta={
+            "variant": self._variant_text(),
+            "pid": os.getpid(),
+            "device": -1 if self.chan.gpu is None else self.chan.gpu,
+            "incarnation": self.incarnation,
+        })
 
     def _heartbeat(self, sock: Socket) -> None:
         corrected = sum(getattr(w, "corrected_total", 0) for w in self._weights.values())
@@ -232,6 +256,9 @@ class ChannelWorker:
         next_hb = self._clock()
         while not self._stop.is_set():
             now = self._clock()
+            if self._parent_pid is not None and os.getppid() != self._parent_pid:
+                self.log.warning("daemon_gone", parent_pid=self._parent_pid)
+                return
             if now >= next_hb:
                 if not self._faults.hang:
                     self._heartbeat(sock)
@@ -241,6 +268,16 @@ class ChannelWorker:
             if got is None:
                 continue
             msg = got.message
+            if self._link is not None and not link_ok(msg.meta, self._link):
+                self.foreign_dropped += 1
+                self.log.warning("foreign_message_dropped", kind=msg.kind.value,
+                                 count=self.foreign_dropped)
+                continue
+            if got.identity is not None and got.identity != self._peer:
+                first = self._peer is None
+                self._peer = got.identity
+                if first:
+                    self._register(sock)
             if msg.kind is Kind.CONTROL:
                 if self._control(sock, msg):
                     return
@@ -268,7 +305,10 @@ class ChannelWorker:
         elif self._faults.hang:
             return False  # hung: only clear/stop/inject get through
         elif command == "weight" and isinstance(args, str) and len(msg.arrays) == 1:
-            self._store_weight(args, msg.arrays[0])
+            stored = self._store_weight(args, msg.arrays[0])
+            # Acknowledged delivery: the daemon waits for this before the channel votes.
+            self._send(sock, Kind.EVENT, self._next_seq(), epoch=msg.epoch, meta={
+                "event": "weight", "weight_id": args[:64], "ok": stored})
         elif command == "scrub":
             corrected = uncorrectable = 0
             for w in self._weights.values():
@@ -287,12 +327,25 @@ class ChannelWorker:
             self._exit_process()
         raise _Crash()
 
-    def _store_weight(self, weight_id: str, w: npt.NDArray[Any]) -> None:
+    def _store_weight(self, weight_id: str, w: npt.NDArray[Any]) -> bool:
+        """Keep `w` resident under `weight_id`; False (refused) if its content does not
+        match the id or it is not a float32 matrix."""
+        if w.dtype != np.float32 or w.ndim != 2:
+            return False
         host = np.array(w, dtype=np.float32, order="C", copy=True)
-        if self.config.weights.ecc:
-            self._weights[weight_id] = self._protect(host, name=f"w-{weight_id}")
-        else:
-            self._weights[weight_id] = self._to_device(host)
+        if weight_id_of(host) != weight_id:
+            # Weight ids are content addresses: a weight under another's id is refused.
+            self.log.error("weight_content_mismatch", weight_id=weight_id[:32])
+            return False
+        try:
+            if self.config.weights.ecc:
+                self._weights[weight_id] = self._protect(host, name=f"w-{weight_id}")
+            else:
+                self._weights[weight_id] = self._to_device(host)
+        except Exception as exc:  # e.g. out of device memory: refused, and said so
+            self.log.error("weight_store_failed", weight_id=weight_id[:32], error=repr(exc)[:200])
+            return False
+        return True
 
     def _request(self, sock: Socket, msg: Message) -> None:
         job = msg.meta.get("job", "live")
@@ -403,23 +456,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--incarnation", type=int, required=True)
     parser.add_argument("--epoch", type=int, required=True)
     args = parser.parse_args(argv)
-    config = Config.model_validate_json(sys.stdin.read())
+    token, _, config_json = sys.stdin.read().partition("\n")
+    config = Config.model_validate_json(config_json)
+    _die_with_parent()
     from safemon.logging import configure_logging
 
     configure_logging(config.logging.format, config.logging.level, role="channel")
     ctx: Context = zmq.Context()
     worker = ChannelWorker(
         ctx, config, args.channel, incarnation=args.incarnation, epoch=args.epoch,
-        exit_process=lambda: os._exit(70),
+        exit_process=lambda: os._exit(70), link=token, parent_pid=os.getppid(),
     )
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    # Ctrl-C reaches the whole process group: the daemon stops its channels itself, so a
+    # channel ignores SIGINT (no KeyboardInterrupt traceback from every channel).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         worker.run()
     finally:
         ctx.term()
     return 0
+
+
+def _die_with_parent() -> None:
+    """Linux: ask for SIGTERM when the daemon dies (PR_SET_PDEATHSIG); the loop's parent
+    pid check covers other systems and the window before this call."""
+    import ctypes
+    import ctypes.util
+    import signal
+
+    name = ctypes.util.find_library("c")
+    if name is None or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(name, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
 
 
 if __name__ == "__main__":

@@ -45,11 +45,17 @@ def call_daemon(args: Any, action: Any) -> tuple[int, Any]:
     Other exceptions from `action` propagate.
     """
     from safemon.client import Client, DaemonUnreachableError
+    from safemon.errors import SafemonError
 
     config = config_of(args)
     if config is None:
         return EXIT_USAGE, None
-    with Client(config, control_timeout_s=args.timeout) as client:
+    try:
+        client = Client(config, control_timeout_s=args.timeout)
+    except SafemonError as exc:  # e.g. a client secret key readable by others
+        print(f"safemon: {exc}", file=sys.stderr)
+        return EXIT_USAGE, None
+    with client:
         try:
             return EXIT_OK, action(client)
         except DaemonUnreachableError as exc:

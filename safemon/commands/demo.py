@@ -43,13 +43,28 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def missing_demo_extra() -> str | None:
+    """What to install when the demo's own dependency (scikit-learn, for the digits data
+    set) is missing from this environment, or None when it is there."""
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        return ("the demo needs scikit-learn, which a plain install does not include: "
+                "pip install 'safemon[demo]'")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    """Handler of `safemon demo`; returns the exit code."""
+    """Handler of `safemon demo`; returns the exit code (2 when the [demo] extra is missing)."""
     from safemon.demo.runner import run_demo
     from safemon.errors import ConfigError, PatternError, SafemonError
 
     if not args.duration > 0 or args.duration > 3600:
         print("safemon demo: --duration must be in (0, 3600] seconds", file=sys.stderr)
+        return 2
+    missing = missing_demo_extra()
+    if missing is not None:
+        print(f"safemon demo: {missing}", file=sys.stderr)
         return 2
 
     def progress(msg: str) -> None:

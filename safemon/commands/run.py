@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging(config.logging.format, config.logging.level, role="daemon")
     daemon = Daemon(config, serve_metrics=True)
+    # Until the loop runs, Ctrl-C / SIGTERM stop the start cleanly (no traceback).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if config.endpoints.runtime_dir is not None:
             ensure_private_dir(config.endpoints.runtime_dir)
@@ -48,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     except (SafemonError, OSError) as exc:
         print(f"safemon: cannot start: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("safemon: interrupted during start", file=sys.stderr)
+        daemon.close()  # stops what was started, removes its socket files, drops the lock
+        return EXIT_OK
     print(f"safemon {config.name}: metrics {daemon.metrics_url}", flush=True)
     for key, address in daemon.sockets().items():
         print(f"  {key:<8} {address}", flush=True)

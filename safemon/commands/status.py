@@ -35,6 +35,18 @@ def run(args: argparse.Namespace) -> int:
               f"(effective {status['effective_policy']})  metrics {status['metrics_url']}")
         print(f"HFT declared {status['hft_declared']}, effective {status['hft_effective']}: "
               f"{status['hft_reason']}")
+        if status.get("safe_reason"):
+            print(f"  SAFE because: {status['safe_reason']}  (an operator must `safemon reset`)")
+        if status.get("fault_injection"):
+            print("  fault injection ENABLED (testing.fault_injection: a test configuration)")
         for ch in status["channels"]:
-            print(f"  {ch['name']:<12} {ch['state']}")
+            print(f"  {ch['name']:<12} {ch['state']:<12} incarnation {ch.get('incarnation', '?')}"
+                  f"  process {ch.get('process', '?')}")
+        faults = status.get("faults") or []
+        if faults:
+            print("  last faults (oldest first):")
+        for f in faults[-10:]:
+            fdti = "-" if f.get("fdti_s") is None else f"{f['fdti_s']:.3f} s"
+            print(f"    {f['age_s']:>8.1f} s ago  {f['kind']:<24} {f.get('channel') or '-':<8} "
+                  f"{f['class']:<12} FDTI {fdti}  FRTI {f['frti_s']:.3f} s")
     return EXIT_OK

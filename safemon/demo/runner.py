@@ -332,6 +332,8 @@ def demo_config(
         "SAFEMON_METRICS__PORT": "0",
         "SAFEMON_LOGGING__LEVEL": "error",
         "SAFEMON_LOGGING__FORMAT": "json",
+        # The demo injects faults on purpose (testing.fault_injection is off by default).
+        "SAFEMON_TESTING__FAULT_INJECTION": "true",
     }
     notes: list[str] = []
     config = load_config(config_path, env=env)

@@ -547,7 +547,8 @@ class Voter:
                     )
                     out.append(self._fail(req, "disagreement", detail))
                 else:
-                    detail = f"{', '.join(missing)} missed the deadline {req.submit.deadline}"
+                    budget = req.submit.deadline - req.submit.now
+                    detail = f"{', '.join(missing)} sent no result within {budget:.3g} s"
                     out.append(self._fail(req, "timeout", detail))
             out.extend(DeadlineMiss(req_id, ch) for ch in missing)
             self._close(req, out)

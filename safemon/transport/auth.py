@@ -30,11 +30,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+import structlog
 import zmq
 from zmq.utils import z85
 
 from safemon.errors import ConfigError
 from safemon.transport.keys import PUBLIC_SUFFIX, KeyPermissionError, load_public
+
+_log = structlog.get_logger("safemon.zap")
 
 __all__ = [
     "ZAP_DOMAIN",
@@ -199,6 +202,10 @@ class ZapAuthenticator:
                     self.accepted += 1
                 else:
                     self.denied += 1
+                    n = self.denied
+                    if n <= 10 or n & (n - 1) == 0:  # the first ten, then every power of two
+                        _log.warning("zap_denied", status=reply[2].decode(errors="replace"),
+                                     reason=reply[3][:80].decode(errors="replace"), count=n)
             socket.send_multipart(reply)
 
     def stop(self) -> None:

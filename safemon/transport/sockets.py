@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -346,6 +347,7 @@ def recv_message(
     counter: RejectCounter | None = None,
     staleness: StalenessFilter | None = None,
     copy: bool = False,
+    on_reject: Callable[[bytes | None, Rejected, Sequence[zmq.Frame]], None] | None = None,
 ) -> Received | None:
     """Receive the next acceptable message within ``timeout_ms`` (a bounded wait, always).
 
@@ -357,6 +359,10 @@ def recv_message(
     authentication on a CURVE server (the ZAP user id must be present), and, if ``staleness``
     is given, filtered by it. A message that fails is counted in ``counter`` by reason and
     dropped, and waiting continues until the deadline.
+
+    ``on_reject(identity, rejected, frames)``, if given, also sees each dropped message (the
+    sender's routing id on a ROUTER, else None; the frames after the routing id), so that a
+    server can log it and answer the sender with a typed error when the header is readable.
 
     Returns:
         The first accepted message, or None if none was accepted before the deadline.
@@ -397,6 +403,8 @@ def recv_message(
         except Rejected as rejected:
             if counter is not None:
                 counter.record(rejected)
+            if on_reject is not None:
+                on_reject(identity, rejected, frames)
             if time.monotonic() >= deadline:
                 return None
             continue

@@ -125,6 +125,9 @@ class RejectReason(StrEnum):
     BAD_CRC = "bad_crc"  # a frame's CRC-32 differs from the declared one
     STALE = "stale"  # wrong epoch, replayed or too old seq
     UNAUTHENTICATED = "unauthenticated"  # arrived without a CURVE-authenticated peer identity
+    FOREIGN = "foreign"  # on a channel link, not from that link's own daemon / incarnation
+    HANDLER_ERROR = "handler_error"  # accepted, but handling it raised (answered InternalError)
+    ZAP_DENIED = "zap_denied"  # a CURVE handshake the ZAP handler refused
 
 
 class Rejected(SafemonError):

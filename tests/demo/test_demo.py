@@ -12,7 +12,6 @@ from safemon.commands import demo as demo_cmd
 from safemon.demo.report import JSON_KEYS
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_demo_json_protected_equals_clean_and_every_fault_detected(
     model_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

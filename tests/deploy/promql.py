@@ -54,6 +54,8 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
     "safemon_build_info": (
         "gauge", frozenset({"deployment", "version", "python", "backend"})
     ),
+    "safemon_fault_injection_enabled": ("gauge", frozenset()),
+    "safemon_fault_classes_total": ("counter", frozenset({"kind", "class"})),
 }
 
 #: Series of other exporters the dashboard joins with: `up` (Prometheus's own per target)

@@ -42,8 +42,6 @@ from tests.deploy.promql import (
 )
 from tests.runtime.helpers import make_config, operands, reference, same_bits, system
 
-pytestmark = pytest.mark.slow
-
 #: Requests sent through the Client before Prometheus starts, so counters and histograms exist.
 N_REQUESTS: Final = 5
 #: Bound on the wait for the first usable scrapes (target up, two samples of every series).

@@ -339,7 +339,7 @@ def test_any_event_advances_time_and_expires_older_requests() -> None:
     v = Voter()
     v.handle(submit(P1, req=1, now=0.0, deadline=1.0))
     out = v.handle(submit(P1, req=2, now=5.0, deadline=9.0))
-    assert answers(out) == [Fail(1, "timeout", "a missed the deadline 1.0")]
+    assert answers(out) == [Fail(1, "timeout", "a sent no result within 1 s")]
     assert v.open_requests == 1
 
 

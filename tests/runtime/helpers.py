@@ -44,8 +44,10 @@ def make_config(
     placement: str = "stream",
     transport: str = "inproc",
     extra: dict[str, Any] | None = None,
+    injection: bool = False,
 ) -> Config:
-    """A numpy-backend config with small DTIs (0.2 s) for the tests."""
+    """A numpy-backend config with small DTIs (0.2 s) for the tests; `injection` turns on
+    `testing.fault_injection` (off by default, as in production)."""
     n = N_CHANNELS[policy]
     tag = uuid.uuid4().hex[:8]
     if transport == "inproc":
@@ -65,6 +67,7 @@ def make_config(
         "endpoints": endpoints,
         "metrics": {"port": 0},
         "logging": {"format": "json", "level": "warning"},
+        "testing": {"fault_injection": injection},
     }
     for key, value in (extra or {}).items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

@@ -24,9 +24,8 @@ from safemon.errors import DisagreementError, SafemonError
 from .helpers import make_config, operands, reference, same_bits, system, wait_for
 
 PY = [sys.executable, "-m", "safemon"]
-#: Fault injection is opt-in nowhere on this branch; if the config grows a switch for it,
-#: set it here so these tests keep injecting.
-INJECTION: dict[str, Any] = {}
+#: Fault injection is off unless the config enables it (testing.fault_injection).
+INJECTION: dict[str, Any] = {"testing": {"fault_injection": True}}
 #: Periodic self-tests far apart (a long DTI): each injected bit flip is then consumed by
 #: the live request it is meant to corrupt, not by a periodic self-test in between.
 #: On-demand self-tests (the 1oo3D diagnosis) still run at once.

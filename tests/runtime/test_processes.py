@@ -4,6 +4,7 @@ SIGTERM drain with requests in flight, and an unauthenticated tcp client."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import zmq
 
 from safemon.client import Client
 from safemon.errors import SafemonError
-from safemon.transport import Kind, encode, keys_generate
+from safemon.transport import CurveClientKeys, Kind, encode, keys_generate, make_socket
 
 from .helpers import make_config, operands, reference, same_bits, system, wait_for
 
@@ -69,7 +70,8 @@ def test_daemon_with_channel_processes_status_crash_restart_and_sigterm_drain(tm
     crashed channel process is restarted and rejoins; SIGTERM with requests in flight
     answers each (result or typed error) and exits 0."""
     # Three fresh interpreters start on a 2-core CI box: give the deadlines headroom.
-    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc", extra={"timing": {
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc", injection=True,
+                      extra={"timing": {
         "dti_s": 0.5, "selftest_deadline_s": 0.4, "heartbeat_timeout_s": 1.0, "ftti_s": 2.0,
         "request_deadline_s": 0.5}})
     path = tmp_path / "proc.yaml"
@@ -175,6 +177,18 @@ def test_unauthenticated_tcp_client_cannot_submit(tmp_path: Path) -> None:
             rogue.send_multipart(frames, copy=True)
             assert not rogue.poll(1000), "an unauthenticated client got an answer"
             rogue.close(linger=0)
+            # A CURVE client with a key the daemon does not know: ZAP denies it, counted.
+            other = tmp_path / "other-keys"
+            keys_generate(other)
+            stranger = make_socket(ctx, zmq.DEALER, cfg.endpoints.ingress, bind=False,
+                                   curve=CurveClientKeys.from_files(other / "client.key_secret",
+                                                                    keys / "server.key"))
+            with contextlib.suppress(zmq.Again):
+                stranger.send_multipart(frames, copy=True)
+            assert not stranger.poll(1000), "a client with an unknown key got an answer"
+            stranger.close(linger=0)
+            assert wait_for(lambda: (daemon.registry.get_sample_value(
+                "safemon_messages_rejected_total", {"reason": "zap_denied"}) or 0) >= 1, 5.0)
         finally:
             ctx.term()
         released = daemon.registry.get_sample_value("safemon_requests_total", {"outcome": "released"})

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_gpu_default_selftests_cover_every_sm_and_name_a_failing_sm(tmp_path: Path) -> None:
-    cfg = make_config(tmp_path, "2oo3", extra={"backend": "cupy"})
+    cfg = make_config(tmp_path, "2oo3", extra={"backend": "cupy"}, injection=True)
     with system(cfg) as (daemon, client):
         def covered() -> bool:
             return all(c["sm_coverage"] == 1.0 for c in client.status()["channels"])

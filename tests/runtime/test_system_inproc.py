@@ -42,7 +42,7 @@ def test_clean_requests_release_the_reference_result(tmp_path: Path) -> None:
 def test_no_wrong_result_is_ever_released(tmp_path: Path, policy: str, fault: str) -> None:
     """Under every policy and fault kind the application gets the clean result or a typed
     error, never a wrong C; and the fault is noticed (an error or a reaction)."""
-    cfg = make_config(tmp_path, policy)
+    cfg = make_config(tmp_path, policy, injection=True)
     x, w = operands(1)
     ref = reference(x, w, cfg)
     with system(cfg) as (daemon, client):
@@ -78,7 +78,7 @@ def test_no_wrong_result_is_ever_released(tmp_path: Path, policy: str, fault: st
 def test_2oo3_minority_is_quarantined_restarted_and_rejoins(tmp_path: Path) -> None:
     """A 2oo3 minority is outvoted (the majority C released), restarted, and votes again
     only after a passed self-test (incarnation 1, state UP, mode NORMAL)."""
-    cfg = make_config(tmp_path, "2oo3")
+    cfg = make_config(tmp_path, "2oo3", injection=True)
     x, w = operands(2)
     ref = reference(x, w, cfg)
     with system(cfg) as (daemon, client):
@@ -99,7 +99,7 @@ def test_2oo3_minority_is_quarantined_restarted_and_rejoins(tmp_path: Path) -> N
 def test_hft0_permanent_fault_goes_safe_until_reset(tmp_path: Path) -> None:
     """1oo1D with a stuck bit: SAFE within one DTI (the next self-test), then every request
     gets SafeStateError until `reset`; after the fault is cleared and reset, results flow."""
-    cfg = make_config(tmp_path, "1oo1D")
+    cfg = make_config(tmp_path, "1oo1D", injection=True)
     x, w = operands(3)
     ref = reference(x, w, cfg)
     with system(cfg) as (daemon, client):
@@ -129,7 +129,7 @@ def test_hft0_permanent_fault_goes_safe_until_reset(tmp_path: Path) -> None:
 
 def test_events_socket_publishes_typed_mode_events(tmp_path: Path) -> None:
     """Controller Notify events arrive on the PUB socket as typed wire messages."""
-    cfg = make_config(tmp_path, "2oo2")
+    cfg = make_config(tmp_path, "2oo2", injection=True)
     x, w = operands(4)
     with system(cfg) as (daemon, client):
         sub = daemon.ctx.socket(zmq.SUB)

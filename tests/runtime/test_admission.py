@@ -1,0 +1,50 @@
+"""Admission control and work budgets (`safemon.admission`), pure functions of the config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from safemon import admission
+
+from .helpers import make_config
+
+
+def test_the_work_budget_grows_with_the_work_and_the_queue_ahead(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"min_channel_gflops": 1.0,
+                                                          "item_overhead_s": 0.01}})
+    small = admission.work_budget_s(cfg, 8, 8, 8)
+    assert small == pytest.approx(cfg.timing.request_deadline_s + 0.01 + 1024 / 1e9)
+    assert admission.work_budget_s(cfg, 1000, 1000, 1000) == pytest.approx(
+        cfg.timing.request_deadline_s + 0.01 + 2.0)
+    assert admission.work_budget_s(cfg, 8, 8, 8, queued_s=0.5) == pytest.approx(small + 0.5)
+    with pytest.raises(ValueError):
+        admission.item_cost_s(cfg, 0, 8, 8)
+
+
+def test_requests_are_refused_by_size_dimension_in_flight_and_queued_work(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, "2oo3", extra={"limits": {
+        "max_request_bytes": 4096, "max_dim": 100, "max_in_flight": 2, "item_overhead_s": 0.01}})
+    assert admission.check_request(cfg, (8, 16), 12, 0) is None
+    r = admission.check_request(cfg, (64, 32), 12, 0)
+    assert r is not None and r.error_type == "InvalidInputError" and "max_request_bytes" in r.message
+    r = admission.check_request(cfg, (1, 8), 101, 0)
+    assert r is not None and "max_dim" in r.message
+    r = admission.check_request(cfg, (8, 16), 12, 2)
+    assert r is not None and r.error_type == "BusyError" and r.outcome == "busy"
+    full = admission.max_queued_s(cfg)
+    r = admission.check_request(cfg, (8, 16), 12, 1, queued_s=full)
+    assert r is not None and r.error_type == "BusyError"
+
+
+def test_weights_are_refused_by_size_count_and_total_bytes(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, "2oo3", extra={"limits": {
+        "max_weight_bytes": 1024, "max_weights": 2, "max_weight_total_bytes": 1500}})
+    assert admission.check_weight(cfg, (8, 8), 0, 0) is None
+    r = admission.check_weight(cfg, (32, 32), 0, 0)
+    assert r is not None and "max_weight_bytes" in r.message
+    r = admission.check_weight(cfg, (8, 8), 2, 512)
+    assert r is not None and r.error_type == "WeightBudgetError"
+    r = admission.check_weight(cfg, (16, 16), 1, 600)
+    assert r is not None and "max_weight_total_bytes" in r.message

@@ -1,0 +1,96 @@
+"""Operability (issue 11, item 5): Client() loads its config like the daemon (SAFEMON_*),
+names the address in its errors and can wait for readiness; `safemon status` prints the
+SAFE reason and the last faults, and refuses a bad client key without a traceback;
+`safemon demo` without scikit-learn says which extra to install."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from safemon.client import Client, DaemonUnreachableError
+from safemon.errors import VoteTimeoutError
+from safemon.transport import keys_generate
+
+from .helpers import make_config, operands, system
+
+PY = [sys.executable, "-m", "safemon"]
+
+
+def test_client_honours_safemon_overrides_and_names_the_address(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Client() with SAFEMON_CONFIG and a SAFEMON_* override uses them (as the daemon
+    does); with no daemon its errors name the address it tried."""
+    cfg = make_config(tmp_path, "2oo3", transport="ipc")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+    monkeypatch.setenv("SAFEMON_CONFIG", str(path))
+    monkeypatch.setenv("SAFEMON_ENDPOINTS__INGRESS", f"ipc://{tmp_path}/other.sock")
+    with Client(control_timeout_s=0.2) as client:
+        assert client.config.name == cfg.name
+        assert client.config.endpoints.ingress == f"ipc://{tmp_path}/other.sock"
+        x, w = operands()
+        with pytest.raises(DaemonUnreachableError, match=f"{tmp_path}/other.sock"):
+            client.register_weight(w)
+        with pytest.raises(VoteTimeoutError, match=f"{tmp_path}/other.sock"):
+            client.matmul(x, "0" * 24, timeout=0.2)
+        with pytest.raises(DaemonUnreachableError, match="not ready"):
+            client.wait_ready(0.3)
+
+
+def test_wait_ready_returns_once_a_voting_set_exists(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, "2oo3")
+    with system(cfg) as (_daemon, client):
+        st = client.wait_ready(10.0)
+        assert st["mode"] == "NORMAL" and st["voting"]
+
+
+def test_status_refuses_a_world_readable_client_key_without_a_traceback(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys_generate(keys)
+    os.chmod(keys / "client.key_secret", 0o644)
+    data = json.loads(make_config(tmp_path, "1oo1D", transport="ipc").model_dump_json())
+    data["security"] = {"curve": True, "keys_dir": str(keys)}
+    path = tmp_path / "k.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = subprocess.run([*PY, "status", "--config", str(path), "--timeout", "0.3"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "client.key_secret" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_demo_without_scikit_learn_names_the_extra(tmp_path: Path) -> None:
+    """A plain install has no scikit-learn: `safemon demo` says `pip install 'safemon[demo]'`."""
+    blocker = tmp_path / "sklearn"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([*PY, "demo", "--duration", "1"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "safemon[demo]" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_status_says_starting_until_a_voting_set_exists(tmp_path: Path) -> None:
+    """Before any channel passed its start-up self-test the mode is STARTING, not NORMAL."""
+    import zmq
+    from prometheus_client import CollectorRegistry
+
+    from safemon.daemon import Daemon
+
+    cfg = make_config(tmp_path, "2oo3")
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    daemon = Daemon(cfg, context=ctx, registry=CollectorRegistry())
+    daemon.start()
+    try:
+        st = daemon.status()
+        assert st["mode"] == "STARTING" and st["voting"] == [] and st["safe_reason"] is None
+    finally:
+        daemon.close()
+        ctx.term()
