@@ -27,7 +27,7 @@ def probe(url: str) -> tuple[int, dict[str, object]]:
 
 
 def test_readyz_follows_the_voting_set_and_safe(tmp_path: Path) -> None:
-    cfg = make_config(tmp_path, "1oo1D")
+    cfg = make_config(tmp_path, "1oo1D", injection=True)
     cfg = cfg.model_copy(update={"metrics": cfg.metrics.model_copy(update={"port": 0})})
     with system(cfg, serve_metrics=True) as (daemon, client):
         assert daemon.metrics_url is not None
@@ -66,7 +66,7 @@ def test_daemon_notifies_systemd_ready_status_watchdog_stopping(
         monkeypatch.setenv("NOTIFY_SOCKET", path)
         monkeypatch.setenv("WATCHDOG_USEC", "200000")
         monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
-        cfg = make_config(tmp_path, "1oo1D")
+        cfg = make_config(tmp_path, "1oo1D", injection=True)
         try:
             with system(cfg) as (_daemon, client):
                 client.inject("c0", "stuck")

@@ -27,7 +27,7 @@ def test_a_slow_channel_self_test_is_reported_as_a_dti_overrun(tmp_path: Path) -
     fault), so its next self-test cannot complete in time. That is reported as a DTI overrun
     of c0 (`safemon_dti_overruns_total{channel="c0"}`, a timed-out self-test, a dti_overrun
     fault that takes c0 out of the voting set), and the healthy c1 is not blamed."""
-    cfg = make_config(tmp_path, "1oo2D")
+    cfg = make_config(tmp_path, "1oo2D", injection=True)
     with system(cfg) as (daemon, client):
         client.inject("c0", "slow")
         assert wait_for(lambda: _count(daemon, "safemon_dti_overruns_total", "c0") >= 1)
