@@ -13,6 +13,7 @@ __all__ = [
     "ConfigError",
     "DisagreementError",
     "InvalidInputError",
+    "KernelCheckError",
     "PatternError",
     "SafeStateError",
     "SafemonError",
@@ -55,6 +56,21 @@ class ConfigError(SafemonError, ValueError):
 
 class PatternError(SafemonError, RuntimeError):
     """A golden pattern is missing, tampered with, or does not match its manifest."""
+
+
+class KernelCheckError(SafemonError, RuntimeError):
+    """A check inside the MMM kernel failed (RMT replicas disagreed); nothing was released.
+
+    Attributes:
+        check: which check failed ("rmt").
+        tile: 1 + the linear block id (blockIdx.z, y, x) of a failed tile, 0 when unknown.
+    """
+
+    def __init__(self, check: str, tile: int) -> None:
+        self.check = check
+        self.tile = int(tile)
+        where = f"block {self.tile - 1}" if self.tile else "an unknown block"
+        super().__init__(f"in-kernel {check} check failed in {where}; C and ES are poisoned")
 
 
 class UncorrectableError(SafemonError, RuntimeError):

@@ -2,7 +2,8 @@
 
 The injection build takes an array of `Injection` structs (mmm.cu) and runs one injected copy
 of the whole product per blockIdx.z. Each copy compares its ES words and C entries with the
-golden arrays on the device and ORs a verdict word: bit 0 ES differs, bit 1 C differs. With
+golden arrays on the device and ORs a verdict word: bit 0 ES differs, bit 1 C differs, bit 2
+the RMT replicas disagreed (RMT builds only; `RMT_DETECTED`). With
 C == nullptr the kernel stores nothing else, so a launch costs only the reachable blocks' work
 (blocks a fault cannot reach return at once).
 
@@ -23,6 +24,7 @@ from safemon.kernels.catalog import Variant
 
 __all__ = [
     "MAX_Z",
+    "RMT_DETECTED",
     "TARGETS",
     "GoldenMismatchError",
     "injection_rows",
@@ -43,7 +45,9 @@ TARGETS: dict[str, int] = {
 #: `Injection.scope` codes of mmm.cu.
 SCOPES: dict[str, int] = {"transient": 0, "thread": 1, "block": 2}
 #: int32 fields of one Injection, in struct order.
-FIELDS = ("target", "thread", "block", "kstep", "index", "bit", "scope")
+FIELDS = ("target", "thread", "block", "kstep", "index", "bit", "scope", "copy")
+#: Verdict bit of an RMT build: the replica pair's comparison failed (the tile is poisoned).
+RMT_DETECTED = np.uint32(4)
 #: gridDim.z limit of CUDA: injections per launch.
 MAX_Z = 65535
 
@@ -70,11 +74,16 @@ def injection_rows(
     block: int | npt.ArrayLike = -1,
     kstep: int | npt.ArrayLike = -1,
     scope: int | npt.ArrayLike = 0,
+    copy: int | npt.ArrayLike = -1,
 ) -> I32:
-    """An (n, 7) int32 array of Injection structs; each field a scalar or an (n,) array."""
+    """An (n, 8) int32 array of Injection structs; each field a scalar or an (n,) array.
+
+    `copy` picks the RMT replica the fault hits (0 or 1; -1 both); builds without RMT
+    ignore it (every fault hits the one copy there is).
+    """
     rows = np.empty((n, len(FIELDS)), dtype=np.int32)
     values = {"target": target, "thread": thread, "block": block, "kstep": kstep,
-              "index": index, "bit": bit, "scope": scope}
+              "index": index, "bit": bit, "scope": scope, "copy": copy}
     for col, name in enumerate(FIELDS):
         rows[:, col] = np.broadcast_to(np.asarray(values[name], dtype=np.int64), (n,))
     bits = rows[:, FIELDS.index("bit")]
@@ -94,7 +103,7 @@ def run_injections(
     progress: Callable[[int], None] | None = None,
     batch: int | None = None,
 ) -> U32:
-    """Run every injection of `rows` (n, 7) and return the (n,) uint32 verdict words.
+    """Run every injection of `rows` (n, 8) and return the (n,) uint32 verdict words.
 
     Args:
         a, b: clean inputs (M, K), (K, N) float32 on the host.
@@ -129,7 +138,7 @@ def run_injections(
         inj_d = cp.asarray(np.ascontiguousarray(chunk))
         out = cp.zeros(chunk.shape[0], dtype=cp.uint32)
         kernel(
-            (gx, gy, chunk.shape[0]), (t.threads, 1, 1),
+            (gx, gy, chunk.shape[0]), (variant.block_threads, 1, 1),
             (a_d, b_d, null, null, np.int32(m), np.int32(n), np.int32(k), inj_d, out, ges_d, gc_d),
         )
         return out

@@ -10,9 +10,11 @@ between:
    arrays; host arrays were checked on the host before their upload;
 4. the MMM kernel (and for a split variant the split-K reduction). It reads the block first
    and, when any word is nonzero, computes nothing and stores poison (canonical NaN in C,
-   0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers.
+   0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers. An RMT
+   variant (docs/RMT.md) whose replica lanes disagree poisons that block tile the same way
+   and sets word 4 (`STATUS_RMT`) and word 5 (`STATUS_RMT_TILE`: 1 + the failed block's id).
 
-`read_status` then copies the 16-byte block to the host: the one host synchronisation of a
+`read_status` then copies the 32-byte block to the host: the one host synchronisation of a
 call. `failed_check` names the check that failed. The ECC check only counts; the caller
 corrects with `ProtectedArray.verified()` and computes again (`safemon.kernels.api`).
 """
@@ -32,6 +34,8 @@ __all__ = [
     "STATUS_A",
     "STATUS_B",
     "STATUS_ECC",
+    "STATUS_RMT",
+    "STATUS_RMT_TILE",
     "STATUS_WORDS",
     "CheckedLaunch",
     "StatusReport",
@@ -39,8 +43,9 @@ __all__ = [
     "read_status",
 ]
 
-#: uint32 words of the status block (16 bytes; the kernel reads it as one uint4).
-STATUS_WORDS = 4
+#: uint32 words of the status block (32 bytes). The kernel reads words 0-3, the input checks,
+#: as one uint4 before computing; words 4-7 are written by checks inside the kernel.
+STATUS_WORDS = 8
 #: Word set to 1 when A holds NaN or infinity.
 STATUS_A = 0
 #: Word set to 1 when B holds NaN or infinity.
@@ -48,6 +53,10 @@ STATUS_B = 1
 #: First of the two words (a little-endian uint64) counting B's code words with a nonzero
 #: ECC syndrome.
 STATUS_ECC = 2
+#: Word set to 1 by an RMT kernel whose replica lanes disagreed (mmm.cu).
+STATUS_RMT = 4
+#: 1 + the linear block id (blockIdx.z, y, x) of a tile whose RMT check failed; 0 if none.
+STATUS_RMT_TILE = 5
 
 
 @dataclass(frozen=True)
@@ -57,20 +66,33 @@ class StatusReport:
     Attributes:
         a_nonfinite / b_nonfinite: the finite check of A / B found NaN or infinity.
         ecc_bad_words: code words of the ECC-protected B with a nonzero syndrome.
+        rmt_mismatch: an RMT kernel's replicas disagreed (C and ES of that tile are poison).
+        rmt_tile: 1 + the linear block id of a tile whose RMT check failed, else 0.
     """
 
     a_nonfinite: bool
     b_nonfinite: bool
     ecc_bad_words: int
+    rmt_mismatch: bool = False
+    rmt_tile: int = 0
 
     @property
     def ok(self) -> bool:
-        return not (self.a_nonfinite or self.b_nonfinite or self.ecc_bad_words)
+        return not (self.a_nonfinite or self.b_nonfinite or self.ecc_bad_words
+                    or self.rmt_mismatch)
 
     @classmethod
     def from_words(cls, words: npt.NDArray[np.uint32]) -> StatusReport:
+        """Decode a (STATUS_WORDS,) uint32 block.
+
+        Raises:
+            ValueError: `words` does not hold STATUS_WORDS words.
+        """
+        if words.shape != (STATUS_WORDS,):
+            raise ValueError(f"a status block holds {STATUS_WORDS} words, not {words.shape}")
         ecc = int(words[STATUS_ECC]) | (int(words[STATUS_ECC + 1]) << 32)
-        return cls(bool(words[STATUS_A]), bool(words[STATUS_B]), ecc)
+        return cls(bool(words[STATUS_A]), bool(words[STATUS_B]), ecc,
+                   bool(words[STATUS_RMT]), int(words[STATUS_RMT_TILE]))
 
 
 @dataclass(frozen=True)

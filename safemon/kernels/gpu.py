@@ -80,6 +80,8 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
         "SIG_T": SIG_CODES[levels.get("T")],
         "SAFEMON_INJECT": int(inject),
     }
+    if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
+        defines["RMT_WARP"] = 1
     if record_sm:  # only then, so production builds keep their exact cache keys and code
         defines["SAFEMON_RECORD_SM"] = 1
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
@@ -151,7 +153,7 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[An
     out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
     status_arg = np.uintp(0) if status is None else status
     kernel = kernel_for(variant)
-    kernel((gx, gy, slices), (t.threads, 1, 1),
+    kernel((gx, gy, slices), (variant.block_threads, 1, 1),
            (a_d, b_d, out, es, np.int32(m), np.int32(n), np.int32(k), status_arg))
     if slices > 1:
         reduce_slices(out, c)
@@ -193,7 +195,7 @@ def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any,
     es = cp.empty((gx * gy * t.threads, variant.words), dtype=cp.uint32)
     sm = cp.empty(gx * gy, dtype=cp.uint32)
     kernel = kernel_for(variant, record_sm=True)
-    kernel((gx, gy, 1), (t.threads, 1, 1),
+    kernel((gx, gy, 1), (variant.block_threads, 1, 1),
            (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0), sm))
     return c, es, sm
 
@@ -256,6 +258,10 @@ def nvcc_builds() -> list[KernelBuild]:
         builds.append(build_for(make_variant(None, None, ("fma", "exact")[i % 2], tile)))
     builds.append(build_for(make_variant("ones_crc32c", "I", "exact", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
+    builds.append(build_for(make_variant("ones", "M", "exact", "large", rmt="warp")))
+    builds.append(build_for(make_variant("crc32c", "E", "fma", "wide", rmt="warp")))
+    builds.append(build_for(make_variant(None, None, "exact", "small", rmt="warp")))
+    builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="warp"), inject=True))
     builds.append(build_for(make_variant("ones", "I", "exact", "small"), record_sm=True))
     builds.append(finite_build())
     builds.append(splitk_build())
