@@ -59,18 +59,20 @@ class PatternError(SafemonError, RuntimeError):
 
 
 class KernelCheckError(SafemonError, RuntimeError):
-    """A check inside the MMM kernel failed (RMT replicas disagreed); nothing was released.
+    """An in-kernel check of the product failed; nothing may be released.
 
     Attributes:
-        check: which check failed ("rmt").
-        tile: 1 + the linear block id (blockIdx.z, y, x) of a failed tile, 0 when unknown.
+        check: which check failed: "rmt" (replica lanes disagreed; C and ES of the tile are
+            poison) or "abft" (a row or column checksum of a C tile is off by more than the
+            rounding bound).
+        tile: the lowest failed linear tile id, or None when unknown.
     """
 
-    def __init__(self, check: str, tile: int) -> None:
+    def __init__(self, check: str, tile: int | None) -> None:
         self.check = check
-        self.tile = int(tile)
-        where = f"block {self.tile - 1}" if self.tile else "an unknown block"
-        super().__init__(f"in-kernel {check} check failed in {where}; C and ES are poisoned")
+        self.tile = tile
+        where = f"tile {tile}" if tile is not None else "an unknown tile"
+        super().__init__(f"in-kernel {check} check failed in {where}; the result is not released")
 
 
 class UncorrectableError(SafemonError, RuntimeError):

@@ -166,7 +166,7 @@ class ChannelWorker:
         if self.config.weights.ecc:
             weight = self._protect(b, name="warm-up")
         for tile in list(TILES) if v.tile == "auto" else [v.tile]:
-            self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile, rmt=v.rmt))
+            self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile, rmt=v.rmt, abft=v.abft))
 
     def _protect(self, host: npt.NDArray[np.float32], *, name: str) -> ProtectedArray:
         """`host` as an ECC-protected resident array on this channel's backend and stream."""

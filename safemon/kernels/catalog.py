@@ -186,7 +186,8 @@ class Variant:
     `split` is the requested split-K factor (1: no split); the number of K-slices actually
     launched for a given K is `slices(k)`. `rmt` is the redundant-multithreading kind
     (`RMT_KINDS`); it never changes C or ES, only how many lanes compute them and the check
-    made before the store.
+    made before the store. `abft` adds the checksum check of `safemon.kernels.abft` after the
+    kernel (C and ES unchanged).
     """
 
     checksum: str | None
@@ -195,6 +196,7 @@ class Variant:
     tile: TileConfig
     split: int = 1
     rmt: str = "none"
+    abft: bool = False
 
     @property
     def copies(self) -> int:
@@ -239,6 +241,8 @@ class Variant:
         suffix = f"/split{self.split}" if self.split > 1 else ""
         if self.rmt != "none":
             suffix += f"/rmt-{self.rmt}"
+        if self.abft:
+            suffix += "/abft"
         if self.checksum is None:
             return f"unprotected/{self.mode}/{self.tile.name}{suffix}"
         return f"{self.checksum}/{self.level}/{self.mode}/{self.tile.name}{suffix}"
@@ -258,19 +262,22 @@ class Variant:
             out["split"] = self.split
         if self.rmt != "none":
             out["rmt"] = self.rmt
+        if self.abft:
+            out["abft"] = True
         return out
 
 
 def make_variant(
     checksum: str | None, level: str | None, mode: str, tile: TileConfig | str, split: int = 1,
     rmt: str = "none",
+    abft: bool = False,
 ) -> Variant:
     """Validate the parts and build a `Variant`.
 
     Raises:
         ValueError: unknown checksum, level, mode or tile name, a level that does not
             fit the checksum (a combination `X_Y` takes level "I" or "I+M"), or a split
-            outside 1..MAX_SPLIT, or an unknown `rmt` kind.
+            outside 1..MAX_SPLIT, an unknown `rmt` kind, or a non-bool `abft`.
         TypeError: `tile` is neither a name nor a `TileConfig`.
     """
     if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= MAX_SPLIT:
@@ -285,15 +292,17 @@ def make_variant(
         raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     if rmt not in RMT_KINDS:
         raise ValueError(f"unknown rmt kind {rmt!r}; known: {', '.join(RMT_KINDS)}")
+    if not isinstance(abft, bool):
+        raise ValueError(f"abft must be a bool, not {abft!r}")
     if checksum is None:
-        return Variant(None, None, mode, tile, split, rmt)
+        return Variant(None, None, mode, tile, split, rmt, abft)
     if checksum in COMBINATIONS:
         if level not in ("I", COMBINED_LEVEL):
             raise ValueError(
                 f"combination {checksum!r} folds its first checksum at I and its second at M; "
                 f"level must be 'I' or 'I+M', not {level!r}"
             )
-        return Variant(checksum, COMBINED_LEVEL, mode, tile, split, rmt)
+        return Variant(checksum, COMBINED_LEVEL, mode, tile, split, rmt, abft)
     if checksum not in CHECKSUMS:
         raise ValueError(
             f"unknown checksum {checksum!r}; known: {', '.join(CHECKSUMS)} "
@@ -301,7 +310,7 @@ def make_variant(
         )
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
-    return Variant(checksum, level, mode, tile, split, rmt)
+    return Variant(checksum, level, mode, tile, split, rmt, abft)
 
 
 def standard_variants(

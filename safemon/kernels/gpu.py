@@ -30,6 +30,7 @@ __all__ = [
     "all_finite",
     "build_for",
     "finite_build",
+    "function_for",
     "gpu_matmul",
     "gpu_matmul_recording_sm",
     "launch_finite",
@@ -114,6 +115,12 @@ def _function(key: tuple[Any, ...], build: Callable[[], KernelBuild], name: str)
         with _functions_lock:
             _functions[full] = fn
     return fn
+
+
+def function_for(key: tuple[Any, ...], build: Callable[[], KernelBuild], name: str) -> Any:
+    """The kernel `name` of `build()` on the current device, cached under `key` (for the
+    kernels of other modules, e.g. safemon.kernels.abft)."""
+    return _function(key, build, name)
 
 
 def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> Any:
@@ -263,6 +270,9 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(build_for(make_variant(None, None, "exact", "small", rmt="warp")))
     builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="warp"), inject=True))
     builds.append(build_for(make_variant("ones", "I", "exact", "small"), record_sm=True))
+    from safemon.kernels.abft import abft_build
+
+    builds.append(abft_build())
     builds.append(finite_build())
     builds.append(splitk_build())
     return builds

@@ -64,17 +64,18 @@ def test_reference_of_an_rmt_variant_is_the_unreplicated_result() -> None:
 def test_status_report_decodes_an_rmt_mismatch_and_its_tile() -> None:
     words = np.zeros(STATUS_WORDS, dtype=np.uint32)
     assert StatusReport.from_words(words).ok
-    words[STATUS_RMT], words[STATUS_RMT_TILE] = 1, 8
+    words[STATUS_RMT], words[STATUS_RMT_TILE] = 1, 0xFFFFFFFF - 7
     report = StatusReport.from_words(words)
-    assert not report.ok and report.rmt_mismatch and report.rmt_tile == 8
+    assert not report.ok and report.rmt_mismatch and report.rmt_tile == 7
+    assert StatusReport.from_words(np.zeros(STATUS_WORDS, dtype=np.uint32)).rmt_tile is None
     with pytest.raises(ValueError, match="words"):
         StatusReport.from_words(np.zeros(4, dtype=np.uint32))
 
 
 def test_kernel_check_error_names_the_failed_block() -> None:
-    exc = KernelCheckError("rmt", 8)
-    assert "block 7" in str(exc) and exc.check == "rmt" and exc.tile == 8
-    assert "unknown block" in str(KernelCheckError("rmt", 0))
+    exc = KernelCheckError("rmt", 7)
+    assert "tile 7" in str(exc) and exc.check == "rmt" and exc.tile == 7
+    assert "unknown tile" in str(KernelCheckError("rmt", None))
 
 
 def test_rmt_verdict_bit_counts_as_detected() -> None:

@@ -38,7 +38,8 @@
 // before this kernel on the same stream. When any of them is nonzero the kernel computes
 // nothing and stores poison: canonical NaN in C, 0xFFFFFFFF in ES. An RMT build whose replica
 // pair disagrees poisons its whole block tile the same way and sets word 4 (RMT mismatch) to 1
-// and word 5 to 1 + the linear block id (blockIdx.z, y, x) of a failed tile.
+// and word 5 to max(word 5, 0xFFFFFFFF − the linear block id (blockIdx.z, y, x)), so that it
+// names the lowest failed tile whatever the block order.
 #include "signature.cuh"
 #include "crc32c_table.cuh"
 
@@ -380,7 +381,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
         if (t == 0 && status != nullptr) {
             atomicOr(&status[STATUS_RMT], 1u);
-            atomicCAS(&status[STATUS_RMT_TILE], 0u, (unsigned)block_id + 1u);
+            atomicMax(&status[STATUS_RMT_TILE], 0xFFFFFFFFu - (unsigned)block_id);
         }
         return;
     }
