@@ -23,6 +23,7 @@ from safemon.errors import SafemonError
 from safemon.kernels.catalog import Variant
 
 __all__ = [
+    "ABFT_DETECTED",
     "MAX_Z",
     "RMT_DETECTED",
     "TARGETS",
@@ -48,6 +49,8 @@ SCOPES: dict[str, int] = {"transient": 0, "thread": 1, "block": 2}
 FIELDS = ("target", "thread", "block", "kstep", "index", "bit", "scope", "copy")
 #: Verdict bit of an RMT build: the replica pair's comparison failed (the tile is poisoned).
 RMT_DETECTED = np.uint32(4)
+#: Verdict bit of an ABFT variant: the ABFT check of the stored C would fail.
+ABFT_DETECTED = np.uint32(8)
 #: gridDim.z limit of CUDA: injections per launch.
 MAX_Z = 65535
 
@@ -102,6 +105,7 @@ def run_injections(
     *,
     progress: Callable[[int], None] | None = None,
     batch: int | None = None,
+    rel_errors: npt.NDArray[np.float32] | None = None,
 ) -> U32:
     """Run every injection of `rows` (n, 8) and return the (n,) uint32 verdict words.
 
@@ -109,6 +113,8 @@ def run_injections(
         a, b: clean inputs (M, K), (K, N) float32 on the host.
         golden_c, golden_es: the NumPy reference's C (M, N) and ES (threads, words).
         batch: injections per launch (≤ 65,535; None: as many as allowed).
+        rel_errors: for an ABFT variant, an (n,) float32 array filled with each injection's
+            largest |ΔC| / max(|C|, 2⁻¹²⁶) over the stored C (0 when C is unchanged).
 
     Raises:
         BackendUnavailableError: no CuPy or no device.
@@ -133,14 +139,23 @@ def run_injections(
     gc_d = cp.asarray(golden_c)
     ges_d = cp.asarray(np.ascontiguousarray(golden_es, dtype=np.uint32))
     null = np.uintp(0)  # C and ES: the campaign mode stores nothing
+    abft_ref: Any = None
+    if variant.abft:
+        from safemon.kernels.abft import abft_campaign_reference
+
+        abft_ref = cp.asarray(abft_campaign_reference(a, b, golden_c, t))
+    errs: list[Any] = []
 
     def launch(chunk: I32) -> Any:
         inj_d = cp.asarray(np.ascontiguousarray(chunk))
         out = cp.zeros(chunk.shape[0], dtype=cp.uint32)
-        kernel(
-            (gx, gy, chunk.shape[0]), (variant.block_threads, 1, 1),
-            (a_d, b_d, null, null, np.int32(m), np.int32(n), np.int32(k), inj_d, out, ges_d, gc_d),
-        )
+        args: tuple[Any, ...] = (a_d, b_d, null, null, np.int32(m), np.int32(n), np.int32(k),
+                                 inj_d, out, ges_d, gc_d)
+        if abft_ref is not None:
+            err = cp.zeros(chunk.shape[0], dtype=cp.uint32)
+            errs.append(err)
+            args += (abft_ref, err)
+        kernel((gx, gy, chunk.shape[0]), (variant.block_threads, 1, 1), args)
         return out
 
     clean = int(launch(injection_rows(1, target=TARGETS["none"])).get()[0])
@@ -163,6 +178,8 @@ def run_injections(
         verdicts[plo:phi] = out.get()
         if progress is not None:
             progress(phi - plo)
+    if rel_errors is not None and errs:
+        rel_errors[:] = np.concatenate([e.get() for e in errs[1:]]).view(np.float32)
     return verdicts
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "ABFT_SOURCE",
     "AbftResult",
     "abft_build",
+    "abft_campaign_reference",
     "abft_check",
     "abft_passes",
     "abft_tolerances",
@@ -83,7 +84,8 @@ class AbftResult:
 
     Attributes:
         failed_tiles: sorted linear tile ids by·gx + bx whose row or column check failed.
-        col_residual / col_tol: (gy, N) |Σ Ĉ − expected| of each tile column and its bound.
+        col_residual / col_tol: (gy, N) Σ Ĉ − expected (signed) of each tile column and its
+            bound; the column passes when |residual| ≤ tol.
         row_residual / row_tol: (M, gx) the same for each tile row.
     """
 
@@ -145,10 +147,10 @@ def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: in
         col_tol, row_tol = abft_tolerances(
             a, b, _tile_sums(c_abs, tile.bm, gy, axis=0), _tile_sums(c_abs, tile.bn, gx, axis=1),
             tile, slices)
-        col_res, row_res = np.abs(col_got - col_exp), np.abs(row_got - row_exp)
+        col_res, row_res = col_got - col_exp, row_got - row_exp
         # A non-finite sum fails outright (its Σ|Ĉ| would make the tolerance infinite too).
-        col_bad = ~(np.isfinite(col_got) & (col_res <= col_tol))
-        row_bad = ~(np.isfinite(row_got) & (row_res <= row_tol))
+        col_bad = ~(np.isfinite(col_got) & (np.abs(col_res) <= col_tol))
+        row_bad = ~(np.isfinite(row_got) & (np.abs(row_res) <= row_tol))
     bad = np.zeros((gy, gx), dtype=bool)
     by, cc = np.nonzero(col_bad)
     bad[by, cc // tile.bn] = True
@@ -167,6 +169,20 @@ def abft_passes(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig | None = N
     if c.ndim != 2 or c.shape != (a.shape[0], b.shape[1]) or a.shape[1] != b.shape[0]:
         return False
     return abft_check(a, b, c, auto_tile(*c.shape) if tile is None else tile).ok
+
+
+def abft_campaign_reference(a: F32, b: F32, golden_c: F32, tile: TileConfig) -> F64:
+    """The golden residuals and tolerances the injection build's ABFT model reads (mmm.cu,
+    `abft_verdict`): col_res, col_tol (gy·N each), row_res, row_tol (M·gx each), concatenated.
+
+    Raises:
+        ValueError: the golden product fails its own check (it cannot be a golden run).
+    """
+    r = abft_check(a, b, golden_c, tile, 1)
+    if not r.ok:
+        raise ValueError(f"the golden product fails ABFT in tiles {r.failed_tiles[:5]}")
+    return np.ascontiguousarray(np.concatenate(
+        [r.col_residual.ravel(), r.col_tol.ravel(), r.row_residual.ravel(), r.row_tol.ravel()]))
 
 
 def _tile_sums(x: F64, size: int, tiles: int, axis: int) -> F64:

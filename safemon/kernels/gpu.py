@@ -83,6 +83,8 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
     }
     if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
         defines["RMT_WARP"] = 1
+    if inject and variant.abft:  # the campaign model of abft.cu (verdict bit 3)
+        defines["SAFEMON_ABFT_VERDICT"] = 1
     if record_sm:  # only then, so production builds keep their exact cache keys and code
         defines["SAFEMON_RECORD_SM"] = 1
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
@@ -269,6 +271,9 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(build_for(make_variant("crc32c", "E", "fma", "wide", rmt="warp")))
     builds.append(build_for(make_variant(None, None, "exact", "small", rmt="warp")))
     builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="warp"), inject=True))
+    builds.append(build_for(make_variant("ones", "M", "fma", "large", abft=True), inject=True))
+    builds.append(build_for(make_variant(None, None, "fma", "wide", rmt="warp", abft=True),
+                            inject=True))
     builds.append(build_for(make_variant("ones", "I", "exact", "small"), record_sm=True))
     from safemon.kernels.abft import abft_build
 

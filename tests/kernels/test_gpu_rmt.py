@@ -58,7 +58,7 @@ def test_gpu_rmt_split_k_equals_reference() -> None:
 
 
 @pytest.mark.slow
-def test_gpu_rmt_no_false_positive_in_10000_clean_runs() -> None:
+def test_gpu_rmt_and_abft_no_false_positive_in_10000_clean_runs() -> None:
     import cupy as cp
 
     from safemon.kernels.checked import launch_checked, read_status
@@ -66,12 +66,13 @@ def test_gpu_rmt_no_false_positive_in_10000_clean_runs() -> None:
     runs = 0
     for i, (m, n, k) in enumerate(SHAPES):
         for tile in ("small", "large", "wide"):
-            v = make_variant("ones", "M", "fma" if i % 2 else "exact", tile, rmt="warp")
+            v = make_variant("ones", "M", "fma" if i % 2 else "exact", tile, rmt="warp",
+                             abft=True)
             a, b = (cp.asarray(x) for x in _inputs(m, n, k, seed=i))
             first = b""
             for _ in range(560):
                 launch = launch_checked(a, b, v, a_on_device=True, b_on_device=True)
-                assert read_status(launch.status).ok, f"false RMT alarm: {v.name} {m}x{n}x{k}"
+                assert read_status(launch.status).ok, f"false alarm: {v.name} {m}x{n}x{k}"
                 first = first or cp.asnumpy(launch.c).tobytes()
                 runs += 1
             assert cp.asnumpy(launch.c).tobytes() == first  # reproducible bit for bit

@@ -115,8 +115,19 @@ struct Injection {
     int scope;    // 0 transient (one k step), 1 permanent in one thread, 2 permanent in one block
     int copy;     // RMT builds: the replica (0 or 1) the fault hits, -1 both; others ignore it
 };
+#ifndef SAFEMON_ABFT_VERDICT
+#define SAFEMON_ABFT_VERDICT 0
+#endif
+#if SAFEMON_ABFT_VERDICT
+// ABFT campaign arguments: the golden product's signed column residuals (gy×N), their
+// tolerances, the row residuals (M×gx) and theirs (safemon/kernels/abft.py), and per injection
+// the largest |ΔC|/max(|C|, 2^-126) of the stored C as float bits.
+#define ABFT_ARGS , const double* __restrict__ abft_ref, unsigned* __restrict__ rel_err
+#else
+#define ABFT_ARGS
+#endif
 #define INJ_ARGS , const Injection* __restrict__ injections, unsigned* __restrict__ verdicts, \
-                 const unsigned* __restrict__ golden_es, const float* __restrict__ golden_c
+                 const unsigned* __restrict__ golden_es, const float* __restrict__ golden_c ABFT_ARGS
 #define STATUS_ARG
 #else
 #define INJ_ARGS
@@ -130,6 +141,58 @@ struct Injection {
 #define SM_ARGS , unsigned* __restrict__ SM
 #else
 #define SM_ARGS
+#endif
+
+#if SAFEMON_INJECT && SAFEMON_ABFT_VERDICT
+// Campaign model of abft.cu for one injected copy of the product: a fault reaches one block
+// only, so the block sums its C errors per tile column and row in shared memory and compares
+// golden residual + error with the golden tolerance. Returns verdict bit 3 when the device
+// check would fail (or C is not finite). The tolerance's Σ|C| term is the golden one: the
+// difference is below 2^-50 of the error itself.
+__device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __restrict__ golden_c,
+                                 const double* __restrict__ ref, unsigned* __restrict__ rel_err,
+                                 int M, int N, int row0, int col0, int tx, int ty, bool stored) {
+    __shared__ double col_err[BN], row_err[BM];
+    __shared__ int bad;
+    for (int i = threadIdx.x; i < BN; i += BLOCK_THREADS) col_err[i] = 0.0;
+    for (int i = threadIdx.x; i < BM; i += BLOCK_THREADS) row_err[i] = 0.0;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    float worst = 0.0f;
+    if (stored) {
+        for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j) {
+                const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                if (r >= M || c >= N) continue;
+                const float g = golden_c[(long long)r * N + c];
+                if (__float_as_uint(acc[i][j]) == __float_as_uint(g)) continue;
+                if (!isfinite(acc[i][j])) { bad = 1; worst = __int_as_float(0x7F800000); continue; }
+                const double d = (double)acc[i][j] - (double)g;
+                atomicAdd(&col_err[tx * TN + j], d);
+                atomicAdd(&row_err[ty * TM + i], d);
+                worst = fmaxf(worst, (float)(fabs(d) / fmax(fabs((double)g), 0x1p-126)));
+            }
+    }
+    __syncthreads();
+    const int gx = (N + BN - 1) / BN, gy = (M + BM - 1) / BM;
+    const double* col_res = ref;
+    const double* col_tol = ref + (long long)gy * N;
+    const double* row_res = col_tol + (long long)gy * N;
+    const double* row_tol = row_res + (long long)M * gx;
+    for (int i = threadIdx.x; i < BN; i += BLOCK_THREADS) {
+        const int c = col0 + i;
+        const long long at = (long long)(row0 / BM) * N + c;
+        if (c < N && col_err[i] != 0.0 && !(fabs(col_res[at] + col_err[i]) <= col_tol[at])) bad = 1;
+    }
+    for (int i = threadIdx.x; i < BM; i += BLOCK_THREADS) {
+        const int r = row0 + i;
+        const long long at = (long long)r * gx + col0 / BN;
+        if (r < M && row_err[i] != 0.0 && !(fabs(row_res[at] + row_err[i]) <= row_tol[at])) bad = 1;
+    }
+    if (worst > 0.0f) atomicMax(&rel_err[blockIdx.z], __float_as_uint(worst));
+    __syncthreads();
+    return bad ? 8u : 0u;
+}
 #endif
 
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
@@ -355,6 +418,15 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             if (es_words[v] != golden_es[g * ES_WORDS + v]) verdict |= 1u;
 #if RMT_WARP
         if (tile_failed) verdict |= 4u;
+#endif
+#if SAFEMON_ABFT_VERDICT
+        verdict |= abft_verdict(acc, golden_c, abft_ref, rel_err, M, N, row0, col0, tx, ty,
+#if RMT_WARP
+                                copy == 0
+#else
+                                true
+#endif
+                                );
 #endif
 #pragma unroll
         for (int i = 0; i < TM; ++i)
