@@ -192,7 +192,8 @@ def input_verdicts_gpu(
     progress: Callable[[int], None] | None,
     batch: int | None,
 ) -> U8:
-    """Verdict bytes of the exhaustive input campaign in fault order (see `campaign`)."""
+    """Verdict bytes of the exhaustive input campaign in fault order (see `campaign`); for
+    RMT and ABFT variants bit 0 also carries their checks' detections."""
     m, k = a.shape
     n = b.shape[1]
     a_bits, b_bits = 32 * m * k, 32 * k * n
@@ -203,4 +204,7 @@ def input_verdicts_gpu(
         injection_rows(b_bits, target=TARGETS["input_b"], index=fb // 32, bit=fb % 32),
     ])
     v = run_injections(a, b, variant, golden_c, golden_es, rows, progress=progress, batch=batch)
-    return (v & np.uint32(3)).astype(np.uint8)
+    # ES_DIFFERS of the verdict byte means "flagged": by ES, or by the RMT / ABFT checks.
+    flagged = (v & (np.uint32(1) | RMT_DETECTED | ABFT_DETECTED)) != 0
+    out: U8 = ((v & np.uint32(2)) | flagged.astype(np.uint32)).astype(np.uint8)
+    return out
