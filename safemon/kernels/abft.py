@@ -66,8 +66,10 @@ U32_F = 2.0**-24
 U64_F = 2.0**-53
 #: Extra float64 roundings of the device's warp reduction (5 shuffle levels) plus slack.
 F64_EXTRA = 7
-#: Threads per block of the check kernels.
+#: Threads per block of the check kernels (abft.cu's check kernel assumes 256).
 ABFT_THREADS = 256
+#: Tile rows per column-check block and tile columns per row-check warp (abft.cu).
+ABFT_CHUNK = 4
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -220,11 +222,11 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     b_abs = cp.empty_like(b_sum)
     dims = (np.int32(m), np.int32(n), np.int32(k), np.int32(t.bm), np.int32(t.bn),
             np.int32(gx), np.int32(gy))
-    vec_blocks = max(1, min(AUX_MAX_BLOCKS, -(-(gx + gy) * k // ABFT_THREADS)))
+    vec_blocks = max(1, min(4 * AUX_MAX_BLOCKS, -(-(gy + 32 * gx) * k // ABFT_THREADS)))
     function_for(("abft_vectors",), abft_build, "safemon_abft_vectors")(
         (vec_blocks, 1, 1), (ABFT_THREADS, 1, 1), (a, b, a_sum, a_abs, b_sum, b_abs, *dims))
-    col_blocks = -(-gy * n // ABFT_THREADS)
-    row_blocks = -(-m * gx * 32 // ABFT_THREADS)
+    col_blocks = -(-gy // ABFT_CHUNK) * -(-n // 32)
+    row_blocks = -(-m * -(-gx // ABFT_CHUNK) // (ABFT_THREADS // 32))
     function_for(("abft_check",), abft_build, "safemon_abft_check")(
         (col_blocks + row_blocks, 1, 1), (ABFT_THREADS, 1, 1),
         (a, b, c, a_sum, a_abs, b_sum, b_abs, np.uintp(status_ptr), *dims,

@@ -15,10 +15,12 @@
 // by·gx + bx, so word 7 names the lowest failing tile whatever the block order.
 //
 // Kernels (all on the stream of the MMM kernel, after it):
-//   safemon_abft_vectors  a_sum/a_abs[by·K + k] = Σ_{r∈tile by} A[r,k] / |A[r,k]|,
-//                         b_sum/b_abs[bx·K + k] = Σ_{c∈tile bx} B[k,c] / |B[k,c]|.
-//   safemon_abft_check    blocks [0, col_blocks): one thread per (by, c), the column checks;
-//                         the rest: one warp per (r, bx), the row checks.
+//   safemon_abft_vectors  a_sum/a_abs[by·K + k] = Σ_{r∈tile by} A[r,k] / |A[r,k]| (a thread
+//                         each), b_sum/b_abs[bx·K + k] = Σ_{c∈tile bx} B[k,c] / |B[k,c]| (a
+//                         warp each). blockDim.x must be a multiple of 32.
+//   safemon_abft_check    blocks [0, col_blocks): the column checks, a block per 32 columns
+//                         of ABFT_CHUNK tile rows; the rest: the row checks, a warp per
+//                         (r, ABFT_CHUNK tile columns). 256 threads per block.
 
 #define ABFT_STATUS_FLAG 6
 #define ABFT_STATUS_TILE 7
@@ -34,36 +36,52 @@ extern "C" __global__ void safemon_abft_vectors(
     const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ a_sum,
     double* __restrict__ a_abs, double* __restrict__ b_sum, double* __restrict__ b_abs, int M,
     int N, int K, int BM, int BN, int gx, int gy) {
-    const long long na = (long long)gy * K, total = na + (long long)gx * K;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
+    // A part: a thread per (by, k), consecutive threads on consecutive k (coalesced rows).
+    const long long na = (long long)gy * K;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < na; i += stride) {
+        const int by = (int)(i / K), k = (int)(i % K);
+        const int r_end = min(M, (by + 1) * BM);
         double s = 0.0, s_abs = 0.0;
-        if (i < na) {
-            const int by = (int)(i / K), k = (int)(i % K);
-            const int r_end = min(M, (by + 1) * BM);
-            for (int r = by * BM; r < r_end; ++r) {
-                const double v = A[(long long)r * K + k];
-                s += v;
-                s_abs += fabs(v);
-            }
-            a_sum[i] = s;
-            a_abs[i] = s_abs;
-        } else {
-            const long long j = i - na;
-            const int bx = (int)(j / K), k = (int)(j % K);
-            const int c_end = min(N, (bx + 1) * BN);
-            for (int c = bx * BN; c < c_end; ++c) {
-                const double v = B[(long long)k * N + c];
-                s += v;
-                s_abs += fabs(v);
-            }
+        for (int r = by * BM; r < r_end; ++r) {
+            const double v = A[(long long)r * K + k];
+            s += v;
+            s_abs += fabs(v);
+        }
+        a_sum[i] = s;
+        a_abs[i] = s_abs;
+    }
+    // B part: a warp per (bx, k), lanes over the tile's columns (coalesced), shuffle sums.
+    const int lane = threadIdx.x & 31;
+    const long long nb = (long long)gx * K;
+    for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5; j < nb;
+         j += stride >> 5) {
+        const int bx = (int)(j / K), k = (int)(j % K);
+        const int c_end = min(N, (bx + 1) * BN);
+        double s = 0.0, s_abs = 0.0;
+        for (int c = bx * BN + lane; c < c_end; c += 32) {
+            const double v = B[(long long)k * N + c];
+            s += v;
+            s_abs += fabs(v);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
+            s_abs += __shfl_xor_sync(0xFFFFFFFFu, s_abs, off);
+        }
+        if (lane == 0) {
             b_sum[j] = s;
             b_abs[j] = s_abs;
         }
     }
 }
 
-extern "C" __global__ void safemon_abft_check(
+// Tiles per thread group: a column group handles ABFT_CHUNK tile rows (by) at once and a row
+// warp ABFT_CHUNK tile columns (bx), so each element of B (of A) is read gy/ABFT_CHUNK
+// (gx/ABFT_CHUNK) times instead of gy (gx) times.
+#define ABFT_CHUNK 4
+
+extern "C" __global__ void __launch_bounds__(256) safemon_abft_check(
     const float* __restrict__ A, const float* __restrict__ B, const float* __restrict__ C,
     const double* __restrict__ a_sum, const double* __restrict__ a_abs,
     const double* __restrict__ b_sum, const double* __restrict__ b_abs,
@@ -71,60 +89,105 @@ extern "C" __global__ void safemon_abft_check(
     int slices, int col_blocks) {
     const double g32 = safemon_gamma((double)K + slices, 0x1p-24);
     const double tiny = (double)K * slices * 0x1p-149;
-    if ((int)blockIdx.x < col_blocks) {  // column checks: thread per (by, c)
-        const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-        if (i >= (long long)gy * N) return;
-        const int by = (int)(i / N), c = (int)(i % N);
-        const double* as = a_sum + (long long)by * K;
-        const double* aa = a_abs + (long long)by * K;
-        double expect = 0.0, bound = 0.0, got = 0.0, got_abs = 0.0;
-        for (int k = 0; k < K; ++k) {
-            const double b = B[(long long)k * N + c];
-            expect = fma(as[k], b, expect);
-            bound = fma(aa[k], fabs(b), bound);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;  // blockDim.x == 256
+    if ((int)blockIdx.x < col_blocks) {
+        // Column checks: a block covers 32 columns (lanes) of ABFT_CHUNK tile rows; its 8 warps
+        // split K and the rows, then reduce through shared memory.
+        __shared__ double part[4][ABFT_CHUNK][8][32];
+        const int col_groups = (N + 31) / 32;
+        const int by0 = (int)(blockIdx.x / col_groups) * ABFT_CHUNK;
+        const int c = (int)(blockIdx.x % col_groups) * 32 + lane;
+        double expect[ABFT_CHUNK], bound[ABFT_CHUNK], got[ABFT_CHUNK], got_abs[ABFT_CHUNK];
+#pragma unroll
+        for (int q = 0; q < ABFT_CHUNK; ++q) expect[q] = bound[q] = got[q] = got_abs[q] = 0.0;
+        if (c < N) {
+            for (int k = warp; k < K; k += 8) {
+                const double b = B[(long long)k * N + c];
+#pragma unroll
+                for (int q = 0; q < ABFT_CHUNK; ++q)
+                    if (by0 + q < gy) {
+                        expect[q] = fma(a_sum[(long long)(by0 + q) * K + k], b, expect[q]);
+                        bound[q] = fma(a_abs[(long long)(by0 + q) * K + k], fabs(b), bound[q]);
+                    }
+            }
+#pragma unroll
+            for (int q = 0; q < ABFT_CHUNK; ++q) {
+                const int r_end = min(M, (by0 + q + 1) * BM);
+                for (int r = (by0 + q) * BM + warp; r < r_end; r += 8) {
+                    const double v = C[(long long)r * N + c];
+                    got[q] += v;
+                    got_abs[q] += fabs(v);
+                }
+            }
         }
-        const int r_end = min(M, (by + 1) * BM);
-        for (int r = by * BM; r < r_end; ++r) {
-            const double v = C[(long long)r * N + c];
-            got += v;
-            got_abs += fabs(v);
+#pragma unroll
+        for (int q = 0; q < ABFT_CHUNK; ++q) {
+            part[0][q][warp][lane] = expect[q];
+            part[1][q][warp][lane] = bound[q];
+            part[2][q][warp][lane] = got[q];
+            part[3][q][warp][lane] = got_abs[q];
         }
-        const int terms = r_end - by * BM;
+        __syncthreads();
+        if (warp >= ABFT_CHUNK || c >= N || by0 + warp >= gy) return;
+        const int q = warp, by = by0 + q;
+        double e = 0.0, bd = 0.0, g = 0.0, ga = 0.0;
+        for (int w = 0; w < 8; ++w) {
+            e += part[0][q][w][lane];
+            bd += part[1][q][w][lane];
+            g += part[2][q][w][lane];
+            ga += part[3][q][w][lane];
+        }
+        const int terms = min(M, (by + 1) * BM) - by * BM;
         const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
-        const double tol = g32 * bound + g64 * (bound + got_abs) + terms * tiny;
-        if (!(isfinite(got) && fabs(got - expect) <= tol)) safemon_abft_flag(status, (unsigned)(by * gx + c / BN));
+        const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
+        if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)(by * gx + c / BN));
         return;
     }
-    // row checks: warp per (r, bx), lanes over k and over the tile's columns
-    const long long w = ((long long)(blockIdx.x - col_blocks) * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (w >= (long long)M * gx) return;  // whole warps leave together
-    const int r = (int)(w / gx), bx = (int)(w % gx);
+    // Row checks: a warp per (r, ABFT_CHUNK tile columns), lanes over k and over the columns.
+    const int bx_groups = (gx + ABFT_CHUNK - 1) / ABFT_CHUNK;
+    const long long w = (long long)(blockIdx.x - col_blocks) * 8 + warp;
+    if (w >= (long long)M * bx_groups) return;  // whole warps leave together
+    const int r = (int)(w / bx_groups), bx0 = (int)(w % bx_groups) * ABFT_CHUNK;
     const float* a_row = A + (long long)r * K;
-    const double* bs = b_sum + (long long)bx * K;
-    const double* ba = b_abs + (long long)bx * K;
-    double expect = 0.0, bound = 0.0, got = 0.0, got_abs = 0.0;
+    double expect[ABFT_CHUNK], bound[ABFT_CHUNK], got[ABFT_CHUNK], got_abs[ABFT_CHUNK];
+#pragma unroll
+    for (int q = 0; q < ABFT_CHUNK; ++q) expect[q] = bound[q] = got[q] = got_abs[q] = 0.0;
     for (int k = lane; k < K; k += 32) {
         const double a = a_row[k];
-        expect = fma(a, bs[k], expect);
-        bound = fma(fabs(a), ba[k], bound);
-    }
-    const int c_end = min(N, (bx + 1) * BN);
-    for (int c = bx * BN + lane; c < c_end; c += 32) {
-        const double v = C[(long long)r * N + c];
-        got += v;
-        got_abs += fabs(v);
+#pragma unroll
+        for (int q = 0; q < ABFT_CHUNK; ++q)
+            if (bx0 + q < gx) {
+                expect[q] = fma(a, b_sum[(long long)(bx0 + q) * K + k], expect[q]);
+                bound[q] = fma(fabs(a), b_abs[(long long)(bx0 + q) * K + k], bound[q]);
+            }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        expect += __shfl_xor_sync(0xFFFFFFFFu, expect, off);
-        bound += __shfl_xor_sync(0xFFFFFFFFu, bound, off);
-        got += __shfl_xor_sync(0xFFFFFFFFu, got, off);
-        got_abs += __shfl_xor_sync(0xFFFFFFFFu, got_abs, off);
+    for (int q = 0; q < ABFT_CHUNK; ++q) {
+        const int c_end = min(N, (bx0 + q + 1) * BN);
+        for (int c = (bx0 + q) * BN + lane; c < c_end; c += 32) {
+            const double v = C[(long long)r * N + c];
+            got[q] += v;
+            got_abs[q] += fabs(v);
+        }
     }
-    if (lane != 0) return;
-    const int terms = c_end - bx * BN;
+#pragma unroll
+    for (int q = 0; q < ABFT_CHUNK; ++q) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            expect[q] += __shfl_xor_sync(0xFFFFFFFFu, expect[q], off);
+            bound[q] += __shfl_xor_sync(0xFFFFFFFFu, bound[q], off);
+            got[q] += __shfl_xor_sync(0xFFFFFFFFu, got[q], off);
+            got_abs[q] += __shfl_xor_sync(0xFFFFFFFFu, got_abs[q], off);
+        }
+    }
+    if (lane >= ABFT_CHUNK || bx0 + lane >= gx) return;
+    double e = 0.0, bd = 0.0, g = 0.0, ga = 0.0;
+#pragma unroll
+    for (int q = 0; q < ABFT_CHUNK; ++q)
+        if (q == lane) { e = expect[q]; bd = bound[q]; g = got[q]; ga = got_abs[q]; }
+    const int bx = bx0 + lane;
+    const int terms = min(N, (bx + 1) * BN) - bx * BN;
     const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
-    const double tol = g32 * bound + g64 * (bound + got_abs) + terms * tiny;
-    if (!(isfinite(got) && fabs(got - expect) <= tol)) safemon_abft_flag(status, (unsigned)((r / BM) * gx + bx));
+    const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
+    if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)((r / BM) * gx + bx));
 }
