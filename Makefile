@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NVCC   ?= $(shell command -v nvcc 2>/dev/null)
 
-.PHONY: help venv demo run test lint typecheck cuda-check gpu-check clean
+.PHONY: help venv demo run test lint typecheck cuda-check audit-ptx gpu-check clean
 
 help:
 	@echo "make demo   - set up .venv and run the demo on the default backend"
@@ -32,13 +32,19 @@ cuda-check: $(STAMP)
 	@if [ -n "$(NVCC)" ]; then $(PY) -m safemon.kernels.nvcc_check --nvcc "$(NVCC)"; \
 	else echo "cuda-check: nvcc not found, skipped"; fi
 
+# Static PTX audit of every shipped build (docs/AUDIT.md): barriers/races, fma in exact builds,
+# float atomics, .ftz, global stores. Fails on any finding.
+audit-ptx: $(STAMP)
+	@if [ -n "$(NVCC)" ]; then $(VENV)/bin/safemon audit ptx --nvcc "$(NVCC)"; \
+	else echo "audit-ptx: nvcc not found, skipped"; fi
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check safemon tests
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) cuda-check lint typecheck
+test: $(STAMP) cuda-check audit-ptx lint typecheck
 	$(PY) -m pytest -m "not gpu" -q
 
 clean:

@@ -2,7 +2,7 @@
 
     python examples/digits_mlp.py            # plain NumPy, no safemon
     python examples/digits_mlp.py --safemon  # every matmul through a running daemon
-                                             # (start one with `safemon daemon`)
+                                             # (start one with `safemon run`)
 
 The model (64 → 64 → 10) is trained at first use in a few seconds and cached in
 ~/.cache/safemon. Each dense layer is one matmul `[x, 1] · W` through a

@@ -17,7 +17,7 @@ import safemon
 #: Sub-command modules in the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "run", "status", "reset", "selftest", "inject", "keys", "patterns",
-    "dc", "bench", "select", "demo",
+    "dc", "bench", "select", "demo", "audit",
 )
 
 

@@ -5,7 +5,7 @@ layers winning:
 
 1. the embedded default (the model defaults: 2oo3 with three process channels, NumPy/auto
    backend, variant ones/I/exact/auto, ipc:// in a private runtime dir, metrics on
-   127.0.0.1:9464, DTI 1 s);
+   127.0.0.1:17650 (`DEFAULT_METRICS_PORT`), DTI 1 s);
 2. a YAML file (`load_config(path)`); keys it leaves out keep their defaults, unknown keys
    are refused;
 3. environment variables `SAFEMON_<SECTION>__<FIELD>=<value>`: a double underscore nests
@@ -59,6 +59,7 @@ from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_tile, make_
 from safemon.states import Policy
 
 __all__ = [
+    "DEFAULT_METRICS_PORT",
     "ENV_PREFIX",
     "ENV_RESERVED",
     "ActionsConfig",
@@ -78,8 +79,16 @@ __all__ = [
 ]
 
 ENV_PREFIX = "SAFEMON_"
+#: The metrics (and /healthz, /readyz) port. Prometheus's list of exporter default ports has
+#: 9100-9999 fully taken (9400 is dcgm-exporter, 9464 OpenTelemetry's Prometheus exporter,
+#: safemon's earlier default); 10000 and up is where that list continues and where the
+#: kubelet (10250, 10255), kube-proxy (10249, 10256) and the control plane (10257, 10259)
+#: listen; 15000-15099 is Istio's (15090 its metrics); 30000-32767 are NodePorts; 32768 and
+#: up is Linux's ephemeral range. 17650 is in none of these (deploy/README.md, "Ports").
+DEFAULT_METRICS_PORT = 17650
 #: SAFEMON_* variables that are not configuration overrides (so they are not refused as
-#: unknown fields). SAFEMON_CONFIG names the config file for the CLI.
+#: unknown fields). SAFEMON_CONFIG is the path of the config file, for every command and
+#: every deployment artefact (never a config *name*).
 ENV_RESERVED: frozenset[str] = frozenset({"SAFEMON_CONFIG"})
 
 #: Names end up in file names, socket paths and Prometheus label values: keep them tame.
@@ -182,7 +191,7 @@ class ChannelConfig(_Model):
 
 
 class WeightsConfig(_Model):
-    """Resident weights: `ecc` keeps them SEC-DED protected on the GPU (DESIGN.md, ECC)."""
+    """Resident weights: `ecc` keeps them SEC-DED protected on the GPU (docs/ECC.md)."""
 
     ecc: StrictBool = True
     word_bits: Literal[32, 64] = 32
@@ -416,7 +425,7 @@ class MetricsConfig(_Model):
     tls_cert and tls_key: PEM files; both or neither."""
 
     host: str = "127.0.0.1"
-    port: Annotated[StrictInt, Field(ge=0, le=65535)] = 9464
+    port: Annotated[StrictInt, Field(ge=0, le=65535)] = DEFAULT_METRICS_PORT
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
@@ -481,7 +490,7 @@ class LoggingConfig(_Model):
     level: Literal["debug", "info", "warning", "error", "critical"] = "info"
 
 
-#: The voter table's degradation options (DESIGN.md, Voter policies).
+#: The voter table's degradation options (README.md, "Deployments (HFT)").
 _DEGRADED_OPTIONS: dict[Policy, tuple[Policy, ...]] = {
     Policy.ONE_OO_ONE_D: (),
     Policy.TWO_OO_TWO: (),

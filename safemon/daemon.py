@@ -15,7 +15,8 @@ and carries out their instructions (the wiring notes of their authors):
   a scrub command into the same queue; SelfTestFailed → controller SelfTestResult(False);
   SelfTestPassed → SelfTestResult(True) for channels that are not UP (the rejoin gate)
   and for UP channels only for tests started on demand (RunNow) after a mismatch;
-  DtiOverrun / DtiLate → Fault(dti_overrun); ScrubFindings uncorrectable → Fault(ecc);
+  DtiOverrun → Fault(dti_overrun); DtiLate (the daemon's own lateness) is only logged;
+  ScrubFindings uncorrectable → Fault(ecc);
 - controller SetMode(SAFE) → voter EnterSafe (every open request fails at once), leaving
   SAFE → voter Reset; SetVoting → the voting set of later Submits; RestartChannel →
   scheduler ChannelLeft + supervisor restart (ChannelJoined once it registers again);
@@ -34,10 +35,8 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import os
 import random
 import shlex
-import socket as pysocket
 import subprocess
 import threading
 import time
@@ -54,6 +53,9 @@ from prometheus_client import CollectorRegistry
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.config import Config
 from safemon.errors import ConfigError, PatternError
+from safemon.gpu_identity import channel_devices, cuda_uuid
+from safemon.health import HealthReport
+from safemon.health import assess as assess_health
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.abft import abft_passes  # issue 15: the one ABFT
 from safemon.kernels.api import resolve_backend
@@ -64,6 +66,7 @@ from safemon.patterns import scheduler as sch
 from safemon.patterns import voter as vot
 from safemon.states import ChannelState, Mode, Policy
 from safemon.supervisor import Lost, Supervisor
+from safemon.systemd import Notifier, sd_notify
 from safemon.transport import (
     CurveServerKeys,
     Kind,
@@ -135,24 +138,6 @@ def _digest(a: npt.NDArray[Any]) -> bytes:
     h.update(f"{a.dtype.str}{a.shape}".encode())
     h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
     return h.digest()
-
-
-def sd_notify(state: str, env: dict[str, str] | None = None) -> bool:
-    """Send `state` (e.g. "READY=1") to systemd's NOTIFY_SOCKET; False when not set.
-
-    Written here (a datagram on an AF_UNIX socket) rather than depending on a library.
-    """
-    path = (os.environ if env is None else env).get("NOTIFY_SOCKET")
-    if not path:
-        return False
-    addr = "\0" + path[1:] if path.startswith("@") else path
-    with pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_DGRAM) as s:
-        try:
-            s.connect(addr)
-            s.sendall(state.encode())
-        except OSError:
-            return False
-    return True
 
 
 def load_patterns_for(config: Config, sm_count: int | None = None) -> list[GoldenPatternLike]:
@@ -270,6 +255,9 @@ class Daemon:
         self._by_channel: dict[str, list[GoldenPatternLike]] = {}
         self._drain_deadline: float | None = None
         self._sock_incarnation: dict[str, int] = {}
+        # systemd and health probes (safemon/systemd.py, safemon/health.py)
+        self._notifier = Notifier()
+        self._loop_at: float | None = None
 
     # ================================================================== lifecycle
 
@@ -349,7 +337,8 @@ class Daemon:
             jitter=t.dti_jitter,
             scrub_interval=t.scrub_interval_s if cfg.weights.ecc else None,
         ), rng=random.Random())
-        self.metrics = Metrics(cfg, self.registry, backend=self.backend)
+        devices = channel_devices(cfg, cuda_uuid if self.backend == "cupy" else None)
+        self.metrics = Metrics(cfg, self.registry, backend=self.backend, devices=devices)
         self.metrics.set_mode(Mode.NORMAL)
         self._report_hft(at_start=True)
         curve = self._curve()
@@ -364,7 +353,7 @@ class Daemon:
                 self._close_sockets()
                 raise ConfigError(f"endpoints.{key}: cannot bind {address}: {exc}") from None
         if self._serve_metrics:
-            self.metrics_server = start_http_server(cfg, self.registry)
+            self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
         launcher = self._launcher or RealLauncher(cfg, self.ctx)
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         now = self.clock()
@@ -413,32 +402,25 @@ class Daemon:
     def run(self) -> None:
         """The loop; returns after a drain. `start()` must have been called."""
         assert self.scheduler is not None and self.supervisor is not None
-        watchdog = self._watchdog_interval()
-        next_watchdog = self.clock()
         try:
             while True:
                 now = self.clock()
+                self._loop_at = now
                 if self._stop_requested.is_set() and self._drain_deadline is None:
                     self._drain_deadline = now + self.config.timing.drain_timeout_s
+                    self._notifier.stopping()
                     self.log.info("drain_started", in_flight=len(self._live))
                 if self._drain_deadline is not None and (
                     not self._live or now >= self._drain_deadline
                 ):
                     self._finish_drain()
                     return
-                if watchdog is not None and now >= next_watchdog:
-                    sd_notify("WATCHDOG=1")
-                    next_watchdog = now + watchdog
+                if self._notifier.watchdog_due(now):
+                    self._notifier.watchdog(now)
                 self._poll_once(self._timeout_ms(now))
                 self._advance(self.clock())
         finally:
             self._shutdown()
-
-    def _watchdog_interval(self) -> float | None:
-        if not os.environ.get("NOTIFY_SOCKET"):
-            return None
-        usec = os.environ.get("WATCHDOG_USEC", "")
-        return int(usec) / 2e6 if usec.isdigit() and int(usec) > 0 else 1.0
 
     def _timeout_ms(self, now: float) -> int:
         assert self.scheduler is not None and self.supervisor is not None
@@ -645,6 +627,12 @@ class Daemon:
             **self._hft_status(),
         }
 
+    def health(self) -> HealthReport:
+        """What /healthz and /readyz answer (read-only; called on the HTTP thread)."""
+        loop_at = self._loop_at
+        return assess_health(mode=self._mode, voting=self._voting, formed=self.ready.is_set(),
+                             loop_age_s=None if loop_at is None else self.clock() - loop_at)
+
     def hft(self) -> HftAssessment:
         """Declared and effective HFT (`safemon.hft`) of the voting set now; while none
         votes (starting, SAFE), of the configured set under the configured policy."""
@@ -806,10 +794,10 @@ class Daemon:
     # ================================================================== roles
 
     def _advance(self, now: float) -> None:
-        """Timers: voter deadlines, scheduler wakeups (stamped at their due time, so the
-        scheduler never sees a late tick), supervisor restarts and liveness."""
+        """Timers: voter deadlines, scheduler wakeups (the scheduler settles what fell due
+        before `now` itself), supervisor restarts and liveness."""
         assert self.scheduler is not None and self.supervisor is not None
-        self._sched(sch.Tick(now))  # catches up on every due timer first (see _sched)
+        self._sched(sch.Tick(now))
         self._voter(vot.Tick(now))
         for lost in self.supervisor.tick(now):
             self._on_lost(lost, now)
@@ -923,26 +911,16 @@ class Daemon:
             self._on_sched(ins, now)
 
     def _sched(self, event: sch.SchedulerEvent) -> None:
-        """Feed the scheduler `event`, after a `Tick` at each timer that fell due before
-        `event.now`. Every self-test so starts at its due time, even when the loop wakes a
-        little late or a channel message stamped later is handled first; without this the
-        scheduler would rightly report `DtiLate` for the daemon's own lateness."""
+        """Feed the scheduler `event` (stamped with the real time) and carry out what it
+        says. The scheduler settles every timer that fell due before `event.now` itself (its
+        catch-up rule): a self-test the loop reaches late starts now, with its full deadline,
+        and comes with a `DtiLate` that is the daemon's lateness, never the channel's."""
         assert self.scheduler is not None
         leaving = event.channel if isinstance(event, sch.ChannelLeft) else None
-        wake = self.scheduler.next_wakeup()
-        while wake is not None and wake < event.now:
-            # The scheduler sees the due time; everything downstream (voter, controller,
-            # metrics) sees the real time, which only ever moves forward for them. A channel
-            # that is leaving gets nothing more (no self-test sent to it, no fault for it).
-            for ins in self.scheduler.handle(sch.Tick(wake)):
-                if leaving is None or getattr(ins, "channel", None) != leaving:
-                    self._on_sched(ins, event.now)
-            nxt = self.scheduler.next_wakeup()
-            if nxt is not None and nxt <= wake:
-                break  # defensive: a timer that does not move on would loop forever
-            wake = nxt
         for ins in self.scheduler.handle(event):
-            self._on_sched(ins, event.now)
+            # A channel that is leaving gets nothing more (no self-test sent, no fault for it).
+            if leaving is None or getattr(ins, "channel", None) != leaving:
+                self._on_sched(ins, event.now)
 
     def _on_sched(self, ins: sch.SchedulerInstruction, now: float) -> None:
         assert self.metrics is not None
@@ -982,8 +960,12 @@ class Daemon:
             self._fault(ins.channel, ctl.FaultKind.DTI_OVERRUN, ins.deadline, now,
                         f"self-test {ins.test_id} missed its deadline")
         elif isinstance(ins, sch.DtiLate):
-            self.metrics.count_dti_overrun(ins.channel)
-            self._fault(ins.channel, ctl.FaultKind.DTI_OVERRUN, now, now, "self-test started late")
+            # The daemon reached the due time late (a busy or stalled loop): the channel is
+            # not at fault, and its test still has its full deadline from now. A whole DTI
+            # missed means a periodic test never ran: say so loudly.
+            late = ins.now - ins.due
+            log = self.log.warning if late >= self.config.timing.dti_s else self.log.debug
+            log("selftest_started_late", channel=ins.channel, due=ins.due, late_s=late)
         elif isinstance(ins, sch.ScrubFindings):
             self.log.warning("scrub_findings", channel=ins.channel, corrected=ins.corrected,
                              uncorrectable=ins.uncorrectable)
@@ -1007,6 +989,7 @@ class Daemon:
                 self._controller_one(self._ctl_queue.popleft())
         finally:
             self._in_controller = False
+        self._notifier.status(self._mode, self._states)  # deduplicated: sent on change only
 
     def _controller_one(self, event: ctl.ControllerEvent) -> None:
         assert self.metrics is not None and self.supervisor is not None
@@ -1037,9 +1020,7 @@ class Daemon:
                 self._report_hft()
                 if ins.channels:
                     self.ready.set()
-                    if not getattr(self, "_notified_ready", False):
-                        self._notified_ready = True
-                        sd_notify("READY=1\nSTATUS=voting")
+                    self._notifier.ready(self._mode, self._states)
             elif isinstance(ins, ctl.RestartChannel):
                 if ins.channel in self.scheduler.channels:
                     self._sched(sch.ChannelLeft(ins.channel, now))

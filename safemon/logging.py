@@ -45,7 +45,7 @@ LEVELS: dict[str, int] = {
     "error": _stdlib_logging.ERROR,
     "critical": _stdlib_logging.CRITICAL,
 }
-#: The request/channel context every role binds when it has it (DESIGN.md, Data flow).
+#: The request/channel context every role binds when it has it.
 CONTEXT_KEYS: tuple[str, ...] = ("epoch", "seq", "channel", "mode")
 _FIRST_KEYS: tuple[str, ...] = ("timestamp", "level", "event", "role", "pid", *CONTEXT_KEYS)
 

@@ -1,4 +1,5 @@
-"""Prometheus metrics of one safemon deployment (DESIGN.md, Observability).
+"""Prometheus metrics of one safemon deployment (README.md, "Reading the metrics"; the full
+catalogue of names and labels is `tests/deploy/promql.py`, checked against this module).
 
 `Metrics` creates the whole set on a registry it is given (tests pass a fresh
 `CollectorRegistry`), with the prefix `safemon_`, base units, and counters ending in
@@ -7,6 +8,21 @@ from the `Config`, every other label from a fixed enum in this module (or the vo
 the wire format's own enums). A value outside those sets raises `UnknownLabelError`, so a
 bug or a hostile peer cannot blow up the series count. Every labelled series known in
 advance is created at start-up, so dashboards show zeros instead of gaps.
+
+Joining with DCGM
+-----------------
+Every per-channel metric carries, besides `channel`, the labels `gpu` (the CUDA device
+index from the config) and `UUID` (the device's own UUID, `GPU-xxxxxxxx-...`), spelt as
+dcgm-exporter spells them, so `on (UUID)` joins a channel with its GPU's DCGM series. Both
+come from the config and from querying the device at start-up (`ChannelDevice`), never from
+a message. A channel without a GPU (the NumPy backend) has both empty, which Prometheus
+stores as "label absent". `safemon_channel_info` (value 1) carries the same labels plus the
+placement and kernel variant, one series per channel.
+
+prometheus_client's `_created` samples (one per counter and histogram child, about a sixth
+of all series) are turned off process-wide when `Metrics` is built: they hold the start
+time of each series, which Prometheus does not need to compute rates of counters that are
+created at start-up and never reset within a process.
 
 How figures of the channel processes reach the one endpoint
 -----------------------------------------------------------
@@ -35,15 +51,17 @@ import math
 import platform
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from safemon.config import Config, MetricsConfig
+from safemon.config import Config
 from safemon.errors import InvalidInputError
+
+# The HTTP endpoint lives with the probes it also answers; re-exported here, where it began.
+from safemon.health import MetricsServer, start_http_server
 from safemon.hft import declared_hft
 from safemon.patterns.voter import OUTCOMES as VOTE_OUTCOMES
 from safemon.states import ChannelState, Mode, Policy
@@ -58,6 +76,7 @@ __all__ = [
     "VOTE_LATENCY_BUCKETS",
     "VOTE_OUTCOMES",
     "BufferKind",
+    "ChannelDevice",
     "FaultKind",
     "Metrics",
     "MetricsServer",
@@ -96,6 +115,23 @@ class UnknownLabelError(ValueError):
     """A label value outside the set known from the config or the module's enums."""
 
 
+#: Label names of every per-channel metric; `gpu` and `UUID` are dcgm-exporter's spelling.
+CHANNEL_LABELS: tuple[str, ...] = ("channel", "gpu", "UUID")
+
+
+@dataclass(frozen=True)
+class ChannelDevice:
+    """The GPU a channel runs on, as the `gpu` and `UUID` labels show it.
+
+    gpu: the CUDA device index from the config, as a decimal string ("" without a GPU).
+    uuid: the device's UUID as NVML and dcgm-exporter print it, "GPU-" and 36 characters
+        of dashed hex ("" without a GPU, or when the device could not be asked).
+    """
+
+    gpu: str = ""
+    uuid: str = ""
+
+
 class SelftestResult(StrEnum):
     """`selftests_total{result}`."""
 
@@ -123,6 +159,20 @@ class FaultKind(StrEnum):
     HEARTBEAT_LOST = "heartbeat_lost"
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
     CHANNEL_CRASH = "channel_crash"
+
+
+def _channel_labels(
+    config: Config, devices: Mapping[str, ChannelDevice]
+) -> dict[str, dict[str, str]]:
+    """channel name -> its `CHANNEL_LABELS` values; `gpu` from the config (a null `gpu` on
+    the GPU backend is device 0, as `devices` resolves it; empty on the NumPy backend)."""
+    assert config.channels is not None  # resolved by Config's validator
+    out: dict[str, dict[str, str]] = {}
+    for ch in config.channels:
+        dev = devices.get(ch.name, ChannelDevice())
+        gpu = dev.gpu if ch.gpu is None else str(ch.gpu)
+        out[ch.name] = {"channel": ch.name, "gpu": gpu, "UUID": dev.uuid if gpu else ""}
+    return out
 
 
 def _buckets(base: Iterable[float], *extra: float) -> tuple[float, ...]:
@@ -154,6 +204,8 @@ class Metrics:
         backend: the backend actually in use ("numpy" or "cupy"), for `build_info`;
             None = `config.backend` (which may say "auto").
         mode: the mode gauge's initial value.
+        devices: each channel's GPU identity (`gpu_identity.channel_devices`); a channel
+            left out gets `gpu` from the config and an empty `UUID`.
 
     Raises:
         ValueError: (from prometheus_client) a metric of the same name already exists on
@@ -167,11 +219,15 @@ class Metrics:
         *,
         backend: str | None = None,
         mode: Mode = Mode.NORMAL,
+        devices: Mapping[str, ChannelDevice] | None = None,
     ) -> None:
+        # Process-wide: the start time of a series created at start-up adds nothing.
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
         self.channels: tuple[str, ...] = config.channel_names
         self.policies: tuple[Policy, ...] = config.policy_chain()
         self._channel_set = frozenset(self.channels)
+        self._channel_labels = _channel_labels(config, devices or {})
         self._policy_values = frozenset(p.value for p in self.policies)
         self._lock = threading.Lock()
         # (channel, buffer kind, "corrected"|"uncorrectable") -> (incarnation, last total)
@@ -193,19 +249,19 @@ class Metrics:
         self.channel_disagreements = Counter(
             name("channel_disagreements_total"),
             "Votes in which the channel was in the minority or mismatched.",
-            ["channel"],
+            CHANNEL_LABELS,
             registry=registry,
         )
         self.channel_up = Gauge(
             name("channel_up"),
             "1 while the channel votes (state UP), else 0.",
-            ["channel"],
+            CHANNEL_LABELS,
             registry=registry,
         )
         self.selftests = Counter(
             name("selftests_total"),
             "Golden-pattern self-tests, by channel and result.",
-            ["channel", "result"],
+            [*CHANNEL_LABELS, "result"],
             registry=registry,
         )
         self.selftest_duration = Histogram(
@@ -216,8 +272,8 @@ class Metrics:
         )
         self.dti_overruns = Counter(
             name("dti_overruns_total"),
-            "Self-tests that started later than one DTI after the previous one.",
-            ["channel"],
+            "Self-tests that did not complete within their deadline (DTI overruns).",
+            CHANNEL_LABELS,
             registry=registry,
         )
         self.mode = Gauge(
@@ -247,7 +303,7 @@ class Metrics:
         self.kernel_seconds = Histogram(
             name("kernel_seconds"),
             "Protected kernel time per request, as reported by the channel.",
-            ["channel"],
+            CHANNEL_LABELS,
             buckets=KERNEL_BUCKETS,
             registry=registry,
         )
@@ -272,6 +328,19 @@ class Metrics:
             buckets=_buckets(FAULT_REACTION_BUCKETS, t.ftti_s),
             registry=registry,
         )
+        self.channel_info = Gauge(
+            name("channel_info"),
+            "1 per configured channel; labels say where and how it runs.",
+            [*CHANNEL_LABELS, "placement", "variant"],
+            registry=registry,
+        )
+        self.ftti = Gauge(
+            name("ftti_seconds"),
+            "The configured fault tolerant time interval (timing.ftti_s); alerts compare "
+            "detection plus reaction times with it.",
+            registry=registry,
+        )
+        self.ftti.set(t.ftti_s)
         self.hft = Gauge(
             name("hft"),
             "Hardware fault tolerance (IEC 61508): declared by the configured policy, and "
@@ -283,7 +352,7 @@ class Metrics:
             name("selftest_sm_coverage_ratio"),
             "Share of the channel's GPU SMs that ran a block of a passed self-test within the "
             "last DTI (set at each self-test result; absent without a GPU).",
-            ["channel"],
+            CHANNEL_LABELS,
             registry=registry,
         )
         # Info appends `_info`: the exposed series is safemon_build_info{...} 1.
@@ -294,12 +363,19 @@ class Metrics:
 
         self.build.info(
             {
+                "deployment": config.name,
                 "version": __version__,
                 "python": platform.python_version(),
                 "backend": backend if backend is not None else config.backend,
             }
         )
         self.set_mode(mode)
+        assert config.channels is not None  # resolved by Config's validator
+        for ch_cfg in config.channels:
+            lab = self._channel_labels[ch_cfg.name]
+            v = ch_cfg.variant
+            variant = f"{v.checksum or 'none'}/{v.level or '-'}/{v.mode}/{v.tile}"
+            self.channel_info.labels(**lab, placement=ch_cfg.placement, variant=variant).set(1)
 
     def _preinitialise(self) -> None:
         for o in REQUEST_OUTCOMES:
@@ -308,12 +384,13 @@ class Metrics:
             for o in VOTE_OUTCOMES:
                 self.votes.labels(policy=p.value, outcome=o)
         for ch in self.channels:
-            self.channel_disagreements.labels(channel=ch)
-            self.channel_up.labels(channel=ch).set(0)
+            lab = self._channel_labels[ch]
+            self.channel_disagreements.labels(**lab)
+            self.channel_up.labels(**lab).set(0)
             for r in SelftestResult:
-                self.selftests.labels(channel=ch, result=r.value)
-            self.dti_overruns.labels(channel=ch)
-            self.kernel_seconds.labels(channel=ch)
+                self.selftests.labels(**lab, result=r.value)
+            self.dti_overruns.labels(**lab)
+            self.kernel_seconds.labels(**lab)
         for b in BufferKind:
             self.ecc_corrected.labels(buffer=b.value)
             self.ecc_uncorrectable.labels(buffer=b.value)
@@ -327,12 +404,21 @@ class Metrics:
 
     # ------------------------------------------------------------------ label guards
 
-    def _channel(self, channel: str) -> str:
+    def _channel(self, channel: str) -> dict[str, str]:
+        """The label set (`CHANNEL_LABELS`) of a configured channel."""
         if channel not in self._channel_set:
             raise UnknownLabelError(
                 f"unknown channel {channel!r}; configured: {', '.join(self.channels)}"
             )
-        return channel
+        return self._channel_labels[channel]
+
+    def channel_labels(self, channel: str) -> dict[str, str]:
+        """`channel`'s `channel`, `gpu` and `UUID` label values (a copy).
+
+        Raises:
+            UnknownLabelError: `channel` is not configured.
+        """
+        return dict(self._channel(channel))
 
     @staticmethod
     def _member(kind: str, value: str, allowed: Iterable[str]) -> str:
@@ -360,11 +446,11 @@ class Metrics:
 
     def count_disagreement(self, channel: str) -> None:
         """`channel` was outvoted or mismatched in one vote."""
-        self.channel_disagreements.labels(channel=self._channel(channel)).inc()
+        self.channel_disagreements.labels(**self._channel(channel)).inc()
 
     def set_channel_up(self, channel: str, up: bool) -> None:
         """Whether `channel` currently votes."""
-        self.channel_up.labels(channel=self._channel(channel)).set(1 if up else 0)
+        self.channel_up.labels(**self._channel(channel)).set(1 if up else 0)
 
     def set_channel_state(self, channel: str, state: ChannelState) -> None:
         """Record a channel state change: only UP counts as up."""
@@ -373,7 +459,7 @@ class Metrics:
     def set_sm_coverage(self, channel: str, ratio: float | None) -> None:
         """Set `selftest_sm_coverage_ratio{channel}`; None (no SM count known) leaves it unset."""
         if ratio is not None:
-            self.sm_coverage.labels(channel=self._channel(channel)).set(ratio)
+            self.sm_coverage.labels(**self._channel(channel)).set(ratio)
 
     def observe_selftest(
         self, channel: str, result: SelftestResult | str, seconds: float | None
@@ -381,14 +467,14 @@ class Metrics:
         """One self-test verdict for `channel`; `seconds` from dispatch to verdict (None
         for a timeout, whose duration is the deadline by definition and not measured)."""
         r = self._member("self-test result", str(result), [v.value for v in SelftestResult])
-        ch = self._channel(channel)
+        lab = self._channel(channel)
         if seconds is not None:
             self.selftest_duration.observe(_check_seconds("self-test", seconds))
-        self.selftests.labels(channel=ch, result=r).inc()
+        self.selftests.labels(**lab, result=r).inc()
 
     def count_dti_overrun(self, channel: str) -> None:
-        """`channel`'s self-test started later than one DTI after its previous one."""
-        self.dti_overruns.labels(channel=self._channel(channel)).inc()
+        """`channel`'s self-test did not complete within its deadline (a DTI overrun)."""
+        self.dti_overruns.labels(**self._channel(channel)).inc()
 
     def set_mode(self, mode: Mode | str) -> None:
         """Set the mode gauge: 1 for `mode`, 0 for every other mode."""
@@ -442,7 +528,7 @@ class Metrics:
             InvalidInputError: a negative total, or a total that went down within one
                 incarnation (the header is corrupt or forged; nothing is recorded).
         """
-        ch = self._channel(channel)
+        ch = self._channel(channel)["channel"]
         inc = str(incarnation)
         with self._lock:  # heartbeats of one channel may be handled on different threads
             updates: list[tuple[Counter, str, tuple[str, str, str], int, int]] = []
@@ -471,7 +557,7 @@ class Metrics:
 
     def observe_kernel(self, channel: str, seconds: float) -> None:
         """One protected kernel time reported by `channel` in a RESULT header."""
-        self.kernel_seconds.labels(channel=self._channel(channel)).observe(
+        self.kernel_seconds.labels(**self._channel(channel)).observe(
             _check_seconds("kernel", seconds)
         )
 
@@ -490,51 +576,3 @@ class Metrics:
         """A fault of `kind` was detected and the reaction completed `seconds` later."""
         k = self._member("fault kind", str(kind), [v.value for v in FaultKind])
         self.fault_reaction.labels(kind=k).observe(_check_seconds("fault reaction", seconds))
-
-
-@dataclass
-class MetricsServer:
-    """A running metrics HTTP(S) endpoint. `url` is the scrape URL; `stop()` shuts it down
-    and joins its thread (idempotent)."""
-
-    url: str
-    _server: Any = field(repr=False)
-    _thread: threading.Thread = field(repr=False)
-    _stopped: bool = field(default=False, repr=False)
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout_s)
-
-    def __enter__(self) -> MetricsServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def start_http_server(config: Config | MetricsConfig, registry: CollectorRegistry) -> MetricsServer:
-    """Serve `registry` on `config.metrics.host:port` (HTTPS when tls_cert/tls_key are set).
-
-    Port 0 binds a free port; the returned `url` carries the actual one.
-
-    Raises:
-        OSError: the address cannot be bound, or the TLS files cannot be read.
-    """
-    mc = config.metrics if isinstance(config, Config) else config
-    tls = mc.tls_cert is not None and mc.tls_key is not None
-    server, thread = prometheus_client.start_http_server(
-        mc.port,
-        addr=mc.host,
-        registry=registry,
-        certfile=str(mc.tls_cert) if tls else None,
-        keyfile=str(mc.tls_key) if tls else None,
-    )
-    port = int(server.server_port)
-    host = f"[{mc.host}]" if ":" in mc.host else mc.host
-    scheme = "https" if tls else "http"
-    return MetricsServer(url=f"{scheme}://{host}:{port}/metrics", _server=server, _thread=thread)

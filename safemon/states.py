@@ -29,7 +29,7 @@ class Mode(StrEnum):
 
 
 class Policy(StrEnum):
-    """Voter policies (DESIGN.md, Voter policies)."""
+    """Voter policies (README.md, "Deployments (HFT)")."""
 
     ONE_OO_ONE_D = "1oo1D"
     TWO_OO_TWO = "2oo2"

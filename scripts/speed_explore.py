@@ -1,7 +1,7 @@
 """Where the API time goes, and what other tiles would give (issue 14; device machine).
 
 `python3 scripts/speed_explore.py profile`: cProfile of repeated calls (80³, device arrays):
-safemon.matmul, protected_matmul ones/M and the same with an ECC-protected B; the top
+safemon.matmul, protected_matmul ones/F and the same with an ECC-protected B; the top
 functions by own time.
 `python3 scripts/speed_explore.py tiles`: kernel-only CUDA-event medians of the inference
 shapes for each tile with its automatic split, unprotected fma (what a tile change would buy).
@@ -29,8 +29,8 @@ def profile() -> None:
     pb = ProtectedArray(b, name="w")
     calls = {
         "matmul": lambda: safemon.matmul(a, b, mode="fma"),
-        "ones/M": lambda: safemon.protected_matmul(a, b, checksum="ones", level="M", mode="fma"),
-        "ones/M ECC": lambda: safemon.protected_matmul(a, pb, checksum="ones", level="M", mode="fma"),
+        "ones/F": lambda: safemon.protected_matmul(a, b, checksum="ones", level="F", mode="fma"),
+        "ones/F ECC": lambda: safemon.protected_matmul(a, pb, checksum="ones", level="F", mode="fma"),
         "cupy.matmul+sync": lambda: (cp.matmul(a, b), cp.cuda.get_current_stream().synchronize()),
     }
     for name, fn in calls.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from safemon.config import Config, default_config, load_config
+from safemon.config import DEFAULT_METRICS_PORT, Config, default_config, load_config
 from safemon.errors import ConfigError, SafemonError
 from safemon.kernels.catalog import TILES
 from safemon.states import Policy
@@ -42,7 +42,7 @@ def test_default_is_2oo3_with_three_process_channels() -> None:
         assert ch.gpu is None
         v = ch.variant
         assert (v.checksum, v.level, v.mode, v.tile) == ("ones", "I", "exact", "auto")
-    assert (c.metrics.host, c.metrics.port) == ("127.0.0.1", 9464)
+    assert (c.metrics.host, c.metrics.port) == ("127.0.0.1", DEFAULT_METRICS_PORT)
     assert c.timing.dti_s == 1.0
     assert c.weights.ecc is True
 

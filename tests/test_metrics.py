@@ -1,4 +1,4 @@
-"""Metrics: the DESIGN.md set on a fresh registry, label guards, forwarding, the HTTP endpoint."""
+"""Metrics: the whole set on a fresh registry, label guards, forwarding, the HTTP endpoint."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from prometheus_client import CollectorRegistry
 import safemon
 from safemon.config import Config, load_config
 from safemon.errors import InvalidInputError
+from safemon.gpu_identity import channel_devices
 from safemon.metrics import (
     REQUEST_OUTCOMES,
     VOTE_OUTCOMES,
     BufferKind,
+    ChannelDevice,
     FaultKind,
     Metrics,
     SelftestResult,
@@ -33,28 +35,31 @@ from safemon.transport.wire import RejectReason
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ENV = {"XDG_RUNTIME_DIR": "/run/user/1000"}
 
-#: DESIGN.md, Observability: metric family -> its labels (the exposed sample names add
-#: `_total` for counters, `_bucket/_count/_sum` for histograms, `_info` for build).
+#: Metric family -> its labels (the exposed sample names add `_total` for counters,
+#: `_bucket/_count/_sum` for histograms, `_info` for build). Per-channel families carry
+#: dcgm-exporter's `gpu` and `UUID` beside `channel`.
 DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_requests": ("counter", {"outcome"}),
     "safemon_votes": ("counter", {"policy", "outcome"}),
-    "safemon_channel_disagreements": ("counter", {"channel"}),
-    "safemon_channel_up": ("gauge", {"channel"}),
-    "safemon_selftests": ("counter", {"channel", "result"}),
+    "safemon_channel_disagreements": ("counter", {"channel", "gpu", "UUID"}),
+    "safemon_channel_up": ("gauge", {"channel", "gpu", "UUID"}),
+    "safemon_selftests": ("counter", {"channel", "gpu", "UUID", "result"}),
     "safemon_selftest_duration_seconds": ("histogram", set()),
-    "safemon_dti_overruns": ("counter", {"channel"}),
+    "safemon_dti_overruns": ("counter", {"channel", "gpu", "UUID"}),
     "safemon_mode": ("gauge", {"mode"}),
     "safemon_ecc_corrected": ("counter", {"buffer"}),
     "safemon_ecc_uncorrectable": ("counter", {"buffer"}),
     "safemon_vote_latency_seconds": ("histogram", set()),
-    "safemon_kernel_seconds": ("histogram", {"channel"}),
+    "safemon_kernel_seconds": ("histogram", {"channel", "gpu", "UUID"}),
     "safemon_messages_rejected": ("counter", {"reason"}),
     "safemon_fault_reaction_seconds": ("histogram", {"kind"}),
     "safemon_fault_detection_seconds": ("histogram", {"kind"}),
     "safemon_hft": ("gauge", {"kind"}),
-    "safemon_build": ("info", {"version", "python", "backend"}),
-    # {channel}; no sample until a GPU self-test reports its SMs (tests/patterns/test_sm_coverage.py)
-    "safemon_selftest_sm_coverage_ratio": ("gauge", set()),
+    "safemon_build": ("info", {"deployment", "version", "python", "backend"}),
+    "safemon_ftti_seconds": ("gauge", set()),
+    "safemon_channel_info": ("gauge", {"channel", "gpu", "UUID", "placement", "variant"}),
+    # no sample until a GPU self-test reports its SMs; the design-set test sets one
+    "safemon_selftest_sm_coverage_ratio": ("gauge", {"channel", "gpu", "UUID"}),
 }
 
 
@@ -74,6 +79,10 @@ def metrics(config: Config, registry: CollectorRegistry) -> Metrics:
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    """A sample's value; a per-channel sample gets the empty `gpu`/`UUID` of a NumPy config
+    unless the caller names them."""
+    if "channel" in labels:
+        labels = {"gpu": "", "UUID": "", **labels}
     return registry.get_sample_value(name, labels)
 
 
@@ -93,6 +102,8 @@ def series(registry: CollectorRegistry) -> list[tuple[str, tuple[tuple[str, str]
 def test_families_types_and_labels_match_design(
     metrics: Metrics, registry: CollectorRegistry
 ) -> None:
+    for ch in metrics.channels:  # the one family with no sample until a GPU self-test
+        metrics.set_sm_coverage(ch, 1.0)
     families = {f.name: f for f in registry.collect()}
     assert set(families) == set(DESIGN_SET)
     for name, (kind, labels) in DESIGN_SET.items():
@@ -101,7 +112,7 @@ def test_families_types_and_labels_match_design(
         sample_labels = {k for s in fam.samples for k in s.labels if k != "le"}
         assert sample_labels == labels, name
         if kind == "counter":
-            assert {s.name for s in fam.samples} <= {f"{name}_total", f"{name}_created"}
+            assert {s.name for s in fam.samples} == {f"{name}_total"}
 
 
 def test_every_known_series_starts_at_zero(
@@ -161,6 +172,7 @@ def test_hft_gauge_refuses_impossible_values(
 
 def test_build_info_and_initial_mode(metrics: Metrics, registry: CollectorRegistry) -> None:
     labels = {
+        "deployment": "2oo3-demo",
         "version": safemon.__version__,
         "python": platform.python_version(),
         "backend": "numpy",
@@ -171,12 +183,61 @@ def test_build_info_and_initial_mode(metrics: Metrics, registry: CollectorRegist
     assert value(registry, "safemon_mode", mode="SAFE") == 0.0
 
 
+def test_ftti_gauge_is_the_configured_bound(
+    metrics: Metrics, registry: CollectorRegistry, config: Config
+) -> None:
+    assert value(registry, "safemon_ftti_seconds") == config.timing.ftti_s
+
+
 def test_channel_labels_follow_the_config(registry: CollectorRegistry) -> None:
     Metrics(load_config(CONFIGS / "hft1.yaml", env=ENV), registry)
-    assert value(registry, "safemon_channel_up", channel="ch-a") == 0.0
-    assert value(registry, "safemon_channel_up", channel="ch-b") == 0.0
+    # hft1 pins ch-a to GPU 0 and ch-b to GPU 1; no device was asked, so UUID is empty.
+    assert value(registry, "safemon_channel_up", channel="ch-a", gpu="0") == 0.0
+    assert value(registry, "safemon_channel_up", channel="ch-b", gpu="1") == 0.0
     assert value(registry, "safemon_channel_up", channel="ch0") is None
     assert value(registry, "safemon_votes_total", policy="1oo1D", outcome="timeout") == 0.0
+
+
+UUID_A = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
+
+
+def test_device_uuid_labels_every_channel_series(registry: CollectorRegistry) -> None:
+    """The `UUID` label comes from the device map, `gpu` from the config, on every
+    per-channel series and on the channel's info series."""
+    config = load_config(CONFIGS / "hft1.yaml", env=ENV)
+    metrics = Metrics(config, registry, devices={"ch-a": ChannelDevice(gpu="0", uuid=UUID_A)})
+    metrics.observe_selftest("ch-a", SelftestResult.PASS, 0.001)
+    metrics.observe_kernel("ch-a", 1e-4)
+    a = {"channel": "ch-a", "gpu": "0", "UUID": UUID_A}
+    assert value(registry, "safemon_selftests_total", **a, result="pass") == 1.0
+    assert value(registry, "safemon_kernel_seconds_count", **a) == 1.0
+    assert value(registry, "safemon_channel_disagreements_total", **a) == 0.0
+    assert metrics.channel_labels("ch-a") == a
+    assert metrics.channel_labels("ch-b") == {"channel": "ch-b", "gpu": "1", "UUID": ""}
+    info = {s.labels["channel"]: s.labels for f in registry.collect()
+            if f.name == "safemon_channel_info" for s in f.samples}
+    assert info["ch-a"]["UUID"] == UUID_A and info["ch-a"]["placement"] == "process"
+    assert value(registry, "safemon_channel_info", **info["ch-b"]) == 1.0
+
+
+def test_a_null_gpu_is_the_default_device_on_the_gpu_backend(registry: CollectorRegistry) -> None:
+    """`gpu: null` on the GPU backend runs on device 0 (the worker and the HFT count agree), so
+    its labels name device 0 and that device's UUID, and the DCGM join finds it."""
+    config = load_config(CONFIGS / "2oo3.yaml", env=ENV)
+    devices = channel_devices(config, lambda index: {0: UUID_A}[index])
+    metrics = Metrics(config, registry, devices=devices)
+    assert metrics.channel_labels("ch0") == {"channel": "ch0", "gpu": "0", "UUID": UUID_A}
+
+
+def test_a_null_gpu_has_no_gpu_labels_on_the_numpy_backend(registry: CollectorRegistry) -> None:
+    config = load_config(CONFIGS / "2oo3.yaml", env=ENV)
+    metrics = Metrics(config, registry, devices=channel_devices(config, None))
+    assert metrics.channel_labels("ch0") == {"channel": "ch0", "gpu": "", "UUID": ""}
+
+
+def test_no_created_series_are_exposed(metrics: Metrics, registry: CollectorRegistry) -> None:
+    names = [s.name for f in registry.collect() for s in f.samples]
+    assert names and not [n for n in names if n.endswith("_created")]
 
 
 def test_deadlines_from_the_config_are_bucket_edges(
@@ -363,7 +424,7 @@ def test_scrape_the_http_endpoint(registry: CollectorRegistry) -> None:
         assert not server.url.endswith(":0/metrics")
         with urllib.request.urlopen(server.url, timeout=10) as resp:
             body = resp.read().decode()
-    assert 'safemon_channel_up{channel="ch0"} 1.0' in body
+    assert 'safemon_channel_up{UUID="",channel="ch0",gpu=""} 1.0' in body
     assert 'safemon_mode{mode="NORMAL"} 1.0' in body
     assert "safemon_build_info{" in body
 

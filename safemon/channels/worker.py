@@ -3,7 +3,7 @@
 A worker binds a DEALER socket at `config.channel_address(name)`; the daemon connects to
 it. Everything for this channel - live work, golden self-tests, scrubs, weight uploads,
 injected faults - arrives on that one socket and is handled strictly in arrival order, so
-self-tests interleave with live work through the channel's own queue (DESIGN.md).
+self-tests interleave with live work through the channel's own queue.
 
 Messages in (docs/PROTOCOL.md kinds):
 - REQUEST job="live": frames [x (M, K) float32]; meta weight_id, deadline_ms.

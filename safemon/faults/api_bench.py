@@ -29,8 +29,8 @@ __all__ = ["API_CALLS", "api_markdown", "run_api_bench"]
 API_CALLS: tuple[tuple[str, str | None, str | None, str, bool], ...] = (
     ("safemon.matmul fma", None, None, "fma", False),
     ("protected_matmul ones/I fma", "ones", "I", "fma", False),
-    ("protected_matmul ones/M fma", "ones", "M", "fma", False),
-    ("protected_matmul ones/M fma, ECC B", "ones", "M", "fma", True),
+    ("protected_matmul ones/F fma", "ones", "F", "fma", False),
+    ("protected_matmul ones/F fma, ECC B", "ones", "F", "fma", True),
 )
 
 

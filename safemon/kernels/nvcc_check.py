@@ -19,11 +19,19 @@ from safemon.kernels.compiler import KernelBuild
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
-def all_builds() -> list[KernelBuild]:
+def shipped_builds() -> list[KernelBuild]:
+    """The builds safemon loads at run time (the PTX audit, `safemon audit ptx`, covers these)."""
     from safemon.ecc.gpu import nvcc_builds as ecc_builds
     from safemon.kernels.gpu import nvcc_builds as mmm_builds
 
     return mmm_builds() + ecc_builds()
+
+
+def all_builds() -> list[KernelBuild]:
+    """The shipped builds and the audit-only instrumentation kernels of `safemon.audit`."""
+    from safemon.audit.kernels import nvcc_builds as audit_builds
+
+    return shipped_builds() + audit_builds()
 
 
 def compile_one(nvcc: str, build: KernelBuild, arch: str) -> tuple[KernelBuild, int, str]:

@@ -1,8 +1,8 @@
 """The safe-state controller: a sans-IO state machine from faults to the system's reaction.
 
 It decides the mode (NORMAL → DEGRADED → SAFE, SAFE latched until an operator `Reset`),
-each channel's state, and the voting set and policy the voter must use (DESIGN.md, "Voter
-policies"). It never reads a clock, sleeps, restarts a process or publishes anything: the
+each channel's state, and the voting set and policy the voter must use (the policy table in
+README.md). It never reads a clock, sleeps, restarts a process or publishes anything: the
 daemon shell stamps every event with `now` (seconds, one monotonic clock), calls
 `SafeStateController.handle(event)` and carries out the instructions in order.
 

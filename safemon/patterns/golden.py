@@ -1,8 +1,8 @@
-"""Golden patterns: design-time fixed inputs with their expected C and ES (DESIGN.md, Vocabulary).
+"""Golden patterns: design-time fixed inputs with their expected C and ES.
 
 A golden pattern is an input pair (A, B) from a deterministic generator plus the C and the ES
 array that the NumPy reference backend computes for one kernel variant. The expected values
-never come from the GPU under test (DESIGN.md, Signatures): a latent fault of that GPU would
+never come from the GPU under test (docs/SIGNATURES.md): a latent fault of that GPU would
 otherwise be baked into its own reference.
 
 Identity

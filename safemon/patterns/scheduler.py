@@ -1,6 +1,6 @@
 """The DTI scheduler: a sans-IO state machine that plans periodic self-tests and ECC scrubs.
 
-Every channel runs at least one golden self-test per DTI (DESIGN.md, Vocabulary). The shell
+Every channel runs at least one golden self-test per DTI (docs/SAFETY.md). The shell
 carries out the plan by putting a SELFTEST (or SCRUB) job into the channel's *own* input
 queue, so the diagnosis interleaves with live work and tests the same path the work takes.
 This module never reads a clock, sleeps or touches a socket: the shell stamps every event
@@ -43,8 +43,9 @@ until the channel reports an SM count.
 - `ScrubFindings(channel, corrected, uncorrectable)`: only when either count is nonzero.
 - `ScrubOverrun(channel, deadline)`: a scrub had not completed before its deadline.
 - `DtiLate(channel, due, now)`: a periodic self-test started after its due time because the
-  shell ticked late (`now > due`): the DTI bound was broken by the shell's timer. A shell
-  that sends `Tick(next_wakeup())` (or earlier) never sees it.
+  shell ticked late (`now > due`): the DTI bound was broken by the shell's timer, not by the
+  channel (the test still gets its full deadline from `now`). A shell that sends
+  `Tick(next_wakeup())` (or earlier) never sees it.
 
 Timing rules (all pure functions of the config, `next_due` and `deadline_for`):
 
@@ -56,9 +57,17 @@ Timing rules (all pure functions of the config, `next_due` and `deadline_for`):
   `selftest_deadline <= dti`, a periodic test is settled before the next one is due.
 - Scrubs start every `scrub_interval` (no jitter) and must complete before
   `start + scrub_deadline` (default: `scrub_interval`).
-- Every event first advances the scheduler's clock to `event.now`: overruns are reported,
-  then due self-tests and scrubs started, channel by channel in join order, before the
-  event itself is applied. So a result stamped at or after its deadline is stale.
+- Every event first advances the scheduler's clock to `event.now` (the catch-up rule, which
+  belongs here and not in the shell): every timer due at or before `event.now` is settled
+  earliest first (ties: overruns, then scrub overruns, then starts; then channel join
+  order), before the event itself is applied. An overrun is reported with its own
+  deadline, so a result stamped at or after its deadline is stale. A start is never placed
+  in the past: a self-test or scrub that fell due before `event.now` starts at
+  `event.now`, with its full deadline from then (plus `DtiLate` for a self-test), so a shell
+  that is late before a self-test starts never shortens that channel's allowance. (A shell
+  that stalls while a test is in flight stamps the result late, and the scheduler, which sees
+  only the stamp, reports that as the channel's overrun: docs/SAFETY.md, "Who is late".)
+  Missed periodic starts are not replayed: a shell late by many DTIs gets one.
 
 Bad events raise `InvalidInputError` and leave the scheduler unchanged: time going
 backwards, a non-finite time, joining a channel twice, `RunNow` for an unknown channel,
@@ -607,22 +616,41 @@ class Scheduler:
         out.append(StartSelfTest(name, tid, pattern, deadline))
 
     def _advance(self, now: float, out: list[SchedulerInstruction]) -> None:
-        for name, ch in self._channels.items():
-            # Overruns first: at the shared instant `deadline == next due` the old test is
-            # settled before the new one starts.
-            for tid in sorted(t for t, p in ch.pending.items() if now >= p.deadline):
-                pend = ch.pending.pop(tid)
-                out.append(DtiOverrun(name, tid, pend.deadline))
+        """The catch-up rule (module docstring, timing rules): settle every timer due at or
+        before `now`, earliest first; a start is never placed in the past."""
+        # (due time, rank, join order, test id, channel, what): the sort key is the rule.
+        due: list[tuple[float, int, int, int, str, str]] = []
+        for order, (name, ch) in enumerate(self._channels.items()):
+            due.extend((p.deadline, 0, order, tid, name, "overrun")
+                       for tid, p in ch.pending.items() if now >= p.deadline)
             if ch.scrub_deadline is not None and now >= ch.scrub_deadline:
-                out.append(ScrubOverrun(name, ch.scrub_deadline))
-                ch.scrub_deadline = None
+                due.append((ch.scrub_deadline, 1, order, 0, name, "scrub_overrun"))
             if now >= ch.next_selftest:
-                if now > ch.next_selftest:
-                    out.append(DtiLate(name, ch.next_selftest, now))
-                self._start_selftest(name, ch, now, out)
+                due.append((ch.next_selftest, 2, order, 0, name, "selftest"))
             if ch.next_scrub is not None and now >= ch.next_scrub:
-                # scrub_deadline <= scrub_interval, so the previous scrub is settled here.
-                deadline = deadline_for(self._config, Job.SCRUB, now)
-                ch.scrub_deadline = deadline
-                ch.next_scrub = next_due(self._config, Job.SCRUB, now)
-                out.append(StartScrub(name, deadline))
+                due.append((ch.next_scrub, 3, order, 0, name, "scrub"))
+        for at, _, _, tid, name, what in sorted(due):
+            self._settle(name, self._channels[name], what, at, tid, now, out)
+
+    def _settle(
+        self, name: str, ch: _Channel, what: str, at: float, tid: int, now: float,
+        out: list[SchedulerInstruction],
+    ) -> None:
+        """Carry out one timer of `ch` that fell due at `at` (<= `now`); `tid` for an overrun."""
+        if what == "overrun":
+            # At the shared instant `deadline == next due` the old test is settled first.
+            del ch.pending[tid]
+            out.append(DtiOverrun(name, tid, at))
+        elif what == "scrub_overrun":
+            out.append(ScrubOverrun(name, at))
+            ch.scrub_deadline = None
+        elif what == "selftest":
+            if now > at:
+                out.append(DtiLate(name, at, now))
+            self._start_selftest(name, ch, now, out)
+        else:
+            # scrub_deadline <= scrub_interval, so the previous scrub is settled here.
+            deadline = deadline_for(self._config, Job.SCRUB, now)
+            ch.scrub_deadline = deadline
+            ch.next_scrub = next_due(self._config, Job.SCRUB, now)
+            out.append(StartScrub(name, deadline))

@@ -1,7 +1,7 @@
 """The voter: a sans-IO state machine that decides what the application gets.
 
 Per request, the channels that are currently voting each send a result; the voter applies
-the request's policy (DESIGN.md, "Voter policies") and answers the request exactly once,
+the request's policy (the policy table in README.md) and answers the request exactly once,
 either by releasing one channel's C or with a typed error. Along the way it emits findings
 for the safe-state controller. It never touches sockets, timers or arrays: the daemon
 shell stamps every event with `now` (seconds, from one monotonic clock), hashes and keeps

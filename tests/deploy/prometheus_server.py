@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,11 +42,16 @@ def free_port() -> int:
 
 
 def write_config(
-    path: Path, scrape_target: str, own_address: str, rule_files: Sequence[Path] = ()
+    path: Path,
+    scrape_target: str,
+    own_address: str,
+    rule_files: Sequence[Path] = (),
+    extra_jobs: Mapping[str, str] | None = None,
 ) -> None:
     """Write a Prometheus config to `path`: job `safemon` scrapes `scrape_target`, job
-    `prometheus` scrapes `own_address`, both every `SCRAPE_INTERVAL_S`; `rule_files` are loaded
-    and evaluated at the same interval."""
+    `prometheus` scrapes `own_address`, each of `extra_jobs` (job name -> "host:port") its
+    target, all every `SCRAPE_INTERVAL_S`; `rule_files` are loaded and evaluated at the same
+    interval."""
     interval = f"{SCRAPE_INTERVAL_S}s"
     config = {
         "global": {
@@ -58,6 +63,10 @@ def write_config(
         "scrape_configs": [
             {"job_name": "safemon", "static_configs": [{"targets": [scrape_target]}]},
             {"job_name": "prometheus", "static_configs": [{"targets": [own_address]}]},
+            *(
+                {"job_name": job, "static_configs": [{"targets": [target]}]}
+                for job, target in (extra_jobs or {}).items()
+            ),
         ],
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -111,6 +120,7 @@ def running_prometheus(
     tmp_path: Path,
     *,
     rule_files: Sequence[Path] = (),
+    extra_jobs: Mapping[str, str] | None = None,
     binary: str | Path | None = None,
     ready_timeout_s: float = 30.0,
 ) -> Iterator[str]:
@@ -120,6 +130,7 @@ def running_prometheus(
         scrape_target: the exporter to scrape, "host:port" (no scheme, no path; /metrics).
         tmp_path: a directory for the config, the TSDB and the server log (`prometheus.log`).
         rule_files: rule files to load (e.g. deploy/prometheus/alerts.yml).
+        extra_jobs: more scrape jobs, job name -> "host:port" (checked like `scrape_target`).
         binary: the `prometheus` executable; default: the one on PATH.
         ready_timeout_s: bound on the wait for `/-/ready`, seconds.
 
@@ -132,8 +143,9 @@ def running_prometheus(
         RuntimeError: the server exited before it was ready (the log is in the message).
         TimeoutError: it did not become ready within `ready_timeout_s`.
     """
-    if not _TARGET.match(scrape_target):
-        raise ValueError(f"scrape_target must be 'host:port', got {scrape_target!r}")
+    for target in (scrape_target, *(extra_jobs or {}).values()):
+        if not _TARGET.match(target):
+            raise ValueError(f"scrape targets must be 'host:port', got {target!r}")
     exe = str(binary) if binary is not None else shutil.which("prometheus")
     if exe is None or not Path(exe).exists():
         raise FileNotFoundError(f"prometheus binary not found ({binary or 'not on PATH'})")
@@ -144,7 +156,7 @@ def running_prometheus(
         address = f"127.0.0.1:{port}"
         base_url = f"http://{address}"
         config_path = tmp_path / "prometheus.yml"
-        write_config(config_path, scrape_target, address, rule_files)
+        write_config(config_path, scrape_target, address, rule_files, extra_jobs)
         cmd = [
             exe,
             f"--config.file={config_path}",

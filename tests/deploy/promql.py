@@ -26,30 +26,47 @@ PROMETHEUS_CONFIG_PATH: Final = DEPLOY_DIR / "prometheus" / "prometheus.yml"
 
 MetricType = Literal["counter", "gauge", "histogram"]
 
-#: Every metric safemon exports (DESIGN.md, Observability): name -> (type, label names).
+#: Labels of every per-channel metric: dcgm-exporter's `gpu` and `UUID` beside `channel`.
+_CH: Final = frozenset({"channel", "gpu", "UUID"})
+
+#: Every metric safemon exports (`safemon/metrics.py`): name -> (type, label names).
 #: Counter names include their `_total` suffix, as they appear in the exposition.
 SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
     "safemon_requests_total": ("counter", frozenset({"outcome"})),
     "safemon_votes_total": ("counter", frozenset({"policy", "outcome"})),
-    "safemon_channel_disagreements_total": ("counter", frozenset({"channel"})),
-    "safemon_channel_up": ("gauge", frozenset({"channel"})),
-    "safemon_selftests_total": ("counter", frozenset({"channel", "result"})),
+    "safemon_channel_disagreements_total": ("counter", _CH),
+    "safemon_channel_up": ("gauge", _CH),
+    "safemon_channel_info": ("gauge", _CH | {"placement", "variant"}),
+    "safemon_selftests_total": ("counter", _CH | {"result"}),
     "safemon_selftest_duration_seconds": ("histogram", frozenset()),
-    "safemon_dti_overruns_total": ("counter", frozenset({"channel"})),
+    "safemon_selftest_sm_coverage_ratio": ("gauge", _CH),
+    "safemon_dti_overruns_total": ("counter", _CH),
     "safemon_mode": ("gauge", frozenset({"mode"})),
     "safemon_ecc_corrected_total": ("counter", frozenset({"buffer"})),
     "safemon_ecc_uncorrectable_total": ("counter", frozenset({"buffer"})),
     "safemon_vote_latency_seconds": ("histogram", frozenset()),
-    "safemon_kernel_seconds": ("histogram", frozenset({"channel"})),
+    "safemon_kernel_seconds": ("histogram", _CH),
     "safemon_messages_rejected_total": ("counter", frozenset({"reason"})),
     "safemon_fault_reaction_seconds": ("histogram", frozenset({"kind"})),
     "safemon_fault_detection_seconds": ("histogram", frozenset({"kind"})),
+    "safemon_ftti_seconds": ("gauge", frozenset()),
     "safemon_hft": ("gauge", frozenset({"kind"})),
-    "safemon_build_info": ("gauge", frozenset({"version", "python", "backend"})),
+    "safemon_build_info": (
+        "gauge", frozenset({"deployment", "version", "python", "backend"})
+    ),
+}
+
+#: Series of other exporters the dashboard joins with: `up` (Prometheus's own per target)
+#: and dcgm-exporter's, with the labels it attaches (names as dcgm-exporter spells them).
+_DCGM: Final = frozenset({"gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id"})
+EXTERNAL_METRICS: Final[Mapping[str, frozenset[str]]] = {
+    "up": frozenset(),
+    "DCGM_FI_DEV_GPU_UTIL": _DCGM,
+    "DCGM_FI_DEV_XID_ERRORS": _DCGM | {"err_code", "err_msg"},
 }
 
 #: Labels Prometheus attaches to every scraped series (target labels), usable in any selector.
-TARGET_LABELS: Final = frozenset({"instance", "job"})
+TARGET_LABELS: Final = frozenset({"instance", "job", "namespace", "pod", "service"})
 
 #: Concrete values for the Grafana variables the dashboard uses. `$__rate_interval` must cover
 #: at least four scrapes; the end-to-end test scrapes every 1 s, production every 5 s.
@@ -57,7 +74,9 @@ GRAFANA_SUBSTITUTIONS: Final[Mapping[str, str]] = {
     "__rate_interval": "1m",
     "__interval": "15s",
     "__range": "1h",
-    "instance": ".*",
+    "job": "safemon.*",
+    "deployment": ".*",
+    "uuid": ".*",
 }
 
 
@@ -205,11 +224,14 @@ def unknown_references(expr: str) -> list[str]:
     problems = [
         f"{name!r} is not a safemon series"
         for name in sorted(metric_names(expr))
-        if name not in known
+        if name not in known and name not in EXTERNAL_METRICS
     ]
     for name, used in sorted(selector_labels(expr).items()):
-        if name not in known:
+        if name in EXTERNAL_METRICS:
+            allowed = EXTERNAL_METRICS[name] | TARGET_LABELS
+        elif name in known:
+            allowed = SAFEMON_METRICS[known[name]][1] | TARGET_LABELS
+        else:
             continue  # already reported above
-        allowed = SAFEMON_METRICS[known[name]][1] | TARGET_LABELS
         problems.extend(f"{name!r} has no label {label!r}" for label in sorted(used - allowed))
     return problems

@@ -1,5 +1,5 @@
 """The Docker image and compose stack: CUDA runtime base, cuda13 extra, non-root user,
-`safemon status` health check, and compose mounts that exist in the repository."""
+`/readyz` health check, and compose mounts that exist in the repository."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from safemon.config import DEFAULT_METRICS_PORT
 from tests.deploy.promql import DEPLOY_DIR
 
 DOCKER = DEPLOY_DIR / "docker"
@@ -43,15 +44,18 @@ def test_image_runs_as_non_root_with_healthcheck_and_metrics_port() -> None:
     keywords = [k for k, _ in _instructions()]
     assert keywords.index("USER") > max(i for i, k in enumerate(keywords) if k == "RUN")
     (health,) = _args("HEALTHCHECK")
-    assert health.endswith('CMD ["safemon", "status", "--config", "/etc/safemon/config.yaml"]')
-    assert _args("EXPOSE") == ["9464"]
+    assert health.endswith('CMD ["python3", "-m", "safemon.health"]')
+    assert _args("EXPOSE") == [str(DEFAULT_METRICS_PORT)]
+    env = " ".join(_args("ENV"))
+    assert "SAFEMON_CONFIG=/etc/safemon/config.yaml" in env and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in env
 
 
 def test_compose_runs_safemon_prometheus_grafana_with_existing_mounts() -> None:
     compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text(encoding="utf-8"))
     services = compose["services"]
     assert set(services) == {"safemon", "prometheus", "grafana"}
-    # Prometheus shares the daemon's network namespace, so 127.0.0.1:9464 in prometheus.yml works.
+    # Prometheus shares the daemon's network namespace, so 127.0.0.1:17650 in prometheus.yml works.
+    assert services["safemon"]["environment"]["SAFEMON_METRICS__PORT"] == str(DEFAULT_METRICS_PORT)
     assert services["prometheus"]["network_mode"] == "service:safemon"
     for name in ("prometheus", "grafana"):
         for volume in services[name]["volumes"]:
@@ -59,6 +63,10 @@ def test_compose_runs_safemon_prometheus_grafana_with_existing_mounts() -> None:
             if source.startswith("."):
                 assert (DOCKER / source).resolve().exists(), f"{name}: {source} does not exist"
     assert "selftest" in " ".join(services["safemon"]["entrypoint"])
+    # SAFEMON_CONFIG is a config file's path here too; its default exists.
+    (config_mount,) = [v for v in services["safemon"]["volumes"] if v.endswith(":/etc/safemon/config.yaml:ro")]
+    default = re.fullmatch(r"\$\{SAFEMON_CONFIG:-([^}]+)\}:.*", config_mount)
+    assert default is not None and (DOCKER / default.group(1)).is_file(), config_mount
     devices = services["safemon"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
     build = services["safemon"]["build"]

@@ -95,3 +95,24 @@ def test_dashboard_provider_points_where_compose_mounts_the_dashboards() -> None
     # The datasource URL is interpolated from the environment compose sets.
     url_var = _datasource_file()["url"].strip("${}")
     assert compose["services"]["grafana"]["environment"][url_var].startswith("http://")
+
+
+def test_dashboard_selects_by_job_and_deployment_never_by_instance() -> None:
+    """`instance` changes with every pod restart: no variable and no selector may use it."""
+    dashboard = load_dashboard()
+    names = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"job", "deployment"} <= names and "instance" not in names
+    for panel in _panels():
+        for target in panel["targets"]:
+            expr = target["expr"]
+            assert "instance=~" not in expr and "$instance" not in expr, panel["title"]
+            if "safemon_" in expr:
+                assert '$job' in expr and 'deployment=~"$deployment"' in expr, panel["title"]
+
+
+def test_per_gpu_view_groups_by_uuid_and_joins_dcgm() -> None:
+    by_title = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in _panels()}
+    per_gpu = [t for t, e in by_title.items() if "by (UUID" in e or "by (le, UUID" in e]
+    assert len(per_gpu) >= 3, per_gpu
+    dcgm = by_title["GPU utilisation and XID errors (dcgm-exporter)"]
+    assert "DCGM_FI_DEV_GPU_UTIL" in dcgm and "on (UUID)" in dcgm

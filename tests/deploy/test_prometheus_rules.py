@@ -1,5 +1,6 @@
-"""The Prometheus scrape config and alert rules: promtool accepts them and every alert carries
-what an on-call engineer needs (severity, summary, description)."""
+"""The Prometheus scrape config and alert rules: promtool accepts them, `promtool test rules`
+passes the unit tests of every alert (each has a firing and a silent case), and every alert
+carries what an on-call engineer needs (severity, summary, description)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import yaml
 from tests.deploy.conftest import PrometheusTools
 from tests.deploy.promql import ALERTS_PATH, PROMETHEUS_CONFIG_PATH
 
+ALERTS_TEST_PATH = ALERTS_PATH.parent / "alerts_test.yml"
+
 REQUIRED_ALERTS = {
+    "SafemonAbsent",
+    "SafemonDown",
+    "SafemonFaultHandlingOverFtti",
+    "SafemonChannelFlapping",
+    "SafemonSelfTestSmCoverageLow",
     "SafemonSafeStateEntered",
     "SafemonChannelDown",
     "SafemonSelfTestFailures",
@@ -51,11 +59,42 @@ def test_promtool_rejects_a_broken_rule(prometheus_tools: PrometheusTools, tmp_p
     assert _promtool(prometheus_tools, "check", "rules", str(bad)).returncode != 0
 
 
+def test_promtool_unit_tests_of_the_rules_pass(prometheus_tools: PrometheusTools) -> None:
+    proc = _promtool(prometheus_tools, "test", "rules", str(ALERTS_TEST_PATH))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout + proc.stderr
+
+
+def test_promtool_unit_tests_can_fail(prometheus_tools: PrometheusTools, tmp_path: Path) -> None:
+    """Guards the test above: a unit test expecting silence from a firing alert fails."""
+    (tmp_path / "alerts.yml").write_text(ALERTS_PATH.read_text(encoding="utf-8"))
+    wrong = tmp_path / "wrong_test.yml"
+    wrong.write_text(
+        "rule_files: [alerts.yml]\nevaluation_interval: 1m\ntests:\n"
+        "- interval: 1m\n  input_series:\n"
+        "  - {series: 'safemon_mode{job=\"safemon\", instance=\"a:1\", mode=\"SAFE\"}', values: '1x3'}\n"
+        "  alert_rule_test:\n  - {eval_time: 2m, alertname: SafemonSafeStateEntered, exp_alerts: []}\n"
+    )
+    assert _promtool(prometheus_tools, "test", "rules", str(wrong)).returncode != 0
+
+
+def test_every_alert_has_a_firing_and_a_silent_unit_test() -> None:
+    cases = yaml.safe_load(ALERTS_TEST_PATH.read_text(encoding="utf-8"))
+    assert cases["rule_files"] == [ALERTS_PATH.name]
+    fires: set[str] = set()
+    silent: set[str] = set()
+    for test in cases["tests"]:
+        for case in test.get("alert_rule_test", []):
+            (fires if case.get("exp_alerts") else silent).add(case["alertname"])
+    assert set(_alerts()) <= fires, sorted(set(_alerts()) - fires)
+    assert set(_alerts()) <= silent, sorted(set(_alerts()) - silent)
+
+
 def test_scrape_config_targets_the_daemon_default_address() -> None:
     config = yaml.safe_load(PROMETHEUS_CONFIG_PATH.read_text(encoding="utf-8"))
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "safemon"]
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
-    assert targets == ["127.0.0.1:9464"]
+    assert targets == ["127.0.0.1:17650"]
     assert (
         PROMETHEUS_CONFIG_PATH.parent / config["rule_files"][0]
     ).resolve() == ALERTS_PATH.resolve()

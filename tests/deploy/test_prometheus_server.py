@@ -16,7 +16,12 @@ from tests.deploy.prometheus_server import (
     running_prometheus,
     wait_for_query,
 )
-from tests.deploy.promql import ALERTS_PATH, all_promql_expressions, rule_expressions
+from tests.deploy.promql import (
+    ALERTS_PATH,
+    all_promql_expressions,
+    metric_names,
+    rule_expressions,
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +62,14 @@ def test_alert_rules_are_loaded(prometheus_url: str) -> None:
 
 @pytest.mark.parametrize("expr", all_promql_expressions())
 def test_every_expression_evaluates(prometheus_url: str, expr: str) -> None:
-    """No safemon series exist here, so results are empty; the point is that Prometheus's own
-    parser and type checker accept each expression (instant_query raises otherwise)."""
-    assert instant_query(prometheus_url, expr) == []
+    """No safemon series exist here, so results are empty, except the monitor-down rule over
+    `up`, which holds for the dead target; the point is that Prometheus's own parser and type
+    checker accept each expression (instant_query raises otherwise)."""
+    result = instant_query(prometheus_url, expr)
+    if metric_names(expr) == {"up"} and "absent(" not in expr:
+        assert [r["metric"]["job"] for r in result] == ["safemon"], result
+    else:
+        assert result == []
 
 
 def test_rejects_a_target_that_is_not_host_port(tmp_path: Path) -> None:

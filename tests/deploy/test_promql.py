@@ -1,5 +1,6 @@
 """Every PromQL expression in the dashboard and the alert rules refers only to metrics safemon
-exports (DESIGN.md, Observability), with labels they have; and every metric is shown somewhere."""
+exports (`safemon/metrics.py`; plus `up` and dcgm-exporter's series it joins with), with labels
+they have; and every metric is shown somewhere."""
 
 from __future__ import annotations
 
@@ -68,6 +69,6 @@ def test_every_exported_metric_is_on_the_dashboard() -> None:
 
 def test_substitution_rejects_unknown_grafana_variables() -> None:
     assert substitute_grafana_variables("rate(x[$__rate_interval])") == "rate(x[1m])"
-    assert substitute_grafana_variables('x{instance=~"${instance}"}') == 'x{instance=~".*"}'
+    assert substitute_grafana_variables('x{job=~"${job}"}') == 'x{job=~"safemon.*"}'
     with pytest.raises(ValueError, match="nope"):
         substitute_grafana_variables("rate(x[$nope])")

@@ -11,7 +11,7 @@ from safemon.faults.evidence import BenchEvidence, EvidenceError, load_evidence,
 from tests.faults.helpers import bench_doc
 
 
-def _api_row(call: str, wall: float, cupy: float, *, variant: str | None = "ones/M/fma/wide/split9",
+def _api_row(call: str, wall: float, cupy: float, *, variant: str | None = "ones/F/fma/wide/split9",
              dims: str = "1x4096x4096") -> dict[str, Any]:
     return {"call": call, "variant": variant, "dims": dims, "repeats": 50,
             "wall_p50_us": wall, "wall_p99_us": wall * 1.2, "kernel_us": wall * 0.8,

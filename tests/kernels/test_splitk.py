@@ -24,7 +24,8 @@ from safemon.kernels.reference import reduce_slices, reference_matmul
 from tests.kernels.slow_model import slow_matmul
 
 TINY = TileConfig("tiny", bm=8, bn=8, bk=4, tm=4, tn=4)
-SPECS = [("ones", "I"), ("fletcher", "M"), ("crc32c", "E"), ("xor_fletcher", "I"),
+SPECS = [("ones", "I"), ("fletcher", "M"), ("crc32c", "E"), ("fletcher", "F"), ("crc32c", "T"),
+         ("xor_fletcher", "I"),
          ("twos", "I"), (None, None)]
 
 

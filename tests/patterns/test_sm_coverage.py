@@ -144,7 +144,8 @@ def test_sm_coverage_metric_is_set_per_channel() -> None:
 
     reg = CollectorRegistry()
     m = Metrics(_config(), reg)
+    labels = m.channel_labels("c0")  # channel plus dcgm-exporter's gpu and UUID
     m.set_sm_coverage("c0", None)
-    assert reg.get_sample_value("safemon_selftest_sm_coverage_ratio", {"channel": "c0"}) is None
+    assert reg.get_sample_value("safemon_selftest_sm_coverage_ratio", labels) is None
     m.set_sm_coverage("c0", 0.5)
-    assert reg.get_sample_value("safemon_selftest_sm_coverage_ratio", {"channel": "c0"}) == 0.5
+    assert reg.get_sample_value("safemon_selftest_sm_coverage_ratio", labels) == 0.5

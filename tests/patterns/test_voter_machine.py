@@ -33,7 +33,7 @@ from safemon.states import Policy
 
 CHANNELS = ("a", "b", "c", "d")
 UNKNOWN_REQ = 10_000
-#: Agreeing results that release a request: the test's own statement of DESIGN.md's table.
+#: Agreeing results that release a request: the test's own statement of the policy table.
 QUORUM = {
     Policy.ONE_OO_ONE_D: 1,
     Policy.TWO_OO_TWO: 2,
@@ -44,7 +44,7 @@ QUORUM = {
 
 
 def agree(a: ChannelResult, b: ChannelResult) -> bool:
-    """The test's own statement of agreement (DESIGN.md), independent of the voter's."""
+    """The test's own statement of agreement, independent of the voter's."""
     same_es = a.es_digest == b.es_digest or a.variant != b.variant
     return a.ok and b.ok and a.c_digest == b.c_digest and same_es
 

@@ -25,7 +25,7 @@ def test_gpu_default_selftests_cover_every_sm_and_name_a_failing_sm(tmp_path: Pa
 
         assert wait_for(covered, 30.0), client.status()["channels"]
         assert daemon.registry.get_sample_value(
-            "safemon_selftest_sm_coverage_ratio", {"channel": "c1"}) == 1.0
+            "safemon_selftest_sm_coverage_ratio", daemon.metrics.channel_labels("c1")) == 1.0
         sub = daemon.ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(cfg.endpoints.events)

@@ -1,0 +1,87 @@
+"""The determinism audit's metrics against hand-made arrays and orderings (no GPU)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from safemon.audit.determinism import (
+    differing_elements,
+    kendall_tau,
+    ranks_from_order,
+    tau_summary,
+)
+
+
+def test_differing_elements_counts_bitwise_differences() -> None:
+    a = np.array([1.0, -0.0, 3.0, np.float32(1e-40)], dtype=np.float32)
+    b = np.array([1.0, 0.0, 3.0000002, np.float32(1e-40)], dtype=np.float32)
+    # -0.0 vs +0.0 differ in bits; 3.0 vs its successor differ; the subnormal is equal.
+    assert differing_elements(a, b) == 2
+    assert differing_elements(a, a.copy()) == 0
+
+
+def test_differing_elements_same_nan_payload_is_equal() -> None:
+    a = np.array([np.nan], dtype=np.float32)
+    assert differing_elements(a, a.copy()) == 0
+
+
+def test_differing_elements_rejects_shape_and_dtype_mismatch() -> None:
+    with pytest.raises(ValueError, match="shapes"):
+        differing_elements(np.zeros(3, np.float32), np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="dtypes"):
+        differing_elements(np.zeros(3, np.float32), np.zeros(3, np.float64))
+
+
+def test_kendall_tau_identity_reverse_and_one_swap() -> None:
+    ident = [0, 1, 2, 3, 4]
+    assert kendall_tau(ident, ident) == 1.0
+    assert kendall_tau(ident, ident[::-1]) == -1.0
+    # One adjacent swap: 1 discordant pair of 10 -> (9 - 1) / 10.
+    assert kendall_tau(ident, [1, 0, 2, 3, 4]) == pytest.approx(0.8)
+
+
+def test_kendall_tau_matches_pair_count_on_all_permutations_of_five() -> None:
+    ident = np.arange(5)
+    for perm in itertools.permutations(range(5)):
+        p = np.array(perm)
+        conc = disc = 0
+        for i, j in itertools.combinations(range(5), 2):
+            s = (ident[i] - ident[j]) * (p[i] - p[j])
+            conc += s > 0
+            disc += s < 0
+        assert kendall_tau(ident, p) == pytest.approx((conc - disc) / 10)
+
+
+def test_kendall_tau_is_symmetric_on_random_orderings() -> None:
+    rng = np.random.default_rng(1)
+    a, b = rng.permutation(300), rng.permutation(300)
+    assert kendall_tau(a, b) == pytest.approx(kendall_tau(b, a))
+    assert abs(kendall_tau(a, b)) < 0.2  # independent orderings are nearly uncorrelated
+
+
+def test_kendall_tau_rejects_non_permutations() -> None:
+    with pytest.raises(ValueError, match="permutation"):
+        kendall_tau([0, 1, 1], [0, 1, 2])
+    with pytest.raises(ValueError, match="lengths"):
+        kendall_tau([0, 1], [0, 1, 2])
+    with pytest.raises(ValueError, match="two items"):
+        kendall_tau([0], [0])
+
+
+def test_ranks_from_order_inverts_the_arrival_sequence() -> None:
+    # Block 2 arrived first, then 0, then 1.
+    assert ranks_from_order([2, 0, 1]).tolist() == [1, 2, 0]
+
+
+def test_tau_summary_reports_identical_and_reversed_runs() -> None:
+    runs = np.array([[0, 1, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0]])
+    s = tau_summary(runs)
+    assert s["identical_orderings"] == 1
+    assert s["tau_vs_first_max"] == 1.0
+    assert s["tau_vs_first_min"] == -1.0
+    assert s["tau_vs_index_min"] == -1.0
+    with pytest.raises(ValueError, match="two runs"):
+        tau_summary(runs[:1])
