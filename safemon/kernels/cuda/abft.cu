@@ -25,6 +25,14 @@
 #define ABFT_STATUS_FLAG 6
 #define ABFT_STATUS_TILE 7
 
+// float → double without the flush CuPy's -ftz=true would put on a plain conversion
+// (cvt.ftz.f64.f32 turns subnormal inputs into 0): written in PTX, like mmm.cu's MAC.
+__device__ __forceinline__ double safemon_widen(float x) {
+    double d;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(x));
+    return d;
+}
+
 __device__ __forceinline__ double safemon_gamma(double n, double u) { return n * u / (1.0 - n * u); }
 
 __device__ __forceinline__ void safemon_abft_flag(unsigned* status, unsigned tile) {
@@ -44,7 +52,7 @@ extern "C" __global__ void safemon_abft_vectors(
         const int r_end = min(M, (by + 1) * BM);
         double s = 0.0, s_abs = 0.0;
         for (int r = by * BM; r < r_end; ++r) {
-            const double v = A[(long long)r * K + k];
+            const double v = safemon_widen(A[(long long)r * K + k]);
             s += v;
             s_abs += fabs(v);
         }
@@ -60,7 +68,7 @@ extern "C" __global__ void safemon_abft_vectors(
         const int c_end = min(N, (bx + 1) * BN);
         double s = 0.0, s_abs = 0.0;
         for (int c = bx * BN + lane; c < c_end; c += 32) {
-            const double v = B[(long long)k * N + c];
+            const double v = safemon_widen(B[(long long)k * N + c]);
             s += v;
             s_abs += fabs(v);
         }
@@ -102,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_check(
         for (int q = 0; q < ABFT_CHUNK; ++q) expect[q] = bound[q] = got[q] = got_abs[q] = 0.0;
         if (c < N) {
             for (int k = warp; k < K; k += 8) {
-                const double b = B[(long long)k * N + c];
+                const double b = safemon_widen(B[(long long)k * N + c]);
 #pragma unroll
                 for (int q = 0; q < ABFT_CHUNK; ++q)
                     if (by0 + q < gy) {
@@ -114,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_check(
             for (int q = 0; q < ABFT_CHUNK; ++q) {
                 const int r_end = min(M, (by0 + q + 1) * BM);
                 for (int r = (by0 + q) * BM + warp; r < r_end; r += 8) {
-                    const double v = C[(long long)r * N + c];
+                    const double v = safemon_widen(C[(long long)r * N + c]);
                     got[q] += v;
                     got_abs[q] += fabs(v);
                 }
@@ -153,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_check(
 #pragma unroll
     for (int q = 0; q < ABFT_CHUNK; ++q) expect[q] = bound[q] = got[q] = got_abs[q] = 0.0;
     for (int k = lane; k < K; k += 32) {
-        const double a = a_row[k];
+        const double a = safemon_widen(a_row[k]);
 #pragma unroll
         for (int q = 0; q < ABFT_CHUNK; ++q)
             if (bx0 + q < gx) {
@@ -165,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_check(
     for (int q = 0; q < ABFT_CHUNK; ++q) {
         const int c_end = min(N, (bx0 + q + 1) * BN);
         for (int c = (bx0 + q) * BN + lane; c < c_end; c += 32) {
-            const double v = C[(long long)r * N + c];
+            const double v = safemon_widen(C[(long long)r * N + c]);
             got[q] += v;
             got_abs[q] += fabs(v);
         }

@@ -145,33 +145,57 @@ struct Injection {
 
 #if SAFEMON_INJECT && SAFEMON_ABFT_VERDICT
 // Campaign model of abft.cu for one injected copy of the product: a fault reaches one block
-// only, so the block sums its C errors per tile column and row in shared memory and compares
-// golden residual + error with the golden tolerance. Returns verdict bit 3 when the device
-// check would fail (or C is not finite). The tolerance's Σ|C| term is the golden one: the
-// difference is below 2^-50 of the error itself.
+// only, so the block sums its C errors per tile column and row and compares golden residual +
+// error with the golden tolerance. Returns verdict bit 3 when the device check would fail (or
+// C is not finite). The tolerance's Σ|C| term is the golden one: the difference is below 2^-50
+// of the error itself. Deterministic: each thread writes the partial sums of its own rows and
+// columns to shared memory (no atomics), then one thread per tile column (row) adds them in a
+// fixed order. Conversions are written in PTX (CuPy's -ftz=true would flush subnormals).
+__device__ __forceinline__ double inj_widen(float x) {
+    double d;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(x));
+    return d;
+}
+__device__ __forceinline__ unsigned inj_narrow_bits(double x) {  // non-negative x, as float bits
+    float f;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(f) : "d"(x));
+    return __float_as_uint(f);
+}
 __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __restrict__ golden_c,
                                  const double* __restrict__ ref, unsigned* __restrict__ rel_err,
                                  int M, int N, int row0, int col0, int tx, int ty, bool stored) {
-    __shared__ double col_err[BN], row_err[BM];
-    __shared__ int bad;
-    for (int i = threadIdx.x; i < BN; i += BLOCK_THREADS) col_err[i] = 0.0;
-    for (int i = threadIdx.x; i < BM; i += BLOCK_THREADS) row_err[i] = 0.0;
-    if (threadIdx.x == 0) bad = 0;
-    __syncthreads();
-    float worst = 0.0f;
-    if (stored) {
-        for (int i = 0; i < TM; ++i)
-            for (int j = 0; j < TN; ++j) {
-                const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
-                if (r >= M || c >= N) continue;
-                const float g = golden_c[(long long)r * N + c];
-                if (__float_as_uint(acc[i][j]) == __float_as_uint(g)) continue;
-                if (!isfinite(acc[i][j])) { bad = 1; worst = __int_as_float(0x7F800000); continue; }
-                const double d = (double)acc[i][j] - (double)g;
-                atomicAdd(&col_err[tx * TN + j], d);
-                atomicAdd(&row_err[ty * TM + i], d);
-                worst = fmaxf(worst, (float)(fabs(d) / fmax(fabs((double)g), 0x1p-126)));
+    __shared__ double col_part[BM / TM][BN];  // [ty][column]: Σ over the thread's TM rows
+    __shared__ double row_part[BN / TN][BM];  // [tx][row]: Σ over the thread's TN columns
+    __shared__ unsigned bad;
+    if (threadIdx.x == 0) bad = 0u;
+    double col_sum[TN], row_sum[TM];
+#pragma unroll
+    for (int j = 0; j < TN; ++j) col_sum[j] = 0.0;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) row_sum[i] = 0.0;
+    unsigned worst = 0u, nonfinite = 0u;
+    for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j) {
+            const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+            if (!stored || r >= M || c >= N) continue;
+            const float g = golden_c[(long long)r * N + c];
+            if (__float_as_uint(acc[i][j]) == __float_as_uint(g)) continue;
+            if ((__float_as_uint(acc[i][j]) & 0x7F800000u) == 0x7F800000u) {
+                nonfinite = 1u;
+                worst = 0x7F800000u;
+                continue;
             }
+            const double d = inj_widen(acc[i][j]) - inj_widen(g);
+            col_sum[j] += d;
+            row_sum[i] += d;
+            const unsigned rel = inj_narrow_bits(fabs(d) / fmax(fabs(inj_widen(g)), 0x1p-126));
+            worst = rel > worst ? rel : worst;
+        }
+    if (stored) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) col_part[ty][tx * TN + j] = col_sum[j];
+#pragma unroll
+        for (int i = 0; i < TM; ++i) row_part[tx][ty * TM + i] = row_sum[i];
     }
     __syncthreads();
     const int gx = (N + BN - 1) / BN, gy = (M + BM - 1) / BM;
@@ -179,17 +203,23 @@ __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __rest
     const double* col_tol = ref + (long long)gy * N;
     const double* row_res = col_tol + (long long)gy * N;
     const double* row_tol = row_res + (long long)M * gx;
+    unsigned mine = nonfinite;
     for (int i = threadIdx.x; i < BN; i += BLOCK_THREADS) {
+        double e = 0.0;
+        for (int q = 0; q < BM / TM; ++q) e += col_part[q][i];
         const int c = col0 + i;
         const long long at = (long long)(row0 / BM) * N + c;
-        if (c < N && col_err[i] != 0.0 && !(fabs(col_res[at] + col_err[i]) <= col_tol[at])) bad = 1;
+        if (c < N && e != 0.0 && !(fabs(col_res[at] + e) <= col_tol[at])) mine = 1u;
     }
     for (int i = threadIdx.x; i < BM; i += BLOCK_THREADS) {
+        double e = 0.0;
+        for (int q = 0; q < BN / TN; ++q) e += row_part[q][i];
         const int r = row0 + i;
         const long long at = (long long)r * gx + col0 / BN;
-        if (r < M && row_err[i] != 0.0 && !(fabs(row_res[at] + row_err[i]) <= row_tol[at])) bad = 1;
+        if (r < M && e != 0.0 && !(fabs(row_res[at] + e) <= row_tol[at])) mine = 1u;
     }
-    if (worst > 0.0f) atomicMax(&rel_err[blockIdx.z], __float_as_uint(worst));
+    if (worst) atomicMax(&rel_err[blockIdx.z], worst);
+    if (mine) atomicOr(&bad, 1u);
     __syncthreads();
     return bad ? 8u : 0u;
 }
