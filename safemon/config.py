@@ -138,13 +138,17 @@ class VariantConfig(_Model):
     """The protected-kernel variant of one channel (see `safemon.kernels.catalog`).
 
     `checksum` None means the unprotected kernel; `tile` "auto" picks `auto_tile(M, N)`
-    per request, a pure function of the shape so replicas agree.
+    per request, a pure function of the shape so replicas agree. `rmt` "warp" runs the
+    intra-warp RMT build (docs/RMT.md): same C and ES, replica mismatch is a channel fault;
+    `abft` adds the ABFT check of every C tile (a failure is a channel fault too).
     """
 
     checksum: str | None = "ones"
     level: str | None = "I"
     mode: Literal["exact", "fma"] = "exact"
     tile: str = "auto"
+    rmt: Literal["none", "warp"] = "none"
+    abft: StrictBool = False
 
     @model_validator(mode="after")
     def _check_catalog(self) -> Self:
@@ -170,7 +174,8 @@ class VariantConfig(_Model):
     def to_variant(self, m: int, n: int) -> Variant:
         """The catalog `Variant` this channel runs for an M×N output (resolves tile "auto")."""
         tile: TileConfig | str = auto_tile(m, n) if self.tile == "auto" else self.tile
-        return make_variant(self.checksum, self.level, self.mode, tile)
+        return make_variant(self.checksum, self.level, self.mode, tile, rmt=self.rmt,
+                            abft=self.abft)
 
 
 class ChannelConfig(_Model):

@@ -24,11 +24,12 @@ and carries out their instructions (the wiring notes of their authors):
   RecordReaction → `safemon_fault_reaction_seconds`.
 
 Per-request checks under an effective 1oo1D (no second channel to compare with): C must
-be finite and pass a column-checksum test (Huang-Abraham ABFT) against x and the daemon's
-copy of the weight, with a rigorous float32 rounding bound (`abft_ok`), so a flipped
-exponent bit is never released. Timing rule: every request gets exactly one answer, by
-the client's own deadline or the channels' work budget, whichever comes first
-(`safemon.admission.work_budget_s`; only the budget judges the channels; docs/ROBUSTNESS.md).
+be finite and pass the row and column checksum test of every C tile (Huang-Abraham ABFT,
+`safemon.kernels.abft`: the same rule and rounding bound as the device check) against x
+and the daemon's copy of the weight, so a flipped exponent bit is never released. Timing
+rule: every request gets exactly one answer, by the client's own deadline or the channels'
+work budget, whichever comes first (`safemon.admission.work_budget_s`; only the budget
+judges the channels; docs/ROBUSTNESS.md).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from safemon.gpu_identity import channel_devices, cuda_uuid
 from safemon.health import HealthReport
 from safemon.health import assess as assess_health
 from safemon.hft import HftAssessment, assess, channel_hardware
+from safemon.kernels.abft import abft_passes  # issue 15: the one ABFT
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
 from safemon.metrics import Metrics, MetricsServer, SelftestResult, start_http_server
@@ -95,7 +97,7 @@ from safemon.transport.sockets import Context, Socket, SocketOptions
 from safemon.weight_delivery import WeightDelivery
 from safemon.weight_id import weight_id_of
 
-__all__ = ["Daemon", "GoldenPatternLike", "abft_ok", "sd_notify", "weight_id_of"]
+__all__ = ["Daemon", "GoldenPatternLike", "sd_notify", "weight_id_of"]
 
 log = structlog.get_logger("safemon.daemon")
 
@@ -160,30 +162,6 @@ def _digest(a: npt.NDArray[Any]) -> bytes:
     h.update(f"{a.dtype.str}{a.shape}".encode())
     h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
     return h.digest()
-
-
-def abft_ok(x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], c: npt.NDArray[Any]) -> bool:
-    """Column-checksum test of C = x·w (shapes (M, K), (K, N), (M, N), float32).
-
-    Compares sum_i C[i, :] with (sum_i x[i, :])·w in float64. Each C element is a
-    float32 dot product of length K in any order with or without FMA, so its error is
-    at most gamma_{K+1} * sum_k |x_ik||w_kj| (gamma_n = n u / (1 - n u), u = 2^-24); the
-    float64 sums add at most (M + K + 2) * 2^-52 of the absolute sums; a tiny absolute
-    term covers underflow. The bound is doubled: a false alarm would take a healthy
-    1oo1D system to SAFE. Non-finite C fails.
-    """
-    if c.shape != (x.shape[0], w.shape[1]) or not np.isfinite(c).all():
-        return False
-    m, k = x.shape
-    u = 2.0**-24
-    gamma = (k + 1) * u / (1 - (k + 1) * u)
-    x64, w64, c64 = x.astype(np.float64), w.astype(np.float64), c.astype(np.float64)
-    abs_ref = np.abs(x64).sum(axis=0) @ np.abs(w64)
-    ref = x64.sum(axis=0) @ w64
-    got = c64.sum(axis=0)
-    tol = 2.0 * (gamma * abs_ref + (m + k + 2) * 2.0**-52 * (abs_ref + np.abs(c64).sum(axis=0))
-                 + m * k * 2.0**-126)
-    return bool(np.all(np.abs(got - ref) <= tol))
 
 
 def load_patterns_for(config: Config, sm_count: int | None = None) -> list[GoldenPatternLike]:
@@ -1111,7 +1089,7 @@ class Daemon:
         error = msg.meta.get("error")
         error_text = error if isinstance(error, str) and error else "result without C and ES"
         if (ok and c is not None and live is not None and live.policy is Policy.ONE_OO_ONE_D
-                and not abft_ok(live.x, self._weights[live.weight_id], c)):
+                and not abft_passes(live.x, self._weights[live.weight_id], c)):  # issue 15
                 ok, error_text = False, "channel_error: C failed the per-request checksum test"
         if ok and c is not None and es is not None:
             if live is not None:

@@ -14,6 +14,7 @@ __all__ = [
     "ConfigError",
     "DisagreementError",
     "InvalidInputError",
+    "KernelCheckError",
     "PatternError",
     "SafeStateError",
     "SafemonError",
@@ -71,6 +72,23 @@ class ConfigError(SafemonError, ValueError):
 
 class PatternError(SafemonError, RuntimeError):
     """A golden pattern is missing, tampered with, or does not match its manifest."""
+
+
+class KernelCheckError(SafemonError, RuntimeError):
+    """An in-kernel check of the product failed; nothing may be released.
+
+    Attributes:
+        check: which check failed: "rmt" (replica lanes disagreed; C and ES of the tile are
+            poison) or "abft" (a row or column checksum of a C tile is off by more than the
+            rounding bound).
+        tile: the lowest failed linear tile id, or None when unknown.
+    """
+
+    def __init__(self, check: str, tile: int | None) -> None:
+        self.check = check
+        self.tile = tile
+        where = f"tile {tile}" if tile is not None else "an unknown tile"
+        super().__init__(f"in-kernel {check} check failed in {where}; the result is not released")
 
 
 class UncorrectableError(SafemonError, RuntimeError):

@@ -47,7 +47,7 @@ from safemon.channels.faults import FaultState
 from safemon.channels.link import LINK_FIELD, link_ok
 from safemon.config import Config
 from safemon.ecc import ProtectedArray
-from safemon.errors import SafemonError, UncorrectableError
+from safemon.errors import KernelCheckError, SafemonError, UncorrectableError
 from safemon.kernels.api import resolve_backend, run_variant
 from safemon.kernels.catalog import TILES, make_variant
 from safemon.transport import Kind, Limits, Message, encode, make_socket, recv_message, send_message
@@ -178,7 +178,7 @@ class ChannelWorker:
         if self.config.weights.ecc:
             weight = self._protect(b, name="warm-up")
         for tile in list(TILES) if v.tile == "auto" else [v.tile]:
-            self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile))
+            self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile, rmt=v.rmt, abft=v.abft))
 
     def _protect(self, host: npt.NDArray[np.float32], *, name: str) -> ProtectedArray:
         """`host` as an ECC-protected resident array on this channel's backend and stream."""
@@ -380,6 +380,9 @@ class ChannelWorker:
             meta["ok"] = True
         except UncorrectableError as exc:
             meta["error"] = f"ecc_uncorrectable: {exc}"
+        except KernelCheckError as exc:  # issue 15: an in-kernel check (RMT) failed: no release
+            self.log.error("kernel_check_failed", check=exc.check, tile=exc.tile)
+            meta["error"] = f"kernel_check_failed: {exc}"
         except (SafemonError, TypeError, ValueError) as exc:
             meta["error"] = f"channel_error: {exc}"
         except Exception as exc:  # e.g. a CUDA runtime error: this channel failed, say so

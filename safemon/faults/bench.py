@@ -115,7 +115,7 @@ def _launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]
     args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0))
 
     def run() -> None:
-        kernel((gx, gy, slices), (t.threads, 1, 1), args)
+        kernel((gx, gy, slices), (variant.block_threads, 1, 1), args)
         if slices > 1:
             reduce_slices(out, c)
 
@@ -263,7 +263,7 @@ def _ecc_mmm(
 
         def run_verified(pb: Any = pb, kernel: Any = kernel, a: Any = a, c: Any = c,
                          es: Any = es, grid: tuple[int, int, int] = (gx, gy, 1),
-                         block: tuple[int, int, int] = (t.threads, 1, 1),
+                         block: tuple[int, int, int] = (v.block_threads, 1, 1),
                          shape: tuple[Any, ...] = shape) -> None:
             kernel(grid, block, (a, pb.verified(), c, es, *shape, np.uintp(0)))
 

@@ -16,10 +16,21 @@ is then ignored and ES-word faults do not apply. Sites are drawn uniformly (seed
 launched threads (padding threads included: their registers are real), padded k steps, the
 targets asked for, their indices and the 32 bits.
 
+RMT variants (`Variant.rmt == "warp"`) run each logical thread in two replica lanes. A
+transient or thread-permanent fault hits one replica (drawn uniformly); an ES-word fault hits
+replica 0, whose words are the stored ones; a block-permanent fault hits both replicas of
+every thread of the block (a faulty SM runs both lanes, so replication inside one SM cannot
+see it). For these variants the kernel also sets `launch.RMT_DETECTED` when the replicas
+disagreed, and C "differs" when either replica's accumulators differ from golden. ABFT
+variants (`Variant.abft`) set `launch.ABFT_DETECTED` when the ABFT check of the stored C would
+fail; a fault that changes C and passes it is *below tolerance* (`InKernelResult.
+below_tolerance`, with the largest relative error it left in C), never counted as detected.
+
 Each run is classified against the golden (NumPy reference) C and ES:
-``masked`` (neither differs), ``detected`` (ES differs, whatever C does), ``sdc`` (C differs,
-ES does not: silent data corruption). For the safety figures `effect_counts` keeps the two
-verdict bits apart (``neither``, ``es_only``, ``c_only``, ``both``): only a fault that changes C
+``masked`` (neither differs), ``detected`` (ES differs or the RMT replicas disagreed, whatever
+C does), ``sdc`` (C differs and nothing flagged it: silent data corruption). For the safety
+figures `effect_counts` keeps the two verdicts apart (``neither``, ``es_only``, ``c_only``,
+``both``; "es" there means flagged, by ES or by RMT): only a fault that changes C
 can corrupt a released result, so the in-kernel DC (`safemon.faults.inkernel_evidence`) is
 ``both / (both + c_only)``, and ES-word flips, which never change C, are safe faults. The CPU reference does not model these targets, so the
 campaign needs the cupy backend; sampling and classification are pure and tested on CPU.
@@ -36,7 +47,7 @@ import numpy.typing as npt
 
 from safemon.faults.campaign import C_DIFFERS, ES_DIFFERS, inputs_for
 from safemon.faults.dims import Dims
-from safemon.faults.launch import SCOPES, TARGETS, injection_rows
+from safemon.faults.launch import ABFT_DETECTED, RMT_DETECTED, SCOPES, TARGETS, injection_rows
 from safemon.kernels.catalog import Variant
 
 __all__ = [
@@ -55,14 +66,19 @@ OUTCOMES: tuple[str, ...] = ("masked", "detected", "sdc")
 EFFECTS: tuple[str, ...] = ("neither", "es_only", "c_only", "both")
 I32 = npt.NDArray[np.int32]
 U32 = npt.NDArray[np.uint32]
+#: Verdict bits that mean "the kernel flagged this run": ES differs, the RMT replicas
+#: disagreed, or the ABFT check failed.
+FLAGGED = np.uint32(ES_DIFFERS) | RMT_DETECTED | ABFT_DETECTED
+F32 = npt.NDArray[np.float32]
 
 
 def classify(verdicts: npt.ArrayLike) -> npt.NDArray[np.str_]:
-    """Outcome names for verdict words (bit 0 ES differs, bit 1 C differs)."""
+    """Outcome names for verdict words (bit 0 ES differs, bit 1 C differs, bit 2 RMT, bit 3
+    ABFT)."""
     v = np.asarray(verdicts, dtype=np.uint32)
     out = np.full(v.shape, "masked", dtype="<U8")
     out[(v & C_DIFFERS) != 0] = "sdc"
-    out[(v & ES_DIFFERS) != 0] = "detected"
+    out[(v & FLAGGED) != 0] = "detected"
     return out
 
 
@@ -81,7 +97,10 @@ def sample_sites(
     targets: Sequence[str] = IN_KERNEL_TARGETS,
     scope: str = "transient",
 ) -> I32:
-    """Draw `n` injection sites as (n, 7) Injection rows (layout: `launch.FIELDS`).
+    """Draw `n` injection sites as (n, 8) Injection rows (layout: `launch.FIELDS`).
+
+    Variants without RMT draw exactly the sites they drew before the `copy` field existed
+    (copy -1); RMT variants then draw the replica (module docstring).
 
     Args:
         scope: "transient", "thread" (permanent in one thread) or "block" (permanent in
@@ -119,8 +138,12 @@ def sample_sites(
         thread = np.full(n, -1, dtype=np.int64)
     if scope != "transient":
         kstep = np.full(n, -1, dtype=np.int64)
+    copy = np.full(n, -1, dtype=np.int64)
+    if variant.copies > 1 and scope != "block":
+        copy = rng.integers(0, variant.copies, size=n)
+        copy[code == TARGETS["es_word"]] = 0
     return injection_rows(n, target=code, index=index, bit=bit, thread=thread, block=block,
-                          kstep=kstep, scope=SCOPES[scope])
+                          kstep=kstep, scope=SCOPES[scope], copy=copy)
 
 
 @dataclass(frozen=True)
@@ -134,6 +157,17 @@ class InKernelResult:
     rows: I32
     verdicts: U32
     seconds: float
+    rel_errors: F32 | None = None
+
+    def below_tolerance(self) -> dict[str, float | int] | None:
+        """ABFT variants: C-changing faults that nothing flagged ({"count", "max_rel_error"},
+        the error as max |ΔC|/max(|C|, 2⁻¹²⁶) over the stored C); None for other variants."""
+        if self.rel_errors is None:
+            return None
+        escaped = ((self.verdicts & C_DIFFERS) != 0) & ((self.verdicts & FLAGGED) == 0)
+        errs = self.rel_errors[escaped]
+        return {"count": int(escaped.sum()),
+                "max_rel_error": float(errs.max()) if errs.size else 0.0}
 
     def counts(self) -> dict[str, dict[str, int]]:
         """{target: {outcome: count}} plus "all"."""
@@ -151,7 +185,7 @@ class InKernelResult:
         """{target: {effect: count}} for the targets sampled (EFFECTS: neither, es_only,
         c_only, both)."""
         names = {code: name for name, code in TARGETS.items()}
-        es = (self.verdicts & ES_DIFFERS) != 0
+        es = (self.verdicts & FLAGGED) != 0
         c = (self.verdicts & C_DIFFERS) != 0
         classes = {"neither": ~es & ~c, "es_only": es & ~c, "c_only": ~es & c, "both": es & c}
         targets = self.rows[:, 0]
@@ -165,7 +199,7 @@ class InKernelResult:
         return {
             "variant": self.variant.name, "dims": self.dims.key, "scope": self.scope,
             "seed": self.seed, "sites": int(self.rows.shape[0]), "counts": self.counts(),
-            "seconds": self.seconds,
+            "seconds": self.seconds, "below_tolerance": self.below_tolerance(),
         }
 
 
@@ -194,5 +228,7 @@ def run_inkernel_campaign(
     rows = sample_sites(variant, dims, n, seed=seed, targets=targets, scope=scope)
     a, b = inputs_for(dims, seed)
     gc, ges = reference_matmul(a, b, variant)
-    verdicts = run_injections(a, b, variant, gc, ges, rows, progress=progress)
-    return InKernelResult(variant, dims, scope, seed, rows, verdicts, time.perf_counter() - start)
+    errs = np.zeros(rows.shape[0], dtype=np.float32) if variant.abft else None
+    verdicts = run_injections(a, b, variant, gc, ges, rows, progress=progress, rel_errors=errs)
+    return InKernelResult(variant, dims, scope, seed, rows, verdicts, time.perf_counter() - start,
+                          errs)

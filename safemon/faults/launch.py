@@ -2,7 +2,8 @@
 
 The injection build takes an array of `Injection` structs (mmm.cu) and runs one injected copy
 of the whole product per blockIdx.z. Each copy compares its ES words and C entries with the
-golden arrays on the device and ORs a verdict word: bit 0 ES differs, bit 1 C differs. With
+golden arrays on the device and ORs a verdict word: bit 0 ES differs, bit 1 C differs, bit 2
+the RMT replicas disagreed (RMT builds only; `RMT_DETECTED`). With
 C == nullptr the kernel stores nothing else, so a launch costs only the reachable blocks' work
 (blocks a fault cannot reach return at once).
 
@@ -22,7 +23,9 @@ from safemon.errors import SafemonError
 from safemon.kernels.catalog import Variant
 
 __all__ = [
+    "ABFT_DETECTED",
     "MAX_Z",
+    "RMT_DETECTED",
     "TARGETS",
     "GoldenMismatchError",
     "injection_rows",
@@ -43,7 +46,11 @@ TARGETS: dict[str, int] = {
 #: `Injection.scope` codes of mmm.cu.
 SCOPES: dict[str, int] = {"transient": 0, "thread": 1, "block": 2}
 #: int32 fields of one Injection, in struct order.
-FIELDS = ("target", "thread", "block", "kstep", "index", "bit", "scope")
+FIELDS = ("target", "thread", "block", "kstep", "index", "bit", "scope", "copy")
+#: Verdict bit of an RMT build: the replica pair's comparison failed (the tile is poisoned).
+RMT_DETECTED = np.uint32(4)
+#: Verdict bit of an ABFT variant: the ABFT check of the stored C would fail.
+ABFT_DETECTED = np.uint32(8)
 #: gridDim.z limit of CUDA: injections per launch.
 MAX_Z = 65535
 
@@ -70,11 +77,16 @@ def injection_rows(
     block: int | npt.ArrayLike = -1,
     kstep: int | npt.ArrayLike = -1,
     scope: int | npt.ArrayLike = 0,
+    copy: int | npt.ArrayLike = -1,
 ) -> I32:
-    """An (n, 7) int32 array of Injection structs; each field a scalar or an (n,) array."""
+    """An (n, 8) int32 array of Injection structs; each field a scalar or an (n,) array.
+
+    `copy` picks the RMT replica the fault hits (0 or 1; -1 both); builds without RMT
+    ignore it (every fault hits the one copy there is).
+    """
     rows = np.empty((n, len(FIELDS)), dtype=np.int32)
     values = {"target": target, "thread": thread, "block": block, "kstep": kstep,
-              "index": index, "bit": bit, "scope": scope}
+              "index": index, "bit": bit, "scope": scope, "copy": copy}
     for col, name in enumerate(FIELDS):
         rows[:, col] = np.broadcast_to(np.asarray(values[name], dtype=np.int64), (n,))
     bits = rows[:, FIELDS.index("bit")]
@@ -93,13 +105,16 @@ def run_injections(
     *,
     progress: Callable[[int], None] | None = None,
     batch: int | None = None,
+    rel_errors: npt.NDArray[np.float32] | None = None,
 ) -> U32:
-    """Run every injection of `rows` (n, 7) and return the (n,) uint32 verdict words.
+    """Run every injection of `rows` (n, 8) and return the (n,) uint32 verdict words.
 
     Args:
         a, b: clean inputs (M, K), (K, N) float32 on the host.
         golden_c, golden_es: the NumPy reference's C (M, N) and ES (threads, words).
         batch: injections per launch (≤ 65,535; None: as many as allowed).
+        rel_errors: for an ABFT variant, an (n,) float32 array filled with each injection's
+            largest |ΔC| / max(|C|, 2⁻¹²⁶) over the stored C (0 when C is unchanged).
 
     Raises:
         BackendUnavailableError: no CuPy or no device.
@@ -124,14 +139,23 @@ def run_injections(
     gc_d = cp.asarray(golden_c)
     ges_d = cp.asarray(np.ascontiguousarray(golden_es, dtype=np.uint32))
     null = np.uintp(0)  # C and ES: the campaign mode stores nothing
+    abft_ref: Any = None
+    if variant.abft:
+        from safemon.kernels.abft import abft_campaign_reference
+
+        abft_ref = cp.asarray(abft_campaign_reference(a, b, golden_c, t))
+    errs: list[Any] = []
 
     def launch(chunk: I32) -> Any:
         inj_d = cp.asarray(np.ascontiguousarray(chunk))
         out = cp.zeros(chunk.shape[0], dtype=cp.uint32)
-        kernel(
-            (gx, gy, chunk.shape[0]), (t.threads, 1, 1),
-            (a_d, b_d, null, null, np.int32(m), np.int32(n), np.int32(k), inj_d, out, ges_d, gc_d),
-        )
+        args: tuple[Any, ...] = (a_d, b_d, null, null, np.int32(m), np.int32(n), np.int32(k),
+                                 inj_d, out, ges_d, gc_d)
+        if abft_ref is not None:
+            err = cp.zeros(chunk.shape[0], dtype=cp.uint32)
+            errs.append(err)
+            args += (abft_ref, err)
+        kernel((gx, gy, chunk.shape[0]), (variant.block_threads, 1, 1), args)
         return out
 
     clean = int(launch(injection_rows(1, target=TARGETS["none"])).get()[0])
@@ -154,6 +178,8 @@ def run_injections(
         verdicts[plo:phi] = out.get()
         if progress is not None:
             progress(phi - plo)
+    if rel_errors is not None and errs:
+        rel_errors[:] = np.concatenate([e.get() for e in errs[1:]]).view(np.float32)
     return verdicts
 
 
@@ -166,7 +192,8 @@ def input_verdicts_gpu(
     progress: Callable[[int], None] | None,
     batch: int | None,
 ) -> U8:
-    """Verdict bytes of the exhaustive input campaign in fault order (see `campaign`)."""
+    """Verdict bytes of the exhaustive input campaign in fault order (see `campaign`); for
+    RMT and ABFT variants bit 0 also carries their checks' detections."""
     m, k = a.shape
     n = b.shape[1]
     a_bits, b_bits = 32 * m * k, 32 * k * n
@@ -177,4 +204,7 @@ def input_verdicts_gpu(
         injection_rows(b_bits, target=TARGETS["input_b"], index=fb // 32, bit=fb % 32),
     ])
     v = run_injections(a, b, variant, golden_c, golden_es, rows, progress=progress, batch=batch)
-    return (v & np.uint32(3)).astype(np.uint8)
+    # ES_DIFFERS of the verdict byte means "flagged": by ES, or by the RMT / ABFT checks.
+    flagged = (v & (np.uint32(1) | RMT_DETECTED | ABFT_DETECTED)) != 0
+    out: U8 = ((v & np.uint32(2)) | flagged.astype(np.uint32)).astype(np.uint8)
+    return out

@@ -16,7 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from safemon.errors import BackendUnavailableError, InvalidInputError, UncorrectableError
+from safemon.errors import (
+    BackendUnavailableError,
+    InvalidInputError,
+    KernelCheckError,
+    UncorrectableError,
+)
 from safemon.kernels.catalog import TileConfig, Variant, auto_split, auto_tile, make_variant
 from safemon.kernels.compiler import cuda_available
 
@@ -60,6 +65,7 @@ class MatmulResult:
         Raises:
             InvalidInputError: A or B holds NaN or infinity (the message names which).
             UncorrectableError: B is a ProtectedArray with an uncorrectable ECC error.
+            KernelCheckError: an in-kernel check (RMT or ABFT) failed; nothing is released.
         """
         if self.status is None:
             return self
@@ -70,6 +76,11 @@ class MatmulResult:
             return replace(self, status=None, _inputs=None)
         assert self._inputs is not None  # a pending result always keeps its inputs
         a, b, ecc_retries = self._inputs
+        if report.rmt_mismatch:  # set only when the input checks passed (mmm.cu)
+            raise KernelCheckError("rmt", report.rmt_tile)
+        if report.abft_failed and not (report.a_nonfinite or report.b_nonfinite
+                                       or report.ecc_bad_words):
+            raise KernelCheckError("abft", report.abft_tile)
         if report.ecc_bad_words:
             # ECC first: a flipped exponent bit can make B look non-finite.
             b.verified()  # corrects and counts, or raises UncorrectableError
@@ -168,6 +179,12 @@ def run_variant(
     from safemon.kernels.reference import reference_matmul
 
     c, es = reference_matmul(a, b, variant)
+    if variant.abft:  # the device's check, mirrored on the host
+        from safemon.kernels.abft import abft_check
+
+        check = abft_check(a, b, c, variant.tile, variant.slices(a.shape[1]))
+        if not check.ok:
+            raise KernelCheckError("abft", check.failed_tiles[0])
     return MatmulResult(c=c, es=es, variant=variant, backend=backend)
 
 
@@ -205,13 +222,14 @@ def _shape_of(a: Any, b: Any) -> tuple[int, int, int]:
 
 def _variant_for(
     a: Any, b: Any, checksum: str | None, level: str | None, mode: str,
-    tile: TileConfig | str | None, split: int | None,
+    tile: TileConfig | str | None, split: int | None, rmt: str = "none", abft: bool = False,
 ) -> Variant:
     """The variant of a call: tile and split default to pure functions of the shape."""
     m, n, k = _shape_of(a, b)
-    chosen = make_variant(checksum, level, mode, auto_tile(m, n) if tile is None else tile)
+    chosen = make_variant(checksum, level, mode, auto_tile(m, n) if tile is None else tile,
+                          rmt=rmt, abft=abft)
     return make_variant(checksum, level, mode, chosen.tile,
-                        auto_split(m, n, k, chosen.tile) if split is None else split)
+                        auto_split(m, n, k, chosen.tile) if split is None else split, rmt, abft)
 
 
 def protected_matmul(
@@ -225,6 +243,8 @@ def protected_matmul(
     tile: TileConfig | str | None = None,
     split: int | None = None,
     wait: bool = True,
+    rmt: str = "none",
+    abft: bool = False,
 ) -> MatmulResult:
     """C = A·B with per-thread execution signatures.
 
@@ -241,6 +261,10 @@ def protected_matmul(
         wait: on the CuPy backend, read the input checks' status block before returning (one
             host synchronisation). False returns a pending result at once; call its `wait()`
             before using c or es (they hold poison if a check failed).
+        rmt: "none" or "warp": intra-warp redundant multithreading (docs/RMT.md); C and ES
+            are those of rmt="none", and a replica mismatch raises `KernelCheckError`.
+        abft: check every C tile's row and column sums (safemon.kernels.abft); a failure
+            raises `KernelCheckError`.
 
     Returns:
         `MatmulResult` with c (M, N) float32, es (threads, words) uint32, the variant, the backend.
@@ -252,8 +276,9 @@ def protected_matmul(
         ValueError: unknown checksum, level, mode, tile or backend, or a bad split.
         BackendUnavailableError: backend="cupy" without a usable CUDA device.
         UncorrectableError: `b` is a ProtectedArray with an uncorrectable ECC error.
+        KernelCheckError: the RMT replicas disagreed or the ABFT check failed.
     """
-    variant = _variant_for(a, b, checksum, level, mode, tile, split)
+    variant = _variant_for(a, b, checksum, level, mode, tile, split, rmt, abft)
     return run_variant(a, b, variant, backend, wait=wait)
 
 

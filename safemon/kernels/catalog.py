@@ -18,6 +18,7 @@ __all__ = [
     "MAX_SPLIT",
     "MODES",
     "PAPER_LEVELS",
+    "RMT_KINDS",
     "STANDARD_COMBINATIONS",
     "STRONG_LEVELS",
     "TILES",
@@ -49,6 +50,9 @@ LEVELS: tuple[str, ...] = PAPER_LEVELS + STRONG_LEVELS
 #: The level name recorded for a combination X_Y (X at I, Y at M).
 COMBINED_LEVEL = "I+M"
 MODES: tuple[str, ...] = ("exact", "fma")
+#: Redundant multithreading (docs/RMT.md): "none", or "warp" (every logical thread runs in two
+#: lanes of one warp, which compare their accumulators through a warp shuffle before the store).
+RMT_KINDS: tuple[str, ...] = ("none", "warp")
 #: Every ordered pair of distinct checksums is a valid combination `X_Y`.
 COMBINATIONS: tuple[str, ...] = tuple(
     f"{x}_{y}" for x in CHECKSUMS for y in CHECKSUMS if x != y
@@ -180,7 +184,10 @@ class Variant:
 
     `checksum` is None for the unprotected kernel. For a combination `X_Y`, `level` is "I+M".
     `split` is the requested split-K factor (1: no split); the number of K-slices actually
-    launched for a given K is `slices(k)`.
+    launched for a given K is `slices(k)`. `rmt` is the redundant-multithreading kind
+    (`RMT_KINDS`); it never changes C or ES, only how many lanes compute them and the check
+    made before the store. `abft` adds the checksum check of `safemon.kernels.abft` after the
+    kernel (C and ES unchanged).
     """
 
     checksum: str | None
@@ -188,6 +195,18 @@ class Variant:
     mode: str
     tile: TileConfig
     split: int = 1
+    rmt: str = "none"
+    abft: bool = False
+
+    @property
+    def copies(self) -> int:
+        """Replicas of each logical thread (2 with intra-warp RMT, else 1)."""
+        return 2 if self.rmt == "warp" else 1
+
+    @property
+    def block_threads(self) -> int:
+        """Threads launched per block: the tile's logical threads times `copies`."""
+        return self.tile.threads * self.copies
 
     def slices(self, k: int) -> int:
         """K-slices (`gridDim.z`) of a product with inner dimension `k`."""
@@ -220,12 +239,17 @@ class Variant:
     def name(self) -> str:
         """Short stable name, e.g. `ones/I/exact/small` or `unprotected/fma/large`."""
         suffix = f"/split{self.split}" if self.split > 1 else ""
+        if self.rmt != "none":
+            suffix += f"/rmt-{self.rmt}"
+        if self.abft:
+            suffix += "/abft"
         if self.checksum is None:
             return f"unprotected/{self.mode}/{self.tile.name}{suffix}"
         return f"{self.checksum}/{self.level}/{self.mode}/{self.tile.name}{suffix}"
 
     def as_dict(self) -> dict[str, object]:
-        """JSON form; `split` appears only when it is not 1 (older files stay valid)."""
+        """JSON form; `split` appears only when it is not 1 and `rmt` only when it is not
+        "none" (older files stay valid)."""
         t = self.tile
         out: dict[str, object] = {
             "checksum": self.checksum,
@@ -236,18 +260,24 @@ class Variant:
         }
         if self.split > 1:
             out["split"] = self.split
+        if self.rmt != "none":
+            out["rmt"] = self.rmt
+        if self.abft:
+            out["abft"] = True
         return out
 
 
 def make_variant(
-    checksum: str | None, level: str | None, mode: str, tile: TileConfig | str, split: int = 1
+    checksum: str | None, level: str | None, mode: str, tile: TileConfig | str, split: int = 1,
+    rmt: str = "none",
+    abft: bool = False,
 ) -> Variant:
     """Validate the parts and build a `Variant`.
 
     Raises:
         ValueError: unknown checksum, level, mode or tile name, a level that does not
             fit the checksum (a combination `X_Y` takes level "I" or "I+M"), or a split
-            outside 1..MAX_SPLIT.
+            outside 1..MAX_SPLIT, an unknown `rmt` kind, or a non-bool `abft`.
         TypeError: `tile` is neither a name nor a `TileConfig`.
     """
     if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= MAX_SPLIT:
@@ -260,15 +290,19 @@ def make_variant(
         raise TypeError(f"tile must be a name or a TileConfig, not {type(tile).__name__}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    if rmt not in RMT_KINDS:
+        raise ValueError(f"unknown rmt kind {rmt!r}; known: {', '.join(RMT_KINDS)}")
+    if not isinstance(abft, bool):
+        raise ValueError(f"abft must be a bool, not {abft!r}")
     if checksum is None:
-        return Variant(None, None, mode, tile, split)
+        return Variant(None, None, mode, tile, split, rmt, abft)
     if checksum in COMBINATIONS:
         if level not in ("I", COMBINED_LEVEL):
             raise ValueError(
                 f"combination {checksum!r} folds its first checksum at I and its second at M; "
                 f"level must be 'I' or 'I+M', not {level!r}"
             )
-        return Variant(checksum, COMBINED_LEVEL, mode, tile, split)
+        return Variant(checksum, COMBINED_LEVEL, mode, tile, split, rmt, abft)
     if checksum not in CHECKSUMS:
         raise ValueError(
             f"unknown checksum {checksum!r}; known: {', '.join(CHECKSUMS)} "
@@ -276,7 +310,7 @@ def make_variant(
         )
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
-    return Variant(checksum, level, mode, tile, split)
+    return Variant(checksum, level, mode, tile, split, rmt, abft)
 
 
 def standard_variants(

@@ -10,9 +10,14 @@ between:
    arrays; host arrays were checked on the host before their upload;
 4. the MMM kernel (and for a split variant the split-K reduction). It reads the block first
    and, when any word is nonzero, computes nothing and stores poison (canonical NaN in C,
-   0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers.
+   0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers. An RMT
+   variant (docs/RMT.md) whose replica lanes disagree poisons that block tile the same way
+   and sets word 4 (`STATUS_RMT`) and word 5 (`STATUS_RMT_TILE`: 0xFFFFFFFF − the lowest
+   failed block's id);
+5. for an ABFT variant, abft.cu's check of C (`safemon.kernels.abft`), which sets word 6
+   (`STATUS_ABFT`) and word 7 (`STATUS_ABFT_TILE`, encoded like word 5) when a tile fails.
 
-`read_status` then copies the 16-byte block to the host: the one host synchronisation of a
+`read_status` then copies the 32-byte block to the host: the one host synchronisation of a
 call. `failed_check` names the check that failed. The ECC check only counts; the caller
 corrects with `ProtectedArray.verified()` and computes again (`safemon.kernels.api`).
 """
@@ -30,8 +35,12 @@ from safemon.kernels.compiler import import_cupy
 
 __all__ = [
     "STATUS_A",
+    "STATUS_ABFT",
+    "STATUS_ABFT_TILE",
     "STATUS_B",
     "STATUS_ECC",
+    "STATUS_RMT",
+    "STATUS_RMT_TILE",
     "STATUS_WORDS",
     "CheckedLaunch",
     "StatusReport",
@@ -39,8 +48,9 @@ __all__ = [
     "read_status",
 ]
 
-#: uint32 words of the status block (16 bytes; the kernel reads it as one uint4).
-STATUS_WORDS = 4
+#: uint32 words of the status block (32 bytes). The kernel reads words 0-3, the input checks,
+#: as one uint4 before computing; words 4-7 are written by checks inside the kernel.
+STATUS_WORDS = 8
 #: Word set to 1 when A holds NaN or infinity.
 STATUS_A = 0
 #: Word set to 1 when B holds NaN or infinity.
@@ -48,6 +58,14 @@ STATUS_B = 1
 #: First of the two words (a little-endian uint64) counting B's code words with a nonzero
 #: ECC syndrome.
 STATUS_ECC = 2
+#: Word set to 1 by an RMT kernel whose replica lanes disagreed (mmm.cu).
+STATUS_RMT = 4
+#: 0xFFFFFFFF − the lowest linear block id (blockIdx.z, y, x) whose RMT check failed; 0 if none.
+STATUS_RMT_TILE = 5
+#: Word set to 1 by abft.cu when a tile's row or column checksum fails.
+STATUS_ABFT = 6
+#: 0xFFFFFFFF − the lowest linear tile id (by·gx + bx) whose ABFT check failed; 0 if none.
+STATUS_ABFT_TILE = 7
 
 
 @dataclass(frozen=True)
@@ -57,20 +75,43 @@ class StatusReport:
     Attributes:
         a_nonfinite / b_nonfinite: the finite check of A / B found NaN or infinity.
         ecc_bad_words: code words of the ECC-protected B with a nonzero syndrome.
+        rmt_mismatch: an RMT kernel's replicas disagreed (C and ES of that tile are poison).
+        rmt_tile: the lowest linear block id whose RMT check failed, else None.
+        abft_failed: the ABFT check of C failed (C must not be released).
+        abft_tile: the lowest tile id (by·gx + bx) whose ABFT check failed, else None.
     """
 
     a_nonfinite: bool
     b_nonfinite: bool
     ecc_bad_words: int
+    rmt_mismatch: bool = False
+    rmt_tile: int | None = None
+    abft_failed: bool = False
+    abft_tile: int | None = None
 
     @property
     def ok(self) -> bool:
-        return not (self.a_nonfinite or self.b_nonfinite or self.ecc_bad_words)
+        return not (self.a_nonfinite or self.b_nonfinite or self.ecc_bad_words
+                    or self.rmt_mismatch or self.abft_failed)
 
     @classmethod
     def from_words(cls, words: npt.NDArray[np.uint32]) -> StatusReport:
+        """Decode a (STATUS_WORDS,) uint32 block.
+
+        Raises:
+            ValueError: `words` does not hold STATUS_WORDS words.
+        """
+        if words.shape != (STATUS_WORDS,):
+            raise ValueError(f"a status block holds {STATUS_WORDS} words, not {words.shape}")
         ecc = int(words[STATUS_ECC]) | (int(words[STATUS_ECC + 1]) << 32)
-        return cls(bool(words[STATUS_A]), bool(words[STATUS_B]), ecc)
+        return cls(bool(words[STATUS_A]), bool(words[STATUS_B]), ecc,
+                   bool(words[STATUS_RMT]), _tile(words[STATUS_RMT_TILE]),
+                   bool(words[STATUS_ABFT]), _tile(words[STATUS_ABFT_TILE]))
+
+
+def _tile(word: np.uint32) -> int | None:
+    """Decode a tile word (0xFFFFFFFF − id, 0 for none)."""
+    return None if int(word) == 0 else 0xFFFFFFFF - int(word)
 
 
 @dataclass(frozen=True)
@@ -107,6 +148,10 @@ def launch_checked(
     a_d, b_d = cp.asarray(a), cp.asarray(b)
     launch_inputs_finite(a_d, b_d, base, check_a=a_on_device, check_b=b_on_device)
     c, es = gpu_matmul(a_d, b_d, variant, status=status)
+    if variant.abft:
+        from safemon.kernels.abft import launch_abft
+
+        launch_abft(a_d, b_d, c, variant, base)
     return CheckedLaunch(c, es, status, b_protected is not None)
 
 

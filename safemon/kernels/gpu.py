@@ -30,6 +30,7 @@ __all__ = [
     "all_finite",
     "build_for",
     "finite_build",
+    "function_for",
     "gpu_matmul",
     "gpu_matmul_recording_sm",
     "launch_finite",
@@ -80,6 +81,10 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
         "SIG_T": SIG_CODES[levels.get("T")],
         "SAFEMON_INJECT": int(inject),
     }
+    if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
+        defines["RMT_WARP"] = 1
+    if inject and variant.abft:  # the campaign model of abft.cu (verdict bit 3)
+        defines["SAFEMON_ABFT_VERDICT"] = 1
     if record_sm:  # only then, so production builds keep their exact cache keys and code
         defines["SAFEMON_RECORD_SM"] = 1
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
@@ -112,6 +117,12 @@ def _function(key: tuple[Any, ...], build: Callable[[], KernelBuild], name: str)
         with _functions_lock:
             _functions[full] = fn
     return fn
+
+
+def function_for(key: tuple[Any, ...], build: Callable[[], KernelBuild], name: str) -> Any:
+    """The kernel `name` of `build()` on the current device, cached under `key` (for the
+    kernels of other modules, e.g. safemon.kernels.abft)."""
+    return _function(key, build, name)
 
 
 def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> Any:
@@ -151,7 +162,7 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[An
     out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
     status_arg = np.uintp(0) if status is None else status
     kernel = kernel_for(variant)
-    kernel((gx, gy, slices), (t.threads, 1, 1),
+    kernel((gx, gy, slices), (variant.block_threads, 1, 1),
            (a_d, b_d, out, es, np.int32(m), np.int32(n), np.int32(k), status_arg))
     if slices > 1:
         reduce_slices(out, c)
@@ -193,7 +204,7 @@ def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any,
     es = cp.empty((gx * gy * t.threads, variant.words), dtype=cp.uint32)
     sm = cp.empty(gx * gy, dtype=cp.uint32)
     kernel = kernel_for(variant, record_sm=True)
-    kernel((gx, gy, 1), (t.threads, 1, 1),
+    kernel((gx, gy, 1), (variant.block_threads, 1, 1),
            (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0), sm))
     return c, es, sm
 
@@ -256,7 +267,17 @@ def nvcc_builds() -> list[KernelBuild]:
         builds.append(build_for(make_variant(None, None, ("fma", "exact")[i % 2], tile)))
     builds.append(build_for(make_variant("ones_crc32c", "I", "exact", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
+    builds.append(build_for(make_variant("ones", "M", "exact", "large", rmt="warp")))
+    builds.append(build_for(make_variant("crc32c", "E", "fma", "wide", rmt="warp")))
+    builds.append(build_for(make_variant(None, None, "exact", "small", rmt="warp")))
+    builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="warp"), inject=True))
+    builds.append(build_for(make_variant("ones", "M", "fma", "large", abft=True), inject=True))
+    builds.append(build_for(make_variant(None, None, "fma", "wide", rmt="warp", abft=True),
+                            inject=True))
     builds.append(build_for(make_variant("ones", "I", "exact", "small"), record_sm=True))
+    from safemon.kernels.abft import abft_build
+
+    builds.append(abft_build())
     builds.append(finite_build())
     builds.append(splitk_build())
     return builds

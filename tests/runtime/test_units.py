@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from safemon.channels.faults import FaultState, flip_c
-from safemon.daemon import abft_ok, sd_notify, weight_id_of
+from safemon.daemon import sd_notify, weight_id_of
 from safemon.errors import InvalidInputError
+from safemon.kernels.abft import abft_passes as abft_ok
 from safemon.supervisor import Lost, Started, Supervisor
 
 from .helpers import make_config, operands, reference

@@ -13,6 +13,10 @@
 //                         SIG_CRC32C): I every MAC, M every middle-loop step, E every outer step
 //   SIG_F SIG_T           safemon's stronger levels (default none): F the operand fragments
 //                         every k step, T the whole accumulator tile every k-tile
+//   RMT_WARP              1 only in intra-warp RMT builds (docs/RMT.md): every logical thread
+//                         runs twice, in lanes 2l and 2l+1 of one warp, and the pair compares
+//                         its accumulators through __shfl_xor_sync before the store. Builds
+//                         without RMT never define it and compile to the same code as before.
 //   SAFEMON_INJECT        1 only in the fault-injection build (safemon/faults): adds the
 //                         injection arguments; production builds never see that code.
 //   SAFEMON_RECORD_SM     1 only in the self-test build (safemon/patterns): adds one argument,
@@ -29,9 +33,13 @@
 // whole product. The injection build keeps blockIdx.z for the injection and walks all of K
 // (split 1; docs/SIGNATURES.md, "Split-K").
 //
-// Status word (production builds): `status` is null or 4 words written by the input checks
-// queued before this kernel on the same stream (safemon/kernels/checked.py). When any word is
-// nonzero the kernel computes nothing and stores poison: canonical NaN in C, 0xFFFFFFFF in ES.
+// Status word (production builds): `status` is null or the status block of
+// safemon/kernels/checked.py, whose first 4 words are written by the input checks queued
+// before this kernel on the same stream. When any of them is nonzero the kernel computes
+// nothing and stores poison: canonical NaN in C, 0xFFFFFFFF in ES. An RMT build whose replica
+// pair disagrees poisons its whole block tile the same way and sets word 4 (RMT mismatch) to 1
+// and word 5 to max(word 5, 0xFFFFFFFF − the linear block id (blockIdx.z, y, x)), so that it
+// names the lowest failed tile whatever the block order.
 #include "signature.cuh"
 #include "crc32c_table.cuh"
 
@@ -45,7 +53,19 @@
 #define SAFEMON_RECORD_SM 0
 #endif
 
+#ifndef RMT_WARP
+#define RMT_WARP 0
+#endif
+// THREADS: logical threads (one per TM×TN sub-tile; ES rows). BLOCK_THREADS: launched threads.
 #define THREADS ((BM / TM) * (BN / TN))
+#if RMT_WARP
+#define RMT_COPIES 2
+#define BLOCK_THREADS (THREADS * 2)
+#define STATUS_RMT 4
+#define STATUS_RMT_TILE 5
+#else
+#define BLOCK_THREADS THREADS
+#endif
 #ifndef SIG_F
 #define SIG_F SIG_NONE
 #endif
@@ -61,7 +81,9 @@
 #define A_PAD 4
 
 static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
-static_assert((BM * BK) % THREADS == 0 && (BK * BN) % THREADS == 0, "tile loads must split evenly");
+static_assert((BM * BK) % BLOCK_THREADS == 0 && (BK * BN) % BLOCK_THREADS == 0,
+              "tile loads must split evenly");
+static_assert(BLOCK_THREADS % 32 == 0 || !RMT_WARP, "RMT pairs lanes of whole warps");
 
 // The multiply-accumulate, written in PTX so that its IEEE semantics do not depend on compiler
 // flags: CuPy appends -ftz=true to every NVRTC compile (after our --ftz=false, so it wins), and
@@ -91,13 +113,29 @@ struct Injection {
     int index;    // i (target 1), j (target 2), i*TN+j (target 3), ES word (target 4), element (5, 6)
     int bit;      // bit to flip (0..31)
     int scope;    // 0 transient (one k step), 1 permanent in one thread, 2 permanent in one block
+    int copy;     // RMT builds: the replica (0 or 1) the fault hits, -1 both; others ignore it
 };
+#ifndef SAFEMON_ABFT_VERDICT
+#define SAFEMON_ABFT_VERDICT 0
+#endif
+#if SAFEMON_ABFT_VERDICT
+// ABFT campaign arguments: the golden product's signed column residuals (gy×N), their
+// tolerances, the row residuals (M×gx) and theirs (safemon/kernels/abft.py), and per injection
+// the largest |ΔC|/max(|C|, 2^-126) of the stored C as float bits.
+#define ABFT_ARGS , const double* __restrict__ abft_ref, unsigned* __restrict__ rel_err
+#else
+#define ABFT_ARGS
+#endif
 #define INJ_ARGS , const Injection* __restrict__ injections, unsigned* __restrict__ verdicts, \
-                 const unsigned* __restrict__ golden_es, const float* __restrict__ golden_c
+                 const unsigned* __restrict__ golden_es, const float* __restrict__ golden_c ABFT_ARGS
 #define STATUS_ARG
 #else
 #define INJ_ARGS
+#if RMT_WARP
+#define STATUS_ARG , unsigned* __restrict__ status
+#else
 #define STATUS_ARG , const unsigned* __restrict__ status
+#endif
 #endif
 #if SAFEMON_RECORD_SM
 #define SM_ARGS , unsigned* __restrict__ SM
@@ -105,19 +143,107 @@ struct Injection {
 #define SM_ARGS
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+#if SAFEMON_INJECT && SAFEMON_ABFT_VERDICT
+// Campaign model of abft.cu for one injected copy of the product: a fault reaches one block
+// only, so the block sums its C errors per tile column and row and compares golden residual +
+// error with the golden tolerance. Returns verdict bit 3 when the device check would fail (or
+// C is not finite). The tolerance's Σ|C| term is the golden one: the difference is below 2^-50
+// of the error itself. Deterministic: each thread writes the partial sums of its own rows and
+// columns to shared memory (no atomics), then one thread per tile column (row) adds them in a
+// fixed order. Conversions are written in PTX (CuPy's -ftz=true would flush subnormals).
+__device__ __forceinline__ double inj_widen(float x) {
+    double d;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(x));
+    return d;
+}
+__device__ __forceinline__ unsigned inj_narrow_bits(double x) {  // non-negative x, as float bits
+    float f;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(f) : "d"(x));
+    return __float_as_uint(f);
+}
+__device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __restrict__ golden_c,
+                                 const double* __restrict__ ref, unsigned* __restrict__ rel_err,
+                                 int M, int N, int row0, int col0, int tx, int ty, bool stored) {
+    __shared__ double col_part[BM / TM][BN];  // [ty][column]: Σ over the thread's TM rows
+    __shared__ double row_part[BN / TN][BM];  // [tx][row]: Σ over the thread's TN columns
+    __shared__ unsigned bad;
+    if (threadIdx.x == 0) bad = 0u;
+    double col_sum[TN], row_sum[TM];
+#pragma unroll
+    for (int j = 0; j < TN; ++j) col_sum[j] = 0.0;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) row_sum[i] = 0.0;
+    unsigned worst = 0u, nonfinite = 0u;
+    for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j) {
+            const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+            if (!stored || r >= M || c >= N) continue;
+            const float g = golden_c[(long long)r * N + c];
+            if (__float_as_uint(acc[i][j]) == __float_as_uint(g)) continue;
+            if ((__float_as_uint(acc[i][j]) & 0x7F800000u) == 0x7F800000u) {
+                nonfinite = 1u;
+                worst = 0x7F800000u;
+                continue;
+            }
+            const double d = inj_widen(acc[i][j]) - inj_widen(g);
+            col_sum[j] += d;
+            row_sum[i] += d;
+            const unsigned rel = inj_narrow_bits(fabs(d) / fmax(fabs(inj_widen(g)), 0x1p-126));
+            worst = rel > worst ? rel : worst;
+        }
+    if (stored) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) col_part[ty][tx * TN + j] = col_sum[j];
+#pragma unroll
+        for (int i = 0; i < TM; ++i) row_part[tx][ty * TM + i] = row_sum[i];
+    }
+    __syncthreads();
+    const int gx = (N + BN - 1) / BN, gy = (M + BM - 1) / BM;
+    const double* col_res = ref;
+    const double* col_tol = ref + (long long)gy * N;
+    const double* row_res = col_tol + (long long)gy * N;
+    const double* row_tol = row_res + (long long)M * gx;
+    unsigned mine = nonfinite;
+    for (int i = threadIdx.x; i < BN; i += BLOCK_THREADS) {
+        double e = 0.0;
+        for (int q = 0; q < BM / TM; ++q) e += col_part[q][i];
+        const int c = col0 + i;
+        const long long at = (long long)(row0 / BM) * N + c;
+        if (c < N && e != 0.0 && !(fabs(col_res[at] + e) <= col_tol[at])) mine = 1u;
+    }
+    for (int i = threadIdx.x; i < BM; i += BLOCK_THREADS) {
+        double e = 0.0;
+        for (int q = 0; q < BN / TN; ++q) e += row_part[q][i];
+        const int r = row0 + i;
+        const long long at = (long long)r * gx + col0 / BN;
+        if (r < M && e != 0.0 && !(fabs(row_res[at] + e) <= row_tol[at])) mine = 1u;
+    }
+    if (worst) atomicMax(&rel_err[blockIdx.z], worst);
+    if (mine) atomicOr(&bad, 1u);
+    __syncthreads();
+    return bad ? 8u : 0u;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
             unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS) {
     __shared__ __align__(16) float As[BK][BM + A_PAD];  // transposed: As[k][m]
     __shared__ __align__(16) float Bs[BK][BN];
 #if USES_CRC
     __shared__ unsigned crc_table[256];
-    for (int i = threadIdx.x; i < 256; i += THREADS) crc_table[i] = SAFEMON_CRC32C_TABLE[i];
+    for (int i = threadIdx.x; i < 256; i += BLOCK_THREADS) crc_table[i] = SAFEMON_CRC32C_TABLE[i];
     const unsigned* table = crc_table;  // made visible by the first tile's __syncthreads
 #else
     const unsigned* table = nullptr;
 #endif
+#if RMT_WARP
+    const int lt = threadIdx.x >> 1;       // logical thread: lanes 2l, 2l+1 are its replicas
+    const int copy = threadIdx.x & 1;      // replica 0 stores; replica 1 only checks
+    const int t = lt;
+#else
     const int t = threadIdx.x;
+#endif
     const int tx = t % (BN / TN);
     const int ty = t / (BN / TN);
     const int row0 = blockIdx.y * BM;
@@ -148,6 +274,9 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     if (status != nullptr) {
         const uint4 s = *reinterpret_cast<const uint4*>(status);
         if (s.x | s.y | s.z | s.w) {  // an input check failed: release nothing usable
+#if RMT_WARP
+            if (copy != 0) return;
+#endif
             for (int i = 0; i < TM; ++i)
                 for (int j = 0; j < TN; ++j) {
                     const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
@@ -161,7 +290,13 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 
 #if SAFEMON_INJECT
     const Injection inj = injections[blockIdx.z];
-    const bool inj_thread = (inj.scope == 2) ? (block_id == inj.block) : (g == inj.thread);
+#if RMT_WARP
+    const bool inj_copy = inj.copy < 0 || inj.copy == copy;
+#else
+    const bool inj_copy = true;
+#endif
+    const bool inj_thread =
+        ((inj.scope == 2) ? (block_id == inj.block) : (g == inj.thread)) && inj_copy;
     const unsigned inj_mask = 1u << inj.bit;
     // A block the fault cannot reach computes exactly the golden values (verdict 0), so it
     // leaves at once; the whole block leaves together, before any barrier. An element of A
@@ -188,8 +323,8 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 
     for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
 #pragma unroll
-        for (int r = 0; r < (BM * BK) / THREADS; ++r) {
-            const int e = t + r * THREADS;
+        for (int r = 0; r < (BM * BK) / BLOCK_THREADS; ++r) {
+            const int e = (int)threadIdx.x + r * BLOCK_THREADS;
             const int m = e / BK, kk = e % BK;
             const int gr = row0 + m, gk = k0 + kk;
             float v = (gr < M && gk < K) ? A[(long long)gr * K + gk] : 0.0f;
@@ -200,8 +335,8 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             As[kk][m] = v;
         }
 #pragma unroll
-        for (int r = 0; r < (BK * BN) / THREADS; ++r) {
-            const int e = t + r * THREADS;
+        for (int r = 0; r < (BK * BN) / BLOCK_THREADS; ++r) {
+            const int e = (int)threadIdx.x + r * BLOCK_THREADS;
             const int kk = e / BN, n = e % BN;
             const int gk = k0 + kk, gc = col0 + n;
             float v = (gk < K && gc < N) ? B[(long long)gk * N + gc] : 0.0f;
@@ -277,9 +412,24 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         __syncthreads();
     }
 
+#if RMT_WARP
+    // Output comparison of the sphere of replication: each replica sends every accumulator
+    // bit pattern to its partner lane; any difference in any lane of the block fails the tile.
+    bool pair_differs = false;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const unsigned mine = __float_as_uint(acc[i][j]);
+            pair_differs |= mine != __shfl_xor_sync(0xFFFFFFFFu, mine, 1);
+        }
+    const bool tile_failed = __syncthreads_or(pair_differs) != 0;
+#endif
 #if SAFEMON_INJECT
     // Campaign mode: compare with the golden run instead of storing, one verdict word per
-    // injection: bit 0 = ES differs, bit 1 = C differs (in range only).
+    // injection: bit 0 = ES differs, bit 1 = C differs (in range only), bit 2 = the RMT
+    // replicas disagreed (RMT builds). With RMT, ES is replica 0's (the stored one) and C
+    // differs when either replica's accumulators do.
     {
         unsigned es_words[ES_WORDS > 0 ? ES_WORDS : 1];
         int w = 0;
@@ -288,11 +438,26 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         if (Sig<SIG_E>::WORDS) { sig_e.store(es_words + w); w += Sig<SIG_E>::WORDS; }
         if (Sig<SIG_F>::WORDS) { sig_f.store(es_words + w); w += Sig<SIG_F>::WORDS; }
         if (Sig<SIG_T>::WORDS) { sig_t.store(es_words + w); }
-        if (inj.target == 4 && g == inj.thread && inj.index < ES_WORDS)
+        if (inj.target == 4 && g == inj.thread && inj_copy && inj.index < ES_WORDS)
             es_words[inj.index] ^= inj_mask;
         unsigned verdict = 0u;
+#if RMT_WARP
+        if (copy == 0)
+#endif
         for (int v = 0; v < ES_WORDS; ++v)
             if (es_words[v] != golden_es[g * ES_WORDS + v]) verdict |= 1u;
+#if RMT_WARP
+        if (tile_failed) verdict |= 4u;
+#endif
+#if SAFEMON_ABFT_VERDICT
+        verdict |= abft_verdict(acc, golden_c, abft_ref, rel_err, M, N, row0, col0, tx, ty,
+#if RMT_WARP
+                                copy == 0
+#else
+                                true
+#endif
+                                );
+#endif
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -305,6 +470,24 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         if (verdict) atomicOr(&verdicts[blockIdx.z], verdict);
         if (C == nullptr) return;
     }
+#endif
+#if RMT_WARP
+    if (copy != 0) return;  // replica 1 never stores
+#if !SAFEMON_INJECT
+    if (tile_failed) {  // release nothing of this tile; say which tile failed
+        for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j) {
+                const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
+            }
+        for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
+        if (t == 0 && status != nullptr) {
+            atomicOr(&status[STATUS_RMT], 1u);
+            atomicMax(&status[STATUS_RMT_TILE], 0xFFFFFFFFu - (unsigned)block_id);
+        }
+        return;
+    }
+#endif
 #endif
 
 #pragma unroll

@@ -1,0 +1,233 @@
+"""ABFT: Huang–Abraham row and column checksums of every C tile, with a float32 rounding bound.
+
+The one ABFT of safemon (docs/RMT.md, "ABFT"). For a variant with `abft=True` the GPU backend
+queues `cuda/abft.cu` after the MMM kernel on the same stream; it writes status words 6–7
+(`checked.STATUS_ABFT`, `STATUS_ABFT_TILE`). `abft_check` is its NumPy mirror, used by the
+reference backend and by the daemon's per-request check of 1oo1D results.
+
+Rule. With the variant's tiling (BM×BN tiles, gx = ⌈N/BN⌉, gy = ⌈M/BM⌉), tile (by, bx) passes
+when every column sum and every row sum of its part of C matches the checksum product:
+
+    | Σ_{r∈R} Ĉ[r,c] − Σ_k (Σ_{r∈R} A[r,k]) B[k,c] | ≤ tol_col(by, c)   for c in the tile,
+    | Σ_{c∈Q} Ĉ[r,c] − Σ_k A[r,k] (Σ_{c∈Q} B[k,c]) | ≤ tol_row(r, bx)   for r in the tile,
+
+R the tile's rows, Q its columns, every sum in float64.
+
+Tolerance (a rigorous bound, so a healthy kernel never fails the check). Each Ĉ[r,c] is a
+float32 dot product of length K, summed by the kernel in one of its orders: per K-slice a
+recursive sum of rounded products (``exact``) or of fused multiply-adds (``fma``), then the
+S slices added in order. Every product takes part in at most K + S roundings, so (Higham,
+*Accuracy and Stability of Numerical Algorithms*, §3.1, with u = 2⁻²⁴, γ_n = nu/(1 − nu))
+
+    |Ĉ[r,c] − Σ_k A[r,k]B[k,c]| ≤ γ_{K+S} Σ_k |A[r,k]||B[k,c]| + (K+S)·2⁻¹⁵⁰,
+
+the last term covering products that underflow (ftz is off; subnormal additions are exact).
+Summed over the tile's `n` rows (columns), the float32 part is γ_{K+S}·P with P =
+Σ_k (Σ_{r∈R}|A[r,k]|)|B[k,c]|. The float64 sums of the check add at most
+γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) (u = 2⁻⁵³; the 7 covers the device's warp reduction). Hence
+
+    tol = γ_{K+S}·P + γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) + n·K·S·2⁻¹⁴⁹.
+
+A non-finite sum of C fails outright, and so does a comparison that is not true (NaN):
+ABFT never vouches for a non-finite C. An error δ in one element of C is detected when |δ| exceeds the tolerance of
+its row or of its column minus the rounding error already present there; smaller errors are
+"below tolerance" (the campaigns count them apart, with their relative size).
+
+The device sums in a different order than NumPy, so the two decisions can differ only for a
+residual within float64 rounding of the tolerance, far below any float32 effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from safemon.kernels.catalog import TileConfig, Variant
+from safemon.kernels.compiler import KernelBuild
+
+__all__ = [
+    "ABFT_SOURCE",
+    "AbftResult",
+    "abft_build",
+    "abft_campaign_reference",
+    "abft_check",
+    "abft_passes",
+    "abft_tolerances",
+    "gamma",
+    "launch_abft",
+]
+
+ABFT_SOURCE = Path(__file__).parent / "cuda" / "abft.cu"
+U32_F = 2.0**-24
+U64_F = 2.0**-53
+#: Extra float64 roundings of the device's warp reduction (5 shuffle levels) plus slack.
+F64_EXTRA = 7
+#: Threads per block of the check kernels (abft.cu's check kernel assumes 256).
+ABFT_THREADS = 256
+#: Tile rows per column-check block and tile columns per row-check warp (abft.cu).
+ABFT_CHUNK = 4
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+
+
+def gamma(n: float | F64, u: float) -> Any:
+    """Higham's γ_n = n·u / (1 − n·u) (valid while n·u < 1)."""
+    return n * u / (1.0 - n * u)
+
+
+@dataclass(frozen=True)
+class AbftResult:
+    """Outcome of the check of one product.
+
+    Attributes:
+        failed_tiles: sorted linear tile ids by·gx + bx whose row or column check failed.
+        col_residual / col_tol: (gy, N) Σ Ĉ − expected (signed) of each tile column and its
+            bound; the column passes when |residual| ≤ tol.
+        row_residual / row_tol: (M, gx) the same for each tile row.
+    """
+
+    failed_tiles: tuple[int, ...]
+    col_residual: F64
+    col_tol: F64
+    row_residual: F64
+    row_tol: F64
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_tiles
+
+
+def abft_tolerances(
+    a: F32, b: F32, c_abs_col: F64, c_abs_row: F64, tile: TileConfig, slices: int
+) -> tuple[F64, F64]:
+    """(col_tol (gy, N), row_tol (M, gx)) of the module docstring, for given Σ|Ĉ| sums."""
+    m, k = a.shape
+    n = b.shape[1]
+    gx, gy = tile.grid(m, n)
+    a_abs = _tile_sums(np.abs(a.astype(np.float64)), tile.bm, gy, axis=0)  # (gy, K)
+    b_abs = _tile_sums(np.abs(b.astype(np.float64)), tile.bn, gx, axis=1)  # (K, gx)
+    p_col = a_abs @ np.abs(b.astype(np.float64))
+    p_row = np.abs(a.astype(np.float64)) @ b_abs
+    rows = np.minimum(m - np.arange(gy) * tile.bm, tile.bm).astype(np.float64)[:, None]
+    cols = np.minimum(n - np.arange(gx) * tile.bn, tile.bn).astype(np.float64)[None, :]
+    g32 = gamma(float(k + slices), U32_F)
+    tiny = k * slices * 2.0**-149
+    col_tol = g32 * p_col + gamma(rows + k + F64_EXTRA, U64_F) * (p_col + c_abs_col) + rows * tiny
+    row_tol = g32 * p_row + gamma(cols + k + F64_EXTRA, U64_F) * (p_row + c_abs_row) + cols * tiny
+    return col_tol, row_tol
+
+
+def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: int = 1) -> AbftResult:
+    """The ABFT rule on the host (float64), as abft.cu applies it on the device.
+
+    Args:
+        a: (M, K) float32; b: (K, N) float32; c: (M, N) float32, the product to check.
+        tile: the tiling whose tiles are checked (the variant's; any tiling gives a valid check).
+        slices: the K-slices S the product was computed in (enters γ_{K+S}).
+
+    Raises:
+        ValueError: shapes that do not chain, or slices < 1.
+    """
+    m, k = a.shape
+    if b.shape[0] != k or c.shape != (m, b.shape[1]) or slices < 1:
+        raise ValueError(f"abft_check: shapes {a.shape}·{b.shape} → {c.shape}, slices {slices}")
+    n = b.shape[1]
+    gx, gy = tile.grid(m, n)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        c64 = c.astype(np.float64)
+        col_got = _tile_sums(c64, tile.bm, gy, axis=0)  # (gy, N)
+        row_got = _tile_sums(c64, tile.bn, gx, axis=1)  # (M, gx)
+        col_exp = _tile_sums(a64, tile.bm, gy, axis=0) @ b64
+        row_exp = a64 @ _tile_sums(b64, tile.bn, gx, axis=1)
+        c_abs = np.abs(c64)
+        col_tol, row_tol = abft_tolerances(
+            a, b, _tile_sums(c_abs, tile.bm, gy, axis=0), _tile_sums(c_abs, tile.bn, gx, axis=1),
+            tile, slices)
+        col_res, row_res = col_got - col_exp, row_got - row_exp
+        # A non-finite sum fails outright (its Σ|Ĉ| would make the tolerance infinite too).
+        col_bad = ~(np.isfinite(col_got) & (np.abs(col_res) <= col_tol))
+        row_bad = ~(np.isfinite(row_got) & (np.abs(row_res) <= row_tol))
+    bad = np.zeros((gy, gx), dtype=bool)
+    by, cc = np.nonzero(col_bad)
+    bad[by, cc // tile.bn] = True
+    rr, bx = np.nonzero(row_bad)
+    bad[rr // tile.bm, bx] = True
+    failed = tuple(int(i) for i in np.flatnonzero(bad.reshape(-1)))
+    return AbftResult(failed, col_res, col_tol, row_res, row_tol)
+
+
+def abft_passes(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig | None = None) -> bool:
+    """True when `c` passes `abft_check` for C = a·b (tile None: `auto_tile` of the shape,
+    split 1). False, never an exception, for a `c` of the wrong shape (a channel's result
+    that cannot be this product)."""
+    from safemon.kernels.catalog import auto_tile
+
+    if c.ndim != 2 or c.shape != (a.shape[0], b.shape[1]) or a.shape[1] != b.shape[0]:
+        return False
+    return abft_check(a, b, c, auto_tile(*c.shape) if tile is None else tile).ok
+
+
+def abft_campaign_reference(a: F32, b: F32, golden_c: F32, tile: TileConfig) -> F64:
+    """The golden residuals and tolerances the injection build's ABFT model reads (mmm.cu,
+    `abft_verdict`): col_res, col_tol (gy·N each), row_res, row_tol (M·gx each), concatenated.
+
+    Raises:
+        ValueError: the golden product fails its own check (it cannot be a golden run).
+    """
+    r = abft_check(a, b, golden_c, tile, 1)
+    if not r.ok:
+        raise ValueError(f"the golden product fails ABFT in tiles {r.failed_tiles[:5]}")
+    return np.ascontiguousarray(np.concatenate(
+        [r.col_residual.ravel(), r.col_tol.ravel(), r.row_residual.ravel(), r.row_tol.ravel()]))
+
+
+def _tile_sums(x: F64, size: int, tiles: int, axis: int) -> F64:
+    """Sums of `x` over consecutive groups of `size` rows (axis 0) or columns (axis 1)."""
+    if axis == 0:
+        pad = np.zeros((tiles * size, x.shape[1]), dtype=np.float64)
+        pad[: x.shape[0]] = x
+        rows: F64 = pad.reshape(tiles, size, -1).sum(axis=1)
+        return rows
+    pad = np.zeros((x.shape[0], tiles * size), dtype=np.float64)
+    pad[:, : x.shape[1]] = x
+    cols: F64 = pad.reshape(x.shape[0], tiles, size).sum(axis=2)
+    return cols
+
+
+def abft_build() -> KernelBuild:
+    """The compilation of abft.cu (one build for every shape and tile)."""
+    return KernelBuild.make(ABFT_SOURCE, None, ("--fmad=true",))
+
+
+def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
+    """Queue abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on the current
+    stream; a failure sets words 6–7 of the status block at `status_ptr`. No waiting."""
+    from safemon.kernels.compiler import import_cupy
+    from safemon.kernels.gpu import AUX_MAX_BLOCKS, function_for
+
+    cp = import_cupy()
+    m, k = a.shape
+    n = b.shape[1]
+    t = variant.tile
+    gx, gy = t.grid(m, n)
+    a_sum = cp.empty(gy * k, dtype=cp.float64)
+    a_abs = cp.empty_like(a_sum)
+    b_sum = cp.empty(gx * k, dtype=cp.float64)
+    b_abs = cp.empty_like(b_sum)
+    dims = (np.int32(m), np.int32(n), np.int32(k), np.int32(t.bm), np.int32(t.bn),
+            np.int32(gx), np.int32(gy))
+    vec_blocks = max(1, min(4 * AUX_MAX_BLOCKS, -(-(gy + 32 * gx) * k // ABFT_THREADS)))
+    function_for(("abft_vectors",), abft_build, "safemon_abft_vectors")(
+        (vec_blocks, 1, 1), (ABFT_THREADS, 1, 1), (a, b, a_sum, a_abs, b_sum, b_abs, *dims))
+    col_blocks = -(-gy // ABFT_CHUNK) * -(-n // 32)
+    row_blocks = -(-m * -(-gx // ABFT_CHUNK) // (ABFT_THREADS // 32))
+    function_for(("abft_check",), abft_build, "safemon_abft_check")(
+        (col_blocks + row_blocks, 1, 1), (ABFT_THREADS, 1, 1),
+        (a, b, c, a_sum, a_abs, b_sum, b_abs, np.uintp(status_ptr), *dims,
+         np.int32(variant.slices(k)), np.int32(col_blocks)))

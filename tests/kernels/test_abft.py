@@ -1,0 +1,184 @@
+"""ABFT (safemon.kernels.abft) on the CPU: the rounding bound against exact sums on adversarial
+inputs, no false positive over 10⁵ products, detection and the failing tile."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from safemon.errors import KernelCheckError
+from safemon.kernels.abft import U32_F, abft_check, abft_passes, gamma
+from safemon.kernels.api import run_variant
+from safemon.kernels.catalog import TILES, TileConfig, make_variant
+from safemon.kernels.reference import reference_matmul
+
+SMALL = TILES["small"]
+
+
+def _adversarial(kind: str, m: int, n: int, k: int, rng: np.random.Generator) -> tuple[
+        np.ndarray, np.ndarray]:
+    if kind == "cancel":  # products of alternating sign and huge size: C is the small rest
+        a = rng.standard_normal((m, k))
+        b = rng.standard_normal((k, n))
+        a[:, 0::2] *= 1e6
+        b[0::2, :] = (1.0 + 1e-7 * b[0::2, :])
+        b[1::2, :] = -np.roll(b[0::2, :], 0, axis=0)[: b[1::2, :].shape[0]]
+        a[:, 1::2] = a[:, 0::2][:, : a[:, 1::2].shape[1]]
+    elif kind == "range":  # magnitudes from 2^-60 to 2^60 (products from subnormal to huge)
+        a = rng.standard_normal((m, k)) * 2.0 ** rng.integers(-60, 60, (m, k))
+        b = rng.standard_normal((k, n)) * 2.0 ** rng.integers(-60, 60, (k, n))
+    elif kind == "rows":  # rows of very different size (the 1oo1D column check's blind spot)
+        a = rng.standard_normal((m, k)) * 10.0 ** rng.integers(-4, 5, (m, 1))
+        b = rng.standard_normal((k, n))
+    elif kind == "tiny":  # products in the float32 subnormal range
+        a = rng.standard_normal((m, k)) * 2.0**-70
+        b = rng.standard_normal((k, n)) * 2.0**-70
+    else:
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    return a.astype(np.float32), b.astype(np.float32)
+
+
+KINDS = ("normal", "cancel", "range", "rows", "tiny")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("mode,split", [("exact", 1), ("fma", 1), ("exact", 4), ("fma", 3)])
+def test_element_bound_holds_against_exact_sums(kind: str, mode: str, split: int) -> None:
+    """|Ĉ − exact| ≤ γ_{K+S}·Σ|a||b| + (K+S)·2⁻¹⁵⁰ for every element, the premise of the
+    tolerance (exact: math.fsum of float64 products, which are exact for float32 inputs)."""
+    rng = np.random.default_rng(hash((kind, mode, split)) % 2**32)
+    m, n, k = 9, 7, 300
+    a, b = _adversarial(kind, m, n, k, rng)
+    v = make_variant(None, None, mode, "small", split)
+    c, _ = reference_matmul(a, b, v)
+    s = v.slices(k)
+    g = gamma(float(k + s), U32_F)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    worst = 0.0
+    for i in range(m):
+        for j in range(n):
+            exact = math.fsum(a64[i] * b64[:, j])
+            bound = g * float(np.abs(a64[i]) @ np.abs(b64[:, j])) + (k + s) * 2.0**-150
+            err = abs(float(c[i, j]) - exact)
+            assert err <= bound, (i, j, err, bound)
+            worst = max(worst, err / bound if bound else 0.0)
+    assert abft_check(a, b, c, SMALL, s).ok
+    assert worst < 1.0
+
+
+#: A 4×4 checking tile: every 4 rows of a stacked product form one independent product.
+#: (Any tiling gives a valid check; the kernel's summation order does not depend on it.)
+TILE4 = TileConfig("t4", bm=4, bn=4, bk=4, tm=4, tn=4)
+
+
+def _clean_group(rng: np.random.Generator, products: int) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, int]:
+    """`products` independent 4×K·K×N products sharing B, stacked along M, computed by the
+    reference in a random mode and split, on random inputs of a random kind."""
+    k = int(rng.integers(1, 64))
+    n = int(rng.integers(1, 24))
+    kind = KINDS[int(rng.integers(0, len(KINDS)))]
+    a, b = _adversarial(kind, products * TILE4.bm, n, k, rng)
+    mode = ("exact", "fma")[int(rng.integers(0, 2))]
+    v = make_variant(None, None, mode, "small", int(rng.integers(1, 5)))
+    c, _ = reference_matmul(a, b, v)
+    return a, b, c, v.slices(k)
+
+
+@pytest.mark.slow
+def test_no_false_positive_over_100000_random_products() -> None:
+    """10⁵ clean products (50 groups of 2000 4×K·K×N products, random K < 64, N < 24, mode,
+    split and input kind) all pass the check of every one of their tiles."""
+    rng = np.random.default_rng(15)
+    products = 0
+    for _ in range(50):
+        a, b, c, s = _clean_group(rng, 2000)
+        r = abft_check(a, b, c, TILE4, s)
+        assert r.ok, r.failed_tiles[:5]
+        products += 2000
+    assert products == 100_000
+
+
+def test_no_false_positive_on_a_sample_of_products() -> None:
+    rng = np.random.default_rng(16)
+    for _ in range(5):
+        a, b, c, s = _clean_group(rng, 200)
+        assert abft_check(a, b, c, TILE4, s).ok
+        assert abft_check(a, b, c, SMALL, s).ok
+
+
+def _flip(c: np.ndarray, i: int, j: int, bit: int) -> np.ndarray:
+    bad = c.copy()
+    bad.view(np.uint32)[i, j] ^= np.uint32(1 << bit)
+    return bad
+
+
+def test_exponent_flip_is_caught_when_rows_differ_in_magnitude() -> None:
+    """The issue's case: rows scaled by 10⁴ except row 0, an exponent bit of C[0,0] flipped.
+    The column sum alone cannot see it; the row check of row 0 does."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((80, 80)).astype(np.float32)
+    a[1:] *= np.float32(1e4)
+    b = rng.standard_normal((80, 80)).astype(np.float32)
+    v = make_variant(None, None, "exact", "small")
+    c, _ = reference_matmul(a, b, v)
+    for bit in (30, 29, 27, 24):
+        bad = _flip(c, 0, 0, bit)
+        r = abft_check(a, b, bad, SMALL)
+        assert r.failed_tiles == (0,), bit
+        if abs(bad[0, 0]) < abs(c[0, 0]):  # the issue's case: the value shrinks
+            assert (np.abs(r.col_residual) <= r.col_tol).all()  # columns alone miss it
+
+
+def test_failed_tile_is_the_tile_of_the_corrupted_element() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((100, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 70)).astype(np.float32)
+    c, _ = reference_matmul(a, b, make_variant(None, None, "fma", "small"))
+    gx, _ = SMALL.grid(100, 70)
+    for i, j in [(0, 0), (99, 69), (33, 64), (64, 31)]:
+        r = abft_check(a, b, _flip(c, i, j, 28), SMALL)
+        assert r.failed_tiles == ((i // 32) * gx + j // 32,)
+
+
+def test_low_mantissa_flip_is_below_tolerance() -> None:
+    """An error far below the rounding bound passes: ABFT does not claim to see it."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((32, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 32)).astype(np.float32)
+    c, _ = reference_matmul(a, b, make_variant(None, None, "exact", "small"))
+    assert abft_check(a, b, _flip(c, 3, 3, 0), SMALL).ok
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+def test_non_finite_c_fails(value: float) -> None:
+    a = np.ones((4, 3), np.float32)
+    b = np.ones((3, 5), np.float32)
+    c = a @ b
+    c[2, 1] = value
+    assert not abft_check(a, b, c, SMALL).ok
+
+
+def test_abft_passes_refuses_a_wrong_shape_and_checks_with_the_auto_tile() -> None:
+    a = np.ones((4, 3), np.float32)
+    b = np.ones((3, 5), np.float32)
+    assert abft_passes(a, b, a @ b)
+    assert not abft_passes(a, b, np.ones((5, 4), np.float32))
+    with pytest.raises(ValueError, match="shapes"):
+        abft_check(a, b, np.ones((5, 4), np.float32), SMALL)
+
+
+def test_numpy_backend_runs_the_check_for_an_abft_variant() -> None:
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((50, 30)).astype(np.float32)
+    b = rng.standard_normal((30, 20)).astype(np.float32)
+    v = make_variant("ones", "M", "exact", "small", abft=True)
+    r = run_variant(a, b, v, "numpy")
+    plain, _ = reference_matmul(a, b, make_variant("ones", "M", "exact", "small"))
+    assert r.c.tobytes() == plain.tobytes()
+    assert v.name == "ones/M/exact/small/abft"
+    with pytest.raises(ValueError, match="abft"):
+        make_variant("ones", "M", "exact", "small", abft=1)  # type: ignore[arg-type]
+    assert isinstance(KernelCheckError("abft", 3), RuntimeError)

@@ -1,0 +1,91 @@
+"""ABFT on the GPU (abft.cu): clean products pass with C bit-exact, the device decision and
+failed tile equal the NumPy mirror's, and injected faults are flagged (device machine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safemon.faults.dims import Dims
+from safemon.faults.inkernel import run_inkernel_campaign
+from safemon.faults.launch import ABFT_DETECTED, TARGETS, injection_rows, run_injections
+from safemon.kernels.abft import abft_check
+from safemon.kernels.catalog import make_variant
+from safemon.kernels.reference import reference_matmul
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(20, 20, 20), (80, 80, 80), (97, 61, 113), (8, 900, 8), (300, 260, 70), (64, 64, 4096)]
+
+
+def _inputs(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m * 1_000_003 + n * 1009 + k)
+    a = rng.standard_normal((m, k)) * 10.0 ** rng.integers(-3, 4, (m, 1))
+    return a.astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+
+
+@pytest.mark.parametrize("tile", ["small", "large", "wide"])
+@pytest.mark.parametrize("mode", ["exact", "fma"])
+def test_gpu_abft_clean_products_pass_and_c_is_unchanged(tile: str, mode: str) -> None:
+    import cupy as cp
+
+    from safemon.kernels.checked import launch_checked, read_status
+
+    for m, n, k in SHAPES:
+        split = 8 if k >= 4096 else 1
+        v = make_variant("ones", "M", mode, tile, split, abft=True)
+        a, b = _inputs(m, n, k)
+        launch = launch_checked(cp.asarray(a), cp.asarray(b), v, a_on_device=True,
+                                b_on_device=True)
+        assert read_status(launch.status).ok, (v.name, m, n, k)
+        c_ref, es_ref = reference_matmul(a, b, v)
+        assert cp.asnumpy(launch.c).tobytes() == c_ref.tobytes()
+        assert cp.asnumpy(launch.es).tobytes() == es_ref.tobytes()
+        assert abft_check(a, b, c_ref, v.tile, v.slices(k)).ok
+
+
+@pytest.mark.parametrize("bit", [31, 30, 27, 23, 20, 10, 0])
+def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(bit: int) -> None:
+    import cupy as cp
+
+    from safemon.kernels.abft import launch_abft
+    from safemon.kernels.checked import STATUS_WORDS, StatusReport
+    from safemon.kernels.gpu import gpu_matmul
+
+    m, n, k = 300, 260, 70
+    a, b = _inputs(m, n, k)
+    v = make_variant(None, None, "exact", "small", abft=True)
+    rng = np.random.default_rng(bit)
+    for _ in range(10):
+        i, j = int(rng.integers(0, m)), int(rng.integers(0, n))
+        c, _ = gpu_matmul(a, b, v)
+        bits = c.view(cp.uint32)
+        bits[i, j] ^= cp.uint32(1 << bit)
+        status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+        launch_abft(cp.asarray(a), cp.asarray(b), c, v, int(status.data.ptr))
+        report = StatusReport.from_words(status.get())
+        mirror = abft_check(a, b, cp.asnumpy(c), v.tile)
+        assert report.abft_failed == (not mirror.ok)
+        assert report.abft_tile == (mirror.failed_tiles[0] if mirror.failed_tiles else None)
+
+
+def test_gpu_abft_flags_an_injected_exponent_flip_and_leaves_tiny_ones_below_tolerance() -> None:
+    v = make_variant(None, None, "exact", "small", abft=True)
+    a, b = _inputs(80, 80, 80)
+    gc, ges = reference_matmul(a, b, v)
+    rows = injection_rows(2, target=TARGETS["accumulator"], thread=7, kstep=79, index=5,
+                          bit=np.array([30, 0]), scope=0)
+    errs = np.zeros(2, dtype=np.float32)
+    verdicts = run_injections(a, b, v, gc, ges, rows, rel_errors=errs)
+    assert verdicts[0] & int(ABFT_DETECTED) and verdicts[0] & 2
+    assert verdicts[1] == 2 and 0 < errs[1] < 1e-5  # changed C, below tolerance
+
+
+def test_gpu_abft_campaign_reports_below_tolerance_faults_apart() -> None:
+    v = make_variant(None, None, "fma", "small", abft=True)
+    r = run_inkernel_campaign(v, Dims(80, 80, 80), 4000, seed=4,
+                              targets=("operand_a", "operand_b", "accumulator"))
+    below = r.below_tolerance()
+    assert below is not None
+    assert below["count"] == sum(e["c_only"] for e in r.effect_counts().values())
+    assert sum(e["both"] for e in r.effect_counts().values()) > 0

@@ -1,0 +1,110 @@
+"""Intra-warp RMT (docs/RMT.md) on the CPU: catalog, build, reference, status and sampling rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safemon.config import VariantConfig
+from safemon.errors import KernelCheckError
+from safemon.faults.dims import Dims
+from safemon.faults.inkernel import classify, sample_sites
+from safemon.faults.launch import FIELDS, RMT_DETECTED, TARGETS
+from safemon.kernels.catalog import RMT_KINDS, make_variant
+from safemon.kernels.checked import STATUS_RMT, STATUS_RMT_TILE, STATUS_WORDS, StatusReport
+from safemon.kernels.gpu import build_for
+from safemon.kernels.reference import reference_matmul
+
+
+def _col(rows: np.ndarray, name: str) -> np.ndarray:
+    return rows[:, FIELDS.index(name)]
+
+
+def test_rmt_is_part_of_the_variant_name_and_json_only_when_enabled() -> None:
+    plain = make_variant("ones", "M", "exact", "small")
+    rmt = make_variant("ones", "M", "exact", "small", rmt="warp")
+    assert rmt.name == "ones/M/exact/small/rmt-warp" and plain.name == "ones/M/exact/small"
+    assert rmt.as_dict()["rmt"] == "warp" and "rmt" not in plain.as_dict()
+    assert rmt != plain and rmt.words == plain.words
+
+
+def test_rmt_launches_two_lanes_per_logical_thread() -> None:
+    for tile in ("small", "large", "wide"):
+        v = make_variant(None, None, "fma", tile, rmt="warp")
+        assert v.block_threads == 2 * v.tile.threads and v.copies == 2
+        assert make_variant(None, None, "fma", tile).block_threads == v.tile.threads
+
+
+def test_unknown_rmt_kind_is_rejected() -> None:
+    with pytest.raises(ValueError, match="rmt"):
+        make_variant("ones", "I", "exact", "small", rmt="block")
+    assert RMT_KINDS == ("none", "warp")
+
+
+def test_only_rmt_builds_get_the_rmt_define() -> None:
+    plain = build_for(make_variant("ones", "I", "exact", "large"))
+    rmt = build_for(make_variant("ones", "I", "exact", "large", rmt="warp"))
+    assert "RMT_WARP" not in dict(plain.defines)
+    assert dict(rmt.defines)["RMT_WARP"] == "1"
+    assert {k: v for k, v in rmt.defines if k != "RMT_WARP"} == dict(plain.defines)
+
+
+def test_reference_of_an_rmt_variant_is_the_unreplicated_result() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((37, 29)).astype(np.float32)
+    b = rng.standard_normal((29, 41)).astype(np.float32)
+    for checksum, level in [(None, None), ("crc32c", "M"), ("ones_fletcher", "I")]:
+        plain = make_variant(checksum, level, "exact", "small")
+        c0, es0 = reference_matmul(a, b, plain)
+        c1, es1 = reference_matmul(a, b, make_variant(checksum, level, "exact", "small",
+                                                      rmt="warp"))
+        assert c1.tobytes() == c0.tobytes() and es1.tobytes() == es0.tobytes()
+
+
+def test_status_report_decodes_an_rmt_mismatch_and_its_tile() -> None:
+    words = np.zeros(STATUS_WORDS, dtype=np.uint32)
+    assert StatusReport.from_words(words).ok
+    words[STATUS_RMT], words[STATUS_RMT_TILE] = 1, 0xFFFFFFFF - 7
+    report = StatusReport.from_words(words)
+    assert not report.ok and report.rmt_mismatch and report.rmt_tile == 7
+    assert StatusReport.from_words(np.zeros(STATUS_WORDS, dtype=np.uint32)).rmt_tile is None
+    with pytest.raises(ValueError, match="words"):
+        StatusReport.from_words(np.zeros(4, dtype=np.uint32))
+
+
+def test_kernel_check_error_names_the_failed_block() -> None:
+    exc = KernelCheckError("rmt", 7)
+    assert "tile 7" in str(exc) and exc.check == "rmt" and exc.tile == 7
+    assert "unknown tile" in str(KernelCheckError("rmt", None))
+
+
+def test_rmt_verdict_bit_counts_as_detected() -> None:
+    rmt, c = int(RMT_DETECTED), 2
+    assert classify([rmt | c, c, rmt, 0]).tolist() == ["detected", "sdc", "detected", "masked"]
+
+
+def test_sampling_without_rmt_is_unchanged_by_the_copy_field() -> None:
+    dims = Dims(40, 40, 40)
+    plain = sample_sites(make_variant("ones", "M", "exact", "small"), dims, 500, seed=5)
+    rmt = sample_sites(make_variant("ones", "M", "exact", "small", rmt="warp"), dims, 500, seed=5)
+    assert (_col(plain, "copy") == -1).all()
+    assert np.array_equal(plain[:, :-1], rmt[:, :-1])  # same sites; RMT only adds the replica
+
+
+def test_rmt_sampling_hits_one_replica_except_block_faults_and_es_words() -> None:
+    dims = Dims(40, 40, 40)
+    v = make_variant("ones", "M", "exact", "small", rmt="warp")
+    rows = sample_sites(v, dims, 2000, seed=1)
+    copy, target = _col(rows, "copy"), _col(rows, "target")
+    es = target == TARGETS["es_word"]
+    assert set(copy[~es].tolist()) == {0, 1} and (copy[es] == 0).all()
+    thread = sample_sites(v, dims, 500, seed=1, scope="thread", targets=("accumulator",))
+    assert set(_col(thread, "copy").tolist()) == {0, 1}
+    block = sample_sites(v, dims, 500, seed=1, scope="block", targets=("accumulator",))
+    assert (_col(block, "copy") == -1).all()
+
+
+def test_channel_config_carries_rmt_into_the_variant() -> None:
+    cfg = VariantConfig(checksum="ones", level="M", tile="auto", rmt="warp")
+    assert cfg.to_variant(64, 64).rmt == "warp"
+    assert VariantConfig().to_variant(64, 64).rmt == "none"
