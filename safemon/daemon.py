@@ -359,10 +359,11 @@ class Daemon:
     def _assign_patterns(self, patterns: Sequence[GoldenPatternLike]) -> tuple[str, ...]:
         """Per channel, the patterns of its own variant; the scheduler's ids index them."""
         assert self.config.channels is not None
-        from safemon.patterns.golden import pattern_shapes
+        from safemon.patterns.golden import channel_pattern_shapes
 
-        shapes = pattern_shapes(self.config, self._sm_count)
         for ch in self.config.channels:
+            # Its own covering shape (sized for its tile), not another channel's.
+            shapes = channel_pattern_shapes(self.config, ch, self._sm_count)
             mine: list[GoldenPatternLike] = []
             for m, n, k in shapes:
                 v = ch.variant.to_variant(m, n)

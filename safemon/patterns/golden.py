@@ -63,7 +63,7 @@ from safemon.kernels.api import run_variant
 from safemon.kernels.catalog import TileConfig, Variant, make_variant
 
 if TYPE_CHECKING:
-    from safemon.config import Config, VariantConfig
+    from safemon.config import ChannelConfig, Config, VariantConfig
 
 __all__ = [
     "BUILTIN_DIR",
@@ -72,6 +72,7 @@ __all__ = [
     "MANIFEST_NAME",
     "GoldenPattern",
     "build_patterns",
+    "channel_pattern_shapes",
     "find_pattern",
     "generate_inputs",
     "load_patterns",
@@ -665,21 +666,33 @@ def load_patterns(config: Config, *, sm_count: int | None = None) -> list[Golden
 
 
 def pattern_shapes(config: Config, sm_count: int | None = None) -> list[tuple[int, int, int]]:
-    """The (M, N, K) shapes the self-tests run (`load_patterns`): the device-covering shape of
-    each channel variant first when covering is on for `sm_count`, then the configured dims."""
+    """The (M, N, K) shapes any channel's self-tests run (`load_patterns` loads them all):
+    each channel's `channel_pattern_shapes`, in channel order, without repeats."""
+    shapes: list[tuple[int, int, int]] = []
+    for ch in config.channels or []:
+        shapes += [s for s in channel_pattern_shapes(config, ch, sm_count) if s not in shapes]
+    return shapes or config.patterns.shapes()
+
+
+def channel_pattern_shapes(
+    config: Config, channel: ChannelConfig, sm_count: int | None = None
+) -> list[tuple[int, int, int]]:
+    """The (M, N, K) shapes `channel`'s self-tests run: when covering is on for `sm_count`,
+    the shape that puts >= 2 blocks on every SM *with this channel's own tile* first, then
+    the dims the config names (none when it names none); else the configured dims.
+
+    Channels with different tiles get different covering shapes: a shape sized for another
+    tile would leave SMs idle (a large tile at the small tile's covering shape fills 20 SMs).
+    """
     if sm_count is None or not config.patterns.covers(sm_count):
         return config.patterns.shapes()
     from safemon.patterns.sm_coverage import cover_dims
 
-    shapes: list[tuple[int, int, int]] = []
-    for ch in config.channels or []:
-        # The cover shape is sized for the tile the variant picks at that shape; "auto" picks
-        # by output size, so size with the tile of a large output and resolve again.
-        tile = ch.variant.to_variant(1024, 1024).tile
-        d = cover_dims(sm_count, tile)
-        d = cover_dims(sm_count, ch.variant.to_variant(d.m, d.n).tile)
-        if (d.m, d.n, d.k) not in shapes:
-            shapes.append((d.m, d.n, d.k))
+    # The cover shape is sized for the tile the variant picks at that shape; "auto" picks
+    # by output size, so size with the tile of a large output and resolve again.
+    d = cover_dims(sm_count, channel.variant.to_variant(1024, 1024).tile)
+    d = cover_dims(sm_count, channel.variant.to_variant(d.m, d.n).tile)
+    shapes = [(d.m, d.n, d.k)]
     if "dims" in config.patterns.model_fields_set:
         shapes += [s for s in config.patterns.shapes() if s not in shapes]
     return shapes

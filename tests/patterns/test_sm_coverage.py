@@ -122,6 +122,27 @@ def test_pattern_shapes_put_the_device_covering_shape_first_on_a_gpu() -> None:
     assert pattern_shapes(_config({"patterns": {"cover": False}}), 132) == [(16, 16, 16)]
 
 
+def test_each_channel_self_tests_at_the_covering_shape_of_its_own_tile() -> None:
+    """Channels with different tiles get different covering shapes, each >= 2 blocks per SM
+    with that channel's tile; none runs another channel's covering shape."""
+    from safemon.patterns.golden import channel_pattern_shapes, pattern_shapes
+
+    cfg = _config({"policy": "1oo2D", "channels": [
+        {"name": "s", "variant": {"checksum": "ones", "level": "I", "mode": "exact", "tile": "small"}},
+        {"name": "l", "variant": {"checksum": "ones", "level": "I", "mode": "exact", "tile": "large"}},
+    ]})
+    assert cfg.channels is not None
+    small, large = cover_dims(132, TILES["small"]), cover_dims(132, TILES["large"])
+    assert (small.m, small.n) != (large.m, large.n)
+    by_name = {ch.name: channel_pattern_shapes(cfg, ch, 132) for ch in cfg.channels}
+    assert by_name == {"s": [(small.m, small.n, small.k)], "l": [(large.m, large.n, large.k)]}
+    for ch in cfg.channels:
+        (m, n, _), = by_name[ch.name]
+        gx, gy = ch.variant.to_variant(m, n).tile.grid(m, n)
+        assert gx * gy >= 2 * 132
+    assert pattern_shapes(cfg, 132) == [by_name["s"][0], by_name["l"][0]]
+
+
 def test_sm_report_reads_the_result_meta_and_names_failing_sms() -> None:
     from safemon.patterns.sm_coverage import sm_report
 
