@@ -149,6 +149,15 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[An
         (c, es) as CuPy arrays on the current device: (M, N) float32 and
         (variant.es_threads(M, N, K), words) uint32.
     """
+    c, es, _ = _launch_mmm(a, b, variant, status, record_sm=False)
+    return c, es
+
+
+def _launch_mmm(
+    a: Any, b: Any, variant: Variant, status: Any, *, record_sm: bool
+) -> tuple[Any, Any, Any]:
+    """Queue `variant`'s kernel (the self-test build when `record_sm`) over its K-slices and
+    reduce them; returns (c, es, sm), sm None unless `record_sm` ((gx·gy,) uint32)."""
     cp = import_cupy()
     a_d = cp.asarray(a)
     b_d = cp.asarray(b)
@@ -160,13 +169,17 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[An
     c = cp.empty((m, n), dtype=cp.float32)
     es = cp.empty((gx * gy * t.threads * slices, variant.words), dtype=cp.uint32)
     out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
-    status_arg = np.uintp(0) if status is None else status
-    kernel = kernel_for(variant)
-    kernel((gx, gy, slices), (variant.block_threads, 1, 1),
-           (a_d, b_d, out, es, np.int32(m), np.int32(n), np.int32(k), status_arg))
+    args = [a_d, b_d, out, es, np.int32(m), np.int32(n), np.int32(k),
+            np.uintp(0) if status is None else status]
+    sm = None
+    if record_sm:
+        sm = cp.empty(gx * gy, dtype=cp.uint32)
+        args.append(sm)
+    kernel = kernel_for(variant, record_sm=record_sm)
+    kernel((gx, gy, slices), (variant.block_threads, 1, 1), tuple(args))
     if slices > 1:
         reduce_slices(out, c)
-    return c, es
+    return c, es, sm
 
 
 def splitk_build() -> KernelBuild:
@@ -193,20 +206,7 @@ def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any,
     """
     if variant.split != 1:
         raise ValueError(f"{variant.name}: the self-test build runs split 1 only")
-    cp = import_cupy()
-    a_d = cp.asarray(a)
-    b_d = cp.asarray(b)
-    m, k = a_d.shape
-    n = b_d.shape[1]
-    t = variant.tile
-    gx, gy = t.grid(m, n)
-    c = cp.empty((m, n), dtype=cp.float32)
-    es = cp.empty((gx * gy * t.threads, variant.words), dtype=cp.uint32)
-    sm = cp.empty(gx * gy, dtype=cp.uint32)
-    kernel = kernel_for(variant, record_sm=True)
-    kernel((gx, gy, 1), (variant.block_threads, 1, 1),
-           (a_d, b_d, c, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0), sm))
-    return c, es, sm
+    return _launch_mmm(a, b, variant, None, record_sm=True)
 
 
 def finite_build() -> KernelBuild:
