@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from safemon.faults.bench import _median_ms  # the project's kernel timer (launch latency hidden)
+from safemon.bench.timing import (
+    median_kernel_ms,  # the project's kernel timer (launch latency hidden)
+)
 from safemon.faults.bounds import lower_bound_percent
 from safemon.faults.campaign import run_input_campaign
 from safemon.faults.dims import Dims
@@ -96,7 +98,7 @@ def bench(out: Path, reps: int) -> None:
             def run(v: Variant = v, a: Any = a, b: Any = b) -> None:
                 launch_checked(a, b, v, a_on_device=False, b_on_device=False)
 
-            ms = _median_ms(cp, run, reps, 3)
+            ms = median_kernel_ms(cp, run, reps, 3)
             base = ms if base is None else base
             rows.append({"variant": v.name, "dims": f"{m}x{n}x{k}", "median_ms": ms,
                          "ratio": ms / base, "reps": reps})

@@ -25,22 +25,9 @@ from safemon.patterns.sm_coverage import cover_pattern, failing_blocks
 def _kernel_us(launch, runs: int = 200, warm: int = 20) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """GPU time of one launch (CUDA events), the host launch latency hidden behind a spin
     kernel queued first, as `safemon bench` does: p50/p99 in microseconds."""
-    from safemon.ecc.gpu import spin_function
-    from safemon.faults.bench import SPIN_NS
+    from safemon.bench.timing import kernel_samples_ms
 
-    spin = spin_function()
-    for _ in range(warm):
-        launch()
-    cp.cuda.Stream.null.synchronize()
-    out = []
-    for _ in range(runs):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        spin((1,), (1,), (np.uint64(SPIN_NS),))
-        s.record()
-        launch()
-        e.record()
-        e.synchronize()
-        out.append(cp.cuda.get_elapsed_time(s, e) * 1000.0)
+    out = kernel_samples_ms(cp, launch, runs, warm) * 1000.0
     return {"p50_us": float(np.median(out)), "p99_us": float(np.percentile(out, 99)), "runs": runs}
 
 

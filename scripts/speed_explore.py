@@ -17,8 +17,9 @@ import cupy as cp
 import numpy as np
 
 import safemon
+from safemon.bench.overhead import variant_launcher
+from safemon.bench.timing import median_kernel_ms
 from safemon.ecc import ProtectedArray
-from safemon.faults.bench import _launcher, _median_ms
 from safemon.kernels.catalog import TILES, auto_split, make_variant
 
 
@@ -53,7 +54,7 @@ def tiles() -> None:
         for name, tile in TILES.items():
             for split in sorted({1, auto_split(m, n, k, tile)}):
                 v = make_variant(None, None, "fma", tile, split)
-                us = _median_ms(cp, _launcher(cp, v, a, b), 30, 5) * 1e3
+                us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 30, 5) * 1e3
                 print(f"{m}x{n}x{k} {name:6s} split {split:3d} ({v.slices(k):3d} slices): {us:9.1f} us")
 
 

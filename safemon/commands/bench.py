@@ -65,14 +65,14 @@ def handler(args: argparse.Namespace) -> int:
 
 
 def _vote(args: argparse.Namespace) -> int:
-    from safemon.errors import BackendUnavailableError, SafemonError
-    from safemon.patterns.vote_bench import (
+    from safemon.bench.vote import (
         parse_sizes,
         plot_round_trips,
         run_vote_bench,
         vote_markdown,
         write_evidence,
     )
+    from safemon.errors import BackendUnavailableError, SafemonError
 
     try:
         sizes = parse_sizes(args.sizes, args.requests)
@@ -105,8 +105,8 @@ def _report(markdown: str, title: str, path: str | None) -> None:
 
 
 def _kernels(args: argparse.Namespace) -> int:
+    from safemon.bench.overhead import bench_markdown, run_bench
     from safemon.errors import BackendUnavailableError
-    from safemon.faults.bench import bench_markdown, run_bench
     from safemon.faults.campaign import variant_label
     from safemon.faults.dims import BENCH_DIMS, parse_dims_list
     from safemon.faults.evidence import EvidenceStore, write_evidence

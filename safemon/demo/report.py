@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-import numpy as np
+from safemon.bench.timing import percentiles
 
 __all__ = ["JSON_KEYS", "DemoReport", "FaultRecord", "percentiles_ms"]
 
@@ -43,9 +43,8 @@ def percentiles_ms(seconds: Sequence[float]) -> dict[str, float | None]:
     """p50/p90/p99 of durations given in seconds, in milliseconds (None when empty)."""
     if not seconds:
         return {"p50": None, "p90": None, "p99": None}
-    arr = np.asarray(seconds, dtype=np.float64) * 1e3
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-    return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
+    p50, p90, p99 = percentiles(seconds, (50, 90, 99), 1e3)
+    return {"p50": round(p50, 3), "p90": round(p90, 3), "p99": round(p99, 3)}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@
 * `ScrubRegistry`: patrols the registered buffers and keeps per-buffer counts.
 
 Pure algebra lives in `safemon.ecc.code`, the CuPy kernels in `safemon.ecc.gpu`
-(`cuda/ecc.cu`), the benchmark in `safemon.ecc.bench`.
+(`cuda/ecc.cu`), the benchmark in `safemon.bench.ecc`.
 """
 
 from __future__ import annotations

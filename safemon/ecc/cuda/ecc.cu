@@ -281,7 +281,7 @@ __global__ void ecc64_locate(unsigned char* __restrict__ data, u64 nbytes, u32* 
 
 }  // extern "C"
 
-// Benchmark helper (safemon.ecc.bench): keeps the stream busy for `ns` nanoseconds so that
+// Benchmark helper (safemon.bench.ecc): keeps the stream busy for `ns` nanoseconds so that
 // the next operation is already queued when its start event is reached, and the timing
 // measures the GPU work rather than Python's launch latency.
 extern "C" __global__ void ecc_spin(u64 ns) {

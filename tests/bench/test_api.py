@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from safemon.faults.api_bench import api_markdown
+from safemon.bench.api import api_markdown
 from safemon.faults.evidence import BenchEvidence, EvidenceError, load_evidence, write_evidence
 from tests.faults.helpers import bench_doc
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from safemon.patterns.vote_bench import FORMAT, parse_sizes
+from safemon.bench.vote import FORMAT, parse_sizes
 
 
 def test_parse_sizes() -> None:

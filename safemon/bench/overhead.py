@@ -7,9 +7,9 @@ the split-K reduction) with the unprotected kernel of the same tiling and
 runs. Each timing is the median of `repeats` runs measured with CUDA events after a warm-up;
 before each timed run a short spin kernel is queued on the stream, so the kernel is already
 queued when its start event fires and Python's launch latency is not counted (the same
-method as `safemon.ecc.bench`). Clocks are read (nvidia-smi query or device attributes) and
+method as `safemon.bench.ecc`). Clocks are read (nvidia-smi query or device attributes) and
 recorded, never set. Timings are reported, never asserted in tests. The API section
-(`safemon.faults.api_bench`) adds what a user pays per call, wall clock, against cupy.matmul.
+(`safemon.bench.api`) adds what a user pays per call, wall clock, against cupy.matmul.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from safemon.bench.timing import median_kernel_ms
 from safemon.faults.campaign import variant_label
 from safemon.faults.dims import BENCH_DIMS, Dims
 from safemon.faults.evidence import BENCH_SCHEMA, BenchEvidence, now_utc
@@ -31,12 +32,11 @@ __all__ = [
     "bench_markdown",
     "device_info",
     "run_bench",
+    "variant_launcher",
 ]
 
 #: Minimum repeats at sizes of at least 2**36 MACs (4096³): the brief's "≥ 10 at 4096³".
 LARGE_SIZE_REPEATS = 10
-#: Busy time queued before each timed run, in nanoseconds (longer than the launch path).
-SPIN_NS = 50_000
 
 _SMI_FIELDS = (
     "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem",
@@ -79,26 +79,7 @@ def device_info(cp: Any) -> dict[str, Any]:
     }
 
 
-def _median_ms(cp: Any, fn: Callable[[], object], repeats: int, warmup: int) -> float:
-    from safemon.ecc.gpu import spin_function
-
-    spin = spin_function()
-    for _ in range(warmup):
-        fn()
-    cp.cuda.Stream.null.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        spin((1,), (1,), (np.uint64(SPIN_NS),))
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times))
-
-
-def _launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]:
+def variant_launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]:
     """The variant's kernels alone, on preallocated buffers: the MMM kernel over its K-slices
     and, when split, the reduction (no input checks: those are part of the API wall time)."""
     from safemon.kernels.gpu import kernel_for, reduce_slices
@@ -152,9 +133,9 @@ def run_bench(
         variant_filter: keep only variants for which it returns True (None: all standard).
         repeats: timed runs per median; at sizes of ≥ 2**36 MACs (4096³) a tenth of it,
             but never fewer than `LARGE_SIZE_REPEATS` (10).
-        ecc: also run `safemon.ecc.bench.run_ecc_bench(ecc_sizes_mib)` and time
+        ecc: also run `safemon.bench.ecc.run_ecc_bench(ecc_sizes_mib)` and time
             `ProtectedArray.verified()` + the kernel against the kernel alone at `ecc_dims`.
-        api_dims: sizes of the API wall-time section (`safemon.faults.api_bench`); empty
+        api_dims: sizes of the API wall-time section (`safemon.bench.api`); empty
             skips it. `api_repeats` calls per median there (fewer at large sizes).
         progress: called with a short text before each measurement.
 
@@ -178,7 +159,7 @@ def run_bench(
     ecc_result: dict[str, Any] | None = None
     ecc_rows: list[dict[str, Any]] = []
     if ecc:
-        from safemon.ecc.bench import run_ecc_bench
+        from safemon.bench.ecc import run_ecc_bench
 
         if progress is not None:
             progress("ecc")
@@ -186,7 +167,7 @@ def run_bench(
         ecc_rows = _ecc_mmm(cp, ecc_dims, repeats, warmup, rng, progress)
     api_rows: list[dict[str, Any]] = []
     if api_dims:
-        from safemon.faults.api_bench import run_api_bench
+        from safemon.bench.api import run_api_bench
 
         api_rows = run_api_bench(api_dims, repeats=api_repeats, warmup=warmup, seed=seed,
                                  progress=progress)
@@ -215,15 +196,15 @@ def _bench_dims(
                     if variant_filter is None or variant_filter(v)]
         if not variants:
             continue
-        run_base = _launcher(cp, make_variant(None, None, mode, tile, split), a, b)
+        run_base = variant_launcher(cp, make_variant(None, None, mode, tile, split), a, b)
         for v in variants:
             if progress is not None:
                 progress(f"{dims.label} {v.name}")
-            run_prot = _launcher(cp, v, a, b)
+            run_prot = variant_launcher(cp, v, a, b)
             # All three in the same run, per variant: the ratios share clocks and thermal state.
-            prot = _median_ms(cp, run_prot, reps, warmup)
-            unprot = _median_ms(cp, run_base, reps, warmup)
-            blas = _median_ms(cp, run_blas, reps, warmup)
+            prot = median_kernel_ms(cp, run_prot, reps, warmup)
+            unprot = median_kernel_ms(cp, run_base, reps, warmup)
+            blas = median_kernel_ms(cp, run_blas, reps, warmup)
             gflop = dims.flops / 1e9  # GFLOP / ms = TFLOP/s
             rows.append({
                 "variant": variant_label(v), "name": v.name, "checksum": v.checksum,
@@ -252,7 +233,7 @@ def _ecc_mmm(
         a = cp.asarray(rng.standard_normal((dims.m, dims.k), dtype=np.float32))
         b = cp.asarray(rng.standard_normal((dims.k, dims.n), dtype=np.float32))
         pb = ProtectedArray(b, name="bench-b")
-        run_mmm = _launcher(cp, v, a, b)
+        run_mmm = variant_launcher(cp, v, a, b)
         t = v.tile
         gx, gy = t.grid(dims.m, dims.n)
         c = cp.empty((dims.m, dims.n), dtype=cp.float32)
@@ -268,8 +249,8 @@ def _ecc_mmm(
             kernel(grid, block, (a, pb.verified(), c, es, *shape, np.uintp(0)))
 
         reps = _repeats_for(dims, repeats)
-        mmm = _median_ms(cp, run_mmm, reps, warmup)
-        ver = _median_ms(cp, run_verified, reps, warmup)
+        mmm = median_kernel_ms(cp, run_mmm, reps, warmup)
+        ver = median_kernel_ms(cp, run_verified, reps, warmup)
         out.append({"name": v.name, "dims": dims.key, "repeats": reps, "mmm_ms": mmm,
                     "verified_mmm_ms": ver, "ratio": ver / mmm})
     return out
@@ -310,7 +291,7 @@ def bench_markdown(ev: BenchEvidence) -> str:
                          f"{r.unprotected_ms / r.cublas_ms:.2f} |")
         lines.append("")
     if ev.api:
-        from safemon.faults.api_bench import api_markdown
+        from safemon.bench.api import api_markdown
 
         lines += [api_markdown(ev.api)]
     if ev.ecc_mmm:
@@ -320,7 +301,7 @@ def bench_markdown(ev: BenchEvidence) -> str:
             lines.append(f"| {e.name} | {e.dims} | {e.mmm_ms:.3f} | {e.verified_mmm_ms:.3f} | {e.ratio:.2f} |")
         lines.append("")
     if ev.ecc is not None:
-        from safemon.ecc.bench import markdown_table
+        from safemon.bench.ecc import markdown_table
 
         lines += ["### ECC throughput", "", markdown_table(ev.ecc), ""]
     return "\n".join(lines)

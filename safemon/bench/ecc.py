@@ -24,11 +24,10 @@ import platform
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
+from safemon.bench.timing import median_kernel_ms
 from safemon.ecc.api import decode
 from safemon.ecc.code import n_check_words
-from safemon.ecc.gpu import count_errors_device, encode_device, spin_function
+from safemon.ecc.gpu import count_errors_device, encode_device
 from safemon.kernels.compiler import import_cupy
 
 __all__ = ["markdown_table", "run_ecc_bench"]
@@ -39,23 +38,6 @@ MIB = 1 << 20
 #: Busy time queued before each timed run, in nanoseconds: longer than Python's launch
 #: path, so the timed operation is already queued when its start event is reached.
 SPIN_NS = 200_000
-
-
-def _median_ms(cupy: Any, fn: Callable[[], object], repeats: int, warmup: int) -> float:
-    spin = spin_function()
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Stream.null.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        spin((1,), (1,), (np.uint64(SPIN_NS),))
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times))
 
 
 def run_ecc_bench(
@@ -115,7 +97,7 @@ def _bench_size(
     def copy() -> None:
         dst.data.copy_from_device_async(src.data, nbytes)
 
-    copy_ms = _median_ms(cupy, copy, repeats, warmup)
+    copy_ms = median_kernel_ms(cupy, copy, repeats, warmup, spin_ns=SPIN_NS)
     copy_gbs = 2 * nbytes / copy_ms / 1e6
     rows: list[dict[str, Any]] = [
         {"size_mib": size_mib, "word_bits": None, "op": "copy", "median_ms": copy_ms,
@@ -130,7 +112,7 @@ def _bench_size(
             "decode": functools.partial(decode, src, check, word_bits=wb),
         }
         for op, fn in ops.items():
-            ms = _median_ms(cupy, fn, repeats, warmup)
+            ms = median_kernel_ms(cupy, fn, repeats, warmup, spin_ns=SPIN_NS)
             gbs = (nbytes + cbytes) / ms / 1e6
             rows.append(
                 {"size_mib": size_mib, "word_bits": wb, "op": op, "median_ms": ms,
@@ -158,5 +140,5 @@ def markdown_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m safemon.ecc.bench
+if __name__ == "__main__":  # python -m safemon.bench.ecc
     print(json.dumps(run_ecc_bench(print_table=True), indent=2))

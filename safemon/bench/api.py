@@ -3,7 +3,7 @@
 For each size, inputs are CuPy arrays already on the device and every call is timed as a
 user would see it: `time.perf_counter()` around the call and a synchronisation of the
 current stream (so work still queued is paid for). Each call's kernels are also timed alone
-with CUDA events (the launch sequence of `safemon.faults.bench`: a spin kernel queued first,
+with CUDA events (the launch sequence of `safemon.bench.overhead`: a spin kernel queued first,
 so that launch latency is not counted), which splits the wall time into kernel time and
 everything else (checks, allocation, Python, launches, the status read-back).
 
@@ -15,12 +15,12 @@ are reported, never asserted.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from safemon.bench.timing import median_kernel_ms, percentiles, wall_samples_s
 from safemon.faults.dims import Dims
 
 __all__ = ["API_CALLS", "api_markdown", "run_api_bench"]
@@ -37,16 +37,8 @@ API_CALLS: tuple[tuple[str, str | None, str | None, str, bool], ...] = (
 def _wall_us(cp: Any, fn: Callable[[], object], repeats: int, warmup: int) -> tuple[float, float]:
     """(p50, p99) wall microseconds of `fn()` followed by a stream synchronisation."""
     stream = cp.cuda.get_current_stream()
-    for _ in range(warmup):
-        fn()
-    stream.synchronize()
-    times = np.empty(repeats)
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        stream.synchronize()
-        times[i] = time.perf_counter() - t0
-    return float(np.percentile(times, 50) * 1e6), float(np.percentile(times, 99) * 1e6)
+    p50, p99 = percentiles(wall_samples_s(fn, repeats, warmup, stream.synchronize), (50, 99), 1e6)
+    return p50, p99
 
 
 def _repeats(dims: Dims, repeats: int) -> int:
@@ -92,22 +84,22 @@ def _time_size(
     cp: Any, dims: Dims, a: Any, b: Any, reps: int, warmup: int,
     progress: Callable[[str], None] | None,
 ) -> list[dict[str, Any]]:
+    from safemon.bench.overhead import variant_launcher
     from safemon.ecc import ProtectedArray
-    from safemon.faults.bench import _launcher, _median_ms
     from safemon.kernels.api import _variant_for
 
     pb = ProtectedArray(b, name="bench-b")
     if progress is not None:
         progress(f"api {dims.label} cupy.matmul")
     cupy_p50, cupy_p99 = _wall_us(cp, lambda: cp.matmul(a, b), reps, warmup)
-    cupy_kernel = _median_ms(cp, lambda: cp.matmul(a, b), reps, warmup) * 1e3
+    cupy_kernel = median_kernel_ms(cp, lambda: cp.matmul(a, b), reps, warmup) * 1e3
     rows = [_row("cupy.matmul", None, dims, reps, cupy_p50, cupy_p99, cupy_kernel, cupy_p50)]
     for label, checksum, level, mode, ecc in API_CALLS:
         if progress is not None:
             progress(f"api {dims.label} {label}")
         v = _variant_for(a, b, checksum, level, mode, None, None)
         p50, p99 = _wall_us(cp, _call_for(a, pb if ecc else b, checksum, level, mode), reps, warmup)
-        kernel = _median_ms(cp, _launcher(cp, v, a, b), reps, warmup) * 1e3
+        kernel = median_kernel_ms(cp, variant_launcher(cp, v, a, b), reps, warmup) * 1e3
         rows.append(_row(label, v.name, dims, reps, p50, p99, kernel, cupy_p50))
     return rows
 

@@ -47,6 +47,7 @@ import numpy.typing as npt
 import yaml
 import zmq
 
+from safemon.bench.timing import percentiles
 from safemon.errors import SafemonError
 
 __all__ = [
@@ -106,10 +107,11 @@ def parse_sizes(text: str, requests: int) -> list[VoteBenchSize]:
 def _stats(seconds: Sequence[float]) -> dict[str, float]:
     """p50 / p90 / p99 / mean / min in microseconds."""
     a = np.asarray(seconds, dtype=np.float64) * 1e6
+    p50, p90, p99 = percentiles(a, (50, 90, 99))
     return {
-        "p50_us": float(np.percentile(a, 50)),
-        "p90_us": float(np.percentile(a, 90)),
-        "p99_us": float(np.percentile(a, 99)),
+        "p50_us": p50,
+        "p90_us": p90,
+        "p99_us": p99,
         "mean_us": float(a.mean()),
         "min_us": float(a.min()),
         "n": int(a.size),
@@ -236,7 +238,7 @@ class _RawRequester:
 
 
 def echo_main(argv: Sequence[str] | None = None) -> int:
-    """`python -m safemon.patterns.vote_bench ADDRESS COPY`: bind a ROUTER at ADDRESS and
+    """`python -m safemon.bench.vote ADDRESS COPY`: bind a ROUTER at ADDRESS and
     send every message back re-encoded (decode, CRC checks and encode included), zero-copy
     when COPY is 0, copying every frame when 1. Ends on a message of kind "control"."""
     from safemon.transport import Kind, Limits, encode, make_socket, recv_message, send_message
@@ -265,7 +267,7 @@ def _echo_round_trips(
 ) -> list[float]:
     from safemon.transport import Kind, Limits, encode, make_socket, recv_message, send_message
 
-    proc = subprocess.Popen([sys.executable, "-m", "safemon.patterns.vote_bench", address,
+    proc = subprocess.Popen([sys.executable, "-m", "safemon.bench.vote", address,
                              "1" if copy else "0"])
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sock = make_socket(ctx, zmq.DEALER, address, bind=False)
