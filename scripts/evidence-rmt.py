@@ -18,10 +18,10 @@ import numpy as np
 from safemon.bench.timing import (
     median_kernel_ms,  # the project's kernel timer (launch latency hidden)
 )
-from safemon.faults.bounds import lower_bound_percent
-from safemon.faults.campaign import run_input_campaign
-from safemon.faults.dims import Dims
-from safemon.faults.inkernel import run_inkernel_campaign
+from safemon.evidence.bounds import lower_bound_percent
+from safemon.evidence.campaign import run_input_campaign
+from safemon.dims import Dims
+from safemon.evidence.inkernel import run_inkernel_campaign
 from safemon.kernels.catalog import Variant, auto_split, auto_tile, make_variant
 
 DANGEROUS = ("operand_a", "operand_b", "accumulator")

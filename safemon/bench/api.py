@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from safemon.bench.timing import median_kernel_ms, percentiles, wall_samples_s
-from safemon.faults.dims import Dims
+from safemon.dims import Dims
 
 __all__ = ["API_CALLS", "api_markdown", "run_api_bench"]
 

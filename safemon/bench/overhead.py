@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from safemon.bench.timing import median_kernel_ms
-from safemon.faults.campaign import variant_label
-from safemon.faults.dims import BENCH_DIMS, Dims
-from safemon.faults.evidence import BENCH_SCHEMA, BenchEvidence, now_utc
+from safemon.dims import BENCH_DIMS, Dims
+from safemon.evidence.campaign import variant_label
+from safemon.evidence.store import BENCH_SCHEMA, BenchEvidence, now_utc
 from safemon.kernels.catalog import Variant, auto_split, auto_tile, make_variant, standard_variants
 
 __all__ = [

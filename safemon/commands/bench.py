@@ -106,10 +106,10 @@ def _report(markdown: str, title: str, path: str | None) -> None:
 
 def _kernels(args: argparse.Namespace) -> int:
     from safemon.bench.overhead import bench_markdown, run_bench
+    from safemon.dims import BENCH_DIMS, parse_dims_list
     from safemon.errors import BackendUnavailableError
-    from safemon.faults.campaign import variant_label
-    from safemon.faults.dims import BENCH_DIMS, parse_dims_list
-    from safemon.faults.evidence import EvidenceStore, write_evidence
+    from safemon.evidence.campaign import variant_label
+    from safemon.evidence.store import EvidenceStore, write_evidence
     from safemon.kernels.catalog import MODES, Variant
 
     try:

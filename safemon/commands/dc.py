@@ -45,10 +45,10 @@ def handler(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from safemon.commands._common import current_device_name
+    from safemon.dims import parse_dims_list
     from safemon.errors import BackendUnavailableError
-    from safemon.faults.campaign import default_tile, parse_variants, run_input_campaign
-    from safemon.faults.dims import parse_dims_list
-    from safemon.faults.evidence import (
+    from safemon.evidence.campaign import default_tile, parse_variants, run_input_campaign
+    from safemon.evidence.store import (
         EvidenceStore,
         dc_evidence,
         dc_table_markdown,
@@ -105,9 +105,9 @@ def _inkernel(args: argparse.Namespace, jobs: list[Any], backend: str) -> int:
     """Sampled in-kernel campaigns: per variant the dangerous / detected / escaped / safe
     counts and the DC lower bound; `--json` / `--evidence` write `safemon.inkernel/2`."""
     from safemon.commands._common import current_device_name
-    from safemon.faults.evidence import EvidenceStore, write_evidence
-    from safemon.faults.inkernel import IN_KERNEL_TARGETS, run_inkernel_campaign
-    from safemon.faults.inkernel_evidence import inkernel_evidence
+    from safemon.evidence.inkernel import IN_KERNEL_TARGETS, run_inkernel_campaign
+    from safemon.evidence.inkernel_schema import inkernel_evidence
+    from safemon.evidence.store import EvidenceStore, write_evidence
 
     if backend != "cupy":
         print("safemon dc: --inkernel needs the cupy backend (the NumPy reference does not "

@@ -2,9 +2,9 @@
 
 Reads the evidence stored for one device (`safemon dc --evidence DIR`, `safemon dc --inkernel
 N --scope S --evidence DIR`, `safemon bench --evidence DIR`) and applies the rule of
-`safemon.faults.select`: a variant's DC is the minimum of the input-flip DC and its three
+`safemon.evidence.select`: a variant's DC is the minimum of the input-flip DC and its three
 in-kernel DCs, each as a one-sided 95 % Clopper–Pearson lower bound. Without `--evidence` the
-newest committed set of the source checkout is used (`safemon.faults.committed`; the
+newest committed set of the source checkout is used (`safemon.evidence.committed`; the
 command says which). `--config FILE` checks a deployment instead of choosing: every channel's
 configured variant at every `--dims`, against the SIL and the HFT of the configured policy.
 `--json` prints every DC figure with its bound and campaign size. `--table` prints the whole
@@ -57,7 +57,7 @@ class _Evidence:
     """One device's evidence, loaded once."""
 
     def __init__(self, root: Path, slug: str, origin: str) -> None:
-        from safemon.faults.evidence import EvidenceStore
+        from safemon.evidence.store import EvidenceStore
 
         store = EvidenceStore(root)
         self.root, self.slug, self.origin = root, slug, origin
@@ -68,8 +68,8 @@ class _Evidence:
 
 def _load(args: argparse.Namespace) -> _Evidence:
     from safemon.commands._common import current_device_name
-    from safemon.faults.committed import find_committed_store
-    from safemon.faults.evidence import EvidenceError, EvidenceStore, device_slug
+    from safemon.evidence.committed import find_committed_store
+    from safemon.evidence.store import EvidenceError, EvidenceStore, device_slug
 
     device = args.device or current_device_name()
     if args.evidence is None:
@@ -86,8 +86,8 @@ def _load(args: argparse.Namespace) -> _Evidence:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from safemon.faults.dims import parse_dims
-    from safemon.faults.evidence import EvidenceError
+    from safemon.dims import parse_dims
+    from safemon.evidence.store import EvidenceError
 
     try:
         dims_list = [parse_dims(d).key for d in args.dims.split(",")]
@@ -111,7 +111,7 @@ def handler(args: argparse.Namespace) -> int:
 
 
 def _choose(args: argparse.Namespace, ev: _Evidence, dims: str) -> int:
-    from safemon.faults.select import select_variant, selection_table
+    from safemon.evidence.select import select_variant, selection_table
 
     mode = None if args.mode == "any" else args.mode
     rc = 0
@@ -153,10 +153,10 @@ def selection_dict(s: Any, ev: _Evidence) -> dict[str, Any]:
 
 def _outputs(args: argparse.Namespace, ev: _Evidence, dims: str, mode: str | None,
              table: list[Any]) -> None:
-    from safemon.faults.evidence import dc_table_markdown
-    from safemon.faults.plot import plot_tradeoff, tradeoff_points
-    from safemon.faults.seed_table3 import table3_vs_seed
-    from safemon.faults.select import selection_table_markdown
+    from safemon.evidence.plot import plot_tradeoff, tradeoff_points
+    from safemon.evidence.seed_table3 import table3_vs_seed
+    from safemon.evidence.select import selection_table_markdown
+    from safemon.evidence.store import dc_table_markdown
 
     table_md = selection_table_markdown(table)
     if args.table:

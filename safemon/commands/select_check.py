@@ -1,7 +1,7 @@
 """`safemon select --config FILE --sil N`: does a deployment's configured variant meet the SIL?
 
 For every channel's variant (tile "auto" resolved per size) at every deployment size, the
-selection DC (`safemon.faults.coverage`: min of the input-flip and three in-kernel 95 % lower
+selection DC (`safemon.evidence.coverage`: min of the input-flip and three in-kernel 95 % lower
 bounds) must reach the minimum that IEC 61508-2 sets for the SIL at the HFT of the configured
 policy (`Policy.hft`). A variant without all four campaigns at a size falls short (and the
 command names the campaigns to run). Exit 0 when everything meets the SIL, 1 when anything
@@ -21,10 +21,10 @@ __all__ = ["check_deployment"]
 def check_deployment(args: argparse.Namespace, ev: Any, dims_list: list[str]) -> int:
     """Check `args.config` against `args.sil` on the evidence `ev`; print and return the exit code."""
     from safemon.config import load_config
+    from safemon.dims import parse_dims
     from safemon.errors import ConfigError
-    from safemon.faults.coverage import variant_coverage
-    from safemon.faults.dims import parse_dims
-    from safemon.faults.select import requirement
+    from safemon.evidence.coverage import variant_coverage
+    from safemon.evidence.select import requirement
     from safemon.states import Policy
 
     try:

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from safemon.dims import Dims
 from safemon.errors import InvalidInputError
-from safemon.faults.dims import Dims
 from safemon.kernels.catalog import TileConfig, Variant
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from safemon.bench.api import api_markdown
-from safemon.faults.evidence import BenchEvidence, EvidenceError, load_evidence, write_evidence
-from tests.faults.helpers import bench_doc
+from safemon.evidence.store import BenchEvidence, EvidenceError, load_evidence, write_evidence
+from tests.evidence.helpers import bench_doc
 
 
 def _api_row(call: str, wall: float, cupy: float, *, variant: str | None = "ones/F/fma/wide/split9",

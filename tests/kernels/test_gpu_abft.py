@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safemon.faults.dims import Dims
-from safemon.faults.inkernel import run_inkernel_campaign
+from safemon.dims import Dims
+from safemon.evidence.inkernel import run_inkernel_campaign
 from safemon.faults.launch import ABFT_DETECTED, TARGETS, injection_rows, run_injections
 from safemon.kernels.abft import abft_check
 from safemon.kernels.catalog import make_variant

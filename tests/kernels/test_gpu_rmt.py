@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safemon.faults.dims import Dims
-from safemon.faults.inkernel import run_inkernel_campaign
+from safemon.dims import Dims
+from safemon.evidence.inkernel import run_inkernel_campaign
 from safemon.faults.launch import RMT_DETECTED, TARGETS, injection_rows, run_injections
 from safemon.kernels.catalog import make_variant
 from safemon.kernels.reference import reference_matmul

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from safemon.config import VariantConfig
+from safemon.dims import Dims
 from safemon.errors import KernelCheckError
-from safemon.faults.dims import Dims
-from safemon.faults.inkernel import classify, sample_sites
+from safemon.evidence.inkernel import classify, sample_sites
 from safemon.faults.launch import FIELDS, RMT_DETECTED, TARGETS
 from safemon.kernels.catalog import RMT_KINDS, make_variant
 from safemon.kernels.checked import STATUS_RMT, STATUS_RMT_TILE, STATUS_WORDS, StatusReport

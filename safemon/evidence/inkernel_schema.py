@@ -26,8 +26,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from safemon.faults.bounds import DEFAULT_CONFIDENCE, lower_bound_percent
-from safemon.faults.evidence import _close, _Strict
+from safemon.evidence.bounds import DEFAULT_CONFIDENCE, lower_bound_percent
+from safemon.evidence.store import _close, _Strict
 
 __all__ = [
     "DANGEROUS_TARGETS",
@@ -135,8 +135,8 @@ class InKernelEvidence(_Strict):
 
 def inkernel_record(result: object, *, confidence: float = DEFAULT_CONFIDENCE) -> InKernelRecord:
     """The evidence record of an `inkernel.InKernelResult` (derived fields computed here)."""
-    from safemon.faults.campaign import variant_label
-    from safemon.faults.inkernel import InKernelResult
+    from safemon.evidence.campaign import variant_label
+    from safemon.evidence.inkernel import InKernelResult
 
     if not isinstance(result, InKernelResult):
         raise TypeError(f"expected an InKernelResult, not {type(result).__name__}")
@@ -165,7 +165,7 @@ def inkernel_record(result: object, *, confidence: float = DEFAULT_CONFIDENCE) -
 def inkernel_evidence(results: Sequence[object], *, device: str) -> InKernelEvidence:
     """A validated `safemon.inkernel/2` document for in-kernel results run together."""
     from safemon import __version__
-    from safemon.faults.evidence import now_utc
+    from safemon.evidence.store import now_utc
 
     return InKernelEvidence.model_validate({
         "schema": INKERNEL_SCHEMA, "safemon_version": __version__, "date": now_utc(),

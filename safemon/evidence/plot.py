@@ -1,7 +1,7 @@
 """The DC-vs-overhead trade-off plot (the seed's Figure 7) and its data points.
 
 One point per variant at one size: x = overhead (protected / unprotected median, same
-tiling, from the benchmark), y = the selection DC in percent (`safemon.faults.coverage`: the
+tiling, from the benchmark), y = the selection DC in percent (`safemon.evidence.coverage`: the
 minimum of the input-flip and three in-kernel 95 % lower bounds) when in-kernel evidence is
 given, else the input-flip DC(ES); variants lacking in-kernel evidence are then left out.
 Horizontal lines mark the IEC 61508-2 bands. Rendered with matplotlib's Agg backend into a
@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from safemon.faults.coverage import variant_coverage
-from safemon.faults.evidence import BenchRow, DcRecord
-from safemon.faults.inkernel_evidence import InKernelRecord
-from safemon.faults.select import BANDS
+from safemon.evidence.coverage import variant_coverage
+from safemon.evidence.inkernel_schema import InKernelRecord
+from safemon.evidence.select import BANDS
+from safemon.evidence.store import BenchRow, DcRecord
 
 __all__ = ["TradeoffPoint", "plot_tradeoff", "tradeoff_points"]
 

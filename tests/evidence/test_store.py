@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from safemon.faults.campaign import parse_variants, run_input_campaign
-from safemon.faults.dims import Dims
-from safemon.faults.evidence import (
+from safemon.dims import Dims
+from safemon.evidence.campaign import parse_variants, run_input_campaign
+from safemon.evidence.store import (
     BenchEvidence,
     DcEvidence,
     EvidenceError,
@@ -20,7 +20,7 @@ from safemon.faults.evidence import (
     load_evidence,
     write_evidence,
 )
-from tests.faults.helpers import DEVICE, bench_doc, bench_row, dc_doc, dc_rec
+from tests.evidence.helpers import DEVICE, bench_doc, bench_row, dc_doc, dc_rec
 
 
 def _write(tmp_path: Path, doc: dict, name: str = "e.json") -> Path:  # type: ignore[type-arg]

@@ -10,8 +10,8 @@ import pytest
 from safemon.commands import bench as bench_cmd
 from safemon.commands import dc as dc_cmd
 from safemon.commands import select as select_cmd
-from safemon.faults.evidence import BenchEvidence, EvidenceStore, load_evidence
-from tests.faults.helpers import (
+from safemon.evidence.store import BenchEvidence, EvidenceStore, load_evidence
+from tests.evidence.helpers import (
     CATALOG,
     DEVICE,
     bench_doc,
@@ -139,7 +139,7 @@ def test_select_without_evidence_finds_the_newest_readable_committed_set(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A newer set written with schema 1 is skipped, never reinterpreted; the command says
     which set it used."""
-    import safemon.faults.committed as committed
+    import safemon.evidence.committed as committed
 
     base = tmp_path / "evidence"
     good = _store(base / "a-2026-01-01")

@@ -31,7 +31,7 @@ Each run is classified against the golden (NumPy reference) C and ES:
 C does), ``sdc`` (C differs and nothing flagged it: silent data corruption). For the safety
 figures `effect_counts` keeps the two verdicts apart (``neither``, ``es_only``, ``c_only``,
 ``both``; "es" there means flagged, by ES or by RMT): only a fault that changes C
-can corrupt a released result, so the in-kernel DC (`safemon.faults.inkernel_evidence`) is
+can corrupt a released result, so the in-kernel DC (`safemon.evidence.inkernel_schema`) is
 ``both / (both + c_only)``, and ES-word flips, which never change C, are safe faults. The CPU reference does not model these targets, so the
 campaign needs the cupy backend; sampling and classification are pure and tested on CPU.
 """
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from safemon.faults.campaign import C_DIFFERS, ES_DIFFERS, inputs_for
-from safemon.faults.dims import Dims
+from safemon.dims import Dims
+from safemon.evidence.campaign import C_DIFFERS, ES_DIFFERS, inputs_for
 from safemon.faults.launch import ABFT_DETECTED, RMT_DETECTED, SCOPES, TARGETS, injection_rows
 from safemon.kernels.catalog import Variant
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from safemon.faults.evidence import BenchRow, DcRecord
-from safemon.faults.plot import plot_tradeoff, tradeoff_points
-from tests.faults.helpers import CATALOG, bench_row, dc_rec
+from safemon.evidence.plot import plot_tradeoff, tradeoff_points
+from safemon.evidence.store import BenchRow, DcRecord
+from tests.evidence.helpers import CATALOG, bench_row, dc_rec
 
 
 def test_plot_file_is_produced(tmp_path: Path) -> None:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from safemon.faults.evidence import BenchRow, DcRecord
-from safemon.faults.inkernel_evidence import SCOPES, InKernelRecord
-from safemon.faults.select import (
+from safemon.evidence.inkernel_schema import SCOPES, InKernelRecord
+from safemon.evidence.select import (
     REQUIREMENTS,
     requirement,
     selection_table_markdown,
 )
-from safemon.faults.select import select_variant as _select_variant
-from safemon.faults.select import selection_table as _selection_table
-from tests.faults.helpers import CATALOG, bench_row, dc_rec, ik_rec
+from safemon.evidence.select import select_variant as _select_variant
+from safemon.evidence.select import selection_table as _selection_table
+from safemon.evidence.store import BenchRow, DcRecord
+from tests.evidence.helpers import CATALOG, bench_row, dc_rec, ik_rec
 
 D = "80x80x80"
 
@@ -182,7 +182,7 @@ def test_es_word_flips_are_safe_faults_not_detections() -> None:
 
 
 def test_table3_vs_seed_marks_differences_over_five_points() -> None:
-    from safemon.faults.seed_table3 import table3_vs_seed
+    from safemon.evidence.seed_table3 import table3_vs_seed
 
     recs = [DcRecord.model_validate(dc_rec("ones/E", 24.7, dims="20x20x20", mode="exact")),
             DcRecord.model_validate(dc_rec("ones/M", 61.9, dims="20x20x20", mode="exact"))]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from safemon.faults.dims import SEED_DC_DIMS
-from safemon.faults.evidence import DcRecord
+from safemon.dims import SEED_DC_DIMS
+from safemon.evidence.store import DcRecord
 
 __all__ = ["SEED_GPU_DC", "table3_vs_seed"]
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from safemon.faults.bounds import binomial_tail, clopper_pearson_lower, lower_bound_percent
+from safemon.evidence.bounds import binomial_tail, clopper_pearson_lower, lower_bound_percent
 
 
 def test_all_detected_bound_is_alpha_to_the_one_over_n() -> None:

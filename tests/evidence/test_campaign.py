@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safemon.faults.campaign import (
+from safemon.dims import Dims, parse_dims, parse_dims_list
+from safemon.evidence.campaign import (
     C_DIFFERS,
     ES_DIFFERS,
     brute_force_verdict,
@@ -14,7 +15,6 @@ from safemon.faults.campaign import (
     parse_variants,
     run_input_campaign,
 )
-from safemon.faults.dims import Dims, parse_dims, parse_dims_list
 from safemon.kernels.catalog import make_variant
 from safemon.kernels.reference import reference_matmul
 

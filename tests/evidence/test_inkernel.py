@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safemon.faults.campaign import parse_variants
-from safemon.faults.dims import Dims
-from safemon.faults.inkernel import classify, run_inkernel_campaign, sample_sites
+from safemon.dims import Dims
+from safemon.evidence.campaign import parse_variants
+from safemon.evidence.inkernel import classify, run_inkernel_campaign, sample_sites
 from safemon.faults.launch import FIELDS, TARGETS, injection_rows
 
 V = parse_variants("ones_fletcher", "exact", "small")[0]

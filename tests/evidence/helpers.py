@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from safemon.faults.dims import parse_dims
+from safemon.dims import parse_dims
 
 DEVICE = "Test GPU H100"
 
@@ -73,7 +73,7 @@ CATALOG = [
 def ik_rec(variant: str, scope: str, dangerous: int, detected: int, *, dims: str = "80x80x80",
            mode: str = "fma", es_word: int = 0, no_effect: int = 0) -> dict[str, Any]:
     """A consistent in-kernel record: `detected` of `dangerous` accumulator faults caught."""
-    from safemon.faults.bounds import lower_bound_percent
+    from safemon.evidence.bounds import lower_bound_percent
 
     checksum, _, level = variant.partition("/")
     if "_" in checksum:

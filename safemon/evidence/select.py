@@ -26,7 +26,7 @@ The selection rule
 ------------------
 Among the variants with input-flip DC evidence at the requested dims (and arithmetic mode),
 a variant is *selectable* only with all three in-kernel campaigns (transient, thread- and
-block-permanent) at those dims and an overhead measurement (`safemon.faults.coverage`). Its
+block-permanent) at those dims and an overhead measurement (`safemon.evidence.coverage`). Its
 selection DC is the minimum of the four one-sided 95 % Clopper–Pearson lower bounds. Keep the
 selectable variants whose selection DC meets the minimum and whose overhead (protected /
 unprotected median, same tiling, same run) is within the budget; pick the lowest overhead,
@@ -40,9 +40,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from safemon.faults.coverage import VariantCoverage, variant_coverage
-from safemon.faults.evidence import BenchRow, DcRecord
-from safemon.faults.inkernel_evidence import InKernelRecord
+from safemon.evidence.coverage import VariantCoverage, variant_coverage
+from safemon.evidence.inkernel_schema import InKernelRecord
+from safemon.evidence.store import BenchRow, DcRecord
 
 __all__ = [
     "BANDS",

@@ -14,7 +14,7 @@ ratios) must agree with the counts and medians they come from, so a hand-edited 
 no longer adds up is rejected with a clear error instead of being used for a selection.
 
 A third, ``safemon.inkernel/2`` (in-kernel campaigns), is defined in
-`safemon.faults.inkernel_evidence` and read through the same `load_evidence`.
+`safemon.evidence.inkernel_schema` and read through the same `load_evidence`.
 
 Store layout: ``<root>/<device-slug>/dc_<MxNxK>_<mode>_<backend>.json``,
 ``<root>/<device-slug>/inkernel_<MxNxK>_<mode>_<scope>.json`` and
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from safemon.dims import Dims, parse_dims
 from safemon.errors import SafemonError
-from safemon.faults.dims import Dims, parse_dims
 
 __all__ = [
     "BENCH_SCHEMA",
@@ -257,13 +257,13 @@ class BenchEvidence(_Strict):
 
 
 if TYPE_CHECKING:
-    from safemon.faults.inkernel_evidence import InKernelEvidence
+    from safemon.evidence.inkernel_schema import InKernelEvidence
 
 Evidence = Union[DcEvidence, BenchEvidence, "InKernelEvidence"]
 
 
 def _validate(data: Any, origin: str) -> Evidence:
-    from safemon.faults.inkernel_evidence import INKERNEL_SCHEMA, InKernelEvidence
+    from safemon.evidence.inkernel_schema import INKERNEL_SCHEMA, InKernelEvidence
 
     if not isinstance(data, dict):
         raise EvidenceError(f"{origin}: an evidence file holds a JSON object, not {type(data).__name__}")
@@ -401,7 +401,7 @@ class EvidenceStore:
 
     def inkernel_records(self, device: str) -> dict[tuple[str, str, str], Any]:
         """{(variant name, dims, scope): InKernelRecord} for a device; newer files win."""
-        from safemon.faults.inkernel_evidence import InKernelEvidence
+        from safemon.evidence.inkernel_schema import InKernelEvidence
 
         out: dict[tuple[str, str, str], Any] = {}
         for ev in self._files(device_slug(device)):
@@ -445,7 +445,7 @@ def dc_table_markdown(records: Iterable[DcRecord], *, field: str = "dc_percent")
 
 def dc_record(result: Any) -> DcRecord:
     """The evidence record of a `campaign.CampaignResult`."""
-    from safemon.faults.campaign import CampaignResult, variant_label
+    from safemon.evidence.campaign import CampaignResult, variant_label
 
     if not isinstance(result, CampaignResult):
         raise TypeError(f"expected a CampaignResult, not {type(result).__name__}")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from safemon.faults.dims import Dims
+from safemon.dims import Dims
 from safemon.kernels.catalog import (
     CHECKSUMS,
     COMBINATIONS,

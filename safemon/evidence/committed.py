@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from safemon.faults.evidence import EvidenceError, EvidenceStore
+from safemon.evidence.store import EvidenceError, EvidenceStore
 
 __all__ = ["CommittedStore", "find_committed_store", "repository_evidence_dir"]
 
@@ -55,7 +55,7 @@ def find_committed_store(device: str | None) -> CommittedStore:
         store = EvidenceStore(root)
         slugs = store.devices()
         if device is not None:
-            from safemon.faults.evidence import device_slug
+            from safemon.evidence.store import device_slug
 
             slugs = [s for s in slugs if s == device_slug(device)]
         elif len(slugs) != 1:

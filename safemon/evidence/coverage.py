@@ -9,7 +9,7 @@ The DC that `safemon select` compares with the IEC 61508-2 bands is the minimum 
 4. the in-kernel DC for block-permanent faults (every thread of one block),
 
 where the in-kernel DC counts only faults that changed C as dangerous
-(`safemon.faults.inkernel_evidence`), and each figure is taken as its one-sided 95 %
+(`safemon.evidence.inkernel_schema`), and each figure is taken as its one-sided 95 %
 Clopper–Pearson lower bound. A variant lacking any of the four at the deployment's dims (the
 variant name carries mode and tile) has no selection DC: it is not selectable, and
 `missing_campaigns` names the command that would supply the evidence.
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from safemon.faults.bounds import DEFAULT_CONFIDENCE, lower_bound_percent
-from safemon.faults.evidence import DcRecord
-from safemon.faults.inkernel_evidence import SCOPES, InKernelRecord
+from safemon.evidence.bounds import DEFAULT_CONFIDENCE, lower_bound_percent
+from safemon.evidence.inkernel_schema import SCOPES, InKernelRecord
+from safemon.evidence.store import DcRecord
 
 __all__ = ["INPUT_FLIP", "DcFigure", "VariantCoverage", "variant_coverage"]
 
