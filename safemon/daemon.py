@@ -59,6 +59,7 @@ from prometheus_client import CollectorRegistry
 from safemon import admission
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
+from safemon.channels.supervisor import Lost, Supervisor
 from safemon.config import Config
 from safemon.daemon_lock import DaemonLock, needs_lock
 from safemon.errors import ConfigError, PatternError
@@ -76,7 +77,6 @@ from safemon.patterns import controller as ctl
 from safemon.patterns import scheduler as sch
 from safemon.patterns import voter as vot
 from safemon.states import ChannelState, Mode, Policy
-from safemon.supervisor import Lost, Supervisor
 from safemon.systemd import Notifier, sd_notify
 from safemon.transport import (
     CurveServerKeys,
