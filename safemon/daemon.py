@@ -172,7 +172,7 @@ def load_patterns_for(config: Config, sm_count: int | None = None) -> list[Golde
         PatternError: missing or tampered pattern files (or the module is missing).
     """
     try:
-        from safemon.patterns import golden
+        from safemon import golden_store as golden
     except ImportError as exc:  # pragma: no cover - ships with the package
         raise PatternError(f"golden patterns are unavailable: {exc}") from None
     return list(golden.load_patterns(config, sm_count=sm_count))

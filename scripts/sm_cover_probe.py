@@ -82,7 +82,8 @@ def main() -> None:
     # The default config's variant (ones/I/exact, tile auto) at its covering shape: auto picks
     # the large tile there, so the shape is 17x16 blocks of 128x128.
     from safemon.config import Config
-    from safemon.patterns.golden import load_patterns, pattern_shapes
+    from safemon.golden_store import load_patterns
+    from safemon.patterns.golden import pattern_shapes
 
     dcfg = Config.model_validate({"policy": "2oo3", "backend": "numpy"})
     (dm, dn, dk), = pattern_shapes(dcfg, sms)

@@ -1,7 +1,7 @@
 """`safemon patterns build|verify`: create and check golden pattern stores.
 
 build: generates every (dims, channel variant, family) pattern of a configuration into a
-directory with its manifest (`safemon.patterns.golden.build_patterns`).
+directory with its manifest (`safemon.golden_store.build_patterns`).
 verify: checks a store (manifest, SHA-256, shapes, and a recomputation of every expected
 C and ES with the NumPy reference) and prints one line per problem.
 
@@ -74,7 +74,7 @@ def _no_action(parser: argparse.ArgumentParser) -> Any:
 def run_build(args: argparse.Namespace) -> int:
     """Handler of `safemon patterns build`; returns the exit code."""
     from safemon.config import load_config
-    from safemon.patterns.golden import build_patterns
+    from safemon.golden_store import build_patterns
 
     config_path = args.config or os.environ.get("SAFEMON_CONFIG") or None
     try:
@@ -102,7 +102,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Handler of `safemon patterns verify`; returns the exit code."""
-    from safemon.patterns.golden import BUILTIN_DIR, verify_patterns
+    from safemon.golden_store import BUILTIN_DIR, verify_patterns
 
     directory = args.dir if args.dir is not None else BUILTIN_DIR
     if not directory.is_dir():
