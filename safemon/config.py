@@ -55,6 +55,7 @@ from pydantic import (
 )
 
 from safemon.errors import ConfigError
+from safemon.kernels.backend import Backend
 from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_tile, make_variant
 from safemon.states import Policy
 
@@ -565,13 +566,14 @@ class Config(_Model):
     policy: the voter policy; fixes the number of channels.
     degraded_policy: what the voter falls back to when a channel is lost (2oo3: "2oo2" or
         "1oo2D"; 1oo2D: "1oo1D"; 1oo3D: "1oo2D"; others: none, they go to SAFE).
-    backend: "numpy" (reference, CPU), "cupy" (GPU) or "auto" (cupy when a device is usable).
+    backend: a `Backend`; in YAML and the environment "numpy" (reference, CPU), "cupy" (GPU)
+        or "auto" (cupy when a device is usable).
     """
 
     name: Name = "safemon"
     policy: Policy = Policy.TWO_OO_THREE
     degraded_policy: Policy | None = None
-    backend: Literal["auto", "numpy", "cupy"] = "auto"
+    backend: Backend = Backend.AUTO
     channels: list[ChannelConfig] | None = None
     weights: WeightsConfig = Field(default_factory=WeightsConfig)
     timing: TimingConfig = Field(default_factory=TimingConfig)
@@ -622,7 +624,7 @@ class Config(_Model):
                     )
                 )
             seen.setdefault(ch.name, i)
-            if self.backend == "numpy" and ch.gpu is not None:
+            if self.backend is Backend.NUMPY and ch.gpu is not None:
                 problems.append(
                     (f"channels.{i}.gpu", "must be null when backend is numpy (no GPU is used)")
                 )

@@ -70,7 +70,7 @@ from safemon.health import HealthReport
 from safemon.health import assess as assess_health
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.abft import abft_passes  # issue 15: the one ABFT
-from safemon.kernels.api import resolve_backend
+from safemon.kernels.backend import resolve_backend
 from safemon.kernels.catalog import Variant
 from safemon.metrics import Metrics, MetricsServer, SelftestResult, start_http_server
 from safemon.patterns import controller as ctl

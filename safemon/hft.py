@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from safemon.errors import InvalidInputError
+from safemon.kernels.backend import Backend
 from safemon.states import Policy
 
 if TYPE_CHECKING:
@@ -212,9 +213,10 @@ def channel_hardware(config: Config, backend: str) -> dict[str, str]:
     Raises:
         InvalidInputError: another backend (the hardware is not known before it is resolved).
     """
-    if backend not in ("numpy", "cupy"):
+    resolved = Backend.parse(backend)
+    if not resolved.resolved:
         raise InvalidInputError(f"backend must be 'numpy' or 'cupy' (resolved), got {backend!r}")
     return {
-        ch.name: HOST_CPU if backend == "numpy" else gpu_unit(ch.gpu)
+        ch.name: gpu_unit(ch.gpu) if resolved.on_device else HOST_CPU
         for ch in config.channels or ()
     }

@@ -49,6 +49,7 @@ import zmq
 
 from safemon.bench.timing import percentiles
 from safemon.errors import SafemonError
+from safemon.kernels.backend import Backend
 
 __all__ = [
     "FORMAT",
@@ -312,7 +313,7 @@ def _echo_round_trips(
 # ------------------------------------------------------------------------- the run
 
 
-def _direct_times(backend: str, x: Any, w: Any, variant: Any, n: int, warmup: int) -> list[float]:
+def _direct_times(backend: Backend, x: Any, w: Any, variant: Any, n: int, warmup: int) -> list[float]:
     """The kernel called in this process, result on the host: what the app pays without safemon."""
     from safemon.kernels.api import run_variant
 
@@ -320,7 +321,7 @@ def _direct_times(backend: str, x: Any, w: Any, variant: Any, n: int, warmup: in
     for i in range(warmup + n):
         t0 = time.perf_counter()
         res = run_variant(x, w, variant, backend)
-        c = res.c.get() if backend == "cupy" else res.c
+        c = res.c.get() if backend.on_device else res.c
         t1 = time.perf_counter()
         del c
         if i >= warmup:
@@ -345,7 +346,7 @@ def run_vote_bench(
             or a request was not released (a benchmark never hides a failed request).
     """
     from safemon.config import VariantConfig
-    from safemon.kernels.api import resolve_backend
+    from safemon.kernels.backend import resolve_backend
 
     say = progress or (lambda _s: None)
     for t in transports:
@@ -363,7 +364,7 @@ def run_vote_bench(
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": {"machine": platform.machine(), "python": platform.python_version(),
                  "cpus": os.cpu_count(), "node": platform.node()},
-        "backend": resolved,
+        "backend": resolved.value,
         "policy": "2oo3",
         "placement": "process",
         "variant": f"{variant_cfg.checksum}/{variant_cfg.level}/{variant_cfg.mode}",
@@ -373,7 +374,7 @@ def run_vote_bench(
         "echo": {},
         "runs": [],
     }
-    if resolved == "cupy":
+    if resolved.on_device:
         from safemon.kernels.compiler import import_cupy
 
         cp = import_cupy()
@@ -383,7 +384,7 @@ def run_vote_bench(
         x, w = ops[s.label]
         variant = variant_cfg.to_variant(s.m, s.n)
         dx, dw = (x, w)
-        if resolved == "cupy":
+        if resolved.on_device:
             dx, dw = cp.asarray(x), cp.asarray(w)
         say(f"direct kernel baseline {s.label} ({s.requests} calls)")
         evidence["direct"][s.label] = _stats(_direct_times(resolved, dx, dw, variant, s.requests, warmup))

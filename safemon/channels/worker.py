@@ -48,7 +48,8 @@ from safemon.channels.link import LINK_FIELD, link_ok
 from safemon.config import Config
 from safemon.ecc import ProtectedArray
 from safemon.errors import KernelCheckError, SafemonError, UncorrectableError
-from safemon.kernels.api import resolve_backend, run_variant
+from safemon.kernels.api import run_variant
+from safemon.kernels.backend import Backend, resolve_backend
 from safemon.kernels.catalog import TILES, make_variant
 from safemon.transport import Kind, Limits, Message, encode, make_socket, recv_message, send_message
 from safemon.transport.sockets import Context, Socket
@@ -147,7 +148,7 @@ class ChannelWorker:
     # ---------------------------------------------------------------- internals
 
     def _setup_device(self) -> None:
-        if self.backend != "cupy":
+        if not self.backend.on_device:
             return
         from safemon.kernels.compiler import import_cupy
 
@@ -182,13 +183,13 @@ class ChannelWorker:
 
     def _protect(self, host: npt.NDArray[np.float32], *, name: str) -> ProtectedArray:
         """`host` as an ECC-protected resident array on this channel's backend and stream."""
-        if self.backend != "cupy":
+        if not self.backend.on_device:
             return ProtectedArray.from_host(
-                host, name=name, word_bits=self.config.weights.word_bits, backend="numpy"
+                host, name=name, word_bits=self.config.weights.word_bits, backend=Backend.NUMPY
             )
         with self._stream:
             arr = ProtectedArray.from_host(
-                host, name=name, word_bits=self.config.weights.word_bits, backend="cupy"
+                host, name=name, word_bits=self.config.weights.word_bits, backend=Backend.CUPY
             )
         self._stream.synchronize()
         return arr
@@ -369,7 +370,7 @@ class ChannelWorker:
                 raise SafemonError(f"malformed {job!r} request ({len(msg.arrays)} frames)")
             variant = self.chan.variant.to_variant(int(a.shape[0]), int(weight.shape[1]))
             t0 = time.perf_counter()
-            if job == "selftest" and self.backend == "cupy":
+            if job == "selftest" and self.backend.on_device:
                 res = self._run_recording_sm(a, weight, variant, meta)
             else:
                 res = self._run(a, weight, variant)
@@ -405,7 +406,7 @@ class ChannelWorker:
         """`x` on this channel's device. On CuPy the copy is issued on the channel's own
         stream and waited for: the stream is non-blocking, so it would not order itself after
         work on the legacy default stream."""
-        if self.backend == "cupy":
+        if self.backend.on_device:
             from safemon.kernels.compiler import import_cupy
 
             with self._stream:
@@ -435,7 +436,7 @@ class ChannelWorker:
         npt.NDArray[np.float32], npt.NDArray[np.uint32]
     ]:
         """Run the variant; returns host copies of C and ES (writable, C-contiguous)."""
-        if self.backend == "cupy":
+        if self.backend.on_device:
             from safemon.kernels.compiler import import_cupy
 
             with self._stream:  # the upload, kernel and download are ordered on this stream

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from safemon.kernels.backend import BACKENDS
+
 __all__ = ["QUICK_DIMS", "handler", "main", "register"]
 
 #: `--quick`: the seed's 80² and the 1024³ throughput size, fma mode, 30 repeats.
@@ -49,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--requests", type=int, default=1000,
                    help="timed round trips per size (outputs over 512² get a tenth)")
     v.add_argument("--transports", default="ipc,tcp", help="comma list of ipc, tcp")
-    v.add_argument("--backend", default="auto", choices=("auto", "numpy", "cupy"))
+    v.add_argument("--backend", default="auto", choices=BACKENDS)
     v.add_argument("--depth", type=int, default=8, help="requests in flight when pipelined")
     v.add_argument("--plot", default=None, help="write the round-trip CDF (PNG) here")
     p.add_argument("--json", dest="json_file", default=None, help="write safemon.bench/2 evidence here")

@@ -10,6 +10,8 @@ import platform
 import sys
 from typing import Any
 
+from safemon.kernels.backend import BACKENDS, Backend
+
 __all__ = ["handler", "main", "register"]
 
 
@@ -26,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="comma list of MxNxK, N (square) or L1/L2/L3; 'seed-dc' = the seed's six sizes")
     p.add_argument("--mode", choices=("exact", "fma"), default="exact")
     p.add_argument("--tile", default="auto", help="small, large, wide, or auto (by output size)")
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
+    p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int, default=None, help="copies per reference call / launch")
     p.add_argument("--json", dest="json_file", default=None, help="write the safemon.dc/2 evidence here")
@@ -56,7 +58,7 @@ def handler(args: argparse.Namespace) -> int:
         write_evidence,
     )
     from safemon.faults.launch import GoldenMismatchError
-    from safemon.kernels.api import resolve_backend
+    from safemon.kernels.backend import resolve_backend
 
     try:
         backend = resolve_backend(args.backend)
@@ -70,7 +72,7 @@ def handler(args: argparse.Namespace) -> int:
         return 2
     if args.inkernel:
         return _inkernel(args, jobs, backend)
-    device = current_device_name() if backend == "cupy" else None
+    device = current_device_name() if backend.on_device else None
     device = device or f"numpy reference ({platform.machine()})"
     results = []
     total = sum(d.input_bits for _, d in jobs)
@@ -85,7 +87,7 @@ def handler(args: argparse.Namespace) -> int:
             except GoldenMismatchError as exc:
                 print(f"safemon dc: {exc}", file=sys.stderr)
                 return 1
-    ev = dc_evidence(results, device=device, backend=backend, seed=args.seed)
+    ev = dc_evidence(results, device=device, backend=backend.value, seed=args.seed)
     table = dc_table_markdown(ev.results)
     detail = _detail(evidence_dict(ev)["results"])
     print(f"DC(ES) % — {device}, backend {backend}, seed {args.seed}\n\n{table}\n\n{detail}")
@@ -101,7 +103,7 @@ def handler(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inkernel(args: argparse.Namespace, jobs: list[Any], backend: str) -> int:
+def _inkernel(args: argparse.Namespace, jobs: list[Any], backend: Backend) -> int:
     """Sampled in-kernel campaigns: per variant the dangerous / detected / escaped / safe
     counts and the DC lower bound; `--json` / `--evidence` write `safemon.inkernel/2`."""
     from safemon.commands._common import current_device_name
@@ -109,7 +111,7 @@ def _inkernel(args: argparse.Namespace, jobs: list[Any], backend: str) -> int:
     from safemon.evidence.inkernel_schema import inkernel_evidence
     from safemon.evidence.store import EvidenceStore, write_evidence
 
-    if backend != "cupy":
+    if not backend.on_device:
         print("safemon dc: --inkernel needs the cupy backend (the NumPy reference does not "
               "model register faults)", file=sys.stderr)
         return 2

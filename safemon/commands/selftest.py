@@ -42,7 +42,8 @@ def run_selftests(config: Any) -> list[dict[str, Any]]:
     """
     from safemon.daemon import load_patterns_for
     from safemon.errors import ConfigError, PatternError
-    from safemon.kernels.api import resolve_backend, run_variant
+    from safemon.kernels.api import run_variant
+    from safemon.kernels.backend import Backend, resolve_backend
 
     try:
         backend = resolve_backend(config.backend)
@@ -58,15 +59,15 @@ def run_selftests(config: Any) -> list[dict[str, Any]]:
             raise PatternError(f"no golden pattern for channel {ch.name!r}")
         for p in mine:
             try:
-                if backend == "cupy":
+                if backend.on_device:
                     from safemon.kernels.compiler import import_cupy
 
                     cupy = import_cupy()
                     with cupy.cuda.Device(ch.gpu or 0):
-                        res = run_variant(cupy.asarray(p.a), cupy.asarray(p.b), p.variant, "cupy")
+                        res = run_variant(cupy.asarray(p.a), cupy.asarray(p.b), p.variant, Backend.CUPY)
                         c, es = res.c.get(), res.es.get()
                 else:
-                    res = run_variant(p.a, p.b, p.variant, "numpy")
+                    res = run_variant(p.a, p.b, p.variant, Backend.NUMPY)
                     c, es = res.c, res.es
                 rows.append({"channel": ch.name, "pattern": p.id, "passed": bool(p.check(c, es)),
                              "error": None})

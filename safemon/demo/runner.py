@@ -324,7 +324,7 @@ def demo_config(
     embedded default when no GPU is usable.
     """
     from safemon.config import load_config
-    from safemon.kernels.api import resolve_backend
+    from safemon.kernels.backend import resolve_backend
 
     env = {
         **os.environ,
@@ -337,7 +337,7 @@ def demo_config(
     }
     notes: list[str] = []
     config = load_config(config_path, env=env)
-    if config_path is None and resolve_backend(config.backend) == "numpy":
+    if config_path is None and not resolve_backend(config.backend).on_device:
         env.update(CPU_DEMO_TIMING)
         config = load_config(None, env=env)
         notes.append("CPU-only: timing.selftest_deadline_s = 0.5 s (default 0.2 s)")
@@ -455,7 +455,7 @@ def run_demo(
             f"batch_size {batch_size} gives {len(batches)} batches; need {MIN_BATCHES}"
         )
 
-    from safemon.kernels.api import resolve_backend
+    from safemon.kernels.backend import resolve_backend
 
     backend = resolve_backend(config.backend)
 
@@ -525,7 +525,7 @@ def run_demo(
         samples=len(y),
         channel=channel,
         policy=config.policy.value,
-        backend=backend,
+        backend=backend.value,
         metrics_url=(
             f"{metrics_url} (while the demo ran; last scrape saved to {snapshot})"
             if proc.metrics_snapshot is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +21,8 @@ from safemon.ecc.api import decode, encode
 from safemon.ecc.code import EccReport, check_bits, n_words
 from safemon.ecc.gpu import is_device_array
 from safemon.errors import InvalidInputError, UncorrectableError
-from safemon.kernels.compiler import cuda_available, import_cupy
+from safemon.kernels.backend import Backend, resolve_backend
+from safemon.kernels.compiler import import_cupy
 
 __all__ = ["ErrorCallback", "ProtectedArray", "ScrubResult", "UploadHook"]
 
@@ -120,7 +121,7 @@ class ProtectedArray:
         *,
         name: str,
         word_bits: int = 32,
-        backend: Literal["auto", "numpy", "cupy"] = "auto",
+        backend: Backend | str = Backend.AUTO,
         on_errors: ErrorCallback | None = None,
         after_upload: UploadHook | None = None,
     ) -> ProtectedArray:
@@ -149,13 +150,10 @@ class ProtectedArray:
                 f"from_host needs a NumPy array, got {type(array).__name__}; "
                 "use ProtectedArray(data, name=...) for device arrays"
             )
-        if backend not in ("auto", "numpy", "cupy"):
-            raise InvalidInputError(f"backend must be 'auto', 'numpy' or 'cupy', got {backend!r}")
-        if backend == "auto":
-            backend = "cupy" if cuda_available() else "numpy"
+        resolved = resolve_backend(backend)
         host = np.array(array, order="C", copy=True)
         host_check = encode(host, word_bits=word_bits)
-        if backend == "cupy":
+        if resolved.on_device:
             cupy = import_cupy()
             dev_data, dev_check = cupy.asarray(host), cupy.asarray(host_check)
         else:

@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from safemon.dims import Dims
+from safemon.kernels.backend import Backend
 from safemon.kernels.catalog import (
     CHECKSUMS,
     COMBINATIONS,
@@ -248,15 +249,16 @@ def run_input_campaign(
     start = time.perf_counter()
     a, b = inputs_for(dims, seed)
     golden_c, golden_es = reference_matmul(a, b, variant)
-    if backend == "numpy":
-        verdicts = _cpu_verdicts(a, b, variant, golden_c, golden_es, progress, batch)
-    elif backend == "cupy":
+    where = Backend.parse(backend)
+    if not where.resolved:
+        raise ValueError(f"unknown campaign backend {backend!r}; known: numpy, cupy")
+    if where.on_device:
         from safemon.faults.launch import input_verdicts_gpu
 
         verdicts = input_verdicts_gpu(a, b, variant, golden_c, golden_es, progress, batch)
     else:
-        raise ValueError(f"unknown campaign backend {backend!r}; known: numpy, cupy")
-    return CampaignResult(variant, dims, verdicts, backend, seed, time.perf_counter() - start)
+        verdicts = _cpu_verdicts(a, b, variant, golden_c, golden_es, progress, batch)
+    return CampaignResult(variant, dims, verdicts, where.value, seed, time.perf_counter() - start)
 
 
 def default_tile(dims: Dims) -> TileConfig:

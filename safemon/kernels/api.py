@@ -17,17 +17,14 @@ from typing import Any
 import numpy as np
 
 from safemon.errors import (
-    BackendUnavailableError,
     InvalidInputError,
     KernelCheckError,
     UncorrectableError,
 )
+from safemon.kernels.backend import Backend, resolve_backend
 from safemon.kernels.catalog import TileConfig, Variant, auto_split, auto_tile, make_variant
-from safemon.kernels.compiler import cuda_available
 
-__all__ = ["BACKENDS", "MatmulResult", "matmul", "protected_matmul", "resolve_backend", "run_variant"]
-
-BACKENDS = ("auto", "numpy", "cupy")
+__all__ = ["MatmulResult", "matmul", "protected_matmul", "run_variant"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,7 @@ class MatmulResult:
         c: (M, N) float32 product, on the backend's device (NumPy array or CuPy array).
         es: (threads, variant.words) uint32 execution-signature array, same device as `c`.
         variant: the exact kernel variant that produced them.
-        backend: "numpy" or "cupy".
+        backend: `Backend.NUMPY` or `Backend.CUPY` (equal to the strings "numpy" and "cupy").
         status: None once the input checks are known to have passed; a pending result
             (`wait=False` on the CuPy backend) holds the device status block here, and its
             c and es must not be used before `wait()` returns.
@@ -47,7 +44,7 @@ class MatmulResult:
     c: Any
     es: Any
     variant: Variant
-    backend: str
+    backend: Backend
     status: Any = field(default=None, compare=False)
     _inputs: tuple[Any, Any, int] | None = field(default=None, repr=False, compare=False)
 
@@ -91,35 +88,17 @@ class MatmulResult:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def resolve_backend(backend: str) -> str:
-    """"auto" → "cupy" when a CUDA device is usable, else "numpy".
-
-    Raises:
-        ValueError: unknown backend name.
-        BackendUnavailableError: "cupy" asked for without CuPy or a device.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
-    if backend == "auto":
-        return "cupy" if cuda_available() else "numpy"
-    if backend == "cupy" and not cuda_available():
-        from safemon.kernels.compiler import import_cupy
-
-        import_cupy()  # raises BackendUnavailableError with the reason
-        raise BackendUnavailableError("the cupy backend is not usable here")
-    return backend
-
-
-def _module_of(x: Any) -> str:
+def _module_of(x: Any) -> Backend:
+    """The backend whose arrays `x` is of: CUPY for a CuPy array, else NUMPY."""
     mod = type(x).__module__.split(".")[0]
-    return "cupy" if mod == "cupy" else "numpy"
+    return Backend.CUPY if mod == "cupy" else Backend.NUMPY
 
 
-def _validate(name: str, x: Any, backend: str) -> None:
+def _validate(name: str, x: Any, backend: Backend) -> None:
     kind = _module_of(x)
-    if not isinstance(x, np.ndarray) and kind != "cupy":
+    if not isinstance(x, np.ndarray) and not kind.on_device:
         raise TypeError(f"{name} must be a NumPy or CuPy array, not {type(x).__name__}")
-    if kind == "cupy" and backend == "numpy":
+    if kind.on_device and not backend.on_device:
         raise TypeError(f"{name} is a CuPy array but the backend is numpy; pass a NumPy array")
     if x.dtype != np.float32:
         raise TypeError(f"{name} must be float32, not {x.dtype} (safemon never converts silently)")
@@ -130,7 +109,7 @@ def _validate(name: str, x: Any, backend: str) -> None:
     if not x.flags.c_contiguous:
         raise InvalidInputError(f"{name} must be C-contiguous (row-major); use ascontiguousarray")
     # Device arrays are checked on the device, in the launch sequence (safemon.kernels.checked).
-    if kind == "numpy" and not np.isfinite(x).all():
+    if not kind.on_device and not np.isfinite(x).all():
         _raise_nonfinite(name)
 
 
@@ -158,13 +137,13 @@ def run_variant(
     With `wait=False` on the CuPy backend the result is pending (see `MatmulResult.wait`);
     on the NumPy backend it is always settled.
     """
-    backend = resolve_backend(backend)
+    resolved = resolve_backend(backend)
     pb = _protected(b)
-    if pb is not None and (backend == "numpy" or not pb.on_device):
+    if pb is not None and (not resolved.on_device or not pb.on_device):
         b, pb = pb.verified(), None  # host buffers are checked (and corrected) on the host
-    _validate("a", a, backend)
+    _validate("a", a, resolved)
     if pb is None:
-        _validate("b", b, backend)
+        _validate("b", b, resolved)
     else:
         _validate_protected(pb)
     b_shape = tuple(b.shape) if pb is None else pb.shape
@@ -173,7 +152,7 @@ def run_variant(
             f"inner dimensions differ: a is {tuple(a.shape)}, b is {b_shape} "
             "(need a K×N b for an M×K a)"
         )
-    if backend == "cupy":
+    if resolved.on_device:
         res = _run_cupy(a, b if pb is None else pb, variant, ecc_retries=1)
         return res.wait() if wait else res
     from safemon.kernels.reference import reference_matmul
@@ -185,7 +164,7 @@ def run_variant(
         check = abft_check(a, b, c, variant.tile, variant.slices(a.shape[1]))
         if not check.ok:
             raise KernelCheckError("abft", check.failed_tiles[0])
-    return MatmulResult(c=c, es=es, variant=variant, backend=backend)
+    return MatmulResult(c=c, es=es, variant=variant, backend=resolved)
 
 
 def _validate_protected(pb: Any) -> None:
@@ -204,11 +183,11 @@ def _run_cupy(a: Any, b: Any, variant: Variant, *, ecc_retries: int) -> MatmulRe
     pb = _protected(b)
     launch = launch_checked(
         a, b, variant,
-        a_on_device=_module_of(a) == "cupy",
-        b_on_device=pb is not None or _module_of(b) == "cupy",
+        a_on_device=_module_of(a).on_device,
+        b_on_device=pb is not None or _module_of(b).on_device,
         b_protected=pb,
     )
-    return MatmulResult(launch.c, launch.es, variant, "cupy", status=launch.status,
+    return MatmulResult(launch.c, launch.es, variant, Backend.CUPY, status=launch.status,
                         _inputs=(a, b, ecc_retries))
 
 

@@ -129,9 +129,9 @@ def test_from_host_rejects_bad_arguments(kwargs: dict[str, Any], match: str) -> 
 
 
 def test_auto_backend_without_gpu_uses_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    import safemon.ecc.protected as mod
+    import safemon.kernels.compiler as compiler  # Backend.resolve asks it
 
-    monkeypatch.setattr(mod, "cuda_available", lambda: False)
+    monkeypatch.setattr(compiler, "cuda_available", lambda: False)
     assert not ProtectedArray.from_host(_weights(), name="w").on_device
 
 
