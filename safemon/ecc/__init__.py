@@ -4,7 +4,8 @@
   CuPy array, check bytes packed four per uint32 (docs/ECC.md).
 * `ProtectedArray`: data + check bits owned together; every read checks first and an
   uncorrectable error raises `safemon.errors.UncorrectableError`.
-* `ScrubRegistry`: patrols the registered buffers and keeps per-buffer counts.
+* `ProtectedArray.scrub()`: one patrol of a buffer (the channel worker scrubs its resident
+  weights when the daemon's scrub timer asks it to).
 
 Pure algebra lives in `safemon.ecc.code`, the CuPy kernels in `safemon.ecc.gpu`
 (`cuda/ecc.cu`), the benchmark in `safemon.bench.ecc`.
@@ -16,13 +17,10 @@ from safemon.ecc.api import decode, encode
 from safemon.ecc.code import EccReport
 from safemon.ecc.gpu import nvcc_builds
 from safemon.ecc.protected import ProtectedArray, ScrubResult
-from safemon.ecc.scrub import EccCounts, ScrubRegistry
 
 __all__ = [
-    "EccCounts",
     "EccReport",
     "ProtectedArray",
-    "ScrubRegistry",
     "ScrubResult",
     "decode",
     "encode",

@@ -1,4 +1,4 @@
-"""ProtectedArray and ScrubRegistry on the NumPy backend (host memory as the "device")."""
+"""ProtectedArray on the NumPy backend (host memory as the "device"): transfers, checks, scrubs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from safemon.ecc import EccCounts, ProtectedArray, ScrubRegistry, ScrubResult
+from safemon.ecc import ProtectedArray
 from safemon.errors import InvalidInputError, UncorrectableError
 
 
@@ -135,30 +135,21 @@ def test_auto_backend_without_gpu_uses_host_memory(monkeypatch: pytest.MonkeyPat
     assert not ProtectedArray.from_host(_weights(), name="w").on_device
 
 
-def test_registry_scrubs_all_and_keeps_cumulative_counts() -> None:
-    results: list[ScrubResult] = []
-    reg = ScrubRegistry(on_result=results.append)
+def test_scrub_corrects_single_errors_and_counts_cumulatively() -> None:
+    """A patrol corrects single errors, reports a double error once, and the per-buffer
+    totals grow monotonically (what `safemon_ecc_*_total{buffer}` are fed from)."""
     a = ProtectedArray.from_host(_weights(), name="a", backend="numpy")
     b = ProtectedArray.from_host(_weights((9,)), name="b", word_bits=64, backend="numpy")
-    reg.register(a)
-    reg.register(b)
-    assert reg.names() == ["a", "b"] and len(reg) == 2
-    with pytest.raises(InvalidInputError, match="already"):
-        reg.register(ProtectedArray.from_host(_weights(), name="a", backend="numpy"))
-
     sa, sb = a.verified(), b.verified()
     _flip(sa, 0, 0)
     _flip(sa, 100, 4)
     _flip(sb, 8, 0)  # word 1 of b: double error
     _flip(sb, 9, 0)
-    first = reg.scrub_all()
-    assert [r.buffer for r in first] == ["a", "b"] and results == first
+    first = [a.scrub(), b.scrub()]
+    assert [r.buffer for r in first] == ["a", "b"]
     assert first[0].corrected == 2 and first[0].ok
     assert first[1].uncorrectable_words.tolist() == [1] and first[1].new_uncorrectable == 1
-    second = reg.scrub_all()
+    second = [a.scrub(), b.scrub()]
     assert second[0].corrected == 0 and second[1].new_uncorrectable == 0
-    assert reg.counts() == {"a": EccCounts(2, 0), "b": EccCounts(0, 1)}
-    reg.unregister("b")
-    assert reg.names() == ["a"]
-    with pytest.raises(InvalidInputError):
-        reg.unregister("b")
+    assert (a.corrected_total, a.uncorrectable_total) == (2, 0)
+    assert (b.corrected_total, b.uncorrectable_total) == (0, 1)
