@@ -54,6 +54,7 @@ from pydantic import (
     model_validator,
 )
 
+from safemon.dims import Dims, parse_key
 from safemon.errors import ConfigError
 from safemon.kernels.backend import Backend
 from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_tile, make_variant
@@ -103,7 +104,6 @@ IPC_PATH_MAX_BYTES = 107
 #: Self-test patterns run on every channel every DTI; a typo like 16384x16384x16384 would
 #: turn the diagnosis into the main load, so each dimension is capped.
 MAX_PATTERN_DIM = 4096
-_DIMS_RE = re.compile(r"^([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)$")
 _PLACEHOLDER_RE = re.compile(r"\{[^{}]*\}")
 _HOSTNAME_RE = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
@@ -520,10 +520,12 @@ class PatternsConfig(_Model):
     def _check_dims(cls, v: list[str]) -> list[str]:
         bad = []
         for i, d in enumerate(v):
-            m = _DIMS_RE.match(d)
-            if m is None:
+            try:
+                dims = parse_key(d)
+            except ValueError:
                 bad.append(f"[{i}] {d!r} is not 'MxNxK' with positive integers")
-            elif max(int(g) for g in m.groups()) > MAX_PATTERN_DIM:
+                continue
+            if max(dims) > MAX_PATTERN_DIM:
                 bad.append(f"[{i}] {d!r} has a dimension above {MAX_PATTERN_DIM}")
         if len(set(v)) != len(v):
             bad.append("duplicate shapes")
@@ -531,13 +533,9 @@ class PatternsConfig(_Model):
             raise ValueError("; ".join(bad))
         return v
 
-    def shapes(self) -> list[tuple[int, int, int]]:
-        """`dims` as (M, N, K) integer tuples."""
-        out = []
-        for d in self.dims:
-            m, n, k = d.split("x")
-            out.append((int(m), int(n), int(k)))
-        return out
+    def shapes(self) -> list[Dims]:
+        """`dims` as `Dims`, (M, N, K) tuples."""
+        return [parse_key(d) for d in self.dims]
 
 
 class LoggingConfig(_Model):

@@ -1,24 +1,52 @@
-"""Matrix sizes of the evidence: `Dims` (M×N×K), parsing, and the seed paper's named sizes."""
+"""Matrix sizes: `Dims` (M×N×K), the one parser of their text forms, and the seed's sizes.
+
+Every "MxNxK" in safemon is read here:
+
+* `parse_key` reads the canonical form `Dims.key` writes ("16x16x16": decimal, no sign, no
+  leading zero, lowercase x, no spaces): configuration files and golden-pattern stores.
+* `parse_dims` / `parse_dims_list` read what a person types on a command line: also
+  "N" (N×N×N), "X" or "×" separators, spaces, and the seed's layer names ("L1".."L3", "L91").
+* `as_dims` takes either a canonical string or three positive ints.
+
+`Dims` is a named tuple, so code that wants `(M, N, K)` gets exactly that.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import NamedTuple
 
-__all__ = ["BENCH_DIMS", "SEED_DC_DIMS", "Dims", "parse_dims", "parse_dims_list"]
+__all__ = [
+    "BENCH_DIMS",
+    "SEED_DC_DIMS",
+    "Dims",
+    "as_dims",
+    "parse_dims",
+    "parse_dims_list",
+    "parse_key",
+]
 
 
-@dataclass(frozen=True, order=True)
-class Dims:
-    """C (M×N) = A (M×K) · B (K×N); all three positive."""
-
+class _MNK(NamedTuple):
     m: int
     n: int
     k: int
 
-    def __post_init__(self) -> None:
-        if min(self.m, self.n, self.k) <= 0:
-            raise ValueError(f"matrix dimensions must be positive, got {self.m}x{self.n}x{self.k}")
+
+class Dims(_MNK):
+    """C (M×N) = A (M×K) · B (K×N); all three positive ints. A tuple (M, N, K).
+
+    Raises (on construction):
+        ValueError: a dimension is not positive.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, m: int, n: int, k: int) -> Dims:
+        if min(m, n, k) <= 0:
+            raise ValueError(f"matrix dimensions must be positive, got {m}x{n}x{k}")
+        return super().__new__(cls, m, n, k)
 
     @property
     def key(self) -> str:
@@ -71,6 +99,33 @@ BENCH_DIMS: dict[str, Dims] = {
 }
 
 _DIMS_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
+_KEY_RE = re.compile(r"^([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)$")
+
+
+def parse_key(text: str) -> Dims:
+    """The canonical "MxNxK" (as `Dims.key` writes it) and nothing else.
+
+    Raises:
+        ValueError: any other text (the message says "is not 'MxNxK' with positive integers").
+    """
+    m = _KEY_RE.match(text)
+    if m is None:
+        raise ValueError(f"dims {text!r} is not 'MxNxK' with positive integers")
+    return Dims(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+
+
+def as_dims(d: str | Sequence[int]) -> Dims:
+    """`parse_key(d)` for a string, else three positive ints (M, N, K) (bools refused).
+
+    Raises:
+        ValueError: a malformed string, or not three positive ints.
+    """
+    if isinstance(d, str):
+        return parse_key(d)
+    t = tuple(d)
+    if len(t) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in t):
+        raise ValueError(f"dims must be three positive ints (M, N, K), got {d!r}")
+    return Dims(t[0], t[1], t[2])
 
 
 def parse_dims(text: str) -> Dims:

@@ -12,11 +12,12 @@ import cupy as cp
 import numpy as np
 
 import safemon
+from safemon.dims import parse_dims
 
 
 def main(spec: str) -> None:
     shape, variant = spec.split(":")
-    m, n, k = (int(x) for x in shape.split("x"))
+    m, n, k = parse_dims(shape)
     rng = np.random.default_rng(0)
     a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
     b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))

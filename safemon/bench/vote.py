@@ -48,6 +48,7 @@ import yaml
 import zmq
 
 from safemon.bench.timing import percentiles
+from safemon.dims import parse_dims, parse_key
 from safemon.errors import SafemonError
 from safemon.kernels.backend import Backend
 
@@ -81,18 +82,17 @@ class VoteBenchSize:
 
 
 def parse_sizes(text: str, requests: int) -> list[VoteBenchSize]:
-    """"80x80x80,1024x1024x64" (or "80" for 80x80x80) into sizes; ValueError on bad input.
+    """"80x80x80,1024x1024x64" (or "80" for 80x80x80: any `safemon.dims.parse_dims` form)
+    into sizes; ValueError on bad input.
 
     Outputs with more than 2**18 elements get a tenth of `requests` (at least 20, at most
     `requests`)."""
     out = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
-        dims = part.split("x")
-        if len(dims) == 1:
-            dims = dims * 3
-        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
-            raise ValueError(f"bad size {part!r}; want MxNxK or N (positive integers)")
-        m, n, k = (int(d) for d in dims)
+        try:
+            m, n, k = parse_dims(part)
+        except ValueError as exc:
+            raise ValueError(f"bad size {part!r}: {exc}") from None
         reqs = requests if m * n <= 2**18 else min(requests, max(20, requests // 10))
         out.append(VoteBenchSize(m, n, k, reqs))
     if not out:
@@ -505,7 +505,7 @@ def vote_markdown(ev: dict[str, Any]) -> str:
         )
     lines += ["", "| size | echo request p50 (zero-copy) | echo reply p50 (zero-copy) | "
               "echo reply p50 (copied) | copied / zero-copy |", "|---|---|---|---|---|"]
-    sizes = sorted({k.split("/")[0] for k in ev["echo"]}, key=lambda t: int(t.split("x")[0]))
+    sizes = sorted({k.split("/")[0] for k in ev["echo"]}, key=parse_key)
     for size in sizes:
         zc, cp = ev["echo"][f"{size}/zero-copy"], ev["echo"][f"{size}/copy"]
         lines.append(

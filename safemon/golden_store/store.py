@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from safemon.dims import Dims, as_dims
 from safemon.errors import PatternError
 from safemon.kernels.api import run_variant
 from safemon.kernels.catalog import TileConfig, Variant, make_variant
@@ -38,10 +39,7 @@ from safemon.patterns.golden import (
     ARRAYS,
     FAMILIES,
     GENERATOR_VERSION,
-    Dims,
     GoldenPattern,
-    _dims_str,
-    _parse_dims,
     generate_inputs,
     make_pattern,
     pattern_id,
@@ -132,7 +130,7 @@ def build_patterns(
     entries: list[dict[str, Any]] = []
     seen: set[str] = set()
     for raw in dims_list:
-        dims = _parse_dims(raw)
+        dims = as_dims(raw)
         for variant in _variants_for(dims, variants):
             for fam in families:
                 p = make_pattern(fam, dims, variant)
@@ -146,7 +144,7 @@ def build_patterns(
                     {
                         "id": p.id,
                         "family": fam,
-                        "dims": _dims_str(dims),
+                        "dims": dims.key,
                         "variant": variant.as_dict(),
                         "variant_name": variant.name,
                         "file": name,
@@ -213,7 +211,7 @@ def _read_manifest(directory: Path) -> tuple[int, list[_Entry]]:
                 if Path(fname).name != fname or not fname.endswith(".npz"):
                     # A path outside the store would let a manifest point anywhere.
                     raise ValueError(f"file must be a bare .npz name, got {fname!r}")
-                dims = _parse_dims(str(e["dims"]))
+                dims = as_dims(str(e["dims"]))
                 family = str(e["family"])
                 if family not in FAMILIES:
                     raise ValueError(f"unknown family {family!r}")

@@ -36,7 +36,6 @@ The file store that holds built patterns (manifest, one .npz per pattern, SHA-25
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from safemon.dims import Dims, as_dims
 from safemon.errors import PatternError
 from safemon.kernels.api import run_variant
 from safemon.kernels.catalog import Variant
@@ -73,9 +73,7 @@ FAMILIES: Final[tuple[str, ...]] = ("random", "walking", "checkerboard", "extrem
 ARRAYS: Final = ("a", "b", "expected_c", "expected_es")
 
 _FLT_MAX: Final = float(np.finfo(np.float32).max)
-_DIMS_RE: Final = re.compile(r"^([1-9][0-9]*)x([1-9][0-9]*)x([1-9][0-9]*)$")
 
-Dims = tuple[int, int, int]
 F32 = npt.NDArray[np.float32]
 U32 = npt.NDArray[np.uint32]
 
@@ -132,7 +130,7 @@ class GoldenPattern:
     def dims(self) -> Dims:
         """(M, N, K)."""
         m, k = self.a.shape
-        return (int(m), int(self.b.shape[1]), int(k))
+        return Dims(int(m), int(self.b.shape[1]), int(k))
 
     @property
     def key(self) -> tuple[str, Variant]:
@@ -166,9 +164,9 @@ def same_bits(x: np.ndarray[Any, Any], ref: np.ndarray[Any, Any]) -> bool:
     return bool(np.array_equal(np.ascontiguousarray(x).view(np.uint32), ref.view(np.uint32)))
 
 
-def pattern_id(family: str, dims: Dims) -> str:
+def pattern_id(family: str, dims: Dims | Sequence[int]) -> str:
     """`<family>-<M>x<N>x<K>` (the id of the inputs)."""
-    return f"{family}-{_dims_str(dims)}"
+    return f"{family}-{as_dims(dims).key}"
 
 
 def find_pattern(
@@ -191,26 +189,10 @@ def find_pattern(
 # --------------------------------------------------------------------------------------------
 
 
-def _dims_str(dims: Dims) -> str:
-    return f"{dims[0]}x{dims[1]}x{dims[2]}"
-
-
-def _parse_dims(d: str | Sequence[int]) -> Dims:
-    if isinstance(d, str):
-        mt = _DIMS_RE.match(d)
-        if mt is None:
-            raise ValueError(f"dims {d!r} is not 'MxNxK' with positive integers")
-        return (int(mt.group(1)), int(mt.group(2)), int(mt.group(3)))
-    t = tuple(d)
-    if len(t) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in t):
-        raise ValueError(f"dims must be three positive ints (M, N, K), got {d!r}")
-    return (t[0], t[1], t[2])
-
-
 def _seed(family: str, dims: Dims, operand: str) -> int:
     # A hash of the names, not Python's hash() (salted per process) and not a counter
     # (adding a family must not change the others).
-    text = f"safemon-golden:v{GENERATOR_VERSION}:{family}:{_dims_str(dims)}:{operand}"
+    text = f"safemon-golden:v{GENERATOR_VERSION}:{family}:{dims.key}:{operand}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
 
@@ -326,7 +308,7 @@ def _check_no_overflow(a: F32, b: F32, family: str) -> None:
         raise AssertionError(f"golden generator inputs for {family} could overflow float32")
 
 
-def generate_inputs(family: str, dims: Dims | str) -> tuple[F32, F32]:
+def generate_inputs(family: str, dims: Sequence[int] | str) -> tuple[F32, F32]:
     """The deterministic inputs (A, B) of one family and shape.
 
     Args:
@@ -340,10 +322,11 @@ def generate_inputs(family: str, dims: Dims | str) -> tuple[F32, F32]:
     Raises:
         ValueError: unknown family or malformed dims.
     """
-    m, n, k = _parse_dims(dims)
+    d = as_dims(dims)
+    m, n, k = d
     if family == "random":
-        a = np.random.default_rng(_seed(family, (m, n, k), "a")).standard_normal((m, k))
-        b = np.random.default_rng(_seed(family, (m, n, k), "b")).standard_normal((k, n))
+        a = np.random.default_rng(_seed(family, d, "a")).standard_normal((m, k))
+        b = np.random.default_rng(_seed(family, d, "b")).standard_normal((k, n))
         a32, b32 = a.astype(np.float32), b.astype(np.float32)
     elif family == "walking":
         a32, b32 = _walking(m, k, 0), _walking(k, n, 11)
@@ -358,13 +341,13 @@ def generate_inputs(family: str, dims: Dims | str) -> tuple[F32, F32]:
     return a32, b32
 
 
-def make_pattern(family: str, dims: Dims | str, variant: Variant) -> GoldenPattern:
+def make_pattern(family: str, dims: Sequence[int] | str, variant: Variant) -> GoldenPattern:
     """Generate the inputs and compute the expected C and ES with the NumPy reference.
 
     Raises:
         ValueError: unknown family or malformed dims.
     """
-    d = _parse_dims(dims)
+    d = as_dims(dims)
     a, b = generate_inputs(family, d)
     res = run_variant(a, b, variant, backend="numpy")
     return GoldenPattern(
@@ -383,10 +366,10 @@ def make_pattern(family: str, dims: Dims | str, variant: Variant) -> GoldenPatte
 # --------------------------------------------------------------------------------------------
 
 
-def pattern_shapes(config: Config, sm_count: int | None = None) -> list[tuple[int, int, int]]:
+def pattern_shapes(config: Config, sm_count: int | None = None) -> list[Dims]:
     """The (M, N, K) shapes any channel's self-tests run (`load_patterns` loads them all):
     each channel's `channel_pattern_shapes`, in channel order, without repeats."""
-    shapes: list[tuple[int, int, int]] = []
+    shapes: list[Dims] = []
     for ch in config.channels or []:
         shapes += [s for s in channel_pattern_shapes(config, ch, sm_count) if s not in shapes]
     return shapes or config.patterns.shapes()
@@ -394,7 +377,7 @@ def pattern_shapes(config: Config, sm_count: int | None = None) -> list[tuple[in
 
 def channel_pattern_shapes(
     config: Config, channel: ChannelConfig, sm_count: int | None = None
-) -> list[tuple[int, int, int]]:
+) -> list[Dims]:
     """The (M, N, K) shapes `channel`'s self-tests run: when covering is on for `sm_count`,
     the shape that puts >= 2 blocks on every SM *with this channel's own tile* first, then
     the dims the config names (none when it names none); else the configured dims.
@@ -410,7 +393,7 @@ def channel_pattern_shapes(
     # by output size, so size with the tile of a large output and resolve again.
     d = cover_dims(sm_count, channel.variant.to_variant(1024, 1024).tile)
     d = cover_dims(sm_count, channel.variant.to_variant(d.m, d.n).tile)
-    shapes = [(d.m, d.n, d.k)]
+    shapes = [d]
     if "dims" in config.patterns.model_fields_set:
         shapes += [s for s in config.patterns.shapes() if s not in shapes]
     return shapes
