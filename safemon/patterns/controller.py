@@ -120,6 +120,7 @@ from enum import StrEnum
 from typing import TypeAlias
 
 from safemon.errors import ConfigError, InvalidInputError
+from safemon.seconds import check_seconds, is_seconds
 from safemon.states import (
     CHANNEL_TRANSITIONS,
     MODE_TRANSITIONS,
@@ -173,11 +174,6 @@ _DISAGREEMENTS = frozenset({FaultKind.DISAGREEMENT_MINORITY, FaultKind.DISAGREEM
 #: Policies whose mismatches are localised by self-tests, and whose faulty channels are
 #: isolated (not restarted): the survivors vote under the next policy down.
 _DIAGNOSED = frozenset({Policy.ONE_OO_TWO_D, Policy.ONE_OO_THREE_D})
-
-
-def _is_seconds(value: object) -> bool:
-    # bool is an int; True seconds is a bug, not one second.
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -240,20 +236,20 @@ class ControllerConfig:
             or self.max_restarts < 0
         ):
             problems.append(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
-        if not _is_seconds(self.restart_window) or self.restart_window <= 0:
+        if not is_seconds(self.restart_window) or self.restart_window <= 0:
             problems.append(
                 f"restart_window must be a finite number of seconds > 0, got {self.restart_window!r}"
             )
-        if not _is_seconds(self.backoff_initial) or self.backoff_initial < 0:
+        if not is_seconds(self.backoff_initial) or self.backoff_initial < 0:
             problems.append(
                 f"backoff_initial must be a finite number of seconds >= 0, got {self.backoff_initial!r}"
             )
-        if not _is_seconds(self.backoff_factor) or self.backoff_factor < 1:
+        if not is_seconds(self.backoff_factor) or self.backoff_factor < 1:
             problems.append(
                 f"backoff_factor must be a finite number >= 1, got {self.backoff_factor!r}"
             )
-        if not _is_seconds(self.backoff_max) or (
-            _is_seconds(self.backoff_initial) and self.backoff_max < self.backoff_initial
+        if not is_seconds(self.backoff_max) or (
+            is_seconds(self.backoff_initial) and self.backoff_max < self.backoff_initial
         ):
             problems.append(
                 f"backoff_max must be a finite number of seconds >= backoff_initial, got {self.backoff_max!r}"
@@ -552,8 +548,7 @@ class SafeStateController:
         return out
 
     def _validate(self, event: ControllerEvent) -> None:
-        if not _is_seconds(event.now):
-            raise InvalidInputError(f"now must be a finite number of seconds, got {event.now!r}")
+        check_seconds("now", event.now)
         if self._now is not None and event.now < self._now:
             raise InvalidInputError(f"time went backwards: event at {event.now} after {self._now}")
         channel = getattr(event, "channel", None)
@@ -566,12 +561,12 @@ class SafeStateController:
         if isinstance(event, Fault):
             if not isinstance(event.kind, FaultKind):
                 raise InvalidInputError(f"kind must be a FaultKind, got {event.kind!r}")
-            if not _is_seconds(event.detected_at) or event.detected_at > event.now:
+            if not is_seconds(event.detected_at) or event.detected_at > event.now:
                 raise InvalidInputError(
                     f"detected_at must be finite and <= now ({event.now}), got {event.detected_at!r}"
                 )
             if event.occurred_at is not None and (
-                not _is_seconds(event.occurred_at) or event.occurred_at > event.detected_at
+                not is_seconds(event.occurred_at) or event.occurred_at > event.detected_at
             ):
                 raise InvalidInputError(
                     f"occurred_at must be None or finite and <= detected_at ({event.detected_at}), "

@@ -78,7 +78,6 @@ never raised: results for unknown, already settled or another channel's test ids
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -87,6 +86,7 @@ from typing import TypeAlias
 
 from safemon.errors import ConfigError, InvalidInputError
 from safemon.patterns.sm_coverage import SmCoverage
+from safemon.seconds import check_seconds, is_seconds
 
 __all__ = [
     "ChannelJoined",
@@ -111,16 +111,6 @@ __all__ = [
     "deadline_for",
     "next_due",
 ]
-
-
-def _is_seconds(value: object) -> bool:
-    # bool is an int; True seconds is a bug, not one second.
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-
-
-def _check_time(name: str, value: float) -> None:
-    if not _is_seconds(value):
-        raise InvalidInputError(f"{name} must be a finite number of seconds, got {value!r}")
 
 
 def _check_channel(channel: str) -> None:
@@ -165,13 +155,13 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        if not _is_seconds(self.dti) or self.dti <= 0:
+        if not is_seconds(self.dti) or self.dti <= 0:
             problems.append(f"dti must be a finite number of seconds > 0, got {self.dti!r}")
-        if not _is_seconds(self.selftest_deadline) or self.selftest_deadline <= 0:
+        if not is_seconds(self.selftest_deadline) or self.selftest_deadline <= 0:
             problems.append(
                 f"selftest_deadline must be a finite number of seconds > 0, got {self.selftest_deadline!r}"
             )
-        elif _is_seconds(self.dti) and self.selftest_deadline > self.dti:
+        elif is_seconds(self.dti) and self.selftest_deadline > self.dti:
             problems.append(
                 f"selftest_deadline ({self.selftest_deadline}) must be <= dti ({self.dti})"
             )
@@ -187,10 +177,10 @@ class SchedulerConfig:
                 problems.append(f"patterns must be unique, got {pats!r}")
             # Lossless: a YAML list and a tuple name the same rotation.
             object.__setattr__(self, "patterns", pats)
-        if not _is_seconds(self.jitter) or not 0.0 <= self.jitter < 1.0:
+        if not is_seconds(self.jitter) or not 0.0 <= self.jitter < 1.0:
             problems.append(f"jitter must be a fraction in [0, 1), got {self.jitter!r}")
         if self.scrub_interval is not None and (
-            not _is_seconds(self.scrub_interval) or self.scrub_interval <= 0
+            not is_seconds(self.scrub_interval) or self.scrub_interval <= 0
         ):
             problems.append(
                 f"scrub_interval must be None or a finite number of seconds > 0, got {self.scrub_interval!r}"
@@ -198,11 +188,11 @@ class SchedulerConfig:
         if self.scrub_deadline is not None:
             if self.scrub_interval is None:
                 problems.append("scrub_deadline is set but scrub_interval is None (scrubbing off)")
-            elif not _is_seconds(self.scrub_deadline) or self.scrub_deadline <= 0:
+            elif not is_seconds(self.scrub_deadline) or self.scrub_deadline <= 0:
                 problems.append(
                     f"scrub_deadline must be a finite number of seconds > 0, got {self.scrub_deadline!r}"
                 )
-            elif _is_seconds(self.scrub_interval) and self.scrub_deadline > self.scrub_interval:
+            elif is_seconds(self.scrub_interval) and self.scrub_deadline > self.scrub_interval:
                 problems.append(
                     f"scrub_deadline ({self.scrub_deadline}) must be <= scrub_interval ({self.scrub_interval})"
                 )
@@ -230,8 +220,8 @@ def next_due(config: SchedulerConfig, job: Job, last_start: float, u: float = 0.
         InvalidInputError: `u` outside [0, 1), a non-finite `last_start`.
         ConfigError: SCRUB asked for while scrubbing is off.
     """
-    _check_time("last_start", last_start)
-    if not _is_seconds(u) or not 0.0 <= u < 1.0:
+    check_seconds("last_start", last_start)
+    if not is_seconds(u) or not 0.0 <= u < 1.0:
         raise InvalidInputError(f"jitter draw u must be in [0, 1), got {u!r}")
     if job is Job.SELFTEST:
         return last_start + config.dti * (1.0 - config.jitter * u)
@@ -247,7 +237,7 @@ def deadline_for(config: SchedulerConfig, job: Job, start: float) -> float:
         InvalidInputError: a non-finite `start`.
         ConfigError: SCRUB asked for while scrubbing is off.
     """
-    _check_time("start", start)
+    check_seconds("start", start)
     if job is Job.SELFTEST:
         return start + config.selftest_deadline
     if config.scrub_interval is None:
@@ -558,7 +548,7 @@ class Scheduler:
         return out
 
     def _validate(self, event: SchedulerEvent) -> None:
-        _check_time("now", event.now)
+        check_seconds("now", event.now)
         if self._now is not None and event.now < self._now:
             raise InvalidInputError(f"time went backwards: event at {event.now} after {self._now}")
         match event:

@@ -107,12 +107,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
 from safemon.errors import InvalidInputError
+from safemon.seconds import check_seconds
 from safemon.states import Policy
 
 __all__ = [
@@ -142,12 +142,6 @@ Outcome: TypeAlias = Literal["released", "safe_state", "timeout", "disagreement"
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 
-def _check_time(name: str, value: float) -> None:
-    # bool is an int; a True deadline is a bug, not one second.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInputError(f"{name} must be a finite number of seconds, got {value!r}")
-
-
 # ---------------------------------------------------------------------------- events in
 
 
@@ -169,8 +163,8 @@ class Submit:
     def __post_init__(self) -> None:
         if isinstance(self.req_id, bool) or not isinstance(self.req_id, int):
             raise InvalidInputError(f"req_id must be an int, got {self.req_id!r}")
-        _check_time("now", self.now)
-        _check_time("deadline", self.deadline)
+        check_seconds("now", self.now)
+        check_seconds("deadline", self.deadline)
         if self.deadline <= self.now:
             raise InvalidInputError(
                 f"request {self.req_id}: deadline {self.deadline} is not after now {self.now}"
@@ -217,7 +211,7 @@ class ChannelResult:
             raise InvalidInputError(f"req_id must be an int, got {self.req_id!r}")
         if not isinstance(self.channel, str) or not self.channel:
             raise InvalidInputError(f"channel must be a non-empty name, got {self.channel!r}")
-        _check_time("now", self.now)
+        check_seconds("now", self.now)
         if not isinstance(self.ok, bool):
             raise InvalidInputError(f"ok must be a bool, got {self.ok!r}")
         if not isinstance(self.c_digest, bytes) or not isinstance(self.es_digest, bytes):
@@ -247,7 +241,7 @@ class Tick:
     now: float
 
     def __post_init__(self) -> None:
-        _check_time("now", self.now)
+        check_seconds("now", self.now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +251,7 @@ class EnterSafe:
     now: float
 
     def __post_init__(self) -> None:
-        _check_time("now", self.now)
+        check_seconds("now", self.now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +261,7 @@ class Reset:
     now: float
 
     def __post_init__(self) -> None:
-        _check_time("now", self.now)
+        check_seconds("now", self.now)
 
 
 Event: TypeAlias = Submit | ChannelResult | Tick | EnterSafe | Reset

@@ -1,0 +1,30 @@
+"""Durations and instants in seconds: the one check every core and the client use.
+
+A value in seconds is a finite `int` or `float`. `bool` is refused although it is an `int`:
+`True` seconds is a bug, not one second. NaN and infinities are refused: a NaN deadline
+compares false with everything and would silently disable the check it feeds. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from safemon.errors import InvalidInputError
+
+__all__ = ["check_seconds", "is_seconds"]
+
+
+def is_seconds(value: object) -> bool:
+    """True for a finite int or float that is not a bool."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def check_seconds(name: str, value: object) -> float:
+    """`value` as a float when `is_seconds(value)`.
+
+    Raises:
+        InvalidInputError: "<name> must be a finite number of seconds, got <value>".
+    """
+    if not is_seconds(value):
+        raise InvalidInputError(f"{name} must be a finite number of seconds, got {value!r}")
+    return float(value)  # type: ignore[arg-type]  # is_seconds: an int or float
