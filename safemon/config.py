@@ -58,6 +58,8 @@ from safemon.dims import Dims, parse_key
 from safemon.errors import ConfigError
 from safemon.kernels.backend import Backend
 from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_tile, make_variant
+from safemon.patterns.controller import restart_problems
+from safemon.patterns.scheduler import timing_problems
 from safemon.states import Policy
 
 __all__ = [
@@ -128,6 +130,13 @@ class _FieldProblems(ValueError):
 def _raise_if(problems: list[tuple[str, str]]) -> None:
     if problems:
         raise _FieldProblems(problems)
+
+
+#: The scheduler's and the controller's field names -> this file's (their rules, our names).
+_SCHEDULER_NAMES = {"dti": "dti_s", "selftest_deadline": "selftest_deadline_s",
+                    "jitter": "dti_jitter", "scrub_interval": "scrub_interval_s"}
+_CONTROLLER_NAMES = {"restart_window": "window_s", "backoff_initial": "backoff_initial_s",
+                     "backoff_factor": "backoff_factor", "backoff_max": "backoff_max_s"}
 
 
 class _Model(BaseModel):
@@ -221,10 +230,12 @@ class TimingConfig(_Model):
     """
 
     request_deadline_s: PositiveSeconds = 0.25
-    dti_s: PositiveSeconds = 1.0
-    selftest_deadline_s: PositiveSeconds = 0.2
+    # dti_s, selftest_deadline_s and scrub_interval_s follow the scheduler's rules
+    # (`scheduler.timing_problems`, checked below); dti_jitter is a stricter deployment bound.
+    dti_s: StrictFloat = 1.0
+    selftest_deadline_s: StrictFloat = 0.2
     dti_jitter: Annotated[StrictFloat, Field(ge=0.0, le=0.5)] = 0.1
-    scrub_interval_s: PositiveSeconds | None = 10.0
+    scrub_interval_s: StrictFloat | None = 10.0
     heartbeat_interval_s: PositiveSeconds = 0.1
     heartbeat_timeout_s: PositiveSeconds = 0.5
     ftti_s: PositiveSeconds = 2.0
@@ -232,14 +243,10 @@ class TimingConfig(_Model):
 
     @model_validator(mode="after")
     def _check_intervals(self) -> Self:
-        problems: list[tuple[str, str]] = []
-        if self.selftest_deadline_s > self.dti_s:
-            problems.append(
-                (
-                    "selftest_deadline_s",
-                    f"must be <= dti_s ({self.dti_s} s), got {self.selftest_deadline_s} s",
-                )
-            )
+        problems = timing_problems(
+            self.dti_s, self.selftest_deadline_s, self.dti_jitter, self.scrub_interval_s,
+            names=_SCHEDULER_NAMES,
+        )
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             problems.append(
                 (
@@ -279,17 +286,21 @@ class RestartConfig(_Model):
     Past the budget the channel is isolated."""
 
     max_restarts: Annotated[StrictInt, Field(ge=0, le=1000)] = 3
-    window_s: PositiveSeconds = 60.0
-    backoff_initial_s: Annotated[StrictFloat, Field(ge=0.0)] = 0.1
-    backoff_factor: Annotated[StrictFloat, Field(ge=1.0, le=10.0)] = 2.0
-    backoff_max_s: Annotated[StrictFloat, Field(ge=0.0)] = 10.0
+    # The budget follows the controller's rules (`controller.restart_problems`, checked
+    # below); backoff_factor <= 10 is a stricter deployment bound.
+    window_s: StrictFloat = 60.0
+    backoff_initial_s: StrictFloat = 0.1
+    backoff_factor: Annotated[StrictFloat, Field(le=10.0)] = 2.0
+    backoff_max_s: StrictFloat = 10.0
 
     @model_validator(mode="after")
     def _check_backoff(self) -> Self:
-        if self.backoff_max_s < self.backoff_initial_s:
-            raise _FieldProblems(
-                [("backoff_max_s", f"must be >= backoff_initial_s ({self.backoff_initial_s} s)")]
-            )
+        problems = restart_problems(
+            self.window_s, self.backoff_initial_s, self.backoff_factor, self.backoff_max_s,
+            names=_CONTROLLER_NAMES,
+        )
+        if problems:
+            raise _FieldProblems(problems)
         return self
 
 

@@ -8,14 +8,15 @@ compares false with everything and would silently disable the check it feeds. Pu
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 from safemon.errors import InvalidInputError
 
 __all__ = ["check_seconds", "is_seconds"]
 
 
-def is_seconds(value: object) -> bool:
-    """True for a finite int or float that is not a bool."""
+def is_seconds(value: object) -> TypeGuard[float]:
+    """True for a finite int or float that is not a bool (narrows `value` for type checkers)."""
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
@@ -27,4 +28,4 @@ def check_seconds(name: str, value: object) -> float:
     """
     if not is_seconds(value):
         raise InvalidInputError(f"{name} must be a finite number of seconds, got {value!r}")
-    return float(value)  # type: ignore[arg-type]  # is_seconds: an int or float
+    return float(value)

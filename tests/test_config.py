@@ -263,6 +263,13 @@ BAD_FILES: list[tuple[str, list[str]]] = [
     ("timing: {dti_s: '1.0'}\n", ["timing.dti_s"]),
     ("restart: {backoff_initial_s: 5.0, backoff_max_s: 1.0}\n", ["restart.backoff_max_s"]),
     ("restart: {max_restarts: 0}\n", ["restart.max_restarts"]),
+    # The scheduler's and the controller's rules, reported under this file's names.
+    ("timing: {dti_s: 0.0}\n", ["timing.dti_s"]),
+    ("timing: {selftest_deadline_s: -0.1}\n", ["timing.selftest_deadline_s"]),
+    ("timing: {scrub_interval_s: 0.0}\n", ["timing.scrub_interval_s"]),
+    ("restart: {window_s: 0.0}\n", ["restart.window_s"]),
+    ("restart: {backoff_factor: 0.5}\n", ["restart.backoff_factor"]),
+    ("restart: {backoff_initial_s: -1.0}\n", ["restart.backoff_initial_s"]),
     ('actions: {hook: "notify \'unclosed"}\n', ["actions.hook"]),
     ("actions: {hook: '  '}\n", ["actions.hook"]),
     ("endpoints: {runtime_dir: relative/dir}\n", ["endpoints.runtime_dir"]),

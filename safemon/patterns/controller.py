@@ -151,6 +151,7 @@ __all__ = [
     "SetVoting",
     "backoff_delay",
     "effective_policy",
+    "restart_problems",
 ]
 
 JsonValue: TypeAlias = str | int | float | bool | list[str] | None
@@ -236,29 +237,52 @@ class ControllerConfig:
             or self.max_restarts < 0
         ):
             problems.append(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
-        if not is_seconds(self.restart_window) or self.restart_window <= 0:
-            problems.append(
-                f"restart_window must be a finite number of seconds > 0, got {self.restart_window!r}"
+        problems += [
+            f"{name} {problem}"
+            for name, problem in restart_problems(
+                self.restart_window, self.backoff_initial, self.backoff_factor, self.backoff_max
             )
-        if not is_seconds(self.backoff_initial) or self.backoff_initial < 0:
-            problems.append(
-                f"backoff_initial must be a finite number of seconds >= 0, got {self.backoff_initial!r}"
-            )
-        if not is_seconds(self.backoff_factor) or self.backoff_factor < 1:
-            problems.append(
-                f"backoff_factor must be a finite number >= 1, got {self.backoff_factor!r}"
-            )
-        if not is_seconds(self.backoff_max) or (
-            is_seconds(self.backoff_initial) and self.backoff_max < self.backoff_initial
-        ):
-            problems.append(
-                f"backoff_max must be a finite number of seconds >= backoff_initial, got {self.backoff_max!r}"
-            )
+        ]
         for name in ("restart", "isolate", "notify", "hook"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be a bool, got {getattr(self, name)!r}")
         if problems:
             raise ConfigError("invalid controller config: " + "; ".join(problems))
+
+
+def restart_problems(
+    restart_window: object,
+    backoff_initial: object,
+    backoff_factor: object,
+    backoff_max: object,
+    *,
+    names: Mapping[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """The restart budget's rules, as (field, problem) pairs; empty when every rule holds.
+
+    The one owner of these rules: `ControllerConfig` raises on them, and the deployment
+    configuration (`safemon.config.RestartConfig`) reports them under its own field names,
+    given as `names` (controller field -> caller's field; unmapped names are kept):
+    restart_window > 0 s, backoff_initial >= 0 s, backoff_factor >= 1, and
+    backoff_max >= backoff_initial, all finite.
+    """
+    n = {k: (names or {}).get(k, k) for k in (
+        "restart_window", "backoff_initial", "backoff_factor", "backoff_max")}
+    out: list[tuple[str, str]] = []
+    if not is_seconds(restart_window) or restart_window <= 0:
+        out.append((n["restart_window"],
+                    f"must be a finite number of seconds > 0, got {restart_window!r}"))
+    if not is_seconds(backoff_initial) or backoff_initial < 0:
+        out.append((n["backoff_initial"],
+                    f"must be a finite number of seconds >= 0, got {backoff_initial!r}"))
+    if not is_seconds(backoff_factor) or backoff_factor < 1:
+        out.append((n["backoff_factor"], f"must be a finite number >= 1, got {backoff_factor!r}"))
+    if not is_seconds(backoff_max) or (
+        is_seconds(backoff_initial) and backoff_max < backoff_initial
+    ):
+        out.append((n["backoff_max"], f"must be a finite number of seconds >= "
+                    f"{n['backoff_initial']}, got {backoff_max!r}"))
+    return out
 
 
 def backoff_delay(config: ControllerConfig, attempt: int) -> float:

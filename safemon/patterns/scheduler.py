@@ -79,7 +79,7 @@ never raised: results for unknown, already settled or another channel's test ids
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias
@@ -110,6 +110,7 @@ __all__ = [
     "Tick",
     "deadline_for",
     "next_due",
+    "timing_problems",
 ]
 
 
@@ -154,17 +155,13 @@ class SchedulerConfig:
     scrub_deadline: float | None = None
 
     def __post_init__(self) -> None:
-        problems: list[str] = []
-        if not is_seconds(self.dti) or self.dti <= 0:
-            problems.append(f"dti must be a finite number of seconds > 0, got {self.dti!r}")
-        if not is_seconds(self.selftest_deadline) or self.selftest_deadline <= 0:
-            problems.append(
-                f"selftest_deadline must be a finite number of seconds > 0, got {self.selftest_deadline!r}"
+        problems = [
+            f"{name} {problem}"
+            for name, problem in timing_problems(
+                self.dti, self.selftest_deadline, self.jitter, self.scrub_interval,
+                self.scrub_deadline,
             )
-        elif is_seconds(self.dti) and self.selftest_deadline > self.dti:
-            problems.append(
-                f"selftest_deadline ({self.selftest_deadline}) must be <= dti ({self.dti})"
-            )
+        ]
         if isinstance(self.patterns, str) or not isinstance(self.patterns, Sequence):
             problems.append(f"patterns must be a sequence of pattern ids, got {self.patterns!r}")
         else:
@@ -177,27 +174,56 @@ class SchedulerConfig:
                 problems.append(f"patterns must be unique, got {pats!r}")
             # Lossless: a YAML list and a tuple name the same rotation.
             object.__setattr__(self, "patterns", pats)
-        if not is_seconds(self.jitter) or not 0.0 <= self.jitter < 1.0:
-            problems.append(f"jitter must be a fraction in [0, 1), got {self.jitter!r}")
-        if self.scrub_interval is not None and (
-            not is_seconds(self.scrub_interval) or self.scrub_interval <= 0
-        ):
-            problems.append(
-                f"scrub_interval must be None or a finite number of seconds > 0, got {self.scrub_interval!r}"
-            )
-        if self.scrub_deadline is not None:
-            if self.scrub_interval is None:
-                problems.append("scrub_deadline is set but scrub_interval is None (scrubbing off)")
-            elif not is_seconds(self.scrub_deadline) or self.scrub_deadline <= 0:
-                problems.append(
-                    f"scrub_deadline must be a finite number of seconds > 0, got {self.scrub_deadline!r}"
-                )
-            elif is_seconds(self.scrub_interval) and self.scrub_deadline > self.scrub_interval:
-                problems.append(
-                    f"scrub_deadline ({self.scrub_deadline}) must be <= scrub_interval ({self.scrub_interval})"
-                )
         if problems:
             raise ConfigError("invalid scheduler config: " + "; ".join(problems))
+
+
+def timing_problems(
+    dti: object,
+    selftest_deadline: object,
+    jitter: object = 0.0,
+    scrub_interval: object = None,
+    scrub_deadline: object = None,
+    *,
+    names: Mapping[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """The scheduler's timing rules, as (field, problem) pairs; empty when every rule holds.
+
+    The one owner of these rules: `SchedulerConfig` raises on them, and the deployment
+    configuration (`safemon.config.TimingConfig`) reports them under its own field names,
+    given as `names` (scheduler field -> caller's field; unmapped names are kept):
+
+    - dti > 0 and selftest_deadline in (0, dti], finite seconds;
+    - jitter a fraction in [0, 1);
+    - scrub_interval None (no scrubbing) or > 0; scrub_deadline None (= scrub_interval) or
+      in (0, scrub_interval], and only with a scrub_interval.
+    """
+    n = {k: (names or {}).get(k, k) for k in (
+        "dti", "selftest_deadline", "jitter", "scrub_interval", "scrub_deadline")}
+    out: list[tuple[str, str]] = []
+    if not is_seconds(dti) or dti <= 0:
+        out.append((n["dti"], f"must be a finite number of seconds > 0, got {dti!r}"))
+    if not is_seconds(selftest_deadline) or selftest_deadline <= 0:
+        out.append((n["selftest_deadline"],
+                    f"must be a finite number of seconds > 0, got {selftest_deadline!r}"))
+    elif is_seconds(dti) and dti > 0 and selftest_deadline > dti:
+        out.append((n["selftest_deadline"], f"must be <= {n['dti']} ({dti}), got {selftest_deadline}"))
+    if not is_seconds(jitter) or not 0.0 <= jitter < 1.0:
+        out.append((n["jitter"], f"must be a fraction in [0, 1), got {jitter!r}"))
+    if scrub_interval is not None and (not is_seconds(scrub_interval) or scrub_interval <= 0):
+        out.append((n["scrub_interval"],
+                    f"must be None or a finite number of seconds > 0, got {scrub_interval!r}"))
+    if scrub_deadline is not None:
+        if scrub_interval is None:
+            out.append((n["scrub_deadline"],
+                        f"is set but {n['scrub_interval']} is None (scrubbing off)"))
+        elif not is_seconds(scrub_deadline) or scrub_deadline <= 0:
+            out.append((n["scrub_deadline"],
+                        f"must be a finite number of seconds > 0, got {scrub_deadline!r}"))
+        elif is_seconds(scrub_interval) and 0 < scrub_interval < scrub_deadline:
+            out.append((n["scrub_deadline"],
+                        f"must be <= {n['scrub_interval']} ({scrub_interval}), got {scrub_deadline}"))
+    return out
 
 
 def next_due(config: SchedulerConfig, job: Job, last_start: float, u: float = 0.0) -> float:
