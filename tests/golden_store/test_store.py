@@ -46,10 +46,6 @@ def _config(tmp_path: Path, **patterns: Any) -> Config:
     return load_config(cfg, env={})
 
 
-def _bits(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.ascontiguousarray(x).view(np.uint32)
-
-
 def _flip(x: np.ndarray[Any, Any], flat_index: int, bit: int) -> np.ndarray[Any, Any]:
     out = np.array(x, copy=True)
     out.reshape(-1).view(np.uint32)[flat_index] ^= np.uint32(1 << bit)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from safemon.config import Config, load_config
 from safemon.kernels.api import run_variant
 from safemon.kernels.catalog import make_variant
 from safemon.patterns import golden
@@ -19,15 +16,7 @@ from safemon.patterns.golden import (
     make_pattern,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 V_SMALL = make_variant("ones", "I", "exact", "small")
-
-
-def _config(tmp_path: Path, **patterns: Any) -> Config:
-    cfg = tmp_path / "cfg.yaml"
-    section = {k: (str(v) if isinstance(v, Path) else v) for k, v in patterns.items()}
-    cfg.write_text(json.dumps({"patterns": section}), encoding="utf-8")
-    return load_config(cfg, env={})
 
 
 def _bits(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
