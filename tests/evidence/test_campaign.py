@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safemon.dims import Dims, parse_dims, parse_dims_list
+from safemon.dims import Dims
 from safemon.evidence.campaign import (
     C_DIFFERS,
     ES_DIFFERS,
@@ -118,16 +118,6 @@ def test_parse_variants_expands_standard() -> None:
     vs = parse_variants("standard", "fma", "small")
     assert len(vs) == 28
     assert parse_variants("xor_fletcher", "exact", "small")[0].level == "I+M"
-
-
-def test_dims_parsing() -> None:
-    assert parse_dims("80") == Dims(80, 80, 80)
-    assert parse_dims("18x230400x64") == Dims(18, 230400, 64)
-    assert parse_dims("L2") == Dims(8, 900, 8)
-    assert len(parse_dims_list("seed-dc")) == 6
-    for bad in ("", "0", "3x4", "axbxc", "1x0x3"):
-        with pytest.raises(ValueError):
-            parse_dims(bad)
 
 
 @pytest.mark.gpu
