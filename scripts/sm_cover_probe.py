@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 
 import cupy as cp
 import numpy as np
@@ -25,22 +24,18 @@ from safemon.patterns.sm_coverage import cover_pattern, failing_blocks
 def _kernel_us(launch, runs: int = 200, warm: int = 20) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """GPU time of one launch (CUDA events), the host launch latency hidden behind a spin
     kernel queued first, as `safemon bench` does: p50/p99 in microseconds."""
-    from safemon.bench.timing import kernel_samples_ms
+    from safemon.bench.timing import kernel_samples_ms, percentiles
 
-    out = kernel_samples_ms(cp, launch, runs, warm) * 1000.0
-    return {"p50_us": float(np.median(out)), "p99_us": float(np.percentile(out, 99)), "runs": runs}
+    p50, p99 = percentiles(kernel_samples_ms(cp, launch, runs, warm), (50, 99), 1000.0)
+    return {"p50_us": p50, "p99_us": p99, "runs": runs}
 
 
 def _host_us(fn, runs: int = 100, warm: int = 10) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Host wall time of one whole self-test (launch, copy C/ES/SM back, compare): p50/p99 µs."""
-    for _ in range(warm):
-        fn()
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return {"p50_us": float(np.median(out)), "p99_us": float(np.percentile(out, 99)), "runs": runs}
+    from safemon.bench.timing import percentiles, wall_samples_s
+
+    p50, p99 = percentiles(wall_samples_s(fn, runs, warm), (50, 99), 1e6)
+    return {"p50_us": p50, "p99_us": p99, "runs": runs}
 
 
 def _launcher(v, a, b, *, record_sm: bool):  # type: ignore[no-untyped-def]
