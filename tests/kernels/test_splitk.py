@@ -13,6 +13,7 @@ from safemon.kernels.catalog import (
     MAX_SPLIT,
     SPLIT_MIN_SLICE_K,
     SPLIT_TARGET_BLOCKS,
+    SPLIT_TARGET_BLOCKS_OF,
     SPLIT_TARGET_THREADS,
     TILES,
     TileConfig,
@@ -51,17 +52,17 @@ def test_slices_cover_k_in_order_and_none_is_empty(k: int, bk: int, split: int) 
 
 
 def test_auto_split_is_a_pure_function_of_shape_and_tile() -> None:
-    """Small-M / large-K shapes are split to at most SPLIT_TARGET_THREADS threads, rounded
+    """Small-M / large-K shapes are split to at most the tile's block target, rounded
     down (one more slice would exceed it); big outputs, short K and the seed's sizes are not
     split."""
     for m, n, k in [(1, 4096, 4096), (64, 4096, 4096), (256, 1024, 4096)]:
         tile = auto_tile(m, n)
         s = auto_split(m, n, k, tile)
         gx, gy = tile.grid(m, n)
-        threads = gx * gy * tile.threads
+        want = SPLIT_TARGET_BLOCKS_OF.get(tile, SPLIT_TARGET_THREADS // tile.threads)
         capped = s == -(-k // tile.bk) // -(-SPLIT_MIN_SLICE_K // tile.bk)  # slices that short
-        assert s > 1 and threads * s <= SPLIT_TARGET_THREADS
-        assert capped or threads * (s + 1) > SPLIT_TARGET_THREADS
+        assert s > 1 and gx * gy * s <= want
+        assert capped or gx * gy * (s + 1) > want
         assert s == auto_split(m, n, k, tile)
     for m, n, k in [(4096, 4096, 4096), (80, 80, 80), (18, 230400, 64), (160, 160, 160)]:
         assert auto_split(m, n, k, auto_tile(m, n)) == 1
@@ -84,7 +85,7 @@ def test_auto_split_keeps_slices_long_and_the_grid_under_target(
     assert 1 <= s <= MAX_SPLIT
     if s > 1:
         gx, gy = t.grid(m, n)
-        assert gx * gy * t.threads * s <= SPLIT_TARGET_THREADS
+        assert gx * gy * s <= SPLIT_TARGET_BLOCKS_OF.get(t, SPLIT_TARGET_THREADS // t.threads)
         per_slice_tiles = -(-t.k_padded(k) // t.bk // k_slices(k, t.bk, s))
         assert per_slice_tiles * t.bk >= SPLIT_MIN_SLICE_K
 

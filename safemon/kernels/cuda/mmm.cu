@@ -110,10 +110,17 @@ __device__ __forceinline__ float safemon_mac(float acc, float a, float b) {
 
 // The fused finite check: acc + v·0 in PTX (never contracted or simplified). From acc = +0 the
 // result stays +0 (bit pattern 0) while every v is finite and becomes NaN, for good, at the
-// first NaN or infinite v.
+// first NaN or infinite v. One fma in fma builds; exact builds, which hold no fma at all
+// (the PTX audit's rule), spend a mul and an add.
 __device__ __forceinline__ float finite_acc(float acc, float v) {
     float out;
+#if MODE_FMA
     asm("fma.rn.f32 %0, %1, 0f00000000, %2;" : "=f"(out) : "f"(v), "f"(acc));
+#else
+    float p;
+    asm("mul.rn.f32 %0, %1, 0f00000000;" : "=f"(p) : "f"(v));
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(out) : "f"(acc), "f"(p));
+#endif
     return out;
 }
 
@@ -438,19 +445,23 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         const bool bad_b = __syncthreads_or(__float_as_uint(finite_b) != 0u) != 0;
         if (bad_a || bad_b) {  // a non-finite input: release nothing of this tile, say which
 #if RMT_WARP
-            if (copy != 0) return;
+            const bool stores = copy == 0;  // replica 1 never stores
+#else
+            const bool stores = true;
 #endif
-            for (int i = 0; i < TM; ++i)
-                for (int j = 0; j < TN; ++j) {
-                    const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
-                    if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
+            if (stores) {
+                for (int i = 0; i < TM; ++i)
+                    for (int j = 0; j < TN; ++j) {
+                        const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                        if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
+                    }
+                for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
+                if (t == 0) {
+                    if (bad_a) atomicOr(&status[STATUS_A], 1u);
+                    if (bad_b) atomicOr(&status[STATUS_B], 1u);
                 }
-            for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
-            if (t == 0) {
-                if (bad_a) atomicOr(&status[STATUS_A], 1u);
-                if (bad_b) atomicOr(&status[STATUS_B], 1u);
             }
-            return;
+            return;  // the whole block: bad_a and bad_b are block-uniform
         }
     }
 #endif
