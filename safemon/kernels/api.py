@@ -267,7 +267,8 @@ def protected_matmul(
         level: "I", "M" or "E" ("I" or "I+M" for a combination).
         mode: "exact" (no FMA contraction) or "fma".
         backend: "auto" (CuPy when a CUDA device is usable, else NumPy), "numpy" or "cupy".
-        tile: a tile name ("small", "large", "wide"), a `TileConfig`, or None to pick by shape.
+        tile: a tile name ("small", "large", "wide", "skinny"), a `TileConfig`, or None to pick
+            by shape (`catalog.auto_tile`).
         split: split-K factor (1..MAX_SPLIT), or None for `auto_split` of the shape and tile.
         wait: on the CuPy backend, read the input checks' status block before returning (one
             host synchronisation). False returns a pending result at once; call its `wait()`
