@@ -5,6 +5,8 @@ safemon.matmul, protected_matmul ones/F and the same with an ECC-protected B; th
 functions by own time.
 `python3 scripts/speed_explore.py tiles`: kernel-only CUDA-event medians of the inference
 shapes for each tile with its automatic split, unprotected fma (what a tile change would buy).
+`python3 scripts/speed_explore.py sweep`: the same for candidate skinny-M tiles (not in the
+catalog) at several splits, next to cupy.matmul's kernel, to choose tiles and split rules.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import safemon
 from safemon.bench.overhead import variant_launcher
 from safemon.bench.timing import median_kernel_ms
 from safemon.ecc import ProtectedArray
-from safemon.kernels.catalog import TILES, auto_split, make_variant
+from safemon.kernels.catalog import TILES, TileConfig, auto_split, make_variant
 
 
 def profile() -> None:
@@ -58,5 +60,41 @@ def tiles() -> None:
                 print(f"{m}x{n}x{k} {name:6s} split {split:3d} ({v.slices(k):3d} slices): {us:9.1f} us")
 
 
+#: Candidate tiles for the sweep (each fits the RMT build: BM·BK and BK·BN divide by 2·threads).
+CANDIDATES = [
+    TileConfig("r4n128k32", 4, 128, 32, 4, 4),
+    TileConfig("r8n128k32", 8, 128, 32, 4, 4),
+    TileConfig("r8n256k32", 8, 256, 32, 4, 4),
+    TileConfig("r16n128k16", 16, 128, 16, 4, 4),
+    TileConfig("r16n256k16", 16, 256, 16, 4, 8),
+    TileConfig("r32n128k16", 32, 128, 16, 4, 8),
+    TileConfig("r64n128k8", 64, 128, 8, 8, 8),
+    TileConfig("r64n128k16", 64, 128, 16, 8, 8),
+]
+SWEEP_SHAPES = [(1, 4096, 4096), (8, 4096, 4096), (32, 4096, 4096), (64, 4096, 4096),
+                (256, 1024, 4096), (1, 1024, 4096), (1024, 1024, 1024)]
+
+
+def sweep() -> None:
+    rng = np.random.default_rng(0)
+    for m, n, k in SWEEP_SHAPES:
+        a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+        b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
+        blas = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), 30, 5) * 1e3
+        print(f"{m}x{n}x{k} cupy.matmul kernel {blas:8.1f} us")
+        rows = []
+        fits = [t for t in CANDIDATES if t.bm <= max(8, 4 * m) and 8 * t.bm >= m]
+        for tile in [*TILES.values(), *fits]:
+            auto = auto_split(m, n, k, tile)
+            for split in sorted({max(1, auto // 2), auto, min(64, auto * 2)}):
+                v = make_variant(None, None, "fma", tile, split)
+                us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 30, 5) * 1e3
+                rows.append((us, tile.describe(), split, v.slices(k), split == auto))
+        for us, desc, split, slices, auto in sorted(rows)[:8]:
+            print(f"  {desc:24s} split {split:3d} ({slices:3d} slices){' auto' if auto else '     '}"
+                  f": {us:8.1f} us  ({blas / us:.2f}x cuBLAS)")
+        sys.stdout.flush()
+
+
 if __name__ == "__main__":
-    {"profile": profile, "tiles": tiles}[sys.argv[1]]()
+    {"profile": profile, "tiles": tiles, "sweep": sweep}[sys.argv[1]]()

@@ -69,15 +69,20 @@ class Instruction:
                 return s
         return None
 
+    def _defines(self) -> bool:
+        """False for the NO_DEF_OPS, except `bar.red`/`barrier.red`, whose first operand is
+        the reduction's destination."""
+        return self.op not in NO_DEF_OPS or (self.op in ("bar", "barrier") and "red" in self.parts)
+
     def defs(self) -> tuple[str, ...]:
         """Registers this instruction writes."""
-        if self.op in NO_DEF_OPS or not self.operands:
+        if not self._defines() or not self.operands:
             return ()
         return tuple(_REG.findall(self.operands[0]))
 
     def uses(self) -> tuple[str, ...]:
         """Registers this instruction reads (the predicate included)."""
-        ops = self.operands if self.op in NO_DEF_OPS else self.operands[1:]
+        ops = self.operands[1:] if self._defines() else self.operands
         regs = [r for o in ops for r in _REG.findall(o)]
         if self.predicate:
             regs.append(self.predicate)

@@ -4,7 +4,8 @@ nvcc reuses virtual registers, so uniformity is tracked per *definition* with re
 definitions (bitmasks over definition ids, solved per basic block). A definition is varying
 when it reads a varying special register (`%tid.*`, `%laneid`, clocks...), is an atomic,
 shuffle or vote, loads from a thread-local space or from shared memory at a varying address,
-reads a register whose reaching definitions include a varying one, or sits in a block that a
+reads a register whose reaching definitions include a varying one (except the result of a
+block-wide `bar.red`, the same in every thread), or sits in a block that a
 varying branch controls (the blocks between the branch and its immediate post-dominator;
 this also covers values merged from the two sides of such a branch). A branch, `ret` or
 `exit` is varying when its predicate is.
@@ -81,6 +82,8 @@ def _bits(mask: int) -> list[int]:
 
 
 def _source_varying(x: Instruction, reg_varying: dict[str, bool]) -> bool:
+    if x.op in ("bar", "barrier") and "red" in x.parts:
+        return False  # a block-wide reduction (__syncthreads_or): one result for every thread
     if x.op in ("atom", "shfl", "vote", "activemask", "match", "redux"):
         return True
     if x.op in ("ld", "ldu") and x.space() == "local":

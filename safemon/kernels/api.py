@@ -11,7 +11,8 @@ all with `wait=False`, when the caller settles the result later with `MatmulResu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from safemon.errors import (
 )
 from safemon.kernels.backend import Backend, resolve_backend
 from safemon.kernels.catalog import TileConfig, Variant, auto_split, auto_tile, make_variant
+from safemon.kernels.checked import launch_checked, read_status
 
 __all__ = ["MatmulResult", "matmul", "protected_matmul", "run_variant"]
 
@@ -66,11 +68,9 @@ class MatmulResult:
         """
         if self.status is None:
             return self
-        from safemon.kernels.checked import read_status
-
         report = read_status(self.status)
         if report.ok:
-            return replace(self, status=None, _inputs=None)
+            return MatmulResult(self.c, self.es, self.variant, self.backend)
         assert self._inputs is not None  # a pending result always keeps its inputs
         a, b, ecc_retries = self._inputs
         if report.rmt_mismatch:  # set only when the input checks passed (mmm.cu)
@@ -120,13 +120,16 @@ def _raise_nonfinite(name: str) -> None:
     )
 
 
+_protected_type: list[type] = []
+
+
 def _protected(b: Any) -> Any:
     """`b` when it is a `safemon.ecc.ProtectedArray`, else None."""
-    try:
+    if not _protected_type:  # imported on first use: safemon.ecc imports this package
         from safemon.ecc import ProtectedArray
-    except ImportError:  # pragma: no cover - the ecc package ships with safemon
-        return None
-    return b if isinstance(b, ProtectedArray) else None
+
+        _protected_type.append(ProtectedArray)
+    return b if isinstance(b, _protected_type[0]) else None
 
 
 def run_variant(
@@ -178,15 +181,8 @@ def _validate_protected(pb: Any) -> None:
 def _run_cupy(a: Any, b: Any, variant: Variant, *, ecc_retries: int) -> MatmulResult:
     """Queue checks and kernel on the current stream (no wait); `b` may be a device
     ProtectedArray, whose ECC check then joins the sequence."""
-    from safemon.kernels.checked import launch_checked
-
     pb = _protected(b)
-    launch = launch_checked(
-        a, b, variant,
-        a_on_device=_module_of(a).on_device,
-        b_on_device=pb is not None or _module_of(b).on_device,
-        b_protected=pb,
-    )
+    launch = launch_checked(a, b, variant, b_protected=pb)
     return MatmulResult(launch.c, launch.es, variant, Backend.CUPY, status=launch.status,
                         _inputs=(a, b, ecc_retries))
 
@@ -204,7 +200,22 @@ def _variant_for(
     tile: TileConfig | str | None, split: int | None, rmt: str = "none", abft: bool = False,
 ) -> Variant:
     """The variant of a call: tile and split default to pure functions of the shape."""
-    m, n, k = _shape_of(a, b)
+    shape = _shape_of(a, b)
+    try:
+        return _variant_of_shape(*shape, checksum, level, mode, tile, split, rmt, abft)
+    except TypeError:  # an unhashable argument: validate uncached, for make_variant's message
+        return _variant_of_shape.__wrapped__(*shape, checksum, level, mode, tile, split, rmt,
+                                             abft)
+
+
+@lru_cache(maxsize=1024)
+def _variant_of_shape(
+    m: int, n: int, k: int, checksum: str | None, level: str | None, mode: str,
+    tile: TileConfig | str | None, split: int | None, rmt: str, abft: bool,
+) -> Variant:
+    """`_variant_for` by value: a pure function, cached (a call then pays one look-up, not
+    two `make_variant` validations and the tile and split arithmetic). Errors are raised,
+    never cached."""
     chosen = make_variant(checksum, level, mode, auto_tile(m, n) if tile is None else tile,
                           rmt=rmt, abft=abft)
     return make_variant(checksum, level, mode, chosen.tile,
@@ -235,7 +246,8 @@ def protected_matmul(
         level: "I", "M" or "E" ("I" or "I+M" for a combination).
         mode: "exact" (no FMA contraction) or "fma".
         backend: "auto" (CuPy when a CUDA device is usable, else NumPy), "numpy" or "cupy".
-        tile: a tile name ("small", "large", "wide"), a `TileConfig`, or None to pick by shape.
+        tile: a tile name ("small", "large", "wide", "skinny"), a `TileConfig`, or None to pick
+            by shape (`catalog.auto_tile`).
         split: split-K factor (1..MAX_SPLIT), or None for `auto_split` of the shape and tile.
         wait: on the CuPy backend, read the input checks' status block before returning (one
             host synchronisation). False returns a pending result at once; call its `wait()`

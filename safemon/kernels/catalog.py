@@ -19,6 +19,10 @@ __all__ = [
     "MODES",
     "PAPER_LEVELS",
     "RMT_KINDS",
+    "SPLIT_MIN_SLICE_K",
+    "SPLIT_TARGET_BLOCKS",
+    "SPLIT_TARGET_BLOCKS_OF",
+    "SPLIT_TARGET_THREADS",
     "STANDARD_COMBINATIONS",
     "STRONG_LEVELS",
     "TILES",
@@ -117,27 +121,51 @@ TILES: dict[str, TileConfig] = {
     "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8),
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
     "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8),
+    # Inference rows (batch 1..8 against a weight matrix, issue 14): 8 rows pad a single row
+    # 8-fold instead of 32-fold; 32-wide k-tiles give each of the 128 threads long runs of
+    # coalesced B loads between barriers (the fastest of the candidates measured in
+    # evidence/h100-2026-11-22-speed2/sweep.txt).
+    "skinny": TileConfig("skinny", bm=8, bn=256, bk=32, tm=4, tn=4),
 }
 
 #: Outputs with at most this many elements use the "small" tile when `tile=None`.
 AUTO_SMALL_MAX_ELEMENTS = 256 * 256
+#: Outputs of at most `skinny`'s BM rows and at least this many columns use "skinny".
+AUTO_SKINNY_MIN_N = 256
 
 
 def auto_tile(m: int, n: int) -> TileConfig:
-    """The tile `tile=None` picks: a pure function of the output shape, so replicas agree."""
+    """The tile `tile=None` picks: a pure function of the output shape, so replicas agree.
+
+    `skinny` for at most 8 rows and at least `AUTO_SKINNY_MIN_N` columns; `small` for small
+    outputs; `wide` for flat ones (at most 32 rows); `large` when its grid fills the GPU
+    (at least `SPLIT_TARGET_BLOCKS` blocks), else `small`, which the split then fills (on the
+    H100, small with its split beat large with its split at 64×4096×4096, 256×1024×4096 and
+    1024³: evidence/h100-2026-11-22-speed2/sweep.txt).
+    """
+    if m <= TILES["skinny"].bm and n >= AUTO_SKINNY_MIN_N:
+        return TILES["skinny"]
     if m * n <= AUTO_SMALL_MAX_ELEMENTS:
         return TILES["small"]
     if m <= TILES["wide"].bm:
         return TILES["wide"]
-    return TILES["large"]
+    gx, gy = TILES["large"].grid(m, n)
+    return TILES["large"] if gx * gy >= SPLIT_TARGET_BLOCKS else TILES["small"]
 
 
-#: Split-K: a product whose output grid has fewer blocks than this is split over K until it
-#: has about this many (two per multiprocessor of a 132-SM H100). A constant, never read
-#: from the device, so that replicas on different devices pick the same decomposition.
+#: Split-K: a product whose grid holds fewer threads than this is split over K until it holds
+#: about this many (512 per multiprocessor of a 132-SM H100: two blocks of the 256-thread
+#: `large` tile). A constant, never read from the device, so that replicas on different devices
+#: pick the same decomposition.
+SPLIT_TARGET_THREADS = 132 * 512
+#: The first split rule's target in `large` blocks (SPLIT_TARGET_THREADS / 256).
 SPLIT_TARGET_BLOCKS = 264
-#: Every K-slice of an automatic split keeps at least this many k-tiles.
-SPLIT_MIN_SLICE_TILES = 16
+#: Tiles whose block target is not SPLIT_TARGET_THREADS / THREADS: `skinny` blocks stream B
+#: and run best fewer and longer (16 slices beat 32 at 1×4096×4096 and 8×4096×4096 on the
+#: H100, evidence/h100-2026-11-22-speed2/sweep.txt).
+SPLIT_TARGET_BLOCKS_OF: dict[TileConfig, int] = {TILES["skinny"]: 256}
+#: Every K-slice of an automatic split keeps at least this many k steps (16 k-tiles of BK = 8).
+SPLIT_MIN_SLICE_K = 128
 #: The largest split factor a variant may ask for.
 MAX_SPLIT = 64
 
@@ -145,17 +173,20 @@ MAX_SPLIT = 64
 def auto_split(m: int, n: int, k: int, tile: TileConfig) -> int:
     """The split factor `split=None` picks: a pure function of the shape and the tile.
 
-    1 when the output grid already has `SPLIT_TARGET_BLOCKS` blocks or K is short; else the
-    factor that brings the grid to about that many blocks, keeping at least
-    `SPLIT_MIN_SLICE_TILES` k-tiles per slice.
+    With `want = SPLIT_TARGET_THREADS // THREADS` blocks (`SPLIT_TARGET_BLOCKS_OF` for the
+    tiles named there): 1 when the output grid already has
+    `want` blocks or K is short; else `want // blocks`, rounded down so that the grid never
+    exceeds the target (a grid just over one wave runs its last blocks almost alone), and
+    keeping at least `SPLIT_MIN_SLICE_K` k steps (whole k-tiles) per slice.
     """
     gx, gy = tile.grid(m, n)
     blocks = gx * gy
-    if blocks <= 0 or k <= 0 or blocks >= SPLIT_TARGET_BLOCKS:
+    want = SPLIT_TARGET_BLOCKS_OF.get(tile, max(1, SPLIT_TARGET_THREADS // tile.threads))
+    if blocks <= 0 or k <= 0 or blocks >= want:
         return 1  # empty shapes are rejected later by validation
     ktiles = -(-k // tile.bk)
-    want = -(-SPLIT_TARGET_BLOCKS // blocks)
-    return max(1, min(want, ktiles // SPLIT_MIN_SLICE_TILES, MAX_SPLIT))
+    min_tiles = max(1, -(-SPLIT_MIN_SLICE_K // tile.bk))
+    return max(1, min(want // blocks, ktiles // min_tiles, MAX_SPLIT))
 
 
 def k_slices(k: int, bk: int, split: int) -> int:

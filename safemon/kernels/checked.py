@@ -6,24 +6,28 @@ between:
 1. a zeroed status block of `STATUS_WORDS` uint32 words;
 2. when `b` is a `ProtectedArray` on the device, its read-only ECC check, which adds the
    number of bad code words to words 2–3 (one uint64, `STATUS_ECC`);
-3. finite.cu over A (sets word 0, `STATUS_A`) and over B (word 1, `STATUS_B`), for device
-   arrays; host arrays were checked on the host before their upload;
-4. the MMM kernel (and for a split variant the split-K reduction). It reads the block first
-   and, when any word is nonzero, computes nothing and stores poison (canonical NaN in C,
-   0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers. An RMT
-   variant (docs/RMT.md) whose replica lanes disagree poisons that block tile the same way
-   and sets word 4 (`STATUS_RMT`) and word 5 (`STATUS_RMT_TILE`: 0xFFFFFFFF − the lowest
-   failed block's id);
-5. for an ABFT variant, abft.cu's check of C (`safemon.kernels.abft`), which sets word 6
+3. the MMM kernel (and for a split variant the split-K reduction). It reads words 0–3 first
+   and, when any is nonzero, computes nothing and stores poison (canonical NaN in C,
+   0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers. The
+   finite check of A and B is fused into its tile loads (mmm.cu): a block that loaded NaN
+   or infinity stores poison for its tile and sets word 0 (`STATUS_A`) or 1 (`STATUS_B`).
+   An RMT variant (docs/RMT.md) whose replica lanes disagree poisons that block tile the
+   same way and sets word 4 (`STATUS_RMT`) and word 5 (`STATUS_RMT_TILE`: 0xFFFFFFFF − the
+   lowest failed block's id);
+4. for an ABFT variant, abft.cu's check of C (`safemon.kernels.abft`), which sets word 6
    (`STATUS_ABFT`) and word 7 (`STATUS_ABFT_TILE`, encoded like word 5) when a tile fails.
 
 `read_status` then copies the 32-byte block to the host: the one host synchronisation of a
 call. `failed_check` names the check that failed. The ECC check only counts; the caller
 corrects with `ProtectedArray.verified()` and computes again (`safemon.kernels.api`).
+Until issue 14's second session the finite check was a separate kernel (finite.cu) that
+read every input word once more before the product; `safemon.kernels.gpu.all_finite` keeps
+it for callers that check an array alone.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,33 +130,52 @@ class CheckedLaunch:
 
 
 def launch_checked(
-    a: Any, b: Any, variant: Variant, *, a_on_device: bool, b_on_device: bool,
+    a: Any, b: Any, variant: Variant, *, a_on_device: bool = True, b_on_device: bool = True,
     b_protected: Any = None,
 ) -> CheckedLaunch:
     """Queue checks and kernel on the current stream; never waits.
 
     Args:
-        a: (M, K) float32 C-contiguous CuPy or NumPy array (NumPy: already checked finite).
+        a: (M, K) float32 C-contiguous CuPy or NumPy array.
         b: (K, N) float32 likewise; ignored when `b_protected` is given.
         variant: the kernel variant (its split decides the grid).
-        a_on_device / b_on_device: whether the finite check of A / B runs on the GPU.
+        a_on_device / b_on_device: accepted for callers of the first checked sequence and
+            ignored: the fused finite check covers both operands wherever they came from.
         b_protected: a device `ProtectedArray` holding B: its ECC check joins the sequence.
     """
-    from safemon.kernels.gpu import gpu_matmul, launch_inputs_finite
+    from safemon.kernels.gpu import gpu_matmul
 
+    del a_on_device, b_on_device  # the kernel checks every operand it loads
     cp = import_cupy()
     status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-    base = int(status.data.ptr)
     if b_protected is not None:
-        b = b_protected.launch_check(np.uintp(base + 4 * STATUS_ECC))
-    a_d, b_d = cp.asarray(a), cp.asarray(b)
-    launch_inputs_finite(a_d, b_d, base, check_a=a_on_device, check_b=b_on_device)
-    c, es = gpu_matmul(a_d, b_d, variant, status=status)
+        b = b_protected.launch_check(np.uintp(int(status.data.ptr) + 4 * STATUS_ECC))
+    if not isinstance(a, cp.ndarray):
+        a = cp.asarray(a)  # uploaded once for the kernel and the ABFT check
+    if not isinstance(b, cp.ndarray):
+        b = cp.asarray(b)
+    c, es = gpu_matmul(a, b, variant, status=status)
     if variant.abft:
         from safemon.kernels.abft import launch_abft
 
-        launch_abft(a_d, b_d, c, variant, base)
+        launch_abft(a, b, c, variant, int(status.data.ptr))
     return CheckedLaunch(c, es, status, b_protected is not None)
+
+
+_host_blocks = threading.local()
+
+
+def _host_block(cp: Any) -> npt.NDArray[np.uint32]:
+    """This thread's page-locked (STATUS_WORDS,) uint32 buffer for the read-back: a copy
+    into pinned memory is one DMA, where a fresh pageable array costs an allocation and a
+    staged copy. Reused only after the previous read finished (`read_status` waits)."""
+    block: npt.NDArray[np.uint32] | None = getattr(_host_blocks, "block", None)
+    if block is None:
+        mem = cp.cuda.alloc_pinned_memory(4 * STATUS_WORDS)
+        block = np.frombuffer(mem, dtype=np.uint32, count=STATUS_WORDS)
+        _host_blocks.block = block
+        _host_blocks.mem = mem  # keeps the pinned allocation alive with the view
+    return block
 
 
 def read_status(status: Any) -> StatusReport:
@@ -160,6 +183,13 @@ def read_status(status: Any) -> StatusReport:
     host synchronisation of a checked call)."""
     cp = import_cupy()
     stream = cp.cuda.get_current_stream()
-    words = status.get(stream=stream)
+    host = _host_block(cp)
+    cp.cuda.runtime.memcpyAsync(host.ctypes.data, status.data.ptr, 4 * STATUS_WORDS,
+                                cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
     stream.synchronize()
-    return StatusReport.from_words(words)
+    if not host.any():
+        return _OK
+    return StatusReport.from_words(host.copy())
+
+
+_OK = StatusReport(False, False, 0)

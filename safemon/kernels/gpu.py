@@ -98,6 +98,7 @@ _functions_lock = threading.Lock()
 def _clear_functions() -> None:
     with _functions_lock:
         _functions.clear()
+        _plans.clear()
 
 
 on_clear(_clear_functions)
@@ -142,9 +143,10 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[An
     Args:
         a: (M, K) float32 C-contiguous, NumPy (uploaded) or CuPy.
         b: (K, N) float32 C-contiguous, NumPy (uploaded) or CuPy.
-        status: None, or the 4-word uint32 CuPy status block of `safemon.kernels.checked`,
-            written by checks queued earlier on this stream; when any word is nonzero the
-            kernel stores poison instead of computing (mmm.cu).
+        status: None, or the uint32 CuPy status block of `safemon.kernels.checked`: when
+            any of words 0-3 is nonzero at the start the kernel stores poison instead of
+            computing, and its fused finite check sets word 0 (1) and poisons the tiles that
+            loaded a NaN or infinity from A (B) (mmm.cu). Without it nothing is checked.
     Returns:
         (c, es) as CuPy arrays on the current device: (M, N) float32 and
         (variant.es_threads(M, N, K), words) uint32.
@@ -153,33 +155,76 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[An
     return c, es
 
 
+class _Plan:
+    """Everything a launch of one variant at one shape needs that does not depend on the
+    arrays: grid, block, output shapes, the compiled kernel. Computed once per (device,
+    variant, M, N, K, build); a call then costs a dictionary look-up instead of the Python of
+    tile arithmetic and kernel look-up (issue 14: per-call host cost)."""
+
+    __slots__ = ("block", "c_shape", "dims", "es_shape", "grid", "kernel", "partial_shape",
+                 "reduce", "variant")
+
+    def __init__(self, variant: Variant, m: int, n: int, k: int, record_sm: bool) -> None:
+        t = variant.tile
+        gx, gy = t.grid(m, n)
+        slices = variant.slices(k)
+        self.variant = variant  # keeps the variant alive while its id keys the cache
+        self.grid = (gx, gy, slices)
+        self.block = (variant.block_threads, 1, 1)
+        self.c_shape = (m, n)
+        self.es_shape = (gx * gy * t.threads * slices, variant.words)
+        self.partial_shape = None if slices == 1 else (slices, m, n)
+        self.dims = (np.int32(m), np.int32(n), np.int32(k))
+        self.kernel = kernel_for(variant, record_sm=record_sm)
+        self.reduce = None if slices == 1 else _function(("splitk",), splitk_build,
+                                                          "safemon_splitk_reduce")
+
+
+#: Launch plans by (device, id(variant), M, N, K, record_sm); cleared with the kernels. The
+#: plan holds its variant, so the id cannot be reused while the entry exists.
+_plans: dict[tuple[int, int, int, int, int, bool], _Plan] = {}
+_PLANS_MAX = 4096
+
+
+def _plan_for(variant: Variant, m: int, n: int, k: int, record_sm: bool) -> _Plan:
+    cp = import_cupy()
+    key = (cp.cuda.runtime.getDevice(), id(variant), m, n, k, record_sm)
+    plan = _plans.get(key)
+    if plan is None or plan.variant is not variant:
+        plan = _Plan(variant, m, n, k, record_sm)
+        with _functions_lock:
+            if len(_plans) >= _PLANS_MAX:
+                _plans.clear()
+            _plans[key] = plan
+    return plan
+
+
 def _launch_mmm(
     a: Any, b: Any, variant: Variant, status: Any, *, record_sm: bool
 ) -> tuple[Any, Any, Any]:
     """Queue `variant`'s kernel (the self-test build when `record_sm`) over its K-slices and
     reduce them; returns (c, es, sm), sm None unless `record_sm` ((gx·gy,) uint32)."""
     cp = import_cupy()
-    a_d = cp.asarray(a)
-    b_d = cp.asarray(b)
+    a_d = a if isinstance(a, cp.ndarray) else cp.asarray(a)
+    b_d = b if isinstance(b, cp.ndarray) else cp.asarray(b)
     m, k = a_d.shape
     n = b_d.shape[1]
-    t = variant.tile
-    gx, gy = t.grid(m, n)
-    slices = variant.slices(k)
-    c = cp.empty((m, n), dtype=cp.float32)
-    es = cp.empty((gx * gy * t.threads * slices, variant.words), dtype=cp.uint32)
-    out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
-    args = [a_d, b_d, out, es, np.int32(m), np.int32(n), np.int32(k),
-            np.uintp(0) if status is None else status]
+    plan = _plan_for(variant, m, n, k, record_sm)
+    c = cp.empty(plan.c_shape, dtype=cp.float32)
+    es = cp.empty(plan.es_shape, dtype=cp.uint32)
+    out = c if plan.partial_shape is None else cp.empty(plan.partial_shape, dtype=cp.float32)
+    args = [a_d, b_d, out, es, *plan.dims, _NULL if status is None else status]
     sm = None
     if record_sm:
-        sm = cp.empty(gx * gy, dtype=cp.uint32)
+        sm = cp.empty(plan.grid[0] * plan.grid[1], dtype=cp.uint32)
         args.append(sm)
-    kernel = kernel_for(variant, record_sm=record_sm)
-    kernel((gx, gy, slices), (variant.block_threads, 1, 1), tuple(args))
-    if slices > 1:
-        reduce_slices(out, c)
+    plan.kernel(plan.grid, plan.block, tuple(args))
+    if plan.reduce is not None:
+        _reduce(plan.reduce, out, c)
     return c, es, sm
+
+
+_NULL = np.uintp(0)
 
 
 def splitk_build() -> KernelBuild:
@@ -189,11 +234,14 @@ def splitk_build() -> KernelBuild:
 
 def reduce_slices(partials: Any, c: Any) -> None:
     """c = the sum of the (S, M, N) `partials` in slice order (splitk.cu), on the current stream."""
+    _reduce(_function(("splitk",), splitk_build, "safemon_splitk_reduce"), partials, c)
+
+
+def _reduce(kernel: Any, partials: Any, c: Any) -> None:
     s = int(partials.shape[0])
     mn = int(c.size)
     units = mn // 4 if mn % 4 == 0 else mn
     blocks = max(1, min(AUX_MAX_BLOCKS, (units + AUX_THREADS - 1) // AUX_THREADS))
-    kernel = _function(("splitk",), splitk_build, "safemon_splitk_reduce")
     kernel((blocks, 1, 1), (AUX_THREADS, 1, 1), (partials, c, np.int64(mn), np.int32(s)))
 
 
@@ -270,6 +318,7 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(build_for(make_variant("ones", "M", "exact", "large", rmt="warp")))
     builds.append(build_for(make_variant("crc32c", "E", "fma", "wide", rmt="warp")))
     builds.append(build_for(make_variant(None, None, "exact", "small", rmt="warp")))
+    builds.append(build_for(make_variant("ones", "F", "fma", "skinny", rmt="warp")))
     builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="warp"), inject=True))
     builds.append(build_for(make_variant("ones", "M", "fma", "large", abft=True), inject=True))
     builds.append(build_for(make_variant(None, None, "fma", "wide", rmt="warp", abft=True),

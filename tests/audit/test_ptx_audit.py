@@ -60,6 +60,11 @@ def test_barrier_under_thread_dependent_branch_is_found() -> None:
     assert _checks(FIXTURES / "divergent_barrier.cu").get("barrier-divergence") == 1
 
 
+def test_branch_on_a_block_reduction_is_uniform() -> None:
+    """bar.red's result is the same in every thread: a barrier behind a branch on it is clean."""
+    assert _checks(FIXTURES / "reduced_barrier.cu") == {}
+
+
 def test_store_through_an_input_pointer_is_found() -> None:
     assert _checks(FIXTURES / "input_store.cu") == {"global-store": 1}
 

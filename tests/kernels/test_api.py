@@ -103,7 +103,10 @@ def test_cupy_backend_without_a_device_raises_clearly() -> None:
 def test_auto_tile_is_a_function_of_the_output_shape() -> None:
     assert auto_tile(80, 80).name == "small"
     assert auto_tile(18, 230400).name == "wide"
-    assert auto_tile(1024, 1024).name == "large"
+    assert auto_tile(4096, 4096).name == "large"  # a large grid that fills the GPU
+    assert auto_tile(1024, 1024).name == "small"  # 64 large blocks: small, then split
+    assert auto_tile(1, 4096).name == auto_tile(8, 300).name == "skinny"
+    assert auto_tile(9, 40000).name == "wide" and auto_tile(1, 200).name == "small"
 
 
 def test_catalog_has_the_seed_set() -> None:

@@ -40,7 +40,7 @@ def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
             for v in standard_variants(mode, tile):
                 cases.append((dims, v))
             cases.append((dims, make_variant(None, None, mode, tile)))
-    for tile in ("small", "large", "wide"):  # every tile on an odd shape
+    for tile in ("small", "large", "wide", "skinny"):  # every tile on an odd shape
         for spec in [("ones", "I"), ("crc32c", "I"), ("fletcher", "E")]:
             cases.append(((97, 61, 113), make_variant(*spec, "exact", tile)))
     for c, lv, mode in BIG_SPECS:

@@ -25,7 +25,8 @@ INFERENCE_SPECS = [(None, None, "exact"), (None, None, "fma"), ("ones", "I", "fm
                    ("ones", "M", "fma"), ("twos", "M", "exact"), ("crc32c", "E", "exact"),
                    ("xor_fletcher", "I", "exact"), ("crc32c", "I", "fma")]
 ODD = [(1, 333, 2049), (3, 50, 1000), (37, 129, 777)]
-EXPLICIT = [((97, 61, 1500), "large", 5), ((5, 300, 999), "wide", 7), ((130, 7, 64), "small", 3)]
+EXPLICIT = [((97, 61, 1500), "large", 5), ((5, 300, 999), "wide", 7), ((130, 7, 64), "small", 3),
+            ((11, 257, 1001), "skinny", 6)]
 
 
 def _inputs(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -65,9 +66,12 @@ def _reference(case: tuple[tuple[int, int, int], Variant]) -> tuple[bytes, bytes
 
 
 @pytest.fixture(scope="session")
-def split_references() -> dict[int, tuple[bytes, bytes]]:
+def split_references(request: pytest.FixtureRequest) -> dict[int, tuple[bytes, bytes]]:
     workers = max(1, min(15, (os.cpu_count() or 2) - 1))
-    order = sorted(range(len(CASES)), key=lambda i: -np.prod(CASES[i][0]))
+    # Only the cases this session runs (`-k` may select a few), big ones first.
+    wanted = {item.callspec.params["index"] for item in request.session.items
+              if getattr(item, "originalname", "") == "test_split_gpu_equals_reference_bit_for_bit"}
+    order = sorted(wanted, key=lambda i: -np.prod(CASES[i][0]))
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         results = pool.map(_reference, [CASES[i] for i in order], chunksize=1)
         return dict(zip(order, results, strict=True))
@@ -120,21 +124,59 @@ def test_device_nonfinite_input_is_rejected_naming_the_operand(operand: str) -> 
 
 
 def test_pending_result_holds_poison_until_wait_raises() -> None:
-    """wait=False returns at once; when a check failed, C is canonical NaN and ES 0xFFFFFFFF
-    (split and unsplit), and wait() raises."""
+    """wait=False returns at once; when the fused finite check fails, every tile that loaded
+    the bad element holds canonical NaN in C (split and unsplit: here the whole C row of the
+    bad A row) and 0xFFFFFFFF in its threads' ES, and wait() raises."""
     import cupy as cp
 
     import safemon
     from safemon.errors import InvalidInputError
 
     a, b = _inputs(64, 256, 4096)
+    bad_row = (a.size // 2) // a.shape[1]
     for split in (1, 4):
         r = safemon.protected_matmul(cp.asarray(_bad(a, np.nan)), cp.asarray(b), split=split, wait=False)
         assert r.pending
-        assert (cp.asnumpy(r.c).view(np.uint32) == 0x7FFFFFFF).all()
-        assert (cp.asnumpy(r.es) == 0xFFFFFFFF).all()
+        assert (cp.asnumpy(r.c)[bad_row].view(np.uint32) == 0x7FFFFFFF).all()
+        assert (cp.asnumpy(r.es) == 0xFFFFFFFF).all(axis=1).any()
         with pytest.raises(InvalidInputError, match="finite check of a"):
             r.wait()
+
+
+# Where a non-finite element sits: first, last, and the middle of A or B; tiles and splits
+# that put it in the first, a middle or the last (partly padded) K-slice and edge tile.
+FUSED_SHAPES = [((1, 4096, 4096), "skinny", None), ((37, 129, 777), "small", 5),
+                ((64, 300, 2000), "wide", None), ((130, 140, 1500), "large", 3),
+                ((8, 900, 8), "skinny", 1)]
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("operand", ["a", "b"])
+@pytest.mark.parametrize("shape", FUSED_SHAPES, ids=lambda s: f"{'x'.join(map(str, s[0]))}-{s[1]}")
+def test_fused_finite_check_finds_every_position(
+    shape: tuple[tuple[int, int, int], str, int | None], operand: str, where: str
+) -> None:
+    """The finite check fused into the tile loads (mmm.cu) reports a NaN or infinity at any
+    position of either operand, under every tile and split, naming the operand; a clean
+    call with the same arrays afterwards settles (the status block is per call)."""
+    import cupy as cp
+
+    import safemon
+    from safemon.errors import InvalidInputError
+
+    (m, n, k), tile, split = shape
+    a, b = _inputs(m, n, k)
+    x = a if operand == "a" else b
+    y = x.copy()
+    y.ravel()[{"first": 0, "middle": x.size // 2, "last": x.size - 1}[where]] = (
+        np.inf if where == "middle" else np.nan)
+    args = {"a": a, "b": b, operand: y}
+    with pytest.raises(InvalidInputError, match=f"finite check of {operand}"):
+        safemon.protected_matmul(cp.asarray(args["a"]), cp.asarray(args["b"]), checksum="ones",
+                                 level="F", mode="fma", tile=tile, split=split)
+    r = safemon.protected_matmul(cp.asarray(a), cp.asarray(b), checksum="ones", level="F",
+                                 mode="fma", tile=tile, split=split)
+    assert np.isfinite(cp.asnumpy(r.c)).all()
 
 
 def test_pending_result_settles_to_the_reference() -> None:

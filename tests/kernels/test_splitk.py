@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 
 from safemon.kernels.catalog import (
     MAX_SPLIT,
+    SPLIT_MIN_SLICE_K,
     SPLIT_TARGET_BLOCKS,
+    SPLIT_TARGET_BLOCKS_OF,
+    SPLIT_TARGET_THREADS,
     TILES,
     TileConfig,
     auto_split,
@@ -49,16 +52,42 @@ def test_slices_cover_k_in_order_and_none_is_empty(k: int, bk: int, split: int) 
 
 
 def test_auto_split_is_a_pure_function_of_shape_and_tile() -> None:
-    """Small-M / large-K shapes are split to about SPLIT_TARGET_BLOCKS blocks; big outputs,
-    short K and the seed's sizes are not split."""
+    """Small-M / large-K shapes are split to at most the tile's block target, rounded
+    down (one more slice would exceed it); big outputs, short K and the seed's sizes are not
+    split."""
     for m, n, k in [(1, 4096, 4096), (64, 4096, 4096), (256, 1024, 4096)]:
         tile = auto_tile(m, n)
         s = auto_split(m, n, k, tile)
         gx, gy = tile.grid(m, n)
-        assert s > 1 and gx * gy * s >= SPLIT_TARGET_BLOCKS
+        want = SPLIT_TARGET_BLOCKS_OF.get(tile, SPLIT_TARGET_THREADS // tile.threads)
+        capped = s == -(-k // tile.bk) // -(-SPLIT_MIN_SLICE_K // tile.bk)  # slices that short
+        assert s > 1 and gx * gy * s <= want
+        assert capped or gx * gy * (s + 1) > want
         assert s == auto_split(m, n, k, tile)
     for m, n, k in [(4096, 4096, 4096), (80, 80, 80), (18, 230400, 64), (160, 160, 160)]:
         assert auto_split(m, n, k, auto_tile(m, n)) == 1
+
+
+def test_auto_split_rounds_down_where_the_first_rule_ran_over_one_wave() -> None:
+    """64×4096×4096 on `large`: 32 blocks; the first rule's ⌈264/32⌉ = 9 gave 288 blocks
+    (1.09 waves of two blocks per SM), the rounded-down rule gives 8 (256 blocks)."""
+    assert auto_split(64, 4096, 4096, TILES["large"]) == 8
+    assert SPLIT_TARGET_BLOCKS * TILES["large"].threads == SPLIT_TARGET_THREADS
+
+
+@given(m=st.integers(1, 600), n=st.integers(1, 5000), k=st.integers(1, 20000),
+       tile=st.sampled_from(list(TILES)))
+def test_auto_split_keeps_slices_long_and_the_grid_under_target(
+    m: int, n: int, k: int, tile: str
+) -> None:
+    t = TILES[tile]
+    s = auto_split(m, n, k, t)
+    assert 1 <= s <= MAX_SPLIT
+    if s > 1:
+        gx, gy = t.grid(m, n)
+        assert gx * gy * s <= SPLIT_TARGET_BLOCKS_OF.get(t, SPLIT_TARGET_THREADS // t.threads)
+        per_slice_tiles = -(-t.k_padded(k) // t.bk // k_slices(k, t.bk, s))
+        assert per_slice_tiles * t.bk >= SPLIT_MIN_SLICE_K
 
 
 def test_bad_split_is_rejected() -> None:

@@ -21,7 +21,7 @@
 extern "C" __attribute__((global)) void __attribute__((launch_bounds(THREADS)))
 safemon_mmm_block_order(const float* __restrict__ A, const float* __restrict__ B,
                         float* __restrict__ C, unsigned* __restrict__ ES, int M, int N, int K,
-                        const unsigned* __restrict__ status, unsigned* __restrict__ counter,
+                        unsigned* __restrict__ status, unsigned* __restrict__ counter,
                         unsigned* __restrict__ order) {
     if (threadIdx.x == 0)
         order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = atomicAdd(counter, 1u);

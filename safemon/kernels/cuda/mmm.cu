@@ -34,9 +34,15 @@
 // (split 1; docs/SIGNATURES.md, "Split-K").
 //
 // Status word (production builds): `status` is null or the status block of
-// safemon/kernels/checked.py, whose first 4 words are written by the input checks queued
-// before this kernel on the same stream. When any of them is nonzero the kernel computes
-// nothing and stores poison: canonical NaN in C, 0xFFFFFFFF in ES. An RMT build whose replica
+// safemon/kernels/checked.py. Words 2-3 (B's ECC check) are written by a check queued before
+// this kernel on the same stream; when any of words 0-3 is nonzero at the start the kernel
+// computes nothing and stores poison: canonical NaN in C, 0xFFFFFFFF in ES. The finite check
+// of the inputs is fused into the tile loads: every element of A and B a block loads from
+// global memory goes through `finite_acc` (v·0 is NaN exactly when v is NaN or infinite), and
+// a block that loaded a non-finite A (B) element sets word 0 (1) to 1 and stores poison for
+// its tile instead of its results. Every input element is loaded by at least one block of
+// every K-slice that covers it, so a non-finite input always sets its word. Without a status
+// block (bench, self-tests) the fused check changes nothing. An RMT build whose replica
 // pair disagrees poisons its whole block tile the same way and sets word 4 (RMT mismatch) to 1
 // and word 5 to max(word 5, 0xFFFFFFFF − the linear block id (blockIdx.z, y, x)), so that it
 // names the lowest failed tile whatever the block order.
@@ -102,6 +108,22 @@ __device__ __forceinline__ float safemon_mac(float acc, float a, float b) {
     return out;
 }
 
+// The fused finite check: acc + v·0 in PTX (never contracted or simplified). From acc = +0 the
+// result stays +0 (bit pattern 0) while every v is finite and becomes NaN, for good, at the
+// first NaN or infinite v. One fma in fma builds; exact builds, which hold no fma at all
+// (the PTX audit's rule), spend a mul and an add.
+__device__ __forceinline__ float finite_acc(float acc, float v) {
+    float out;
+#if MODE_FMA
+    asm("fma.rn.f32 %0, %1, 0f00000000, %2;" : "=f"(out) : "f"(v), "f"(acc));
+#else
+    float p;
+    asm("mul.rn.f32 %0, %1, 0f00000000;" : "=f"(p) : "f"(v));
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(out) : "f"(acc), "f"(p));
+#endif
+    return out;
+}
+
 #if SAFEMON_INJECT
 // Fault-injection arguments (one struct per launch; blockIdx.z selects the injection).
 // target: 0 none, 1 operand a, 2 operand b, 3 accumulator, 4 ES word, 5 input A element, 6 input B element
@@ -131,11 +153,9 @@ struct Injection {
 #define STATUS_ARG
 #else
 #define INJ_ARGS
-#if RMT_WARP
 #define STATUS_ARG , unsigned* __restrict__ status
-#else
-#define STATUS_ARG , const unsigned* __restrict__ status
-#endif
+#define STATUS_A 0
+#define STATUS_B 1
 #endif
 #if SAFEMON_RECORD_SM
 #define SM_ARGS , unsigned* __restrict__ SM
@@ -320,6 +340,9 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     Sig<SIG_E> sig_e;
     Sig<SIG_F> sig_f;
     Sig<SIG_T> sig_t;
+#if !SAFEMON_INJECT
+    float finite_a = 0.0f, finite_b = 0.0f;  // finite_acc of every loaded A / B element
+#endif
 
     for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
 #pragma unroll
@@ -331,6 +354,8 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #if SAFEMON_INJECT
             if (inj.target == 5 && gr < M && gk < K && (long long)gr * K + gk == inj.index)
                 v = __uint_as_float(__float_as_uint(v) ^ inj_mask);
+#else
+            finite_a = finite_acc(finite_a, v);
 #endif
             As[kk][m] = v;
         }
@@ -343,6 +368,8 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #if SAFEMON_INJECT
             if (inj.target == 6 && gk < K && gc < N && (long long)gk * N + gc == inj.index)
                 v = __uint_as_float(__float_as_uint(v) ^ inj_mask);
+#else
+            finite_b = finite_acc(finite_b, v);
 #endif
             Bs[kk][n] = v;
         }
@@ -411,6 +438,33 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #endif
         __syncthreads();
     }
+
+#if !SAFEMON_INJECT
+    if (status != nullptr) {  // uniform over the block: the barriers below are reached by all
+        const bool bad_a = __syncthreads_or(__float_as_uint(finite_a) != 0u) != 0;
+        const bool bad_b = __syncthreads_or(__float_as_uint(finite_b) != 0u) != 0;
+        if (bad_a || bad_b) {  // a non-finite input: release nothing of this tile, say which
+#if RMT_WARP
+            const bool stores = copy == 0;  // replica 1 never stores
+#else
+            const bool stores = true;
+#endif
+            if (stores) {
+                for (int i = 0; i < TM; ++i)
+                    for (int j = 0; j < TN; ++j) {
+                        const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                        if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
+                    }
+                for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
+                if (t == 0) {
+                    if (bad_a) atomicOr(&status[STATUS_A], 1u);
+                    if (bad_b) atomicOr(&status[STATUS_B], 1u);
+                }
+            }
+            return;  // the whole block: bad_a and bad_b are block-uniform
+        }
+    }
+#endif
 
 #if RMT_WARP
     // Output comparison of the sphere of replication: each replica sends every accumulator
