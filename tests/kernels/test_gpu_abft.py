@@ -84,7 +84,7 @@ def test_gpu_abft_wrong_checksum_fails_exactly_its_tiles(which: int, rmt: str) -
     unit = 3 if which == 0 else 5  # tile row 3 / tile column 5
 
     def edit(vecs):  # type: ignore[no-untyped-def]
-        vecs[which][unit * k + 17] += 1.0
+        vecs[which][unit * k + 17] += 1.0e4
 
     c, report = _checked_with_vectors(a, b, v, edit)
     assert report.abft_failed and not report.rmt_mismatch
@@ -114,7 +114,7 @@ def test_gpu_abft_split_product_is_checked_slice_by_slice() -> None:
     lo = slice_bounds(k, v.tile.bk, 8)[2][0]
 
     def edit(vecs):  # type: ignore[no-untyped-def]
-        vecs[0][1 * k + lo + 5] += 1.0  # tile row 1, a k of slice 2
+        vecs[0][1 * k + lo + 5] += 1.0e4  # tile row 1, a k of slice 2
 
     _, report = _checked_with_vectors(a, b, v, edit)
     assert report.abft_failed and report.abft_tile == 1 * v.tile.grid(m, n)[0]
