@@ -3,7 +3,12 @@ RMT and ABFT variants beside the unprotected kernel and ES-M (one JSON file per 
 same results as evidence-store files (OUTDIR/store/<device>/*_checked.json) that `safemon
 select --evidence` reads beside the ES-only catalog's store.
 
-usage: python scripts/evidence-rmt.py OUTDIR [--sites N] [--reps N] [--parts inkernel,input,bench,store-bench]
+usage: python scripts/evidence-rmt.py OUTDIR [--sites N] [--reps N]
+           [--parts tests,bench,store-bench,inkernel,input]
+
+Part `tests` first runs the GPU tests of these variants (slow ones included: the 10⁴ clean
+runs) and writes OUTDIR/gpu-tests.log; the evidence parts follow even when a test fails (the
+exit status says so).
 """
 
 from __future__ import annotations
@@ -162,16 +167,34 @@ def bench(out: Path, reps: int) -> None:
             (out / "bench.json").write_text(json.dumps(rows, indent=1))
 
 
+GPU_TESTS = ("tests/kernels/test_gpu_abft.py", "tests/kernels/test_gpu_rmt.py",
+             "tests/kernels/test_gpu_splitk.py", "tests/faults/test_commands.py",
+             "tests/faults/test_inkernel.py")
+
+
+def gpu_tests(out: Path) -> int:
+    import subprocess
+
+    with open(out / "gpu-tests.log", "w") as log:
+        rc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfE",
+                             "-p", "no:cacheprovider", *GPU_TESTS], stdout=log,
+                            stderr=subprocess.STDOUT, check=False).returncode
+    print(f"gpu tests: exit {rc}; " + (out / "gpu-tests.log").read_text().splitlines()[-1],
+          flush=True)
+    return rc
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", type=Path)
     p.add_argument("--sites", type=int, default=20000)
     p.add_argument("--reps", type=int, default=15)
-    p.add_argument("--parts", default="inkernel,input,bench,store-bench")
+    p.add_argument("--parts", default="tests,bench,store-bench,inkernel,input")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")
     t0 = time.perf_counter()
+    rc = gpu_tests(args.out) if "tests" in parts else 0
     if "bench" in parts:
         bench(args.out, args.reps)
     if "store-bench" in parts:
@@ -182,7 +205,7 @@ def main() -> int:
     if "input" in parts:
         inputs(args.out)
     print(f"evidence-rmt: {time.perf_counter() - t0:.1f} s", flush=True)
-    return 0
+    return rc
 
 
 if __name__ == "__main__":
