@@ -168,8 +168,7 @@ def bench(out: Path, reps: int) -> None:
 
 
 GPU_TESTS = ("tests/kernels/test_gpu_abft.py", "tests/kernels/test_gpu_rmt.py",
-             "tests/kernels/test_gpu_splitk.py", "tests/faults/test_commands.py",
-             "tests/faults/test_inkernel.py")
+             "tests/faults/test_commands.py::test_bench_times_the_rmt_and_abft_variants_by_their_labels")
 
 
 def gpu_tests(out: Path) -> int:

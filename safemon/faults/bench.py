@@ -3,7 +3,7 @@
 For each size, the tile and split are the library's `auto_tile` / `auto_split` choice, and
 every variant of `standard_variants(mode, tile, split)` and of `checked_variants(mode, tile,
 split)` (intra-warp RMT, ABFT, each with ES-M: docs/RMT.md) is timed (its kernel, when split
-the split-K reduction, for ABFT the checksum-vector kernel) with the unprotected kernel of the same tiling and
+the split-K reduction, for ABFT the check kernels) with the unprotected kernel of the same tiling and
 `cupy.matmul` (cuBLAS) *in the same run*, so the ratios do not depend on clock drift between
 runs. Each timing is the median of `repeats` runs measured with CUDA events after a warm-up;
 before each timed run a short spin kernel is queued on the stream, so the kernel is already
@@ -109,9 +109,8 @@ def _median_ms(cp: Any, fn: Callable[[], object], repeats: int, warmup: int) -> 
 
 def _launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]:
     """The variant's kernels alone, on preallocated buffers: the MMM kernel over its K-slices,
-    when split the reduction, and for an ABFT variant abft.cu's checksum vectors (the check
-    itself runs in the kernel's epilogue; no input checks: those are part of the API wall
-    time)."""
+    when split the reduction, and for an ABFT variant the check kernels of abft.cu (no input
+    checks: those are part of the API wall time)."""
     from safemon.kernels.gpu import kernel_for, reduce_slices
 
     m, k = a.shape
@@ -126,19 +125,19 @@ def _launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]
     # RMT and ABFT report through a status block (checked.py); the input-check words stay 0.
     checks = variant.rmt != "none" or variant.abft
     status = cp.zeros(STATUS_WORDS, dtype=cp.uint32) if checks else None
-    status_ptr = np.uintp(0) if status is None else np.uintp(status.data.ptr)
-    args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k), status_ptr)
+    # The array itself is the argument: the closure keeps it alive (a bare pointer would let
+    # the memory pool hand its memory to the next allocation).
+    args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k),
+            np.uintp(0) if status is None else status)
 
     def run() -> None:
-        if variant.abft:  # the checksum vectors are part of the check's cost, every call
-            from safemon.kernels.abft import abft_vectors
-
-            kernel((gx, gy, slices), (variant.block_threads, 1, 1),
-                   (*args, *abft_vectors(a, b, variant)))
-        else:
-            kernel((gx, gy, slices), (variant.block_threads, 1, 1), args)
+        kernel((gx, gy, slices), (variant.block_threads, 1, 1), args)
         if slices > 1:
             reduce_slices(out, c)
+        if status is not None and variant.abft:
+            from safemon.kernels.abft import launch_abft
+
+            launch_abft(a, b, c, variant, int(status.data.ptr))
 
     return run
 

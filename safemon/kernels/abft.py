@@ -1,14 +1,9 @@
 """ABFT: Huang–Abraham row and column checksums of every C tile, with a float32 rounding bound.
 
 The one ABFT of safemon (docs/RMT.md, "ABFT"). For a variant with `abft=True` the GPU backend
-queues `cuda/abft.cu` (the checksum vectors of A and B, `abft_vectors`) before the MMM kernel,
-whose ABFT build checks every block tile in its epilogue (`cuda/abft_fused.cuh`: the checksum
-products accumulate in the k loop while the tiles sit in shared memory, the tile's sums are
-taken from the accumulators in registers) and writes status words 6–7 (`checked.STATUS_ABFT`,
-`STATUS_ABFT_TILE`). A split-K product is checked slice by slice: each slice's partial tile
-against the checksums of its own K range (`abft_check_variant`). `abft_check` is the NumPy
-mirror of one (partial) product, used by the reference backend and by the daemon's
-per-request check of 1oo1D results.
+queues `cuda/abft.cu` after the MMM kernel on the same stream; it writes status words 6–7
+(`checked.STATUS_ABFT`, `STATUS_ABFT_TILE`). `abft_check` is its NumPy mirror, used by the
+reference backend and by the daemon's per-request check of 1oo1D results.
 
 Rule. With the variant's tiling (BM×BN tiles, gx = ⌈N/BN⌉, gy = ⌈M/BM⌉), tile (by, bx) passes
 when every column sum and every row sum of its part of C matches the checksum product:
@@ -29,12 +24,9 @@ S slices added in order. Every product takes part in at most K + S roundings, so
 the last term covering products that underflow (ftz is off; subnormal additions are exact).
 Summed over the tile's `n` rows (columns), the float32 part is γ_{K+S}·P with P =
 Σ_k (Σ_{r∈R}|A[r,k]|)|B[k,c]|. The float64 sums of the check add at most
-γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) (u = 2⁻⁵³; the 7 is slack for the device's summation tree). In a
-healthy product |Ĉ[r,c]| ≤ (1 + γ_{K+S}) Σ_k|A[r,k]||B[k,c]|, so Σ|Ĉ| ≤ (1 + γ_{K+S})·P, and
-the check needs no second pass over |Ĉ| (a faulty Ĉ only has to exceed the bound, and its own
-float64 rounding is ≈ 2⁻⁵³ of the error). Hence
+γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) (u = 2⁻⁵³; the 7 covers the device's warp reduction). Hence
 
-    tol = γ_{K+S}·P + γ⁽⁶⁴⁾_{n+K+7}·(2 + γ_{K+S})·P + n·K·S·2⁻¹⁴⁹.
+    tol = γ_{K+S}·P + γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) + n·K·S·2⁻¹⁴⁹.
 
 A non-finite sum of C fails outright, and so does a comparison that is not true (NaN):
 ABFT never vouches for a non-finite C. An error δ in one element of C is detected when |δ| exceeds the tolerance of
@@ -63,20 +55,21 @@ __all__ = [
     "abft_build",
     "abft_campaign_reference",
     "abft_check",
-    "abft_check_variant",
     "abft_passes",
     "abft_tolerances",
-    "abft_vectors",
     "gamma",
+    "launch_abft",
 ]
 
 ABFT_SOURCE = Path(__file__).parent / "cuda" / "abft.cu"
 U32_F = 2.0**-24
 U64_F = 2.0**-53
-#: Extra float64 roundings allowed for the device's summation tree (slack).
+#: Extra float64 roundings of the device's warp reduction (5 shuffle levels) plus slack.
 F64_EXTRA = 7
-#: Threads per block of the vector kernel (abft.cu; a multiple of 32).
+#: Threads per block of the check kernels (abft.cu's check kernel assumes 256).
 ABFT_THREADS = 256
+#: Tile rows per column-check block and tile columns per row-check warp (abft.cu).
+ABFT_CHUNK = 4
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -109,8 +102,10 @@ class AbftResult:
         return not self.failed_tiles
 
 
-def abft_tolerances(a: F32, b: F32, tile: TileConfig, slices: int) -> tuple[F64, F64]:
-    """(col_tol (gy, N), row_tol (M, gx)) of the module docstring (a function of A and B only)."""
+def abft_tolerances(
+    a: F32, b: F32, c_abs_col: F64, c_abs_row: F64, tile: TileConfig, slices: int
+) -> tuple[F64, F64]:
+    """(col_tol (gy, N), row_tol (M, gx)) of the module docstring, for given Σ|Ĉ| sums."""
     m, k = a.shape
     n = b.shape[1]
     gx, gy = tile.grid(m, n)
@@ -122,13 +117,13 @@ def abft_tolerances(a: F32, b: F32, tile: TileConfig, slices: int) -> tuple[F64,
     cols = np.minimum(n - np.arange(gx) * tile.bn, tile.bn).astype(np.float64)[None, :]
     g32 = gamma(float(k + slices), U32_F)
     tiny = k * slices * 2.0**-149
-    col_tol = g32 * p_col + gamma(rows + k + F64_EXTRA, U64_F) * (2.0 + g32) * p_col + rows * tiny
-    row_tol = g32 * p_row + gamma(cols + k + F64_EXTRA, U64_F) * (2.0 + g32) * p_row + cols * tiny
+    col_tol = g32 * p_col + gamma(rows + k + F64_EXTRA, U64_F) * (p_col + c_abs_col) + rows * tiny
+    row_tol = g32 * p_row + gamma(cols + k + F64_EXTRA, U64_F) * (p_row + c_abs_row) + cols * tiny
     return col_tol, row_tol
 
 
 def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: int = 1) -> AbftResult:
-    """The ABFT rule on the host (float64), as abft_fused.cuh applies it on the device.
+    """The ABFT rule on the host (float64), as abft.cu applies it on the device.
 
     Args:
         a: (M, K) float32; b: (K, N) float32; c: (M, N) float32, the product to check.
@@ -150,9 +145,12 @@ def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: in
         row_got = _tile_sums(c64, tile.bn, gx, axis=1)  # (M, gx)
         col_exp = _tile_sums(a64, tile.bm, gy, axis=0) @ b64
         row_exp = a64 @ _tile_sums(b64, tile.bn, gx, axis=1)
-        col_tol, row_tol = abft_tolerances(a, b, tile, slices)
+        c_abs = np.abs(c64)
+        col_tol, row_tol = abft_tolerances(
+            a, b, _tile_sums(c_abs, tile.bm, gy, axis=0), _tile_sums(c_abs, tile.bn, gx, axis=1),
+            tile, slices)
         col_res, row_res = col_got - col_exp, row_got - row_exp
-        # A non-finite sum fails outright.
+        # A non-finite sum fails outright (its Σ|Ĉ| would make the tolerance infinite too).
         col_bad = ~(np.isfinite(col_got) & (np.abs(col_res) <= col_tol))
         row_bad = ~(np.isfinite(row_got) & (np.abs(row_res) <= row_tol))
     bad = np.zeros((gy, gx), dtype=bool)
@@ -202,38 +200,14 @@ def _tile_sums(x: F64, size: int, tiles: int, axis: int) -> F64:
     return cols
 
 
-def abft_check_variant(a: F32, b: F32, variant: Variant) -> tuple[int, ...]:
-    """The failed tiles (sorted linear ids by·gx + bx) of the device's check of `variant`'s
-    product, mirrored on the host: the whole product when it has one K-slice, else every
-    slice's partial product (computed by the reference, as the kernel does) against the
-    checksums of its own K range, with S = 1 (abft_fused.cuh).
-
-    Raises:
-        ValueError: shapes that do not chain.
-    """
-    from safemon.kernels.catalog import make_variant, slice_bounds
-    from safemon.kernels.reference import reference_matmul
-
-    k = a.shape[1]
-    slices = variant.slices(k)
-    one = make_variant(variant.checksum, variant.level, variant.mode, variant.tile)
-    failed: set[int] = set()
-    for lo, hi in slice_bounds(k, variant.tile.bk, slices):
-        a_z, b_z = np.ascontiguousarray(a[:, lo:hi]), np.ascontiguousarray(b[lo:hi])
-        part, _ = reference_matmul(a_z, b_z, one)
-        failed.update(abft_check(a_z, b_z, part, variant.tile, 1).failed_tiles)
-    return tuple(sorted(failed))
-
-
 def abft_build() -> KernelBuild:
     """The compilation of abft.cu (one build for every shape and tile)."""
     return KernelBuild.make(ABFT_SOURCE, None, ("--fmad=true",))
 
 
-def abft_vectors(a: Any, b: Any, variant: Variant) -> list[Any]:
-    """Queue abft.cu over the CuPy float32 arrays A (M, K), B (K, N) on the current stream and
-    return [a_sum, a_abs, b_sum, b_abs], float64 CuPy arrays of gy·K and gx·K entries (the
-    variant's tiling), the arguments the fused check of an ABFT build reads. No waiting."""
+def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
+    """Queue abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on the current
+    stream; a failure sets words 6–7 of the status block at `status_ptr`. No waiting."""
     from safemon.kernels.compiler import import_cupy
     from safemon.kernels.gpu import AUX_MAX_BLOCKS, function_for
 
@@ -251,4 +225,9 @@ def abft_vectors(a: Any, b: Any, variant: Variant) -> list[Any]:
     vec_blocks = max(1, min(4 * AUX_MAX_BLOCKS, -(-(gy + 32 * gx) * k // ABFT_THREADS)))
     function_for(("abft_vectors",), abft_build, "safemon_abft_vectors")(
         (vec_blocks, 1, 1), (ABFT_THREADS, 1, 1), (a, b, a_sum, a_abs, b_sum, b_abs, *dims))
-    return [a_sum, a_abs, b_sum, b_abs]
+    col_blocks = -(-gy // ABFT_CHUNK) * -(-n // 32)
+    row_blocks = -(-m * -(-gx // ABFT_CHUNK) // (ABFT_THREADS // 32))
+    function_for(("abft_check",), abft_build, "safemon_abft_check")(
+        (col_blocks + row_blocks, 1, 1), (ABFT_THREADS, 1, 1),
+        (a, b, c, a_sum, a_abs, b_sum, b_abs, np.uintp(status_ptr), *dims,
+         np.int32(variant.slices(k)), np.int32(col_blocks)))

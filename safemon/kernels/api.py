@@ -180,11 +180,11 @@ def run_variant(
 
     c, es = reference_matmul(a, b, variant)
     if variant.abft:  # the device's check, mirrored on the host
-        from safemon.kernels.abft import abft_check_variant
+        from safemon.kernels.abft import abft_check
 
-        failed = abft_check_variant(a, b, variant)
-        if failed:
-            raise KernelCheckError("abft", failed[0])
+        check = abft_check(a, b, c, variant.tile, variant.slices(a.shape[1]))
+        if not check.ok:
+            raise KernelCheckError("abft", check.failed_tiles[0])
     return MatmulResult(c=c, es=es, variant=variant, backend=backend)
 
 

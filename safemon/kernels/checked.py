@@ -8,14 +8,13 @@ between:
    number of bad code words to words 2–3 (one uint64, `STATUS_ECC`);
 3. finite.cu over A (sets word 0, `STATUS_A`) and over B (word 1, `STATUS_B`), for device
    arrays; host arrays were checked on the host before their upload;
-4. for an ABFT variant, abft.cu's checksum vectors of A and B (`safemon.kernels.abft`);
-5. the MMM kernel (and for a split variant the split-K reduction). It reads the block first
+4. the MMM kernel (and for a split variant the split-K reduction). It reads the block first
    and, when any word is nonzero, computes nothing and stores poison (canonical NaN in C,
    0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers. An RMT
    variant (docs/RMT.md) whose replica lanes disagree poisons that block tile the same way
    and sets word 4 (`STATUS_RMT`) and word 5 (`STATUS_RMT_TILE`: 0xFFFFFFFF − the lowest
-   failed block's id). An ABFT variant's kernel checks every block tile's row and column
-   sums in its epilogue (each K-slice's partial tile when split) and sets word 6
+   failed block's id);
+5. for an ABFT variant, abft.cu's check of C (`safemon.kernels.abft`), which sets word 6
    (`STATUS_ABFT`) and word 7 (`STATUS_ABFT_TILE`, encoded like word 5) when a tile fails.
 
 `read_status` then copies the 32-byte block to the host: the one host synchronisation of a
@@ -63,7 +62,7 @@ STATUS_ECC = 2
 STATUS_RMT = 4
 #: 0xFFFFFFFF − the lowest linear block id (blockIdx.z, y, x) whose RMT check failed; 0 if none.
 STATUS_RMT_TILE = 5
-#: Word set to 1 by the ABFT check (abft_fused.cuh) when a tile's row or column checksum fails.
+#: Word set to 1 by abft.cu when a tile's row or column checksum fails.
 STATUS_ABFT = 6
 #: 0xFFFFFFFF − the lowest linear tile id (by·gx + bx) whose ABFT check failed; 0 if none.
 STATUS_ABFT_TILE = 7
@@ -149,6 +148,10 @@ def launch_checked(
     a_d, b_d = cp.asarray(a), cp.asarray(b)
     launch_inputs_finite(a_d, b_d, base, check_a=a_on_device, check_b=b_on_device)
     c, es = gpu_matmul(a_d, b_d, variant, status=status)
+    if variant.abft:
+        from safemon.kernels.abft import launch_abft
+
+        launch_abft(a_d, b_d, c, variant, base)
     return CheckedLaunch(c, es, status, b_protected is not None)
 
 

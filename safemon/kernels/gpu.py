@@ -83,10 +83,8 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
     }
     if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
         defines["RMT_WARP"] = 1
-    if inject and variant.abft:  # the campaign model of the ABFT check (verdict bit 3)
+    if inject and variant.abft:  # the campaign model of abft.cu (verdict bit 3)
         defines["SAFEMON_ABFT_VERDICT"] = 1
-    if variant.abft and not inject:  # the check itself, fused into the epilogue
-        defines["ABFT_FUSED"] = 1
     if record_sm:  # only then, so production builds keep their exact cache keys and code
         defines["SAFEMON_RECORD_SM"] = 1
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
@@ -144,10 +142,9 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[An
     Args:
         a: (M, K) float32 C-contiguous, NumPy (uploaded) or CuPy.
         b: (K, N) float32 C-contiguous, NumPy (uploaded) or CuPy.
-        status: None, or the uint32 CuPy status block of `safemon.kernels.checked`, whose
-            words 0–3 are written by checks queued earlier on this stream; when any of them is
-            nonzero the kernel stores poison instead of computing (mmm.cu). RMT and ABFT
-            variants report their checks in words 4–7; without a block they check nothing.
+        status: None, or the 4-word uint32 CuPy status block of `safemon.kernels.checked`,
+            written by checks queued earlier on this stream; when any word is nonzero the
+            kernel stores poison instead of computing (mmm.cu).
     Returns:
         (c, es) as CuPy arrays on the current device: (M, N) float32 and
         (variant.es_threads(M, N, K), words) uint32.
@@ -174,10 +171,6 @@ def _launch_mmm(
     out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
     args = [a_d, b_d, out, es, np.int32(m), np.int32(n), np.int32(k),
             np.uintp(0) if status is None else status]
-    if variant.abft:  # the checksum vectors the fused check reads (none without a status block)
-        from safemon.kernels.abft import abft_vectors
-
-        args += abft_vectors(a_d, b_d, variant) if status is not None else [np.uintp(0)] * 4
     sm = None
     if record_sm:
         sm = cp.empty(gx * gy, dtype=cp.uint32)
@@ -282,9 +275,6 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(build_for(make_variant(None, None, "fma", "wide", rmt="warp", abft=True),
                             inject=True))
     builds.append(build_for(make_variant("ones", "I", "exact", "small"), record_sm=True))
-    builds.append(build_for(make_variant("ones", "M", "fma", "large", abft=True)))
-    builds.append(build_for(make_variant(None, None, "exact", "wide", rmt="warp", abft=True)))
-    builds.append(build_for(make_variant("xor", "I", "fma", "small", abft=True)))
     from safemon.kernels.abft import abft_build
 
     builds.append(abft_build())

@@ -17,10 +17,6 @@
 //                         runs twice, in lanes 2l and 2l+1 of one warp, and the pair compares
 //                         its accumulators through __shfl_xor_sync before the store. Builds
 //                         without RMT never define it and compile to the same code as before.
-//   ABFT_FUSED            1 only in production builds of ABFT variants (docs/RMT.md, "ABFT"):
-//                         adds the checksum vectors of A and B as arguments and checks every
-//                         block tile's row and column sums in the epilogue (abft_fused.cuh).
-//                         Builds without it compile to the same code as before.
 //   SAFEMON_INJECT        1 only in the fault-injection build (safemon/faults): adds the
 //                         injection arguments; production builds never see that code.
 //   SAFEMON_RECORD_SM     1 only in the self-test build (safemon/patterns): adds one argument,
@@ -59,9 +55,6 @@
 
 #ifndef RMT_WARP
 #define RMT_WARP 0
-#endif
-#ifndef ABFT_FUSED
-#define ABFT_FUSED 0
 #endif
 // THREADS: logical threads (one per TM×TN sub-tile; ES rows). BLOCK_THREADS: launched threads.
 #define THREADS ((BM / TM) * (BN / TN))
@@ -138,18 +131,11 @@ struct Injection {
 #define STATUS_ARG
 #else
 #define INJ_ARGS
-#if RMT_WARP || ABFT_FUSED
+#if RMT_WARP
 #define STATUS_ARG , unsigned* __restrict__ status
 #else
 #define STATUS_ARG , const unsigned* __restrict__ status
 #endif
-#endif
-#if ABFT_FUSED && !SAFEMON_INJECT
-#include "abft_fused.cuh"
-#define ABFT_FUSED_ARGS , const double* __restrict__ a_sum, const double* __restrict__ a_abs, \
-                        const double* __restrict__ b_sum, const double* __restrict__ b_abs
-#else
-#define ABFT_FUSED_ARGS
 #endif
 #if SAFEMON_RECORD_SM
 #define SM_ARGS , unsigned* __restrict__ SM
@@ -158,10 +144,11 @@ struct Injection {
 #endif
 
 #if SAFEMON_INJECT && SAFEMON_ABFT_VERDICT
-// Campaign model of the ABFT check (abft_fused.cuh) for one injected copy of the product: a
-// fault reaches one block only, so the block sums its C errors per tile column and row and
-// compares golden residual + error with the tolerance, a function of A and B only. Returns
-// verdict bit 3 when the device check would fail (or C is not finite). Deterministic: each thread writes the partial sums of its own rows and
+// Campaign model of abft.cu for one injected copy of the product: a fault reaches one block
+// only, so the block sums its C errors per tile column and row and compares golden residual +
+// error with the golden tolerance. Returns verdict bit 3 when the device check would fail (or
+// C is not finite). The tolerance's Σ|C| term is the golden one: the difference is below 2^-50
+// of the error itself. Deterministic: each thread writes the partial sums of its own rows and
 // columns to shared memory (no atomics), then one thread per tile column (row) adds them in a
 // fixed order. Conversions are written in PTX (CuPy's -ftz=true would flush subnormals).
 __device__ __forceinline__ double inj_widen(float x) {
@@ -240,8 +227,7 @@ __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __rest
 
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-            unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG ABFT_FUSED_ARGS INJ_ARGS
-            SM_ARGS) {
+            unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS) {
     __shared__ __align__(16) float As[BK][BM + A_PAD];  // transposed: As[k][m]
     __shared__ __align__(16) float Bs[BK][BN];
 #if USES_CRC
@@ -334,11 +320,6 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     Sig<SIG_E> sig_e;
     Sig<SIG_F> sig_f;
     Sig<SIG_T> sig_t;
-#if ABFT_FUSED && !SAFEMON_INJECT
-    AbftAcc abft;
-    abft_init(abft);
-    const bool abft_on = status != nullptr;  // uniform: without a status block, no check
-#endif
 
     for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
 #pragma unroll
@@ -366,9 +347,6 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             Bs[kk][n] = v;
         }
         __syncthreads();
-#if ABFT_FUSED && !SAFEMON_INJECT
-        if (abft_on) abft_kstep(abft, As, Bs, a_sum, a_abs, b_sum, b_abs, K, k0);
-#endif
 
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
@@ -446,17 +424,6 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             pair_differs |= mine != __shfl_xor_sync(0xFFFFFFFFu, mine, 1);
         }
     const bool tile_failed = __syncthreads_or(pair_differs) != 0;
-#endif
-#if ABFT_FUSED && !SAFEMON_INJECT
-    // Unconditional (a branch here would sit right after the barrier above); without a status
-    // block the accumulators are zero and the epilogue writes nothing.
-    abft_epilogue(abft, acc,
-#if RMT_WARP
-                  copy == 0,
-#else
-                  true,
-#endif
-                  tx, ty, M, N, row0, col0, k_stop - k_begin, status);
 #endif
 #if SAFEMON_INJECT
     // Campaign mode: compare with the golden run instead of storing, one verdict word per
