@@ -1,7 +1,14 @@
 """Issue 15 evidence in one device call: in-kernel and input campaigns and overheads of the
-RMT and ABFT variants beside the unprotected kernel and ES-M (one JSON file per part).
+RMT and ABFT variants beside the unprotected kernel and ES-M (one JSON file per part), and the
+same results as evidence-store files (OUTDIR/store/<device>/*_checked.json) that `safemon
+select --evidence` reads beside the ES-only catalog's store.
 
-usage: python scripts/evidence-rmt.py OUTDIR [--sites N] [--quick]
+usage: python scripts/evidence-rmt.py OUTDIR [--sites N] [--reps N]
+           [--parts tests,bench,store-bench,inkernel,input]
+
+Part `tests` first runs the GPU tests of these variants (slow ones included: the 10⁴ clean
+runs) and writes OUTDIR/gpu-tests.log; the evidence parts follow even when a test fails (the
+exit status says so).
 """
 
 from __future__ import annotations
@@ -18,31 +25,55 @@ import numpy as np
 from safemon.bench.timing import (
     median_kernel_ms,  # the project's kernel timer (launch latency hidden)
 )
+from safemon.dims import Dims
 from safemon.evidence.bounds import lower_bound_percent
 from safemon.evidence.campaign import run_input_campaign
-from safemon.dims import Dims
 from safemon.evidence.inkernel import run_inkernel_campaign
-from safemon.kernels.catalog import Variant, auto_split, auto_tile, make_variant
+from safemon.kernels.catalog import (
+    Variant,
+    auto_split,
+    auto_tile,
+    checked_variants,
+    make_variant,
+)
 
 DANGEROUS = ("operand_a", "operand_b", "accumulator")
+SEED = 15
 
 
 def variants(tile: str, mode: str) -> list[Variant]:
-    specs: list[tuple[str | None, str | None, str, bool]] = [
-        (None, None, "none", False), ("ones", "M", "none", False),
-        (None, None, "warp", False), ("ones", "M", "warp", False),
-        (None, None, "none", True), ("ones", "M", "none", True), ("ones", "M", "warp", True),
-    ]
-    return [make_variant(c, lv, mode, tile, rmt=r, abft=ab) for c, lv, r, ab in specs]
+    """The unprotected kernel and ES-M (the baselines), then the checked variants."""
+    return [make_variant(None, None, mode, tile), make_variant("ones", "M", mode, tile),
+            *checked_variants(mode, tile)]
+
+
+def store_dir(out: Path) -> Path:
+    from safemon.commands._common import current_device_name
+    from safemon.evidence.store import device_slug
+
+    d = out / "store" / device_slug(current_device_name() or "unknown GPU")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def checked_only(results: list[Any]) -> list[Any]:
+    """The results of the checked variants (the store keeps the ES-only ones of the catalog's run)."""
+    return [r for r in results if r.variant.rmt != "none" or r.variant.abft]
 
 
 def inkernel(out: Path, sites: dict[str, int]) -> None:
+    from safemon.commands._common import current_device_name
+    from safemon.evidence.store import write_evidence
+    from safemon.evidence.inkernel_schema import inkernel_evidence
+
     rows = []
+    results: dict[str, list[Any]] = {scope: [] for scope in sites}
     for v in variants("small", "fma"):
         for scope, n in sites.items():
             t0 = time.perf_counter()
-            r = run_inkernel_campaign(v, Dims(80, 80, 80), n, seed=15, scope=scope,
+            r = run_inkernel_campaign(v, Dims(80, 80, 80), n, seed=SEED, scope=scope,
                                       targets=DANGEROUS)
+            results[scope].append(r)
             eff = r.effect_counts()
             both = sum(eff[t]["both"] for t in eff)
             c_only = sum(eff[t]["c_only"] for t in eff)
@@ -60,12 +91,21 @@ def inkernel(out: Path, sites: dict[str, int]) -> None:
                   f"LB95 {rec['dc_lb95_percent']:7.3f} % ({both}/{both + c_only}) "
                   f"below_tol {rec['below_tolerance']}", flush=True)
             (out / "inkernel.json").write_text(json.dumps(rows, indent=1))
+    device = current_device_name() or "unknown GPU"
+    for scope, rs in results.items():
+        ev = inkernel_evidence(checked_only(rs), device=device)
+        write_evidence(ev, store_dir(out) / f"inkernel_80x80x80_fma_{scope}_checked.json")
 
 
 def inputs(out: Path) -> None:
+    from safemon.commands._common import current_device_name
+    from safemon.evidence.store import dc_evidence, write_evidence
+
     rows = []
+    results = []
     for v in variants("small", "fma"):
-        r = run_input_campaign(v, Dims(80, 80, 80), backend="cupy", seed=15)
+        r = run_input_campaign(v, Dims(80, 80, 80), backend="cupy", seed=SEED)
+        results.append(r)
         rec: dict[str, Any] = {"variant": v.name, "faults": r.injections, "seconds": r.seconds}
         rec.update({k: int(np.count_nonzero(r.verdicts == code))
                     for k, code in (("neither", 0), ("es_only", 1), ("c_only", 2), ("both", 3))})
@@ -75,6 +115,27 @@ def inputs(out: Path) -> None:
         print(f"input {v.name:34s} DC {rec['dc_percent']:7.3f} % LB95 {rec['dc_lb95_percent']:7.3f} %"
               f" (both {rec['both']}, c_only {rec['c_only']})", flush=True)
         (out / "input.json").write_text(json.dumps(rows, indent=1))
+    ev = dc_evidence(checked_only(results), device=current_device_name() or "unknown GPU",
+                     backend="cupy", seed=SEED)
+    write_evidence(ev, store_dir(out) / "dc_80x80x80_fma_cupy_checked.json")
+
+
+def store_bench(out: Path, reps: int) -> None:
+    """`safemon bench`'s measurement (kernels alone, spin-hidden launch, unprotected and
+    cuBLAS in the same run) of ES-M and the checked variants at 80³, 4096³, 64×4096×4096."""
+    from safemon.bench.overhead import bench_markdown, run_bench
+    from safemon.evidence.campaign import variant_label
+    from safemon.dims import parse_dims_list
+    from safemon.evidence.store import write_evidence
+
+    labels = {"ones/M"} | {variant_label(v) for v in checked_variants("fma", "small")}
+    ev = run_bench(dims_list=parse_dims_list("80,4096,64x4096x4096"), modes=("fma",),
+                   variant_filter=lambda v: variant_label(v) in labels, repeats=reps * 10,
+                   ecc=False, progress=lambda t: print(f"store-bench: {t}", flush=True))
+    stamp = "".join(ch for ch in ev.date if ch.isdigit() or ch in "TZ")
+    write_evidence(ev, store_dir(out) / f"bench_{stamp}_checked.json")
+    (out / "bench_store.md").write_text(bench_markdown(ev) + "\n")
+    print(bench_markdown(ev), flush=True)
 
 
 
@@ -94,6 +155,8 @@ def bench(out: Path, reps: int) -> None:
         base = None
         for v0 in variants(tile.name, "fma"):
             v = make_variant(v0.checksum, v0.level, "fma", tile, split, rmt=v0.rmt, abft=v0.abft)
+            # The live path: status block, MMM kernel (fused ABFT), split-K reduction, and for
+            # ABFT the checksum vectors.
 
             def run(v: Variant = v, a: Any = a, b: Any = b) -> None:
                 launch_checked(a, b, v, a_on_device=False, b_on_device=False)
@@ -106,25 +169,44 @@ def bench(out: Path, reps: int) -> None:
             (out / "bench.json").write_text(json.dumps(rows, indent=1))
 
 
+GPU_TESTS = ("tests/kernels/test_gpu_abft.py", "tests/kernels/test_gpu_rmt.py",
+             "tests/faults/test_commands.py::test_bench_times_the_rmt_and_abft_variants_by_their_labels")
+
+
+def gpu_tests(out: Path) -> int:
+    import subprocess
+
+    with open(out / "gpu-tests.log", "w") as log:
+        rc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfE",
+                             "-p", "no:cacheprovider", *GPU_TESTS], stdout=log,
+                            stderr=subprocess.STDOUT, check=False).returncode
+    print(f"gpu tests: exit {rc}; " + (out / "gpu-tests.log").read_text().splitlines()[-1],
+          flush=True)
+    return rc
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", type=Path)
     p.add_argument("--sites", type=int, default=20000)
     p.add_argument("--reps", type=int, default=15)
-    p.add_argument("--parts", default="inkernel,input,bench")
+    p.add_argument("--parts", default="tests,bench,store-bench,inkernel,input")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")
     t0 = time.perf_counter()
+    rc = gpu_tests(args.out) if "tests" in parts else 0
     if "bench" in parts:
         bench(args.out, args.reps)
+    if "store-bench" in parts:
+        store_bench(args.out, args.reps)
     if "inkernel" in parts:
         inkernel(args.out, {"transient": args.sites, "thread": args.sites // 2,
                             "block": args.sites // 4})
     if "input" in parts:
         inputs(args.out)
     print(f"evidence-rmt: {time.perf_counter() - t0:.1f} s", flush=True)
-    return 0
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The overhead benchmark: protected vs unprotected (same tiling) vs cuBLAS, per variant and size.
 
 For each size, the tile and split are the library's `auto_tile` / `auto_split` choice, and
-every variant of `standard_variants(mode, tile, split)` is timed (its kernel and, when split,
-the split-K reduction) with the unprotected kernel of the same tiling and
+every variant of `standard_variants(mode, tile, split)` and of `checked_variants(mode, tile,
+split)` (intra-warp RMT, ABFT, each with ES-M: docs/RMT.md) is timed (its kernel, when split
+the split-K reduction, for ABFT the check kernels) with the unprotected kernel of the same tiling and
 `cupy.matmul` (cuBLAS) *in the same run*, so the ratios do not depend on clock drift between
 runs. Each timing is the median of `repeats` runs measured with CUDA events after a warm-up;
 before each timed run a short spin kernel is queued on the stream, so the kernel is already
@@ -25,7 +26,15 @@ from safemon.bench.timing import median_kernel_ms
 from safemon.dims import BENCH_DIMS, Dims
 from safemon.evidence.campaign import variant_label
 from safemon.evidence.store import BENCH_SCHEMA, BenchEvidence, now_utc
-from safemon.kernels.catalog import Variant, auto_split, auto_tile, make_variant, standard_variants
+from safemon.kernels.catalog import (
+    Variant,
+    auto_split,
+    auto_tile,
+    checked_variants,
+    make_variant,
+    standard_variants,
+)
+from safemon.kernels.checked import STATUS_WORDS
 
 __all__ = [
     "LARGE_SIZE_REPEATS",
@@ -80,8 +89,9 @@ def device_info(cp: Any) -> dict[str, Any]:
 
 
 def variant_launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]:
-    """The variant's kernels alone, on preallocated buffers: the MMM kernel over its K-slices
-    and, when split, the reduction (no input checks: those are part of the API wall time)."""
+    """The variant's kernels alone, on preallocated buffers: the MMM kernel over its K-slices,
+    when split the reduction, and for an ABFT variant the check kernels of abft.cu (no input
+    checks: those are part of the API wall time)."""
     from safemon.kernels.gpu import kernel_for, reduce_slices
 
     m, k = a.shape
@@ -93,12 +103,22 @@ def variant_launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], 
     out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
     es = cp.empty((max(1, gx * gy * t.threads * slices * variant.words),), dtype=cp.uint32)
     kernel = kernel_for(variant)
-    args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0))
+    # RMT and ABFT report through a status block (checked.py); the input-check words stay 0.
+    checks = variant.rmt != "none" or variant.abft
+    status = cp.zeros(STATUS_WORDS, dtype=cp.uint32) if checks else None
+    # The array itself is the argument: the closure keeps it alive (a bare pointer would let
+    # the memory pool hand its memory to the next allocation).
+    args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k),
+            np.uintp(0) if status is None else status)
 
     def run() -> None:
         kernel((gx, gy, slices), (variant.block_threads, 1, 1), args)
         if slices > 1:
             reduce_slices(out, c)
+        if status is not None and variant.abft:
+            from safemon.kernels.abft import launch_abft
+
+            launch_abft(a, b, c, variant, int(status.data.ptr))
 
     return run
 
@@ -192,7 +212,7 @@ def _bench_dims(
 
     rows: list[dict[str, Any]] = []
     for mode in modes:
-        variants = [v for v in standard_variants(mode, tile, split)
+        variants = [v for v in standard_variants(mode, tile, split) + checked_variants(mode, tile, split)
                     if variant_filter is None or variant_filter(v)]
         if not variants:
             continue

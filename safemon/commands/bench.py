@@ -39,7 +39,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="calls per API median (fewer at ≥ 2**30 MACs)")
     p.add_argument("--modes", default="fma,exact", help="comma list of fma, exact")
     p.add_argument("--variants", default="standard",
-                   help="comma list of variant labels (ones/I, xor_fletcher, ...) or 'standard'")
+                   help="comma list of variant labels (ones/I, xor_fletcher, ones/M/abft, "
+                   "unprotected/rmt-warp, ...) or 'standard' (the ES catalog and the RMT/ABFT "
+                   "variants of docs/RMT.md)")
     p.add_argument("--repeats", type=int, default=100, help="runs per median (a tenth, ≥ 10, at 4096³)")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--quick", action="store_true",

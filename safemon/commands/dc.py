@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "often the ES array (and C) differ from the golden run. Inputs are seeded standard normal.",
     )
     p.add_argument("--variants", default="standard",
-                   help="comma list: ones/I, xor/E, xor_fletcher, ... or 'standard' (default)")
+                   help="comma list: ones/I, xor/E, xor_fletcher, ones/M/rmt-warp/abft, "
+                   "unprotected/abft, ..., 'standard' (default: the ES catalog) or 'checked' "
+                   "(the RMT/ABFT variants of docs/RMT.md; ABFT needs --backend cupy)")
     p.add_argument("--dims", default="20",
                    help="comma list of MxNxK, N (square) or L1/L2/L3; 'seed-dc' = the seed's six sizes")
     p.add_argument("--mode", choices=("exact", "fma"), default="exact")

@@ -40,7 +40,9 @@ from safemon.kernels.catalog import (
     TileConfig,
     Variant,
     auto_tile,
+    checked_variants,
     make_variant,
+    split_check_suffix,
     standard_variants,
 )
 from safemon.kernels.reference import reference_matmul
@@ -127,39 +129,47 @@ class CampaignResult:
 
 
 def variant_label(v: Variant) -> str:
-    """The seed's short name: "ones/I", "xor_fletcher" (no mode or tile)."""
-    if v.checksum is None:
-        return "unprotected"
-    return v.checksum if v.is_combination else f"{v.checksum}/{v.level}"
+    """The seed's short name: "ones/I", "xor_fletcher" (no mode or tile), with the in-kernel
+    checks appended as `Variant.name` appends them: "ones/M/rmt-warp/abft", "unprotected/abft"."""
+    base = "unprotected" if v.checksum is None else (
+        v.checksum if v.is_combination else f"{v.checksum}/{v.level}")
+    return base + (f"/rmt-{v.rmt}" if v.rmt != "none" else "") + ("/abft" if v.abft else "")
 
 
 def parse_variants(text: str, mode: str, tile: TileConfig | str) -> list[Variant]:
-    """Parse a comma-separated variant list: "ones/I", "xor/E", "ones_fletcher", or "standard".
+    """Parse a comma-separated variant list: "ones/I", "xor/E", "ones_fletcher", "standard",
+    "checked", each label optionally followed by the in-kernel checks "/rmt-warp" and "/abft"
+    in that order ("ones/M/abft", "unprotected/rmt-warp"; docs/RMT.md).
 
-    "standard" expands to `catalog.standard_variants(mode, tile)`.
+    "standard" expands to `catalog.standard_variants(mode, tile)`, "checked" to
+    `catalog.checked_variants(mode, tile)` (RMT and ABFT alone and with ES-M).
 
     Raises:
-        ValueError: an unknown checksum, level, mode or tile, or an empty list.
+        ValueError: an unknown checksum, level, mode, tile or check, or an empty list.
     """
     out: list[Variant] = []
     for part in text.split(","):
         p = part.strip()
         if not p:
             continue
-        if p == "standard":
-            out.extend(standard_variants(mode, tile))
+        if p in ("standard", "checked"):
+            out.extend((standard_variants if p == "standard" else checked_variants)(mode, tile))
             continue
-        checksum, _, level = p.partition("/")
-        if checksum in COMBINATIONS:
-            out.append(make_variant(checksum, level or "I+M", mode, tile))
+        base, rmt, abft = split_check_suffix(p)
+        checksum, _, level = base.partition("/")
+        if base == "unprotected" and (rmt != "none" or abft):
+            out.append(make_variant(None, None, mode, tile, rmt=rmt, abft=abft))
+        elif checksum in COMBINATIONS:
+            out.append(make_variant(checksum, level or "I+M", mode, tile, rmt=rmt, abft=abft))
         elif checksum in CHECKSUMS:
             if not level:
                 raise ValueError(f"variant {p!r} needs a level: {checksum}/I, {checksum}/M or {checksum}/E")
-            out.append(make_variant(checksum, level, mode, tile))
+            out.append(make_variant(checksum, level, mode, tile, rmt=rmt, abft=abft))
         else:
             raise ValueError(
                 f"unknown variant {p!r}: use CHECKSUM/LEVEL (e.g. ones/I), a combination X_Y "
-                f"(e.g. xor_fletcher) or 'standard'"
+                f"(e.g. xor_fletcher), either with /rmt-warp and/or /abft, "
+                f"unprotected/rmt-warp, unprotected/abft, 'standard' or 'checked'"
             )
     if not out:
         raise ValueError(f"no variant in {text!r}")
@@ -239,13 +249,18 @@ def run_input_campaign(
         batch: flipped copies per reference call / per launch (None: a size-based default).
 
     Raises:
-        ValueError: unknown backend, or a non-positive batch.
+        ValueError: unknown backend, a non-positive batch, or an ABFT variant on "numpy".
         BackendUnavailableError: backend "cupy" without CuPy or a device.
         SafeStateError: (cupy) the device's clean run differs from the NumPy golden run, so
             the device is not the kernel the campaign would measure.
     """
     if batch is not None and batch <= 0:
         raise ValueError(f"batch must be positive, got {batch}")
+    if variant.abft and backend == "numpy":
+        # The NumPy packing puts several faults in one tile; a tile-wide check cannot be
+        # attributed to one of them. RMT needs nothing: an input flip reaches both replicas.
+        raise ValueError(f"{variant.name}: the input campaign of an ABFT variant needs the cupy "
+                         "backend (the NumPy campaign packs several faults per tile)")
     start = time.perf_counter()
     a, b = inputs_for(dims, seed)
     golden_c, golden_es = reference_matmul(a, b, variant)

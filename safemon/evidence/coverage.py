@@ -79,15 +79,18 @@ class VariantCoverage:
 
     def missing_campaigns(self, store: str = "DIR") -> list[str]:
         """The commands that would supply the missing evidence."""
+        from safemon.evidence.campaign import variant_label
+        from safemon.kernels.catalog import variant_from_name
+
         out = []
-        parts = self.name.split("/")
-        # `safemon dc --variants` takes "ones/I" for a single level, "ones_fletcher" for a pair.
-        variant = parts[0] if "_" in parts[0] else "/".join(parts[:2])
-        mode, tile = parts[-2], parts[-1]
+        v = variant_from_name(self.name)
+        # `safemon dc --variants` takes the label: "ones/I", "ones_fletcher", "ones/M/abft".
+        variant, mode, tile = variant_label(v), v.mode, v.tile.name
         for m in self.missing:
             if m == INPUT_FLIP:
+                backend = " --backend cupy" if v.abft else ""
                 out.append(f"safemon dc --variants {variant} --dims {self.dims} --mode {mode} "
-                           f"--tile {tile} --evidence {store}")
+                           f"--tile {tile}{backend} --evidence {store}")
             else:
                 scope = m.removeprefix("in-kernel ")
                 out.append(f"safemon dc --inkernel {SUGGESTED_SITES} --scope {scope} "

@@ -40,10 +40,12 @@ def tradeoff_points(
 ) -> list[TradeoffPoint]:
     """Points for every protected variant with DC and overhead evidence at `dims` (and, when
     `inkernel` is given, all three in-kernel campaigns: y is then the selection DC)."""
+    from safemon.evidence.select import has_check
+
     out = []
     for (name, d), rec in sorted(dc.items()):
         row = bench.get((name, d))
-        if d != dims or row is None or rec.checksum is None:
+        if d != dims or row is None or not has_check(rec):
             continue
         if mode is not None and rec.mode != mode:
             continue

@@ -25,7 +25,9 @@ says so. "not specified": the standard sets no SFF constraint there.
 The selection rule
 ------------------
 Among the variants with input-flip DC evidence at the requested dims (and arithmetic mode),
-a variant is *selectable* only with all three in-kernel campaigns (transient, thread- and
+the candidates are those with a check: an ES checksum, intra-warp RMT or ABFT (docs/RMT.md;
+"ones/M/abft", "unprotected/rmt-warp" and the like compete with the ES-only variants). A
+variant is *selectable* only with all three in-kernel campaigns (transient, thread- and
 block-permanent) at those dims and an overhead measurement (`safemon.evidence.coverage`). Its
 selection DC is the minimum of the four one-sided 95 % Clopper–Pearson lower bounds. Keep the
 selectable variants whose selection DC meets the minimum and whose overhead (protected /
@@ -49,6 +51,7 @@ __all__ = [
     "REQUIREMENTS",
     "Requirement",
     "Selection",
+    "has_check",
     "requirement",
     "select_variant",
     "selection_table",
@@ -133,6 +136,17 @@ class Selection:
         return self.variant is not None
 
 
+def has_check(rec: DcRecord) -> bool:
+    """True when the record's variant detects anything: an ES checksum, RMT or ABFT (the
+    unprotected kernel is the baseline, never a candidate)."""
+    if rec.checksum is not None:
+        return True
+    from safemon.kernels.catalog import split_check_suffix
+
+    _, rmt, abft = split_check_suffix(rec.name)
+    return rmt != "none" or abft
+
+
 def _candidates(
     dims: str,
     dc: Mapping[tuple[str, str], DcRecord],
@@ -145,7 +159,7 @@ def _candidates(
     blind: list[VariantCoverage] = []
     no_bench: list[str] = []
     for (name, d), rec in sorted(dc.items()):
-        if d != dims or rec.checksum is None or (mode is not None and rec.mode != mode):
+        if d != dims or not has_check(rec) or (mode is not None and rec.mode != mode):
             continue
         cov = variant_coverage(name, dims, dc, inkernel)
         row = bench.get((name, d))

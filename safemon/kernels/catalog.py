@@ -14,6 +14,7 @@ __all__ = [
     "CHECKSUMS",
     "CHECKSUM_WORDS",
     "COMBINATIONS",
+    "IN_KERNEL_CHECKS",
     "LEVELS",
     "MAX_SPLIT",
     "MODES",
@@ -30,8 +31,11 @@ __all__ = [
     "Variant",
     "auto_split",
     "auto_tile",
+    "checked_variants",
     "make_variant",
+    "split_check_suffix",
     "standard_variants",
+    "variant_from_name",
 ]
 
 Checksum = Literal["xor", "twos", "ones", "fletcher", "crc32c"]
@@ -352,3 +356,64 @@ def standard_variants(
     out = [make_variant(c, lv, mode, tile, split) for c in CHECKSUMS for lv in LEVELS]
     out += [make_variant(c, "I", mode, tile, split) for c in STANDARD_COMBINATIONS]
     return out
+
+
+#: The in-kernel check variants (docs/RMT.md) that `safemon bench`, `safemon dc` and
+#: `safemon select` evaluate beside the ES-only catalog: (checksum, level, rmt, abft) for
+#: intra-warp RMT and ABFT alone, each with ES-M, and all three together.
+IN_KERNEL_CHECKS: tuple[tuple[str | None, str | None, str, bool], ...] = (
+    (None, None, "warp", False),
+    (None, None, "none", True),
+    ("ones", "M", "warp", False),
+    ("ones", "M", "none", True),
+    ("ones", "M", "warp", True),
+)
+
+
+def checked_variants(
+    mode: str = "exact", tile: TileConfig | str = "small", split: int = 1
+) -> list[Variant]:
+    """The `IN_KERNEL_CHECKS` variants at one mode, tile and split."""
+    return [make_variant(c, lv, mode, tile, split, rmt=r, abft=ab) for c, lv, r, ab in IN_KERNEL_CHECKS]
+
+
+def split_check_suffix(text: str) -> tuple[str, str, bool]:
+    """Split the check suffixes off a "/"-separated name or label: ("ones/M/rmt-warp/abft")
+    → ("ones/M", "warp", True). The suffixes are those `Variant.name` appends, in its order
+    (`/rmt-<kind>` before `/abft`).
+
+    Raises:
+        ValueError: an unknown RMT kind.
+    """
+    parts = text.split("/")
+    abft = bool(parts) and parts[-1] == "abft"
+    if abft:
+        parts = parts[:-1]
+    rmt = "none"
+    if parts and parts[-1].startswith("rmt-"):
+        rmt = parts.pop().removeprefix("rmt-")
+        if rmt not in RMT_KINDS or rmt == "none":
+            raise ValueError(f"unknown rmt kind {rmt!r} in {text!r}; known: warp")
+    return "/".join(parts), rmt, abft
+
+
+def variant_from_name(name: str) -> Variant:
+    """The variant whose `Variant.name` is `name` (the inverse of `name`).
+
+    Raises:
+        ValueError: a name `Variant.name` cannot produce (unknown parts, wrong part count).
+    """
+    base, rmt, abft = split_check_suffix(name)
+    parts = base.split("/")
+    split = 1
+    if parts and parts[-1].startswith("split") and parts[-1][5:].isdigit():
+        split = int(parts.pop()[5:])
+    if parts[:1] == ["unprotected"] and len(parts) == 3:
+        v = make_variant(None, None, parts[1], parts[2], split, rmt, abft)
+    elif len(parts) == 4:
+        v = make_variant(parts[0], parts[1], parts[2], parts[3], split, rmt, abft)
+    else:
+        raise ValueError(f"not a variant name: {name!r} (e.g. ones/I/exact/small)")
+    if v.name != name:
+        raise ValueError(f"not a variant name: {name!r} (the variant is named {v.name!r})")
+    return v

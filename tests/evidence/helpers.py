@@ -9,6 +9,15 @@ from safemon.dims import parse_dims
 DEVICE = "Test GPU H100"
 
 
+def _parts(label: str, mode: str) -> tuple[str, str | None, str | None]:
+    """(name, checksum, level) of the small-tile variant labelled `label` ("ones/I",
+    "xor_fletcher", "ones/M/abft", "unprotected/rmt-warp")."""
+    from safemon.evidence.campaign import parse_variants
+
+    v = parse_variants(label, mode, "small")[0]
+    return v.name, v.checksum, v.level
+
+
 def dc_rec(variant: str, dc: float, *, dims: str = "80x80x80", mode: str = "fma") -> dict[str, Any]:
     """A consistent DC record with `dc` percent detected (rounded to a whole fault count)."""
     d = parse_dims(dims)
@@ -16,11 +25,9 @@ def dc_rec(variant: str, dc: float, *, dims: str = "80x80x80", mode: str = "fma"
     det = round(inj * dc / 100)
     vis = round(inj * 0.98)
     both = min(det, vis)
-    checksum, _, level = variant.partition("/")
-    if "_" in checksum:
-        level = "I+M"
+    name, checksum, level = _parts(variant, mode)
     return {
-        "variant": variant, "name": f"{checksum}/{level}/{mode}/small", "checksum": checksum,
+        "variant": variant, "name": name, "checksum": checksum,
         "level": level, "mode": mode, "tile": "small", "dims": dims, "injections": inj,
         "detected_es": det, "visible_c": vis, "latent": det - both, "escapes": vis - both,
         "dc_percent": 100 * det / inj, "visible_percent": 100 * vis / inj,
@@ -39,12 +46,10 @@ def bench_row(variant: str, overhead: float, *, dims: str = "80x80x80", mode: st
     unprot = 0.010
     prot = unprot * overhead
     blas = 0.008
-    checksum, _, level = variant.partition("/")
-    if "_" in checksum:
-        level = "I+M"
+    name, checksum, level = _parts(variant, mode)
     g = d.flops / 1e9
     return {
-        "variant": variant, "name": f"{checksum}/{level}/{mode}/small", "checksum": checksum,
+        "variant": variant, "name": name, "checksum": checksum,
         "level": level, "mode": mode, "tile": "small", "dims": dims, "repeats": 100,
         "protected_ms": prot, "unprotected_ms": unprot, "cublas_ms": blas,
         "overhead": prot / unprot, "vs_cublas": prot / blas, "tflops_protected": g / prot,
@@ -75,16 +80,14 @@ def ik_rec(variant: str, scope: str, dangerous: int, detected: int, *, dims: str
     """A consistent in-kernel record: `detected` of `dangerous` accumulator faults caught."""
     from safemon.evidence.bounds import lower_bound_percent
 
-    checksum, _, level = variant.partition("/")
-    if "_" in checksum:
-        level = "I+M"
+    name, checksum, level = _parts(variant, mode)
     counts: dict[str, dict[str, int]] = {
         "accumulator": {"neither": no_effect, "es_only": 0, "c_only": dangerous - detected,
                         "both": detected}}
     if es_word:
         counts["es_word"] = {"neither": 0, "es_only": es_word, "c_only": 0, "both": 0}
     return {
-        "variant": variant, "name": f"{checksum}/{level}/{mode}/small", "checksum": checksum,
+        "variant": variant, "name": name, "checksum": checksum,
         "level": level, "mode": mode, "tile": "small", "dims": dims, "scope": scope, "seed": 0,
         "sites": dangerous + es_word + no_effect, "counts": counts, "dangerous": dangerous,
         "detected_dangerous": detected, "escapes": dangerous - detected, "no_effect": no_effect,

@@ -135,6 +135,23 @@ def test_quick_bench_produces_a_well_formed_report(tmp_path: Path) -> None:
     assert "Overhead" in (tmp_path / "b.md").read_text()
 
 
+@pytest.mark.gpu
+def test_bench_times_the_rmt_and_abft_variants_by_their_labels(tmp_path: Path) -> None:
+    """`safemon bench --variants` takes the checked labels; each row is timed against the
+    unprotected kernel of the same run and keeps its label (for `safemon select`)."""
+    out = tmp_path / "bench.json"
+    labels = ("unprotected/rmt-warp", "ones/M/abft", "ones/M/rmt-warp/abft")
+    rc = bench_cmd.main(["--dims", "80,64x4096x4096", "--modes", "fma", "--variants",
+                         ",".join(labels), "--repeats", "5", "--warmup", "2", "--no-ecc",
+                         "--api-dims", "none", "--json", str(out)])
+    assert rc == 0
+    ev = load_evidence(out)
+    assert isinstance(ev, BenchEvidence)
+    assert {(r.variant, r.dims) for r in ev.rows} == {
+        (v, d) for v in labels for d in ("80x80x80", "64x4096x4096")}
+    assert all(r.overhead > 0 for r in ev.rows)
+
+
 def test_select_without_evidence_finds_the_newest_readable_committed_set(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A newer set written with schema 1 is skipped, never reinterpreted; the command says

@@ -191,3 +191,52 @@ def test_table3_vs_seed_marks_differences_over_five_points() -> None:
     ones_m = next(line for line in md.splitlines() if line.startswith("| ones/M |"))
     assert "24.7 | 10.0 | **+14.7**" in ones_e
     assert "61.9 | 62.5 | -0.6 |" in ones_m
+
+
+def test_rmt_and_abft_variants_compete_with_the_es_catalog() -> None:
+    """A checked variant (ES-M + RMT + ABFT) with every bound ≥ 99 % at 2.5× beats ones/I at
+    3.4× for the high band; ones/M/abft at 1.4× wins the low band it meets."""
+    dc, bench = _evidence([("ones/M", 62.5, 1.04), ("ones/I", 100.0, 3.4),
+                           ("ones/M/abft", 82.5, 1.4), ("ones/M/rmt-warp/abft", 99.9, 2.5)],
+                          inkernel={("ones/M", "transient"): (3000, 1500),
+                                    ("ones/M/abft", "transient"): (3000, 2500)})
+    s = select_variant(3, 0, D, dc, bench)
+    assert s.variant == "ones/M/fma/small/rmt-warp/abft"
+    s = select_variant(3, 2, D, dc, bench)
+    assert s.variant == "ones/M/fma/small/abft"
+    md = selection_table_markdown(selection_table(D, dc, bench))
+    assert "ones/M/fma/small/rmt-warp/abft (2.50×" in md
+
+
+def test_an_rmt_only_variant_blind_to_input_flips_is_never_selected() -> None:
+    """unprotected/rmt-warp detects no input flip (outside its sphere of replication): its
+    selection DC is 0, so even the 'none' band (any DC above zero) takes ES-M instead."""
+    dc, bench = _evidence([("unprotected/rmt-warp", 0.0, 1.9), ("ones/M", 62.5, 2.0)])
+    s = select_variant(2, 2, D, dc, bench)
+    assert s.variant == "ones/M/fma/small"
+
+
+def test_unprotected_with_abft_is_a_candidate_but_the_plain_kernel_is_not() -> None:
+    """unprotected/abft carries a check and is selected where it is cheapest; the plain
+    unprotected kernel (the overhead baseline) never is, whatever its record says."""
+    dc, bench = _evidence([("unprotected/abft", 70.0, 1.2), ("ones/M", 62.5, 1.3)])
+    assert select_variant(1, 0, D, dc, bench).variant == "unprotected/fma/small/abft"
+    base = DcRecord.model_validate(dict(dc_rec("ones/M", 70.0), variant="unprotected",
+                                        name="unprotected/fma/small", checksum=None, level=None))
+    dc[(base.name, base.dims)] = base
+    bench[(base.name, base.dims)] = BenchRow.model_validate(
+        dict(bench_row("ones/M", 1.0), variant="unprotected", name="unprotected/fma/small",
+             checksum=None, level=None))
+    assert select_variant(1, 0, D, dc, bench).variant == "unprotected/fma/small/abft"
+
+
+def test_missing_campaigns_of_a_checked_variant_name_its_label_and_the_gpu() -> None:
+    """A blind ABFT variant's suggested commands use its label and the cupy backend (the
+    NumPy input campaign refuses ABFT)."""
+    dc, bench = _evidence([("ones/M/rmt-warp/abft", 99.9, 2.5)],
+                          inkernel={("ones/M/rmt-warp/abft", "block"): (None, None)})
+    s = select_variant(3, 0, D, dc, bench)
+    assert not s.achievable
+    cmd = s.blind[0].missing_campaigns()[0]
+    assert "--variants ones/M/rmt-warp/abft " in cmd and "--scope block" in cmd
+    assert "--mode fma --tile small" in cmd
