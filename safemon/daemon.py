@@ -93,6 +93,7 @@ from safemon.transport import (
     recv_message,
     send_message,
 )
+from safemon.transport.conn_guard import ConnectionGuard
 from safemon.transport.sockets import Context, Socket, SocketOptions
 from safemon.weight_delivery import WeightDelivery
 from safemon.weight_id import weight_id_of
@@ -317,6 +318,7 @@ class Daemon:
         self._fault_history: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._lock: DaemonLock | None = None
         self._ipc_files: list[str] = []
+        self._conn_guard: ConnectionGuard | None = None
         self.injection_enabled = bool(config.testing.fault_injection)
         self._safe_reason: str | None = None
 
@@ -428,6 +430,11 @@ class Daemon:
                 raise ConfigError(f"endpoints.{key}: cannot bind {address}: {exc}") from None
             if address.startswith("ipc://"):
                 self._ipc_files.append(address[len("ipc://"):])
+        # limits.max_connections, enforced: libzmq aborts on an ipc:// accept that fails with
+        # EMFILE, so the listeners close at the bound (safemon.transport.conn_guard).
+        self._conn_guard = ConnectionGuard(
+            self.ctx, {k: self._sockets[k] for k in ("ingress", "control")},
+            cfg.limits.max_connections, on_change=lambda ev, kw: self.log.warning(ev, **kw))
         if self._serve_metrics:
             self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
         launcher = self._launcher or RealLauncher(cfg, self.ctx)
@@ -576,6 +583,9 @@ class Daemon:
             self._lock = None
 
     def _close_sockets(self) -> None:
+        if self._conn_guard is not None:
+            self._conn_guard.close()
+            self._conn_guard = None
         for s in [*self._sockets.values(), *self._chan_socks.values()]:
             s.close(linger=0)
         self._sockets.clear()
@@ -589,9 +599,13 @@ class Daemon:
 
     def _poll_once(self, timeout_ms: int) -> None:
         poller = zmq.Poller()
-        for s in (self._sockets["ingress"], self._sockets["control"], *self._chan_socks.values()):
+        guard = self._conn_guard
+        for s in (self._sockets["ingress"], self._sockets["control"], *self._chan_socks.values(),
+                  *(guard.monitors() if guard is not None else ())):
             poller.register(s, zmq.POLLIN)
         ready = dict(poller.poll(timeout_ms))
+        if guard is not None:  # first: a flood of connections must close the listeners early
+            guard.handle(self.clock())
         for name, s in list(self._chan_socks.items()):
             while s in ready and self._chan_socks.get(name) is s:
                 got = recv_message(s, limits=self._limits, timeout_ms=0, counter=self._rejects,
@@ -905,6 +919,7 @@ class Daemon:
             "faults": [{**{k: v for k, v in f.items() if k != "at"},
                         "age_s": round(self.clock() - f["at"], 3)} for f in self._fault_history],
             "in_flight": len(self._live),
+            "client_connections": self._conn_guard.status() if self._conn_guard else None,
             "unexplained_mismatches": self.controller.unexplained_mismatches,
             **self._hft_status(),
         }
