@@ -52,10 +52,11 @@ def _message(wid: str) -> st.SearchStrategy[tuple[str, Kind, dict[str, Any], tup
     # a control command with odd arguments.
     x = np.ones((2, 16), dtype=np.float32)  # K of the registered weight (operands)
     request = st.tuples(st.just("ingress"), st.just(Kind.REQUEST), st.fixed_dictionaries(
-        {"job": st.just("live"), "weight_id": st.just(wid) | scalars,
-         "deadline_ms": st.just(1000.0) | scalars}), st.just((x,)))
+        {"job": st.just("live"), "weight_id": st.just(wid) | edges | scalars,
+         "deadline_ms": st.just(1000.0) | edges | scalars}), st.just((x,)))
     command = st.tuples(st.just("control"), st.just(Kind.CONTROL), st.fixed_dictionaries(
-        {"command": st.sampled_from(COMMANDS) | scalars, "args": scalars}), st.just(()))
+        {"command": st.sampled_from(COMMANDS) | edges | scalars, "args": edges | scalars}),
+        st.just(()))
     return anything | request | command
 
 

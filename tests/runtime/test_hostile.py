@@ -227,3 +227,25 @@ def test_every_request_sent_before_sigterm_is_answered(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_ctrl_c_to_the_process_group_stops_cleanly_without_tracebacks(tmp_path: Path) -> None:
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) stops the daemon
+    and its process channels with exit 0 and no traceback on stderr."""
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc", extra=SLOW_START)
+    path = tmp_path / "int.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+    err = tmp_path / "int.err"
+    with err.open("wb") as f:
+        proc = subprocess.Popen([*PY, "run", "--config", str(path)], stdout=subprocess.DEVNULL,
+                                stderr=f, start_new_session=True)
+    try:
+        with Client(cfg) as client:
+            assert wait_for(lambda: _up(client), 90.0), err.read_text()[-4000:]
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(30) == 0, err.read_text()[-4000:]
+        assert "Traceback" not in err.read_text(), err.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
