@@ -70,6 +70,7 @@ from safemon.transport import (
     recv_message,
     send_message,
 )
+from safemon.transport import messages as msgs
 from safemon.transport.sockets import Context, Socket, SocketOptions
 
 __all__ = ["Daemon"]
@@ -507,15 +508,22 @@ class Daemon:
             self.metrics.count_rejected("foreign")
             self.log.warning("foreign_channel_message_dropped", channel=name, kind=msg.kind.value)
             return
-        inc = msg.meta.get("incarnation")
         started = None
-        if msg.kind is Kind.REGISTER and isinstance(inc, int):
-            started = self.supervisor.on_register(name, inc, now)
-        elif msg.kind is Kind.HEARTBEAT and isinstance(inc, int):
-            started = self.supervisor.on_heartbeat(name, inc, now)
+        if msg.kind in (Kind.REGISTER, Kind.HEARTBEAT):
+            try:  # what the supervisor needs; the core judges the rest of the message
+                m = msgs.parse_from_channel(msg.kind, msg.meta)
+            except msgs.MetaError:
+                m = None
+            if isinstance(m, msgs.Register):
+                started = self.supervisor.on_register(name, m.incarnation, now)
+                if started is not None:
+                    self.log.info("channel_registered", channel=name, incarnation=m.incarnation,
+                                  pid=m.pid)
+            elif isinstance(m, msgs.Heartbeat):
+                started = self.supervisor.on_heartbeat(name, m.incarnation, now)
+                if started is not None:
+                    self.log.info("channel_registered", channel=name, incarnation=m.incarnation)
         if started is not None:
-            self.log.info("channel_registered", channel=name, incarnation=inc,
-                          pid=msg.meta.get("pid"))
             self._guarded("channel", None, msg, st.ChannelRegistered(
                 name, started.incarnation, now, st.stimulus_id("registered")))
         self._guarded("channel", None, msg, st.ChannelMessage(name, msg, now, st.stimulus_id("channel")))
@@ -589,7 +597,7 @@ class Daemon:
             elif isinstance(e, fx.ReplyStatus):
                 body = np.frombuffer(json.dumps(self.status()).encode(), dtype=np.uint8).copy()
                 self._reply("control", e.identity, Kind.REPLY, e.seq,
-                            {"ok": True, "outcome": "status"}, (body,))
+                            msgs.ControlReply(ok=True, outcome="status").to_meta(), (body,))
             elif isinstance(e, fx.Log):
                 getattr(self.log, e.level)(e.event, **e.fields)
             else:
@@ -671,14 +679,15 @@ class Daemon:
             self.log.warning("reply_undeliverable", socket=sock, error=str(exc))
 
     def _error_to(self, sock: str, identity: bytes, seq: int, error_type: str, message: str) -> None:
-        self._reply(sock, identity, Kind.ERROR, seq, {"error_type": error_type, "message": message})
+        self._reply(sock, identity, Kind.ERROR, seq,
+                    msgs.ErrorReply(error_type=error_type, message=message).to_meta())
 
     def _publish(self, event_type: str, payload: dict[str, Any]) -> None:
         assert self.core is not None
         body = np.frombuffer(json.dumps({"event": event_type, **payload}).encode(),
                              dtype=np.uint8).copy()
         frames = encode(Kind.EVENT, epoch=self.epoch, seq=self.core.next_seq(),
-                        meta={"event": event_type}, arrays=(body,))
+                        meta=msgs.PublishedEvent(event=event_type).to_meta(), arrays=(body,))
         try:
             send_message(self._sockets["events"], frames, flags=zmq.NOBLOCK)
         except zmq.ZMQError as exc:
@@ -731,7 +740,8 @@ class Daemon:
                 # The channel answers only the peer that spoke first with its link token;
                 # say hello until it registers (a send before the connection completes
                 # fails at once: the sockets are IMMEDIATE).
-                self._send_to(name, Kind.CONTROL, self.core.next_seq(), {"command": "link"})
+                self._send_to(name, Kind.CONTROL, self.core.next_seq(),
+                              msgs.ChannelCommand(command="link").to_meta())
         for p in list(self._hooks):
             if p.poll() is not None:
                 self._hooks.remove(p)

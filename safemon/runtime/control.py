@@ -9,6 +9,7 @@ from safemon.patterns import controller as ctl
 from safemon.runtime import effects as fx
 from safemon.runtime.roles import Roles
 from safemon.runtime.support import MAX_QUOTE, quote
+from safemon.transport import messages as msgs
 from safemon.transport.wire import Kind, Message
 
 __all__ = ["ControlCommands"]
@@ -18,17 +19,21 @@ class ControlCommands(Roles):
     """`Roles` plus the operator's commands."""
 
     def _on_control(self, identity: bytes, msg: Message, now: float) -> None:
-        command = msg.meta.get("command")
-        args = msg.meta.get("args")
-        args = args if isinstance(args, str) else ""
-        ok, outcome = True, quote(command) if not isinstance(command, str) else command[:MAX_QUOTE]
+        try:
+            cmd = msgs.ControlCommand.parse(msg.meta)
+        except msgs.MetaError as exc:
+            self._reply("control", identity, Kind.REPLY, msg.seq,
+                        msgs.ControlReply(ok=False, outcome=f"invalid control message: {exc}"[:200]).to_meta())
+            return
+        command, args = cmd.command, cmd.args or ""
+        ok, outcome = True, command[:MAX_QUOTE]
         if command == "status":
             self._emit(fx.ReplyStatus(identity, msg.seq, self._sid))
             return
         if command == "reset":
             self._controller(ctl.Reset(now))
         elif command in ("inject", "clear"):
-            ok, outcome = self._inject_or_clear(str(command), args, now, outcome)
+            ok, outcome = self._inject_or_clear(command, args, now, outcome)
         elif command == "selftest":
             # At most one self-test in flight per channel: a flood of these commands must
             # not queue self-tests behind each other until they overrun (that would be a
@@ -40,7 +45,8 @@ class ControlCommands(Roles):
                     self._run_now(ch, now)
         else:
             ok, outcome = False, f"unknown command {quote(command)}"
-        self._reply("control", identity, Kind.REPLY, msg.seq, {"ok": ok, "outcome": outcome})
+        self._reply("control", identity, Kind.REPLY, msg.seq,
+                    msgs.ControlReply(ok=ok, outcome=outcome).to_meta())
 
     def _inject_or_clear(self, command: str, args: str, now: float,
                          outcome: str) -> tuple[bool, str]:
@@ -63,14 +69,15 @@ class ControlCommands(Roles):
                 if t not in self._injected_at or t in self._injected_expiry:
                     self._injected_at[t] = now  # a new fault (the last was cleared)
                 self._injected_expiry.pop(t, None)
-                self._send(t, Kind.CONTROL, self.next_seq(), {"command": "inject", "args": kind})
+                self._send(t, Kind.CONTROL, self.next_seq(),
+                           msgs.ChannelCommand(command="inject", args=kind).to_meta())
             else:
                 # What the fault did before the clear (a request it swallowed, a result it
                 # corrupted) is still detected within the detection bounds: keep its
                 # occurrence time that long, no longer.
                 if t in self._injected_at:
                     self._injected_expiry[t] = now + self._detection_bound()
-                self._send(t, Kind.CONTROL, self.next_seq(), {"command": "clear"})
+                self._send(t, Kind.CONTROL, self.next_seq(), msgs.ChannelCommand(command="clear").to_meta())
         self._log("warning", "control_" + command, target=quote(args))
         return ok, outcome
 

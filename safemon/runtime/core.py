@@ -47,6 +47,7 @@ from safemon.runtime.support import (
     quote,
 )
 from safemon.states import ChannelState, Mode, Policy
+from safemon.transport import messages as msgs
 from safemon.transport.wire import Kind, Message
 from safemon.weight_delivery import WeightDelivery
 from safemon.weight_id import weight_id_of
@@ -182,32 +183,39 @@ class RuntimeCore(ControlCommands):
     # ================================================================== ingress
 
     def _on_ingress(self, identity: bytes, msg: Message, now: float) -> None:
-        if msg.kind is Kind.CONTROL and msg.meta.get("command") == "hello":
-            self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": "hello"})
+        try:
+            request: msgs.Hello | msgs.RegisterWeight | msgs.MatmulRequest | None = (
+                msgs.parse_ingress(msg.kind, msg.meta))
+            problem = ""
+        except msgs.MetaError as exc:
+            request, problem = None, str(exc)
+        if isinstance(request, msgs.Hello):
+            self._reply("ingress", identity, Kind.REPLY, msg.seq,
+                        msgs.ControlReply(ok=True, outcome="hello").to_meta())
             return
         if self.draining:
             self.metrics.count_request("shutting_down")
             self._error_to("ingress", identity, msg.seq, "ShuttingDownError",
                            "the daemon is shutting down")
             return
-        if msg.kind is Kind.CONTROL and msg.meta.get("command") == "register_weight":
+        if isinstance(request, msgs.RegisterWeight):
             self._register_weight(identity, msg)
             return
-        if msg.kind is not Kind.REQUEST:
-            self._error_to("ingress", identity, msg.seq, "InvalidInputError",
-                           f"unexpected message kind {msg.kind.value!r} on ingress")
-            return
-        problem = self._validate_request(msg)
-        if problem is not None:
-            kind, text = problem
-            if kind == "InvalidInputError":
+        problems = [("InvalidInputError", problem)] if request is None else []
+        if request is not None:
+            problems = [p for p in [self._validate_request(request.weight_id, msg)] if p is not None]
+        if problems:
+            kind, text = problems[0]
+            if kind == "InvalidInputError" and msg.kind is Kind.REQUEST:
                 self.metrics.count_request("invalid_input")
             self._error_to("ingress", identity, msg.seq, kind, text)
             return
-        self._submit(identity, msg, now)
+        assert isinstance(request, msgs.MatmulRequest)
+        self._submit(identity, msg, request, now)
 
-    def _submit(self, identity: bytes, msg: Message, now: float) -> None:
-        wid = str(msg.meta["weight_id"])
+    def _submit(self, identity: bytes, msg: Message, request: msgs.MatmulRequest,
+                now: float) -> None:
+        wid = request.weight_id
         x = np.ascontiguousarray(msg.arrays[0])
         m, k = x.shape
         n = self.weights[wid].shape[1]
@@ -230,7 +238,7 @@ class RuntimeCore(ControlCommands):
         # earlier gets VoteTimeoutError, alone.
         budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
         cost_s = admission.item_cost_s(self.config, m, k, n)
-        client_s = client_deadline_s(msg.meta.get("deadline_ms"), budget_s)
+        client_s = client_deadline_s(request.deadline_ms, budget_s)
         seq = self.next_seq()
         for ch in voters:
             self._queued[ch][seq] = (cost_s, now + budget_s)
@@ -242,8 +250,8 @@ class RuntimeCore(ControlCommands):
         self._voter(vot.Submit(seq, now, now + budget_s, voters, policy))
         if seq in self._live:
             for ch in voters:
-                self._send(ch, Kind.REQUEST, seq, {
-                    "weight_id": wid, "deadline_ms": budget_s * 1000.0, "job": "live"}, (x,))
+                self._send(ch, Kind.REQUEST, seq, msgs.WorkRequest(
+                    job="live", weight_id=wid, deadline_ms=budget_s * 1000.0).to_meta(), (x,))
 
     def _queued_s(self, ch: str, now: float) -> float:
         """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
@@ -265,12 +273,11 @@ class RuntimeCore(ControlCommands):
             for seq in [s for s, (_c, d) in q.items() if d < now]:
                 del q[seq]
 
-    def _validate_request(self, msg: Message) -> tuple[str, str] | None:
+    def _validate_request(self, wid: str, msg: Message) -> tuple[str, str] | None:
         if len(msg.arrays) != 1:
             return "InvalidInputError", f"a request carries one array x, got {len(msg.arrays)}"
         x = msg.arrays[0]
-        wid = msg.meta.get("weight_id")
-        if not isinstance(wid, str) or wid not in self.weights:
+        if wid not in self.weights:
             return "UnknownWeightError", f"weight id {quote(wid)} is not registered with this daemon"
         w = self.weights[wid]
         if x.dtype != np.float32 or x.ndim != 2 or x.size == 0:
@@ -313,7 +320,8 @@ class RuntimeCore(ControlCommands):
         if wait is not None and wait[1]:
             wait[0].append((identity, msg.seq))  # answered once every channel holds it
             return
-        self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": wid})
+        self._reply("ingress", identity, Kind.REPLY, msg.seq,
+                    msgs.ControlReply(ok=True, outcome=wid).to_meta())
 
     def _weight_budget_s(self, wid: str) -> float:
         """How long a channel may take to acknowledge weight `wid`: the work budget of an
@@ -331,7 +339,8 @@ class RuntimeCore(ControlCommands):
                 d.sent(wid, now)
                 d.ack(wid)
                 continue
-            self._send(ch, Kind.CONTROL, self.next_seq(), {"command": "weight", "args": wid},
+            self._send(ch, Kind.CONTROL, self.next_seq(),
+                       msgs.ChannelCommand(command="weight", args=wid).to_meta(),
                        (self.weights[wid],), weight_id=wid)
             d.sent(wid, now + self._weight_budget_s(wid))
         if d.idle and ch in self._awaiting_join:
@@ -349,7 +358,8 @@ class RuntimeCore(ControlCommands):
         if not wait[1]:
             del self._weight_waits[wid]
             for identity, seq in wait[0]:
-                self._reply("ingress", identity, Kind.REPLY, seq, {"ok": True, "outcome": wid})
+                self._reply("ingress", identity, Kind.REPLY, seq,
+                            msgs.ControlReply(ok=True, outcome=wid).to_meta())
 
     def _drop_delivery(self, ch: str) -> None:
         """`ch` is being restarted or isolated: it owes nothing more (its next incarnation
@@ -383,44 +393,50 @@ class RuntimeCore(ControlCommands):
         self._pump_weights(name, now)
 
     def _on_channel(self, name: str, msg: Message, now: float) -> None:
-        inc = msg.meta.get("incarnation")
-        if msg.kind is Kind.HEARTBEAT and isinstance(inc, int):
-            cor, unc = msg.meta.get("ecc_corrected"), msg.meta.get("ecc_uncorrectable")
-            if isinstance(cor, int) and isinstance(unc, int) and inc == self.processes.incarnation(name):
-                try:
-                    self.metrics.update_channel_ecc(name, inc, {"weights": cor}, {"weights": unc})
-                except ValueError as exc:
-                    self._log("warning", "bad_heartbeat_ecc", channel=name, error=str(exc))
-        elif msg.kind is Kind.EVENT and msg.meta.get("event") == "weight":
-            wid = msg.meta.get("weight_id")
-            if isinstance(wid, str) and self._deliveries[name].ack(wid):
-                if msg.meta.get("ok") is True:
-                    self._weight_acked(name, wid)
+        try:
+            m = msgs.parse_from_channel(msg.kind, msg.meta)
+        except msgs.MetaError as exc:
+            if msg.kind is not Kind.RESULT:
+                self._log("warning", "channel_message_malformed", channel=name,
+                          kind=msg.kind.value, error=str(exc))
+                return
+            # A result that cannot be read is a failed result (the voter hears of it).
+            job = "selftest" if msg.meta.get("job") == "selftest" else "live"
+            m = msgs.Result(job=job, ok=False, error=f"malformed result: {exc}")
+        if isinstance(m, msgs.Heartbeat):
+            self._on_heartbeat(name, m)
+        elif isinstance(m, msgs.WeightAck):
+            if self._deliveries[name].ack(m.weight_id):
+                if m.ok:
+                    self._weight_acked(name, m.weight_id)
                     self._pump_weights(name, now)
                 else:
                     self._drop_delivery(name)
-                    self._fault(name, ctl.FaultKind.CHANNEL_ERROR, now, now, f"refused weight {wid}")
-        elif msg.kind is Kind.EVENT and msg.meta.get("event") == "scrub":
-            cor, unc = msg.meta.get("corrected"), msg.meta.get("uncorrectable")
-            if (isinstance(cor, int) and isinstance(unc, int) and cor >= 0 and unc >= 0
-                    and name in self.scheduler.channels):
-                self._sched(sch.ScrubDone(name, cor, unc, now))
-        elif msg.kind is Kind.RESULT:
-            if msg.meta.get("job") == "selftest":
-                self._on_selftest_result(name, msg, now)
+                    self._fault(name, ctl.FaultKind.CHANNEL_ERROR, now, now,
+                                f"refused weight {m.weight_id}")
+        elif isinstance(m, msgs.ScrubReport):
+            if m.corrected >= 0 and m.uncorrectable >= 0 and name in self.scheduler.channels:
+                self._sched(sch.ScrubDone(name, m.corrected, m.uncorrectable, now))
+        elif isinstance(m, msgs.Result):
+            ok = m.ok and len(msg.arrays) in (2, 3)  # a GPU self-test adds the SMs frame
+            if ok and m.kernel_seconds is not None and m.kernel_seconds >= 0:
+                self.metrics.observe_kernel(name, m.kernel_seconds)
+            if m.job == "selftest":
+                self._on_selftest_result(name, msg, m, ok, now)
             else:
-                self._on_result(name, msg, now)
+                self._on_result(name, msg, m, ok, now)
 
-    def _result_ok(self, name: str, msg: Message) -> bool:
-        # A GPU self-test adds a third frame: the SM id of every block (sm_coverage.sm_report).
-        ok = msg.meta.get("ok") is True and len(msg.arrays) in (2, 3)
-        ks = msg.meta.get("kernel_seconds")
-        if ok and isinstance(ks, float) and ks >= 0:
-            self.metrics.observe_kernel(name, ks)
-        return ok
+    def _on_heartbeat(self, name: str, m: msgs.Heartbeat) -> None:
+        cor, unc = m.ecc_corrected, m.ecc_uncorrectable
+        if cor is not None and unc is not None and m.incarnation == self.processes.incarnation(name):
+            try:
+                self.metrics.update_channel_ecc(name, m.incarnation, {"weights": cor},
+                                                {"weights": unc})
+            except ValueError as exc:
+                self._log("warning", "bad_heartbeat_ecc", channel=name, error=str(exc))
 
-    def _on_selftest_result(self, name: str, msg: Message, now: float) -> None:
-        ok = self._result_ok(name, msg)
+    def _on_selftest_result(self, name: str, msg: Message, m: msgs.Result, ok: bool,
+                            now: float) -> None:
         c, es = (msg.arrays[0], msg.arrays[1]) if ok else (None, None)
         test = self._tests.pop(msg.seq, None)
         if test is None or test.channel != name:
@@ -429,39 +445,33 @@ class RuntimeCore(ControlCommands):
         from safemon.patterns.sm_coverage import sm_report
 
         per_block = msg.arrays[2] if ok and len(msg.arrays) == 3 else None
-        sms, sm_count, failing = sm_report(msg.meta.get("sm_count"), per_block, test.pattern,
-                                           c, es, passed)
+        sms, sm_count, failing = sm_report(m.sm_count, per_block, test.pattern, c, es, passed)
         self._log("debug", "selftest_result", channel=name, test_id=test.test_id, seq=msg.seq,
                   passed=passed, age_s=now - test.started)
         if not passed:
-            err = msg.meta.get("error")
             self._log("warning", "selftest_result_wrong", channel=name, test_id=test.test_id,
                       pattern=test.pattern.id,
-                      reason=err if isinstance(err, str) and err else
-                      "C or ES differs from the golden pattern", failing_sms=list(failing))
+                      reason=m.error or "C or ES differs from the golden pattern",
+                      failing_sms=list(failing))
         if name in self.scheduler.channels:
             self._sched(sch.SelfTestDone(name, test.test_id, passed, now, sms=sms,
                                          sm_count=sm_count, failing_sms=failing))
             self.metrics.set_sm_coverage(name, self.scheduler.sm_coverage(name))
 
-    def _on_result(self, name: str, msg: Message, now: float) -> None:
-        ok = self._result_ok(name, msg)
+    def _on_result(self, name: str, msg: Message, m: msgs.Result, ok: bool, now: float) -> None:
         c, es = (msg.arrays[0], msg.arrays[1]) if ok else (None, None)
-        ks = msg.meta.get("kernel_seconds")
         self._queued[name].pop(msg.seq, None)
         live = self._live.get(msg.seq)
-        error = msg.meta.get("error")
-        error_text = error if isinstance(error, str) and error else "result without C and ES"
+        error_text = m.error or "result without C and ES"
         if (ok and c is not None and live is not None and live.policy is Policy.ONE_OO_ONE_D
                 and not abft_passes(live.x, self.weights[live.weight_id], c)):
             ok, error_text = False, "channel_error: C failed the per-request checksum test"
         if ok and c is not None and es is not None:
             if live is not None:
                 live.results[name] = c
-                if isinstance(ks, float) and ks >= 0:
-                    live.kernel_seconds[name] = ks
-            result = vot.ChannelResult(msg.seq, name, now, True, digest(c), digest(es),
-                                       str(msg.meta.get("variant", "")))
+                if m.kernel_seconds is not None and m.kernel_seconds >= 0:
+                    live.kernel_seconds[name] = m.kernel_seconds
+            result = vot.ChannelResult(msg.seq, name, now, True, digest(c), digest(es), m.variant)
         else:
             result = vot.ChannelResult(msg.seq, name, now, False, b"", b"", "", error_text)
         self._voter(result)

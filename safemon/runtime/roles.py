@@ -47,6 +47,7 @@ from safemon.runtime.support import (
     quote,
 )
 from safemon.states import ChannelState, Mode, Policy
+from safemon.transport import messages as msgs
 from safemon.transport.wire import Kind
 
 __all__ = ["Roles"]
@@ -108,11 +109,11 @@ class Roles:
         self._seq += 1
         return self._seq
 
-    def _send(self, channel: str, kind: Kind, seq: int, meta: dict[str, Any],
+    def _send(self, channel: str, kind: Kind, seq: int, meta: Mapping[str, Any],
               arrays: tuple[npt.NDArray[Any], ...] = (), weight_id: str | None = None) -> None:
         self._emit(fx.SendToChannel(channel, kind, seq, meta, arrays, weight_id, self._sid))
 
-    def _reply(self, socket: str, identity: bytes, kind: Kind, seq: int, meta: dict[str, Any],
+    def _reply(self, socket: str, identity: bytes, kind: Kind, seq: int, meta: Mapping[str, Any],
                arrays: tuple[npt.NDArray[Any], ...] = ()) -> None:
         assert socket in ("ingress", "control")
         self._emit(fx.Reply(socket, identity, kind, seq, meta, arrays,  # type: ignore[arg-type]
@@ -120,7 +121,8 @@ class Roles:
 
     def _error_to(self, socket: str, identity: bytes, seq: int, error_type: str,
                   message: str) -> None:
-        self._reply(socket, identity, Kind.ERROR, seq, {"error_type": error_type, "message": message})
+        self._reply(socket, identity, Kind.ERROR, seq,
+                    msgs.ErrorReply(error_type=error_type, message=message).to_meta())
 
     def _answer_error(self, seq: int, error_type: str, message: str) -> None:
         live = self._live.pop(seq, None)
@@ -173,8 +175,8 @@ class Roles:
         self.metrics.observe_vote(live.policy, "released", max(0.0, now - live.submitted))
         kernel_s = max((live.kernel_seconds.get(ch, 0.0) for ch in d.agreed), default=0.0)
         self._reply("ingress", live.identity, Kind.REPLY, live.client_seq,
-                    {"ok": True, "outcome": "released", "kernel_seconds": kernel_s,
-                     "vote_seconds": max(0.0, now - live.submitted)},
+                    msgs.Released(ok=True, outcome="released", kernel_seconds=kernel_s,
+                                  vote_seconds=max(0.0, now - live.submitted)).to_meta(),
                     (np.ascontiguousarray(c),))
         self._log("debug", "vote_released", seq=d.req_id, channel=d.channel)
 
@@ -226,7 +228,8 @@ class Roles:
         if isinstance(ins, sch.StartSelfTest):
             self._start_selftest(ins, now)
         elif isinstance(ins, sch.StartScrub):
-            self._send(ins.channel, Kind.CONTROL, self.next_seq(), {"command": "scrub"})
+            self._send(ins.channel, Kind.CONTROL, self.next_seq(),
+                       msgs.ChannelCommand(command="scrub").to_meta())
         elif isinstance(ins, sch.SelfTestPassed):
             self.metrics.observe_selftest(ins.channel, SelftestResult.PASS, ins.latency)
             ondemand = ins.test_id in self._ondemand
@@ -273,9 +276,9 @@ class Roles:
         pattern = pats[int(ins.pattern_id[1:]) % len(pats)]
         seq = self.next_seq()
         self._tests[seq] = SelfTestInFlight(ins.channel, ins.test_id, pattern, now)
-        self._send(ins.channel, Kind.REQUEST, seq, {
-            "job": "selftest", "test_id": ins.test_id, "weight_id": pattern.id,
-            "deadline_ms": max(0.0, ins.deadline - now) * 1000.0},
+        self._send(ins.channel, Kind.REQUEST, seq, msgs.WorkRequest(
+            job="selftest", test_id=ins.test_id, weight_id=pattern.id,
+            deadline_ms=max(0.0, ins.deadline - now) * 1000.0).to_meta(),
             (np.ascontiguousarray(pattern.a), np.ascontiguousarray(pattern.b)))
         self._log("debug", "selftest_sent", channel=ins.channel, test_id=ins.test_id, seq=seq,
                   pattern=pattern.id, lag_s=self.clock() - now)
