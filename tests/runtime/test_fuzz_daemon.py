@@ -32,7 +32,9 @@ COMMANDS = ["status", "reset", "selftest", "inject", "clear", "hello", "register
 #: reply quoting them would pass the 64 KiB header limit (both once killed the daemon).
 edges = (st.sampled_from([1e-300, 5e-324, -0.0, 1e300, 2**63 - 1])
          | st.builds(lambda c, n: c * n, st.sampled_from(["a", "\u00e9", "\U0001f600", "\\\""]),
-                     st.integers(5_000, 15_000)))
+                     st.integers(5_000, 15_000))
+         # Just under the 64 KiB header limit: the request fits, a reply quoting it would not.
+         | st.builds(lambda n: "a" * n, st.integers(65_300, 65_536)))
 scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40)
            | st.sampled_from(COMMANDS) | st.just("c0:bitflip-c") | edges)
