@@ -105,8 +105,12 @@ def test_status_exit_code_says_normal_degraded_or_safe(tmp_path: Path) -> None:
     """`safemon status` exits 0 in NORMAL, 4 in DEGRADED and 5 in SAFE (text and --json)."""
     from safemon.commands.status import EXIT_DEGRADED, EXIT_SAFE
 
+    # Timing headroom: without restarts, two overruns on a starved host would already be SAFE.
     cfg = make_config(tmp_path, "2oo3", transport="ipc", injection=True,
-                      extra={"actions": {"restart": False}, "restart": {"max_restarts": 0}})
+                      extra={"actions": {"restart": False}, "restart": {"max_restarts": 0},
+                             "timing": {"request_deadline_s": 1.0, "heartbeat_timeout_s": 2.0,
+                                        "dti_s": 1.0, "selftest_deadline_s": 0.9,
+                                        "ftti_s": 4.0}})
     path = tmp_path / "status.yaml"
     path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
     with system(cfg) as (daemon, client):
