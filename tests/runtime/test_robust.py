@@ -150,8 +150,9 @@ def test_hostile_messages_get_bounded_typed_answers_and_the_daemon_survives(tmp_
                 m = _ask(ing, Kind.REQUEST, 10 + i, {"weight_id": wid, "deadline_ms": dl,
                                                      "job": "live"}, (x,))
                 assert m.kind in (Kind.REPLY, Kind.ERROR)
-                if m.kind is Kind.ERROR:
-                    assert m.meta["error_type"] == "VoteTimeoutError"
+                if m.kind is Kind.ERROR:  # a deadline it cannot meet, or one it refuses
+                    # (the typed request schema of the sans-IO core refuses a bad deadline)
+                    assert m.meta["error_type"] in ("VoteTimeoutError", "InvalidInputError")
             m = _ask(ing, Kind.REQUEST, 20, {"weight_id": "w" * 1000, "job": "live"}, (x,))
             assert m.meta["error_type"] == "UnknownWeightError"
             assert len(m.meta["message"]) < 300
