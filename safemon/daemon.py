@@ -45,6 +45,7 @@ from safemon.health import assess as assess_health
 from safemon.hft import HftAssessment
 from safemon.kernels.api import resolve_backend
 from safemon.metrics import Metrics, MetricsServer, start_http_server
+from safemon.metrics_collector import attach_runtime
 from safemon.patterns import controller as ctl
 from safemon.patterns import scheduler as sch
 from safemon.patterns import voter as vot
@@ -220,7 +221,6 @@ class Daemon:
             self._lock = DaemonLock.acquire(cfg.endpoints.runtime_dir, cfg.name)
         devices = channel_devices(cfg, cuda_uuid if self.backend == "cupy" else None)
         self.metrics = Metrics(cfg, self.registry, backend=self.backend, devices=devices)
-        self.metrics.set_mode(Mode.NORMAL)
         self._bind(cfg)
         if self._serve_metrics:
             self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
@@ -232,6 +232,7 @@ class Daemon:
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         self.core = RuntimeCore(cfg, scheduler, by_channel, self.supervisor, self.metrics,
                                 self.backend, self.clock)
+        attach_runtime(self.metrics, self.core)  # mode, channel_up, hft: read at scrape time
         self._carry_out(self.core.on_start())
         now = self.clock()
         # Connect before the channels bind: DEALERs reconnect until the peer appears.

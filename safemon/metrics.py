@@ -87,6 +87,13 @@ __all__ = [
 
 PREFIX = "safemon"
 
+#: HELP texts of the gauges a running daemon reads at scrape time
+#: (`safemon.metrics_collector.RuntimeStateCollector`).
+HELP_MODE = "1 for the current system mode, 0 for the others."
+HELP_CHANNEL_UP = "1 while the channel votes (state UP), else 0."
+HELP_HFT = ("Hardware fault tolerance (IEC 61508): declared by the configured policy, and "
+            "effective for the voting set now, counting channels on one GPU as one.")
+
 #: `requests_total{outcome}`: the voter's outcomes plus requests refused at ingress.
 #: busy: refused by admission control (limits.max_in_flight); client_timeout: the client's
 #: own deadline passed first (the channels are not blamed); shutting_down: the daemon stopped.
@@ -246,7 +253,7 @@ class Metrics:
         )
         self.channel_up = Gauge(
             name("channel_up"),
-            "1 while the channel votes (state UP), else 0.",
+            HELP_CHANNEL_UP,
             CHANNEL_LABELS,
             registry=registry,
         )
@@ -270,7 +277,7 @@ class Metrics:
         )
         self.mode = Gauge(
             name("mode"),
-            "1 for the current system mode, 0 for the others.",
+            HELP_MODE,
             ["mode"],
             registry=registry,
         )
@@ -335,8 +342,7 @@ class Metrics:
         self.ftti.set(t.ftti_s)
         self.hft = Gauge(
             name("hft"),
-            "Hardware fault tolerance (IEC 61508): declared by the configured policy, and "
-            "effective for the voting set now, counting channels on one GPU as one.",
+            HELP_HFT,
             ["kind"],
             registry=registry,
         )
