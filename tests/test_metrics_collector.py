@@ -4,6 +4,7 @@ they replace."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
@@ -11,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from safemon.config import default_config
 from safemon.metrics import Metrics
 from safemon.metrics_collector import attach_runtime
-from safemon.states import ChannelState, Mode
+from safemon.states import ChannelState, Mode, Policy
 
 
 @dataclass
@@ -21,6 +22,7 @@ class State:
     mode: Mode = Mode.NORMAL
     states: dict[str, ChannelState] = field(default_factory=dict)
     hft: tuple[int, int] = (1, 0)
+    votes: dict[tuple[Policy, str], int] = field(default_factory=dict)
 
     def current_mode(self) -> Mode:
         return self.mode
@@ -30,6 +32,9 @@ class State:
 
     def hft_figures(self) -> tuple[int, int]:
         return self.hft
+
+    def vote_counts(self) -> Mapping[tuple[Policy, str], int]:
+        return self.votes
 
 
 def _families(registry: CollectorRegistry) -> dict[str, tuple[str, str, frozenset[str]]]:
@@ -51,6 +56,21 @@ def test_a_scrape_reads_the_state_of_that_moment_without_any_push() -> None:
     assert registry.get_sample_value("safemon_mode", {"mode": "NORMAL"}) == 0.0
     assert registry.get_sample_value("safemon_channel_up", labels) == 1.0
     assert registry.get_sample_value("safemon_hft", {"kind": "effective"}) == 1.0
+
+
+def test_votes_are_the_voters_own_count_and_latency_is_still_observed() -> None:
+    """votes_total is read from the voter's count (never counted again by the shell);
+    observe_vote_latency feeds only the latency histogram."""
+    registry = CollectorRegistry()
+    metrics = Metrics(default_config(), registry)
+    state = State()
+    attach_runtime(metrics, state)
+    labels = {"policy": "2oo3", "outcome": "released"}
+    assert registry.get_sample_value("safemon_votes_total", labels) == 0.0
+    state.votes[(Policy.TWO_OO_THREE, "released")] = 3
+    metrics.observe_vote_latency(0.001)
+    assert registry.get_sample_value("safemon_votes_total", labels) == 3.0
+    assert registry.get_sample_value("safemon_vote_latency_seconds_count") == 1.0
 
 
 def test_the_collector_exports_what_the_gauges_did() -> None:

@@ -188,6 +188,10 @@ class RuntimeCore(ControlCommands):
         a = self.hft()
         return a.declared, a.effective
 
+    def vote_counts(self) -> Mapping[tuple[Policy, str], int]:
+        """Answered requests by (policy, outcome): the voter's own count (`Voter.votes`)."""
+        return {(policy, str(outcome)): n for (policy, outcome), n in self.voter.votes().items()}
+
     def report_hft(self, *, at_start: bool = False) -> None:
         """At start, warn when the hardware earns less HFT than the policy declares (the
         `safemon_hft` gauge itself is read at scrape time)."""

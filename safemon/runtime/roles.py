@@ -143,7 +143,7 @@ class Roles:
                 live = self._live.get(d.req_id)
                 if live is not None:
                     self.metrics.count_request(d.error)
-                    self.metrics.observe_vote(live.policy, d.error, max(0.0, now - live.submitted))
+                    self.metrics.observe_vote_latency(max(0.0, now - live.submitted))
                 self._log("info", "vote_failed", seq=d.req_id, error=d.error, detail=d.detail)
                 self._answer_error(d.req_id, FAIL_ERRORS[d.error], d.detail)
             elif isinstance(d, vot.Disagreement):
@@ -172,7 +172,7 @@ class Roles:
             return
         c = live.results[d.channel]
         self.metrics.count_request("released")
-        self.metrics.observe_vote(live.policy, "released", max(0.0, now - live.submitted))
+        self.metrics.observe_vote_latency(max(0.0, now - live.submitted))
         kernel_s = max((live.kernel_seconds.get(ch, 0.0) for ch in d.agreed), default=0.0)
         self._reply("ingress", live.identity, Kind.REPLY, live.client_seq,
                     msgs.Released(ok=True, outcome="released", kernel_seconds=kernel_s,
