@@ -33,6 +33,7 @@ import structlog
 import zmq
 from prometheus_client import CollectorRegistry
 
+from safemon import daemon_status
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.config import Config
@@ -41,10 +42,10 @@ from safemon.errors import ConfigError
 from safemon.fdlimit import ensure_fd_budget
 from safemon.gpu_identity import channel_devices, cuda_uuid
 from safemon.health import HealthReport
-from safemon.health import assess as assess_health
 from safemon.hft import HftAssessment
 from safemon.kernels.api import resolve_backend
 from safemon.metrics import Metrics, MetricsServer, start_http_server
+from safemon.metrics_collector import attach_runtime
 from safemon.patterns import controller as ctl
 from safemon.patterns import scheduler as sch
 from safemon.patterns import voter as vot
@@ -151,11 +152,11 @@ class Daemon:
         self._sock_incarnation: dict[str, int] = {}
         # systemd and health probes (safemon/systemd.py, safemon/health.py)
         self._notifier = Notifier()
-        self._loop_at: float | None = None
+        self.loop_at: float | None = None
         self._link_key: bytes | None = None
         self._zap_denied_seen = 0
         #: the last faults that led to a reaction, newest last (for `status`).
-        self._fault_history: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        self.fault_history: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._lock: DaemonLock | None = None
         self._ipc_files: list[str] = []
         self._conn_guard: ConnectionGuard | None = None
@@ -210,8 +211,12 @@ class Daemon:
             from safemon.patterns.sm_coverage import device_sm_count
 
             self._sm_count = device_sm_count(ch.gpu or 0 for ch in cfg.channels or [])
-        patterns = (self._patterns_in if self._patterns_in is not None
-                    else _load_patterns(cfg, self._sm_count))
+        if self._patterns_in is None:
+            from safemon.patterns.golden import load_patterns
+
+            patterns: Sequence[GoldenPatternLike] = load_patterns(cfg, sm_count=self._sm_count)
+        else:
+            patterns = self._patterns_in
         by_channel, ids = assign_patterns(cfg, patterns, self._sm_count)
         scheduler = sch.Scheduler(scheduler_config(cfg, ids), rng=random.Random())
         ensure_fd_budget(cfg.limits.max_connections)
@@ -222,7 +227,6 @@ class Daemon:
             self._lock = DaemonLock.acquire(cfg.endpoints.runtime_dir, cfg.name)
         devices = channel_devices(cfg, cuda_uuid if self.backend == "cupy" else None)
         self.metrics = Metrics(cfg, self.registry, backend=self.backend, devices=devices)
-        self.metrics.set_mode(Mode.NORMAL)
         self._bind(cfg)
         if self._serve_metrics:
             self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
@@ -234,6 +238,7 @@ class Daemon:
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         self.core = RuntimeCore(cfg, scheduler, by_channel, self.supervisor, self.metrics,
                                 self.backend, self.clock)
+        attach_runtime(self.metrics, self.core)  # mode, channel_up, hft: read at scrape time
         self._carry_out(self.core.on_start())
         now = self.clock()
         # Connect before the channels bind: DEALERs reconnect until the peer appears.
@@ -307,7 +312,7 @@ class Daemon:
         try:
             while True:
                 now = self.clock()
-                self._loop_at = now
+                self.loop_at = now
                 if self._stop_requested.is_set() and self._drain_deadline is None:
                     self._drain_deadline = now + self.config.timing.drain_timeout_s
                     self._notifier.stopping()
@@ -358,69 +363,19 @@ class Daemon:
         return {"ingress": ep.ingress, "control": ep.control, "events": ep.events}
 
     def status(self) -> dict[str, Any]:
-        """The operator view: mode, policies, voting set, channels, endpoints."""
-        sup, core = self.supervisor, self.core
-        c = core.controller if core is not None else None
-        return {
-            "name": self.config.name,
-            "epoch": self.epoch,
-            # STARTING until a voting set first exists (and again after a reset from SAFE).
-            "mode": core.status_mode() if core is not None else "STARTING",
-            "safe_reason": core.safe_reason if core is not None else None,
-            "fault_injection": self.injection_enabled,
-            "policy": Policy(self.config.policy).value,
-            "effective_policy": (c.policy if c is not None else Policy(self.config.policy)).value,
-            "voting": list(c.voting) if c is not None else [],
-            "backend": self.backend,
-            "metrics_url": self.metrics_url,
-            "sockets": self.sockets(),
-            # `state` is the controller's (frozen while SAFE is latched); `process` is what
-            # the supervisor sees now, so a channel lost in SAFE does not pass for healthy.
-            "channels": [
-                {"name": n,
-                 "state": (c.channel_state(n) if c is not None else ChannelState.STARTING).value,
-                 "incarnation": sup.incarnation(n) if sup is not None else -1,
-                 "process": _process_state(sup, n) if sup is not None else "not started",
-                 "sm_coverage": core.scheduler.sm_coverage(n) if core is not None else None}
-                for n in self.config.channel_names
-            ],
-            "weights": len(core.weights) if core is not None else 0,
-            # The last faults that led to a reaction, oldest first (age in seconds).
-            "faults": [{**{k: v for k, v in f.items() if k != "at"},
-                        "age_s": round(self.clock() - f["at"], 3)} for f in list(self._fault_history)],
-            "in_flight": core.in_flight if core is not None else 0,
-            "client_connections": self._conn_guard.status() if self._conn_guard else None,
-            "unexplained_mismatches": c.unexplained_mismatches if c is not None else 0,
-            **self._hft_status(),
-        }
+        """The operator view (`safemon.daemon_status.operator_status`), plus the client
+        connection bound (`safemon.transport.conn_guard`)."""
+        view = daemon_status.operator_status(self)
+        view["client_connections"] = self._conn_guard.status() if self._conn_guard else None
+        return view
 
     def health(self) -> HealthReport:
         """What /healthz and /readyz answer (read-only; called on the HTTP thread)."""
-        loop_at = self._loop_at
-        c = self.controller
-        return assess_health(mode=c.mode if c is not None else Mode.NORMAL,
-                             voting=c.voting if c is not None else (),
-                             formed=self.ready.is_set(),
-                             loop_age_s=None if loop_at is None else self.clock() - loop_at)
+        return daemon_status.health(self)
 
     def hft(self) -> HftAssessment:
-        """Declared and effective HFT (`safemon.hft`) of the voting set now; while none
-        votes (starting, SAFE), of the configured set under the configured policy."""
-        if self.core is None:
-            from safemon.hft import assess, channel_hardware
-
-            hardware = channel_hardware(self.config, self.backend)
-            configured = Policy(self.config.policy)
-            return assess(configured, configured, hardware)
-        return self.core.hft()
-
-    def _hft_status(self) -> dict[str, Any]:
-        a = self.hft()
-        voting = self.controller.voting if self.controller is not None else ()
-        note = "" if voting else "No voting set now: figures for the configured set. "
-        return {"hft_declared": a.declared, "hft_effective": a.effective,
-                "hft_reason": note + a.reason,
-                "hft_hardware": {u: list(chs) for u, chs in a.units}}
+        """Declared and effective HFT of the voting set now (`safemon.hft`)."""
+        return daemon_status.hft(self)
 
     # ================================================================== shutdown
 
@@ -655,7 +610,7 @@ class Daemon:
             self.metrics.observe_fault_detection(e.kind, e.fdti_seconds)
         self.log.info("fault_reaction", kind=e.kind.value, fdti_s=e.fdti_seconds, frti_s=frti,
                       fault_class=e.fault_class)
-        self._fault_history.append({
+        self.fault_history.append({
             "kind": e.kind.value, "channel": e.channel, "class": e.fault_class,
             "fdti_s": e.fdti_seconds, "frti_s": frti, "detail": e.detail,
             "mode": self.core.controller.mode.value, "at": self.clock()})
@@ -763,17 +718,6 @@ class Daemon:
 
 
 
-def _process_state(sup: Supervisor, channel: str) -> str:
-    """running / starting / restarting / lost (exited or silent, nothing planned)."""
-    if sup.registered(channel):
-        return "running"
-    if sup.awaiting_registration(channel):
-        return "starting"
-    if sup.lost(channel):
-        return "lost"
-    return "restarting"
-
-
 def _header_seq(frame: Any, max_bytes: int) -> int | None:
     """The `seq` of a (rejected) message's header frame if it is readable, else None."""
     try:
@@ -785,14 +729,4 @@ def _header_seq(frame: Any, max_bytes: int) -> int | None:
         return None
     return seq if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq < 2**63 else None
 
-
-def _load_patterns(config: Config, sm_count: int | None) -> list[GoldenPatternLike]:
-    """The golden patterns of `config` (`safemon.patterns.golden.load_patterns`).
-
-    Raises:
-        PatternError: missing or tampered pattern files.
-    """
-    from safemon.patterns.golden import load_patterns
-
-    return list(load_patterns(config, sm_count=sm_count))
 

@@ -87,6 +87,14 @@ __all__ = [
 
 PREFIX = "safemon"
 
+#: HELP texts of the gauges a running daemon reads at scrape time
+#: (`safemon.metrics_collector.RuntimeStateCollector`).
+HELP_MODE = "1 for the current system mode, 0 for the others."
+HELP_VOTES = "Voter decisions, by policy in force and outcome."
+HELP_CHANNEL_UP = "1 while the channel votes (state UP), else 0."
+HELP_HFT = ("Hardware fault tolerance (IEC 61508): declared by the configured policy, and "
+            "effective for the voting set now, counting channels on one GPU as one.")
+
 #: `requests_total{outcome}`: the voter's outcomes plus requests refused at ingress.
 #: busy: refused by admission control (limits.max_in_flight); client_timeout: the client's
 #: own deadline passed first (the channels are not blamed); shutting_down: the daemon stopped.
@@ -234,7 +242,7 @@ class Metrics:
         )
         self.votes = Counter(
             name("votes_total"),
-            "Voter decisions, by policy in force and outcome.",
+            HELP_VOTES,
             ["policy", "outcome"],
             registry=registry,
         )
@@ -246,7 +254,7 @@ class Metrics:
         )
         self.channel_up = Gauge(
             name("channel_up"),
-            "1 while the channel votes (state UP), else 0.",
+            HELP_CHANNEL_UP,
             CHANNEL_LABELS,
             registry=registry,
         )
@@ -270,7 +278,7 @@ class Metrics:
         )
         self.mode = Gauge(
             name("mode"),
-            "1 for the current system mode, 0 for the others.",
+            HELP_MODE,
             ["mode"],
             registry=registry,
         )
@@ -335,8 +343,7 @@ class Metrics:
         self.ftti.set(t.ftti_s)
         self.hft = Gauge(
             name("hft"),
-            "Hardware fault tolerance (IEC 61508): declared by the configured policy, and "
-            "effective for the voting set now, counting channels on one GPU as one.",
+            HELP_HFT,
             ["kind"],
             registry=registry,
         )
@@ -461,9 +468,13 @@ class Metrics:
         took `seconds` from ingress to answer."""
         p = self._member("policy", str(policy), sorted(self._policy_values))
         o = self._member("vote outcome", outcome, VOTE_OUTCOMES)
-        s = _check_seconds("vote latency", seconds)
         self.votes.labels(policy=p, outcome=o).inc()
-        self.vote_latency.observe(s)
+        self.observe_vote_latency(seconds)
+
+    def observe_vote_latency(self, seconds: float) -> None:
+        """One answered request took `seconds` from ingress to its vote's answer (a running
+        daemon counts the votes themselves in its voter, read at scrape time)."""
+        self.vote_latency.observe(_check_seconds("vote latency", seconds))
 
     def count_disagreement(self, channel: str) -> None:
         """`channel` was outvoted or mismatched in one vote."""

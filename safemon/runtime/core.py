@@ -172,10 +172,30 @@ class RuntimeCore(ControlCommands):
         self.report_hft(at_start=True)
         return self._take()
 
-    def report_hft(self, *, at_start: bool = False) -> None:
-        """Export the HFT gauges; at start, warn when the hardware earns less than declared."""
+    # The scrape-time view (`safemon.metrics_collector.RuntimeState`): read on the HTTP
+    # thread, so each reads one attribute or a tuple replaced whole.
+
+    def current_mode(self) -> Mode:
+        """The controller's mode now."""
+        return self.controller.mode
+
+    def channel_state(self, channel: str) -> ChannelState:
+        """The controller's state of `channel` now."""
+        return self.controller.channel_state(channel)
+
+    def hft_figures(self) -> tuple[int, int]:
+        """(declared, effective) HFT now (`hft`)."""
         a = self.hft()
-        self.metrics.set_hft(a.declared, a.effective)
+        return a.declared, a.effective
+
+    def vote_counts(self) -> Mapping[tuple[Policy, str], int]:
+        """Answered requests by (policy, outcome): the voter's own count (`Voter.votes`)."""
+        return {(policy, str(outcome)): n for (policy, outcome), n in self.voter.votes().items()}
+
+    def report_hft(self, *, at_start: bool = False) -> None:
+        """At start, warn when the hardware earns less HFT than the policy declares (the
+        `safemon_hft` gauge itself is read at scrape time)."""
+        a = self.hft()
         if at_start and a.effective < a.declared:
             self._log("warning", "hft_below_declared", declared=a.declared, effective=a.effective,
                       policy=Policy(self.config.policy).value, reason=a.reason)

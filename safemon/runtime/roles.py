@@ -143,7 +143,7 @@ class Roles:
                 live = self._live.get(d.req_id)
                 if live is not None:
                     self.metrics.count_request(d.error)
-                    self.metrics.observe_vote(live.policy, d.error, max(0.0, now - live.submitted))
+                    self.metrics.observe_vote_latency(max(0.0, now - live.submitted))
                 self._log("info", "vote_failed", seq=d.req_id, error=d.error, detail=d.detail)
                 self._answer_error(d.req_id, FAIL_ERRORS[d.error], d.detail)
             elif isinstance(d, vot.Disagreement):
@@ -172,7 +172,7 @@ class Roles:
             return
         c = live.results[d.channel]
         self.metrics.count_request("released")
-        self.metrics.observe_vote(live.policy, "released", max(0.0, now - live.submitted))
+        self.metrics.observe_vote_latency(max(0.0, now - live.submitted))
         kernel_s = max((live.kernel_seconds.get(ch, 0.0) for ch in d.agreed), default=0.0)
         self._reply("ingress", live.identity, Kind.REPLY, live.client_seq,
                     msgs.Released(ok=True, outcome="released", kernel_seconds=kernel_s,
@@ -313,11 +313,9 @@ class Roles:
             elif isinstance(ins, ctl.SetMode):
                 mode = self._set_mode(ins, mode, now)
             elif isinstance(ins, ctl.SetChannelState):
-                self.metrics.set_channel_state(ins.channel, ins.state)
                 self._log("info", "channel_state", channel=ins.channel, state=ins.state.value,
                           reason=ins.reason)
             elif isinstance(ins, ctl.SetVoting):
-                self.report_hft()
                 if ins.channels:
                     self._emit(fx.SystemdReady(self._sid))
             elif isinstance(ins, ctl.RestartChannel | ctl.IsolateChannel):
@@ -339,7 +337,6 @@ class Roles:
 
     def _set_mode(self, ins: ctl.SetMode, old: Mode, now: float) -> Mode:
         self.safe_reason = ins.reason if ins.mode is Mode.SAFE else None
-        self.metrics.set_mode(ins.mode)
         self._log("warning", "mode_changed", mode=ins.mode.value, previous=old.value,
                   reason=ins.reason)
         if ins.mode is Mode.SAFE:
@@ -359,9 +356,6 @@ class Roles:
             self._emit(fx.RestartChannel(ins.channel, ins.delay, now, self._sid))
         else:
             self._emit(fx.IsolateChannel(ins.channel, now, self._sid))
-
-    def report_hft(self) -> None:  # pragma: no cover - RuntimeCore overrides
-        raise NotImplementedError
 
     # ------------------------------------------------------------ faults
 

@@ -84,22 +84,36 @@ class Schema:
         """The typed message in `meta`. Raises MetaError (the key and what was wrong)."""
         if cls.TAG is not None and meta.get(cls.TAG[0]) != cls.TAG[1]:
             raise MetaError(f"{cls.__name__}: {cls.TAG[0]} must be {cls.TAG[1]!r}")
-        hints = typing.get_type_hints(cls)
         values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            present = f.name in meta
-            if not present:
-                if f.default is dataclasses.MISSING:
-                    raise MetaError(f"{cls.__name__}: meta key {f.name!r} is missing")
+        for name, allowed, required in _spec(cls):
+            if name not in meta:
+                if required:
+                    raise MetaError(f"{cls.__name__}: meta key {name!r} is missing")
                 continue
-            values[f.name] = _check(cls.__name__, f.name, meta[f.name], hints[f.name])
+            values[name] = _check(cls.__name__, name, meta[name], allowed)
         return cls(**values)
 
     @classmethod
     def fields(cls) -> dict[str, str]:
         """Field name -> its wire type in words (for the protocol document)."""
+        return {name: " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+                for name, allowed, _required in _spec(cls)}
+
+
+_Spec = tuple[tuple[str, tuple[type, ...], bool], ...]
+_SPECS: dict[str, _Spec] = {}
+
+
+def _spec(cls: type[Schema]) -> _Spec:
+    """Per field of `cls`: its name, the types it allows and whether it is required
+    (computed once per schema: resolving annotations is slow, and parse runs per message)."""
+    spec = _SPECS.get(cls.__qualname__)
+    if spec is None:
         hints = typing.get_type_hints(cls)
-        return {f.name: _type_words(hints[f.name]) for f in dataclasses.fields(cls)}
+        spec = tuple((f.name, _allowed(hints[f.name]), f.default is dataclasses.MISSING)
+                     for f in dataclasses.fields(cls))
+        _SPECS[cls.__qualname__] = spec
+    return spec
 
 
 def _allowed(tp: Any) -> tuple[type, ...]:
@@ -108,8 +122,7 @@ def _allowed(tp: Any) -> tuple[type, ...]:
     return (type(None),) if tp is type(None) else (tp,)
 
 
-def _check(owner: str, key: str, value: object, tp: Any) -> object:
-    allowed = _allowed(tp)
+def _check(owner: str, key: str, value: object, allowed: tuple[type, ...]) -> object:
     ok = any(_fits(value, t) for t in allowed)
     if not ok:
         want = " or ".join(t.__name__ for t in allowed)
@@ -130,10 +143,6 @@ def _fits(value: object, t: type) -> bool:
         return (isinstance(value, float) and math.isfinite(value)) or (
             isinstance(value, int) and not isinstance(value, bool))
     return isinstance(value, t)
-
-
-def _type_words(tp: Any) -> str:
-    return " or ".join("null" if t is type(None) else t.__name__ for t in _allowed(tp))
 
 
 # ---------------------------------------------------------------- client <-> daemon (ingress)
