@@ -48,6 +48,7 @@ from safemon.transport import (
     recv_message,
     send_message,
 )
+from safemon.transport import messages as msgs
 from safemon.transport.sockets import Context, Socket
 
 __all__ = ["Client", "DaemonUnreachableError"]
@@ -165,9 +166,18 @@ class Client:
 
     @staticmethod
     def _raise(msg: Message) -> None:
-        etype = str(msg.meta.get("error_type", "SafemonError"))
-        text = str(msg.meta.get("message", ""))
-        raise _ERRORS.get(etype, SafemonError)(text or etype)
+        try:
+            err = msgs.ErrorReply.parse(msg.meta)
+        except msgs.MetaError as exc:
+            raise SafemonError(f"malformed error reply: {exc}") from None
+        raise _ERRORS.get(err.error_type, SafemonError)(err.message or err.error_type)
+
+    @staticmethod
+    def _control_reply(msg: Message) -> msgs.ControlReply:
+        try:
+            return msgs.ControlReply.parse(msg.meta)
+        except msgs.MetaError as exc:
+            raise SafemonError(f"malformed reply: {exc}") from None
 
     # ------------------------------------------------------------------ data path
 
@@ -178,15 +188,15 @@ class Client:
             InvalidInputError: bad array. DaemonUnreachableError: no answer in time.
         """
         w = _check_matrix("w", w)
-        reply = self._call(self._ingress, Kind.CONTROL,
-                           {"command": "register_weight", "args": ""}, (w,), self.control_timeout_s)
+        reply = self._call(self._ingress, Kind.CONTROL, msgs.RegisterWeight().to_meta(), (w,),
+                           self.control_timeout_s)
         if reply is None:
             raise DaemonUnreachableError(
                 f"no answer to register_weight on {self.config.endpoints.ingress} "
                 f"within {self.control_timeout_s} s")
         if reply.kind is Kind.ERROR:
             self._raise(reply)
-        wid = str(reply.meta.get("outcome"))
+        wid = self._control_reply(reply).outcome
         self._weights[wid] = np.array(w, copy=True)
         return wid
 
@@ -209,18 +219,20 @@ class Client:
             remaining = end - time.monotonic()
             if remaining <= 0:
                 break
-            reply = self._call(self._ingress, Kind.REQUEST,
-                               {"weight_id": weight_id, "deadline_ms": remaining * 1000.0,
-                                "job": "live"}, (x,), remaining + 0.05)
+            request = msgs.MatmulRequest(weight_id=weight_id, deadline_ms=remaining * 1000.0)
+            reply = self._call(self._ingress, Kind.REQUEST, request.to_meta(), (x,),
+                               remaining + 0.05)
             if reply is None:
                 raise VoteTimeoutError(f"no answer from the daemon on "
                                        f"{self.config.endpoints.ingress} within {timeout} s")
-            if reply.kind is Kind.REPLY and reply.meta.get("ok") is True and len(reply.arrays) == 1:
+            if (reply.kind is Kind.REPLY and self._control_reply(reply).ok
+                    and len(reply.arrays) == 1):
                 return np.array(reply.arrays[0], copy=True)
-            if reply.kind is Kind.ERROR and reply.meta.get("error_type") == "UnknownWeightError":
+            err = msgs.ErrorReply.parse(reply.meta) if reply.kind is Kind.ERROR else None
+            if err is not None and err.error_type == "UnknownWeightError":
                 w = self._weights.get(weight_id)
                 if w is None:
-                    raise InvalidInputError(str(reply.meta.get("message")))
+                    raise InvalidInputError(err.message)
                 self.register_weight(w)  # a restarted daemon: same content, same id
                 continue
             if reply.kind is Kind.ERROR:
@@ -232,7 +244,8 @@ class Client:
     # ------------------------------------------------------------------ control
 
     def _command(self, command: str, args: str = "") -> Message:
-        reply = self._call(self._control, Kind.CONTROL, {"command": command, "args": args}, (),
+        reply = self._call(self._control, Kind.CONTROL,
+                           msgs.ControlCommand(command=command, args=args).to_meta(), (),
                            self.control_timeout_s)
         if reply is None:
             raise DaemonUnreachableError(
@@ -240,8 +253,9 @@ class Client:
                 f"within {self.control_timeout_s} s")
         if reply.kind is Kind.ERROR:
             self._raise(reply)
-        if reply.meta.get("ok") is not True:
-            raise InvalidInputError(str(reply.meta.get("outcome")))
+        answer = self._control_reply(reply)
+        if not answer.ok:
+            raise InvalidInputError(answer.outcome)
         return reply
 
     def wait_ready(self, timeout: float) -> dict[str, Any]:

@@ -1,6 +1,9 @@
 """`safemon status [--config FILE] [--json]`: the running daemon's mode, policy and channels.
 
-Exit codes: 0 ok, 2 invalid configuration, 3 daemon unreachable.
+Exit codes (so a script or a probe can act on the mode without parsing the output):
+0 NORMAL, 2 invalid configuration, 3 daemon unreachable, 4 DEGRADED (serving with less
+redundancy than configured), 5 SAFE (latched, nothing released until `safemon reset`),
+6 STARTING (no voting set yet). The status is printed in every mode.
 """
 
 from __future__ import annotations
@@ -11,7 +14,19 @@ from typing import Any
 
 from safemon.commands._daemon_cli import EXIT_OK, add_config, call_daemon
 
-__all__ = ["register", "run"]
+__all__ = ["EXIT_DEGRADED", "EXIT_SAFE", "EXIT_STARTING", "exit_code_of", "register", "run"]
+
+EXIT_DEGRADED = 4
+EXIT_SAFE = 5
+EXIT_STARTING = 6
+_BY_MODE = {"NORMAL": EXIT_OK, "DEGRADED": EXIT_DEGRADED, "SAFE": EXIT_SAFE,
+            "STARTING": EXIT_STARTING}
+
+
+def exit_code_of(mode: str) -> int:
+    """The exit code of `safemon status` for the daemon's `mode` (an unknown mode: SAFE's,
+    since nothing known to be safe to use)."""
+    return _BY_MODE.get(mode, EXIT_SAFE)
 
 
 def register(subparsers: Any) -> None:
@@ -30,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return rc
     if args.json:
         print(json.dumps(status, indent=2, sort_keys=True))
+        return exit_code_of(str(status.get("mode")))
     else:
         print(f"mode {status['mode']}  policy {status['policy']} "
               f"(effective {status['effective_policy']})  metrics {status['metrics_url']}")
@@ -49,4 +65,4 @@ def run(args: argparse.Namespace) -> int:
             fdti = "-" if f.get("fdti_s") is None else f"{f['fdti_s']:.3f} s"
             print(f"    {f['age_s']:>8.1f} s ago  {f['kind']:<24} {f.get('channel') or '-':<8} "
                   f"{f['class']:<12} FDTI {fdti}  FRTI {f['frti_s']:.3f} s")
-    return EXIT_OK
+    return exit_code_of(str(status.get("mode")))

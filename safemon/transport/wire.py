@@ -35,7 +35,6 @@ __all__ = [
     "MAX_META_STR_CHARS",
     "MAX_NDIM",
     "MAX_SEQ",
-    "META_KEYS",
     "PROTOCOL_VERSION",
     "WIRE_DTYPES",
     "FrameSpec",
@@ -93,22 +92,6 @@ class Kind(StrEnum):
     REGISTER = "register"  # channel -> daemon: "I am channel X, ready"
     EVENT = "event"  # any -> daemon: something worth logging/counting (ECC correction, ...)
 
-
-META_KEYS: Final[Mapping[Kind, frozenset[str]]] = {
-    Kind.REQUEST: frozenset({"weight_id", "deadline_ms", "job"}),
-    Kind.RESULT: frozenset({"variant", "kernel_seconds", "ok", "job", "sm_count"}),
-    Kind.HEARTBEAT: frozenset({"state", "uptime_s"}),
-    Kind.CONTROL: frozenset({"command", "args"}),
-    Kind.REPLY: frozenset({"ok", "outcome", "kernel_seconds", "vote_seconds"}),
-    Kind.ERROR: frozenset({"error_type", "message"}),
-    Kind.REGISTER: frozenset({"variant", "pid", "device"}),
-    Kind.EVENT: frozenset({"event", "buffer", "count"}),
-}
-"""The meta keys each kind conventionally uses (documentation; see docs/PROTOCOL.md).
-
-Decode does not reject other keys: meta is bounded in size and typed, and the role that reads a
-message owns the meaning of its keys.
-"""
 
 MetaValue = str | int | float | bool | None
 
@@ -289,7 +272,7 @@ def encode(
         kind: a :class:`Kind` or its string value.
         epoch, seq: ints in 0..MAX_SEQ.
         channel: short channel name ([A-Za-z0-9_.-], at most 64 characters); "" for daemon/client.
-        meta: kind-specific scalars (see :data:`META_KEYS`).
+        meta: kind-specific scalars (one schema per message: `safemon.transport.messages`).
         arrays: C-contiguous ``np.ndarray`` of a WIRE_DTYPES dtype, any shape (0-d and empty too).
         limits: if given, also refuse a message that a receiver with these limits would reject.
 

@@ -28,9 +28,16 @@ META_KEYS = ["command", "args", "weight_id", "deadline_ms", "job", "test_id", "x
 COMMANDS = ["status", "reset", "selftest", "inject", "clear", "hello", "register_weight",
             "weight", "stop", "link", ""]
 
+#: Values at the edges: subnormal and huge deadlines, and strings long enough that an error
+#: reply quoting them would pass the 64 KiB header limit (both once killed the daemon).
+edges = (st.sampled_from([1e-300, 5e-324, -0.0, 1e300, 2**63 - 1])
+         | st.builds(lambda c, n: c * n, st.sampled_from(["a", "\u00e9", "\U0001f600", "\\\""]),
+                     st.integers(5_000, 15_000))
+         # Just under the 64 KiB header limit: the request fits, a reply quoting it would not.
+         | st.builds(lambda n: "a" * n, st.integers(65_300, 65_536)))
 scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40)
-           | st.sampled_from(COMMANDS) | st.just("c0:bitflip-c"))
+           | st.sampled_from(COMMANDS) | st.just("c0:bitflip-c") | edges)
 arrays = st.builds(
     lambda dt, shape, fill: np.full(shape, fill, dtype=dt),
     st.sampled_from([np.float32, np.float64, np.uint32, np.int8]),
@@ -41,8 +48,18 @@ arrays = st.builds(
 
 def _message(wid: str) -> st.SearchStrategy[tuple[str, Kind, dict[str, Any], tuple[Any, ...]]]:
     meta = st.dictionaries(st.sampled_from(META_KEYS), scalars | st.just(wid), max_size=5)
-    return st.tuples(st.sampled_from(["ingress", "control"]), st.sampled_from(KINDS), meta,
-                     st.lists(arrays, max_size=3).map(tuple))
+    anything = st.tuples(st.sampled_from(["ingress", "control"]), st.sampled_from(KINDS), meta,
+                         st.lists(arrays, max_size=3).map(tuple))
+    # Near-valid messages, one field at a time wrong: a live request with a good operand,
+    # a control command with odd arguments.
+    x = np.ones((2, 16), dtype=np.float32)  # K of the registered weight (operands)
+    request = st.tuples(st.just("ingress"), st.just(Kind.REQUEST), st.fixed_dictionaries(
+        {"job": st.just("live"), "weight_id": st.just(wid) | edges | scalars,
+         "deadline_ms": st.just(1000.0) | edges | scalars}), st.just((x,)))
+    command = st.tuples(st.just("control"), st.just(Kind.CONTROL), st.fixed_dictionaries(
+        {"command": st.sampled_from(COMMANDS) | edges | scalars, "args": edges | scalars}),
+        st.just(()))
+    return anything | request | command
 
 
 def _fuzz(tmp_path: Path, examples: int) -> None:

@@ -158,7 +158,8 @@ def test_channel_processes_exit_when_their_daemon_is_killed(tmp_path: Path) -> N
 
 def test_more_connections_than_the_default_descriptor_limit_are_survived(tmp_path: Path) -> None:
     """The daemon starts under the usual 1,024-descriptor soft limit; 1,100 raw connections
-    to its ingress socket do not abort it: it raised its limit at start and still answers."""
+    to its ingress socket do not abort it: it raised its limit at start, closes its
+    listeners at limits.max_connections (512) and still answers afterwards."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < 2048:
         import pytest
@@ -173,9 +174,19 @@ def test_more_connections_than_the_default_descriptor_limit_are_survived(tmp_pat
             path = cfg.endpoints.ingress[len("ipc://"):]
             for _ in range(1100):
                 c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                c.connect(path)
+                try:
+                    c.connect(path)
+                except OSError:  # the listener closed at the bound: refused
+                    c.close()
+                    continue
                 conns.append(c)
+            assert proc.poll() is None, (tmp_path / "fd.err").read_text()[-4000:]
+            for c in conns:
+                c.close()
+            conns.clear()
             x, w = operands(4)
+            # The client reconnects once the listeners are bound again.
+            assert wait_for(lambda: _up(client), 30.0), (tmp_path / "fd.err").read_text()[-4000:]
             wid = client.register_weight(w)
             assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
             assert proc.poll() is None
@@ -226,4 +237,26 @@ def test_every_request_sent_before_sigterm_is_answered(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+
+
+def test_ctrl_c_to_the_process_group_stops_cleanly_without_tracebacks(tmp_path: Path) -> None:
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) stops the daemon
+    and its process channels with exit 0 and no traceback on stderr."""
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc", extra=SLOW_START)
+    path = tmp_path / "int.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+    err = tmp_path / "int.err"
+    with err.open("wb") as f:
+        proc = subprocess.Popen([*PY, "run", "--config", str(path)], stdout=subprocess.DEVNULL,
+                                stderr=f, start_new_session=True)
+    try:
+        with Client(cfg) as client:
+            assert wait_for(lambda: _up(client), 90.0), err.read_text()[-4000:]
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(30) == 0, err.read_text()[-4000:]
+        assert "Traceback" not in err.read_text(), err.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

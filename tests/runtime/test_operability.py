@@ -18,7 +18,7 @@ from safemon.client import Client, DaemonUnreachableError
 from safemon.errors import VoteTimeoutError
 from safemon.transport import keys_generate
 
-from .helpers import make_config, operands, system
+from .helpers import make_config, operands, system, wait_for
 
 PY = [sys.executable, "-m", "safemon"]
 
@@ -94,3 +94,33 @@ def test_status_says_starting_until_a_voting_set_exists(tmp_path: Path) -> None:
     finally:
         daemon.close()
         ctx.term()
+
+
+def _status_rc(path: Path) -> int:
+    return subprocess.run([*PY, "status", "--config", str(path), "--timeout", "5"],
+                          capture_output=True, timeout=60, check=False).returncode
+
+
+def test_status_exit_code_says_normal_degraded_or_safe(tmp_path: Path) -> None:
+    """`safemon status` exits 0 in NORMAL, 4 in DEGRADED and 5 in SAFE (text and --json)."""
+    from safemon.commands.status import EXIT_DEGRADED, EXIT_SAFE
+
+    # Timing headroom: without restarts, two overruns on a starved host would already be SAFE.
+    cfg = make_config(tmp_path, "2oo3", transport="ipc", injection=True,
+                      extra={"actions": {"restart": False}, "restart": {"max_restarts": 0},
+                             "timing": {"request_deadline_s": 1.0, "heartbeat_timeout_s": 2.0,
+                                        "dti_s": 1.0, "selftest_deadline_s": 0.9,
+                                        "ftti_s": 4.0}})
+    path = tmp_path / "status.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+    with system(cfg) as (daemon, client):
+        assert _status_rc(path) == 0
+        client.inject("c0", "crash")  # no restart: c0 is isolated, 2oo2 goes on
+        assert wait_for(lambda: daemon.status()["mode"] == "DEGRADED", 10.0)
+        assert _status_rc(path) == EXIT_DEGRADED
+        client.inject("c1", "crash")  # a fault under 2oo2: SAFE
+        assert wait_for(lambda: daemon.status()["mode"] == "SAFE", 10.0)
+        assert _status_rc(path) == EXIT_SAFE
+        r = subprocess.run([*PY, "status", "--config", str(path), "--json"],
+                           capture_output=True, timeout=60, check=False)
+        assert r.returncode == EXIT_SAFE and json.loads(r.stdout)["mode"] == "SAFE"

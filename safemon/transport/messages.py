@@ -1,0 +1,403 @@
+"""One schema per message: the `meta` of every message safemon sends, typed.
+
+Each message is a frozen dataclass naming its `kind` (and, where one kind carries several
+messages, the discriminating meta key and value: `command` for `control`, `event` for
+`event`, `job` for `request`). `to_meta()` builds the meta a sender puts on the wire;
+`parse(meta)` is the one place a receiver reads it: it returns the typed message or raises
+`MetaError` (an `InvalidInputError`) naming the key. Extra keys are ignored (the header model
+already bounds meta); the channel link token `link` is the transport's
+(`safemon.channels.link`), not part of any schema.
+
+Types are strict: an int is not a bool, a float field accepts an int, `str | None` may be
+absent. docs/PROTOCOL.md section 4 lists these schemas; `tests/transport/test_messages.py`
+holds the document to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from safemon.errors import InvalidInputError
+from safemon.transport.wire import Kind, MetaValue
+
+__all__ = [
+    "SCHEMAS",
+    "ChannelCommand",
+    "ControlCommand",
+    "ControlReply",
+    "ErrorReply",
+    "Heartbeat",
+    "Hello",
+    "MatmulRequest",
+    "MetaError",
+    "PublishedEvent",
+    "Register",
+    "RegisterWeight",
+    "Released",
+    "Result",
+    "ScrubReport",
+    "WeightAck",
+    "WorkRequest",
+    "meta_keys",
+    "parse_from_channel",
+    "parse_ingress",
+    "protocol_table",
+    "schema_for",
+]
+
+M = TypeVar("M", bound="Schema")
+
+
+class MetaError(InvalidInputError):
+    """A message's meta does not fit its schema (a key missing or of the wrong type)."""
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Base of every message schema."""
+
+    KIND: ClassVar[Kind]
+    #: (meta key, value) that tells this message from the others of its kind, or None.
+    TAG: ClassVar[tuple[str, str] | None] = None
+    #: who sends it to whom (documentation: docs/PROTOCOL.md section 4).
+    ROUTE: ClassVar[str] = ""
+
+    def to_meta(self) -> dict[str, MetaValue]:
+        """The meta to send: every field that is not None, plus the tag."""
+        out: dict[str, MetaValue] = {}
+        if self.TAG is not None:
+            out[self.TAG[0]] = self.TAG[1]
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def parse(cls: type[M], meta: Mapping[str, MetaValue]) -> M:
+        """The typed message in `meta`. Raises MetaError (the key and what was wrong)."""
+        if cls.TAG is not None and meta.get(cls.TAG[0]) != cls.TAG[1]:
+            raise MetaError(f"{cls.__name__}: {cls.TAG[0]} must be {cls.TAG[1]!r}")
+        values: dict[str, Any] = {}
+        for name, allowed, required in _spec(cls):
+            if name not in meta:
+                if required:
+                    raise MetaError(f"{cls.__name__}: meta key {name!r} is missing")
+                continue
+            values[name] = _check(cls.__name__, name, meta[name], allowed)
+        return cls(**values)
+
+    @classmethod
+    def fields(cls) -> dict[str, str]:
+        """Field name -> its wire type in words (for the protocol document)."""
+        return {name: " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+                for name, allowed, _required in _spec(cls)}
+
+
+_Spec = tuple[tuple[str, tuple[type, ...], bool], ...]
+_SPECS: dict[str, _Spec] = {}
+
+
+def _spec(cls: type[Schema]) -> _Spec:
+    """Per field of `cls`: its name, the types it allows and whether it is required
+    (computed once per schema: resolving annotations is slow, and parse runs per message)."""
+    spec = _SPECS.get(cls.__qualname__)
+    if spec is None:
+        hints = typing.get_type_hints(cls)
+        spec = tuple((f.name, _allowed(hints[f.name]), f.default is dataclasses.MISSING)
+                     for f in dataclasses.fields(cls))
+        _SPECS[cls.__qualname__] = spec
+    return spec
+
+
+def _allowed(tp: Any) -> tuple[type, ...]:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return tuple(t for arg in typing.get_args(tp) for t in _allowed(arg))
+    return (type(None),) if tp is type(None) else (tp,)
+
+
+def _check(owner: str, key: str, value: object, allowed: tuple[type, ...]) -> object:
+    ok = any(_fits(value, t) for t in allowed)
+    if not ok:
+        want = " or ".join(t.__name__ for t in allowed)
+        raise MetaError(f"{owner}: meta key {key!r} must be {want}, got {value!r:.60}")
+    if float in allowed and int not in allowed and isinstance(value, int):
+        return float(value)  # an int where a float is meant (JSON has one number type)
+    return value
+
+
+def _fits(value: object, t: type) -> bool:
+    if t is type(None):
+        return value is None
+    if t is bool:
+        return isinstance(value, bool)
+    if t is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t is float:
+        return (isinstance(value, float) and math.isfinite(value)) or (
+            isinstance(value, int) and not isinstance(value, bool))
+    return isinstance(value, t)
+
+
+# ---------------------------------------------------------------- client <-> daemon (ingress)
+
+
+@dataclass(frozen=True)
+class Hello(Schema):
+    """A liveness probe on ingress; answered `ControlReply(ok=True, outcome="hello")`."""
+
+    KIND = Kind.CONTROL
+    TAG = ("command", "hello")
+    ROUTE = "client → daemon (ingress)"
+
+
+@dataclass(frozen=True)
+class RegisterWeight(Schema):
+    """One frame: the weight W (K, N) float32, finite. Answered `ControlReply` with
+    `outcome` = the weight id, once every running channel holds it."""
+
+    KIND = Kind.CONTROL
+    TAG = ("command", "register_weight")
+    ROUTE = "client → daemon (ingress)"
+    args: str | None = None
+
+
+@dataclass(frozen=True)
+class MatmulRequest(Schema):
+    """One frame: x (M, K) float32, finite; x · W of the registered `weight_id`.
+    `deadline_ms`: the client's own deadline (ms from receipt); anything but a positive
+    finite number means none. Answered `Released` or `ErrorReply`."""
+
+    KIND = Kind.REQUEST
+    ROUTE = "client → daemon (ingress)"
+    weight_id: str
+    deadline_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Released(Schema):
+    """One frame: the released C (M, N) float32."""
+
+    KIND = Kind.REPLY
+    ROUTE = "daemon → client"
+    ok: bool
+    outcome: str
+    kernel_seconds: float | None = None
+    vote_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ControlReply(Schema):
+    """The answer to a control message (`status` adds one uint8 frame: JSON)."""
+
+    KIND = Kind.REPLY
+    ROUTE = "daemon → client or operator"
+    ok: bool
+    outcome: str
+
+
+@dataclass(frozen=True)
+class ErrorReply(Schema):
+    """A typed error: `error_type` names the safemon error class the client raises."""
+
+    KIND = Kind.ERROR
+    ROUTE = "daemon → client or operator"
+    error_type: str
+    message: str
+
+
+# ---------------------------------------------------------------- operator -> daemon (control)
+
+
+@dataclass(frozen=True)
+class ControlCommand(Schema):
+    """An operator command: `status`, `reset`, `selftest`, `inject` (args
+    `<channel>:<fault>`), `clear` (args `<channel>` or empty). Answered `ControlReply`."""
+
+    KIND = Kind.CONTROL
+    ROUTE = "operator → daemon (control)"
+    command: str
+    args: str | None = None
+
+
+# ---------------------------------------------------------------- daemon <-> channel
+
+
+@dataclass(frozen=True)
+class WorkRequest(Schema):
+    """Two frames for a self-test (A, B), one (x) for live work on weight `weight_id`."""
+
+    KIND = Kind.REQUEST
+    ROUTE = "daemon → channel"
+    job: str
+    weight_id: str
+    deadline_ms: float
+    test_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ChannelCommand(Schema):
+    """`weight` (args: its id; one frame W), `scrub`, `inject` (args: the fault), `clear`,
+    `link` (learn the daemon's routing id), `stop`."""
+
+    KIND = Kind.CONTROL
+    ROUTE = "daemon → channel"
+    command: str
+    args: str | None = None
+
+
+@dataclass(frozen=True)
+class Register(Schema):
+    """A channel incarnation is up."""
+
+    KIND = Kind.REGISTER
+    ROUTE = "channel → daemon"
+    variant: str
+    pid: int
+    device: int
+    incarnation: int
+
+
+@dataclass(frozen=True)
+class Heartbeat(Schema):
+    """Application-level liveness, with the channel's weight ECC counts."""
+
+    KIND = Kind.HEARTBEAT
+    ROUTE = "channel → daemon"
+    state: str
+    uptime_s: float
+    incarnation: int
+    ecc_corrected: int | None = None
+    ecc_uncorrectable: int | None = None
+
+
+@dataclass(frozen=True)
+class Result(Schema):
+    """C, then ES; a GPU self-test adds the SM id of every block (uint32) and `sm_count`.
+    `ok=False` carries `error` and no frames."""
+
+    KIND = Kind.RESULT
+    ROUTE = "channel → daemon"
+    job: str
+    ok: bool
+    variant: str = ""
+    kernel_seconds: float | None = None
+    test_id: int | None = None
+    sm_count: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class WeightAck(Schema):
+    """The acknowledgement of `ChannelCommand(command="weight")`; `ok=False`: refused
+    (its content does not match its id)."""
+
+    KIND = Kind.EVENT
+    TAG = ("event", "weight")
+    ROUTE = "channel → daemon"
+    weight_id: str
+    ok: bool
+
+
+@dataclass(frozen=True)
+class ScrubReport(Schema):
+    """The counts of one weight scrub."""
+
+    KIND = Kind.EVENT
+    TAG = ("event", "scrub")
+    ROUTE = "channel → daemon"
+    buffer: str
+    corrected: int
+    uncorrectable: int
+    count: int
+
+
+@dataclass(frozen=True)
+class PublishedEvent(Schema):
+    """On the events PUB socket; one uint8 frame: the JSON of the controller's event."""
+
+    KIND = Kind.EVENT
+    ROUTE = "daemon → subscribers (events)"
+    event: str
+
+
+#: Every schema, in the order docs/PROTOCOL.md lists them.
+SCHEMAS: tuple[type[Schema], ...] = (
+    Hello, RegisterWeight, MatmulRequest, Released, ControlReply, ErrorReply, ControlCommand,
+    WorkRequest, ChannelCommand, Register, Heartbeat, Result, WeightAck, ScrubReport,
+    PublishedEvent,
+)
+
+
+def meta_keys() -> dict[Kind, frozenset[str]]:
+    """Per kind, every meta key a schema of that kind uses (tags included)."""
+    out: dict[Kind, set[str]] = {k: set() for k in Kind}
+    for s in SCHEMAS:
+        out[s.KIND] |= set(s.fields())
+        if s.TAG is not None:
+            out[s.KIND].add(s.TAG[0])
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def protocol_table() -> str:
+    """The markdown table of docs/PROTOCOL.md section 4, generated from `SCHEMAS`."""
+    rows = ["| message | kind | tag | route | meta keys |", "|---|---|---|---|---|"]
+    for s in SCHEMAS:
+        tag = f"`{s.TAG[0]}=\"{s.TAG[1]}\"`" if s.TAG is not None else ""
+        defaults = {f.name for f in dataclasses.fields(s) if f.default is not dataclasses.MISSING}
+        keys = ", ".join(f"`{k}` ({t}{', optional' if k in defaults else ''})"
+                         for k, t in s.fields().items()) or "none"
+        rows.append(f"| `{s.__name__}` | `{s.KIND.value}` | {tag} | {s.ROUTE} | {keys} |")
+    return "\n".join(rows)
+
+
+def schema_for(kind: Kind, meta: Mapping[str, MetaValue], route: str = "") -> type[Schema]:
+    """The schema of a message of `kind` with `meta` (its tag decides between several);
+    `route` (a prefix of `Schema.ROUTE`, e.g. "daemon → channel") narrows it further.
+
+    Raises:
+        MetaError: no schema fits.
+    """
+    fits = [s for s in SCHEMAS if s.KIND is kind and s.ROUTE.startswith(route)
+            and (s.TAG is None or meta.get(s.TAG[0]) == s.TAG[1])]
+    tagged = [s for s in fits if s.TAG is not None]
+    for s in tagged + [s for s in fits if s.TAG is None]:
+        try:
+            s.parse(meta)
+        except MetaError:
+            continue
+        return s
+    raise MetaError(f"no message schema of kind {kind.value!r} fits meta keys {sorted(meta)}")
+
+
+def parse_ingress(kind: Kind, meta: Mapping[str, MetaValue]) -> Hello | RegisterWeight | MatmulRequest:
+    """A client's message on the daemon's ingress socket. Raises MetaError."""
+    if kind is Kind.CONTROL and meta.get("command") == "hello":
+        return Hello.parse(meta)
+    if kind is Kind.CONTROL and meta.get("command") == "register_weight":
+        return RegisterWeight.parse(meta)
+    if kind is Kind.REQUEST:
+        return MatmulRequest.parse(meta)
+    raise MetaError(f"unexpected message kind {kind.value!r} on ingress")
+
+
+def parse_from_channel(kind: Kind, meta: Mapping[str, MetaValue]
+                       ) -> Register | Heartbeat | Result | WeightAck | ScrubReport:
+    """A channel's message to the daemon. Raises MetaError."""
+    if kind is Kind.REGISTER:
+        return Register.parse(meta)
+    if kind is Kind.HEARTBEAT:
+        return Heartbeat.parse(meta)
+    if kind is Kind.RESULT:
+        return Result.parse(meta)
+    if kind is Kind.EVENT and meta.get("event") == "weight":
+        return WeightAck.parse(meta)
+    if kind is Kind.EVENT and meta.get("event") == "scrub":
+        return ScrubReport.parse(meta)
+    raise MetaError(f"no channel message of kind {kind.value!r} with these meta keys: {sorted(meta)}")
