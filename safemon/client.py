@@ -119,6 +119,9 @@ class Client:
         self.epoch: int | None = None
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
         self._models: dict[str, tuple[Layer, ...]] = {}
+        #: `kernel_seconds` of the last released result: the slowest agreeing channel's
+        #: compute time (s), i.e. the kernel time on the release's critical path.
+        self.last_kernel_seconds: float | None = None
         self._devices = frozenset(ch.gpu or 0 for ch in config.channels or ())
         self._ingress = self._connect(config.endpoints.ingress)
         self._control = self._connect(config.endpoints.control)
@@ -298,6 +301,8 @@ class Client:
                 raise VoteTimeoutError(f"no answer from the daemon on "
                                        f"{self.config.endpoints.ingress} within {timeout} s")
             if reply.kind is Kind.REPLY and reply.meta.get("ok") is True and len(reply.arrays) == 1:
+                ks = reply.meta.get("kernel_seconds")
+                self.last_kernel_seconds = float(ks) if isinstance(ks, int | float) else None
                 return np.array(reply.arrays[0], copy=True)
             if reply.kind is Kind.ERROR and reply.meta.get("error_type") in (
                     "UnknownWeightError", "UnknownModelError"):
