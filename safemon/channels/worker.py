@@ -183,6 +183,15 @@ class ChannelWorker:
             weight = self._protect(b, name="warm-up")
         for tile in list(TILES) if v.tile == "auto" else [v.tile]:
             self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile, rmt=v.rmt, abft=v.abft))
+        if self.backend == "cupy":  # whole-model requests: the epilogue and digest kernels
+            from safemon.kernels.compiler import import_cupy
+            from safemon.kernels.model_gpu import device_digests, launch_epilogue
+            from safemon.models.activations import Activation
+
+            with self._stream:
+                h = import_cupy().zeros((2, 2), dtype=np.float32)
+                launch_epilogue(h, None, Activation.GELU)
+                device_digests([h])
 
     def _protect(self, host: npt.NDArray[np.float32], *, name: str) -> ProtectedArray:
         """`host` as an ECC-protected resident array on this channel's backend and stream."""

@@ -117,6 +117,7 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
 
         cp = import_cupy()
         h = cp.ascontiguousarray(cp.asarray(x))
+        kept: list[Any] = []  # per layer ES and output, digested together at the end
         for i, layer in enumerate(layers):
             w = weights[layer.weight_id]
             res = run_variant(h, w, variant.to_variant(int(h.shape[0]), int(w.shape[1])), "cupy")
@@ -125,11 +126,10 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
                 hook(i, c, res.es)
             bias = None if layer.bias is None else cp.asarray(layer.bias)
             launch_epilogue(c, bias, layer.act)
-            e, hd = device_digests([res.es, c])
-            es_d.append(e)
-            h_d.append(hd)
+            kept += [res.es, c]
             h = c
-        return ModelResult(h, h_d[-1], tuple(es_d), tuple(h_d))
+        sums = device_digests(kept)  # one read-back for the whole forward pass
+        return ModelResult(h, sums[-1], tuple(sums[0::2]), tuple(sums[1::2]))
     for i, layer in enumerate(layers):
         w = weights[layer.weight_id]
         res = run_variant(np.ascontiguousarray(h), w,
