@@ -123,6 +123,9 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
     cfg["endpoints"]["runtime_dir"] = str(work / f"rt-{placement}")
     cfg["channels"] = [{"name": f"c{i}", "placement": placement} for i in range(3)]
     cfg["testing"] = {"fault_injection": True}
+    # Item costs at 100 GFLOP/s (the default 0.05 prices a 4096-wide layer at 43 s, so a
+    # model request queued behind the slowest channel's previous one would be refused).
+    cfg["limits"] = {"min_channel_gflops": 100.0}
     cfg_path = work / f"bench-{placement}.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     res: dict[str, Any] = {"placement": placement, "matmul": {}, "faults": {}}
@@ -236,8 +239,14 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
         work = Path(work_dir) if work_dir is not None else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for p in placements:
-            ev["placements"].append(_run_placement(p, work, sizes, ops, mops, warmup,
-                                                   model_requests, fault_requests, say))
+            try:
+                ev["placements"].append(_run_placement(p, work, sizes, ops, mops, warmup,
+                                                       model_requests, fault_requests, say))
+            except SafemonError as exc:  # recorded, never hidden: the report names it
+                say(f"{p}: failed: {exc}")
+                ev.setdefault("failed", {})[p] = str(exc)
+    if not ev["placements"]:
+        raise SafemonError(f"every placement failed: {ev.get('failed')}")
     return ev
 
 
@@ -271,4 +280,5 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
         for label, f in pl["faults"].items():
             lines.append(f"| {pl['placement']} | {label} | {f['injected']} | {f['released']} | "
                          f"{f['errors']} | {f['wrong_released']} |")
+    lines += [f"\nFailed: {p}: {e}" for p, e in ev.get("failed", {}).items()]
     return "\n".join(lines) + "\n"
