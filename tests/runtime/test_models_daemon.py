@@ -111,3 +111,17 @@ def test_no_wrong_model_output_is_released_under_2oo3(tmp_path: Path, fault: str
                 assert not isinstance(exc, InvalidInputError)
             else:
                 assert same_bits(got, ref), f"{fault}: a wrong output was released"
+
+
+def test_1oo1d_refuses_model_requests_with_a_typed_error(tmp_path: Path) -> None:
+    """Under 1oo1D the per-request ABFT check cannot see intermediate layers, so a model
+    request is answered VoteTimeoutError at once, never released unchecked."""
+    from safemon.errors import VoteTimeoutError
+
+    cfg = make_config(tmp_path, "1oo1D")
+    ws, _bs, x = _mlp(6)
+    with system(cfg) as (_daemon, client):
+        ids = [client.register_weight(w) for w in ws]
+        mid = client.register_model([Layer(i) for i in ids])
+        with pytest.raises(VoteTimeoutError, match="two or more voting channels"):
+            client.run(mid, x, timeout=2.0)
