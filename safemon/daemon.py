@@ -1338,8 +1338,9 @@ class Daemon:
                     # The digests agreed but the output bytes that travelled do not: never
                     # release them (a channel whose digest does not describe its output).
                     self.metrics.count_request("disagreement")
-                    self._answer_error(d.req_id, "DisagreementError",
-                                       "the agreeing channels' outputs differ from their digests")
+                    self.log.error("released_output_mismatch", seq=d.req_id, channel=d.channel)
+                    self._error_to("ingress", live.identity, live.client_seq, "DisagreementError",
+                                   "the agreeing channels' outputs differ from their digests")
                     continue
                 self.metrics.count_request("released")
                 self.metrics.observe_vote(live.policy, "released", max(0.0, now - live.submitted))

@@ -125,3 +125,29 @@ def test_1oo1d_refuses_model_requests_with_a_typed_error(tmp_path: Path) -> None
         mid = client.register_model([Layer(i) for i in ids])
         with pytest.raises(VoteTimeoutError, match="two or more voting channels"):
             client.run(mid, x, timeout=2.0)
+
+
+def test_output_bytes_that_differ_from_agreeing_digests_are_never_released(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If a channel's output bytes do not match the digests it voted with (here c0's output
+    is altered after its digests were computed), the daemon refuses to release: the client
+    gets a DisagreementError, never the altered bytes."""
+    from safemon.channels.worker import ChannelWorker
+
+    original = ChannelWorker._run_model
+
+    def altered(self: ChannelWorker, msg: object, meta: dict[str, object]) -> object:
+        out, digests = original(self, msg, meta)  # type: ignore[arg-type]
+        if self.name == "c0":
+            out = out.copy()
+            out.view(np.uint32)[0, 0] ^= 1
+        return out, digests
+
+    monkeypatch.setattr(ChannelWorker, "_run_model", altered)
+    cfg = make_config(tmp_path, "2oo2")
+    ws, bs, x = _mlp(7)
+    with system(cfg) as (_daemon, client):
+        ids = [client.register_weight(w) for w in ws]
+        mid = client.register_model([Layer(ids[0], bs[0], "relu"), Layer(ids[1]), Layer(ids[2])])
+        with pytest.raises(DisagreementError, match="differ from their digests"):
+            client.run(mid, x, timeout=2.0)
