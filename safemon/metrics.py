@@ -63,6 +63,7 @@ from safemon.errors import InvalidInputError
 # The HTTP endpoint lives with the probes it also answers; re-exported here, where it began.
 from safemon.health import MetricsServer, start_http_server
 from safemon.hft import declared_hft
+from safemon.patterns.controller import METRIC_KINDS, FaultKind
 from safemon.patterns.voter import OUTCOMES as VOTE_OUTCOMES
 from safemon.states import ChannelState, Mode, Policy
 from safemon.transport.wire import RejectReason
@@ -77,7 +78,6 @@ __all__ = [
     "VOTE_OUTCOMES",
     "BufferKind",
     "ChannelDevice",
-    "FaultKind",
     "Metrics",
     "MetricsServer",
     "SelftestResult",
@@ -151,17 +151,6 @@ class BufferKind(StrEnum):
     INPUT = "input"  # an uploaded operand
     OUTPUT = "output"  # a result checked after download
     PATTERN = "pattern"  # golden-pattern data resident for self-tests
-
-
-class FaultKind(StrEnum):
-    """`fault_reaction_seconds{kind}`: what was detected."""
-
-    DISAGREEMENT = "disagreement"
-    SELFTEST_FAIL = "selftest_fail"
-    DEADLINE_MISS = "deadline_miss"
-    HEARTBEAT_LOST = "heartbeat_lost"
-    ECC_UNCORRECTABLE = "ecc_uncorrectable"
-    CHANNEL_CRASH = "channel_crash"
 
 
 def _channel_labels(
@@ -392,15 +381,22 @@ class Metrics:
             ["kind", "class"],
             registry=registry,
         )
-        for k in FaultKind:
+        for k in METRIC_KINDS:
             for c in ("transient", "permanent", "unclassified"):
-                self.fault_classes.labels(kind=k.value, **{"class": c})
+                self.fault_classes.labels(kind=k, **{"class": c})
 
-    def count_fault_class(self, kind: str, fault_class: str) -> None:
-        """One fault of metric kind `kind` (a `FaultKind` value) with class `fault_class`."""
-        k = self._member("fault kind", kind, [v.value for v in FaultKind])
+    def count_fault_class(self, kind: FaultKind | str, fault_class: str) -> None:
+        """One fault of `kind` (a controller `FaultKind`, or its `metric_kind`) with class
+        `fault_class`."""
+        k = self._fault_kind(kind)
         c = self._member("fault class", fault_class, ("transient", "permanent", "unclassified"))
         self.fault_classes.labels(kind=k, **{"class": c}).inc()
+
+    def _fault_kind(self, kind: FaultKind | str) -> str:
+        """The metrics' `kind` label of `kind` (`FaultKind.metric_kind`; a str must
+        already be one of `METRIC_KINDS`). Raises UnknownLabelError otherwise."""
+        label = kind.metric_kind if isinstance(kind, FaultKind) else kind
+        return self._member("fault kind", label, METRIC_KINDS)
 
     def _preinitialise(self) -> None:
         for o in REQUEST_OUTCOMES:
@@ -421,9 +417,9 @@ class Metrics:
             self.ecc_uncorrectable.labels(buffer=b.value)
         for reason in RejectReason:
             self.messages_rejected.labels(reason=reason.value)
-        for k in FaultKind:
-            self.fault_reaction.labels(kind=k.value)
-            self.fault_detection.labels(kind=k.value)
+        for k in METRIC_KINDS:
+            self.fault_reaction.labels(kind=k)
+            self.fault_detection.labels(kind=k)
         # Effective 0 until the daemon has assessed the hardware: claim nothing unverified.
         self.set_hft(declared_hft(self.policies[0]), 0)
 
@@ -594,10 +590,10 @@ class Metrics:
 
     def observe_fault_detection(self, kind: FaultKind | str, seconds: float) -> None:
         """A fault of `kind` that occurred at a known time was detected `seconds` later."""
-        k = self._member("fault kind", str(kind), [v.value for v in FaultKind])
+        k = self._fault_kind(kind)
         self.fault_detection.labels(kind=k).observe(_check_seconds("fault detection", seconds))
 
     def observe_fault_reaction(self, kind: FaultKind | str, seconds: float) -> None:
         """A fault of `kind` was detected and the reaction completed `seconds` later."""
-        k = self._member("fault kind", str(kind), [v.value for v in FaultKind])
+        k = self._fault_kind(kind)
         self.fault_reaction.labels(kind=k).observe(_check_seconds("fault reaction", seconds))

@@ -57,6 +57,12 @@ class WeightDelivery:
             self._queue.popleft()
         self._pending[weight_id] = deadline
 
+    def send_failed(self, weight_id: str) -> None:
+        """The send of `weight_id` (marked `sent`) did not leave: owe it again, first in
+        line, with no acknowledgement awaited. Unknown ids are ignored."""
+        if self._pending.pop(weight_id, None) is not None:
+            self._queue.appendleft(weight_id)
+
     def ack(self, weight_id: str) -> bool:
         """The channel acknowledged `weight_id`; False if it was not awaited."""
         return self._pending.pop(weight_id, None) is not None

@@ -17,7 +17,7 @@ import zmq
 
 from safemon.channels.worker import ChannelWorker
 from safemon.config import load_config
-from safemon.daemon import load_patterns_for
+from safemon.patterns.golden import load_patterns
 
 
 def main() -> int:
@@ -36,7 +36,7 @@ def main() -> int:
     w1 = rng.standard_normal((65, 64), dtype=np.float32)
     w2 = rng.standard_normal((65, 10), dtype=np.float32)
     x = rng.standard_normal((20, 65), dtype=np.float32)
-    pats = [p for p in load_patterns_for(cfg)
+    pats = [p for p in load_patterns(cfg)
             if p.variant == cfg.channels[0].variant.to_variant(p.a.shape[0], p.b.shape[1])]
 
     def selftests() -> None:

@@ -23,12 +23,12 @@ from safemon.metrics import (
     VOTE_OUTCOMES,
     BufferKind,
     ChannelDevice,
-    FaultKind,
     Metrics,
     SelftestResult,
     UnknownLabelError,
     start_http_server,
 )
+from safemon.patterns.controller import METRIC_KINDS, FaultKind
 from safemon.states import ChannelState, Mode, Policy
 from safemon.transport.wire import RejectReason
 
@@ -137,8 +137,8 @@ def test_every_known_series_starts_at_zero(
         assert value(registry, "safemon_ecc_uncorrectable_total", buffer=b) == 0.0
     for reason in RejectReason:
         assert value(registry, "safemon_messages_rejected_total", reason=reason.value) == 0.0
-    for k in FaultKind:
-        assert value(registry, "safemon_fault_reaction_seconds_count", kind=k.value) == 0.0
+    for k in METRIC_KINDS:
+        assert value(registry, "safemon_fault_reaction_seconds_count", kind=k) == 0.0
     assert value(registry, "safemon_vote_latency_seconds_count") == 0.0
     assert value(registry, "safemon_selftest_duration_seconds_count") == 0.0
 

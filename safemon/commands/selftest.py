@@ -40,15 +40,15 @@ def run_selftests(config: Any) -> list[dict[str, Any]]:
         PatternError: missing/tampered patterns or none for a channel's variant.
         ConfigError: the backend is unusable.
     """
-    from safemon.daemon import load_patterns_for
     from safemon.errors import ConfigError, PatternError
     from safemon.kernels.api import resolve_backend, run_variant
+    from safemon.patterns.golden import load_patterns
 
     try:
         backend = resolve_backend(config.backend)
     except Exception as exc:
         raise ConfigError(f"backend: {exc}") from None
-    patterns = load_patterns_for(config)
+    patterns = load_patterns(config)
     rows: list[dict[str, Any]] = []
     for ch in config.channels:
         mine = [p for p in patterns for (m, n, k) in config.patterns.shapes()

@@ -130,6 +130,7 @@ from safemon.states import (
 )
 
 __all__ = [
+    "METRIC_KINDS",
     "ChannelStarted",
     "ControllerConfig",
     "ControllerEvent",
@@ -167,6 +168,31 @@ class FaultKind(StrEnum):
     CRASH = "crash"
     ECC_UNCORRECTABLE = "ecc_uncorrectable"
     CHANNEL_ERROR = "channel_error"
+
+    @property
+    def metric_kind(self) -> str:
+        """The coarser `kind` label of the fault-reaction metrics
+        (`safemon_fault_reaction_seconds`, `..._detection_seconds`, `safemon_faults_total`):
+        one of `METRIC_KINDS`."""
+        return _METRIC_KIND[self]
+
+
+_METRIC_KIND: dict[FaultKind, str] = {
+    FaultKind.DISAGREEMENT_MINORITY: "disagreement",
+    FaultKind.DISAGREEMENT_UNRESOLVED: "disagreement",
+    FaultKind.DEADLINE_MISS: "deadline_miss",
+    FaultKind.SELFTEST_FAILED: "selftest_fail",
+    FaultKind.DTI_OVERRUN: "selftest_fail",
+    FaultKind.HEARTBEAT_LOST: "heartbeat_lost",
+    FaultKind.CRASH: "channel_crash",
+    FaultKind.ECC_UNCORRECTABLE: "ecc_uncorrectable",
+    # A channel that reports it cannot compute is, for the reaction, a failed channel.
+    FaultKind.CHANNEL_ERROR: "channel_crash",
+}
+
+#: Every value of `FaultKind.metric_kind`, in a fixed order (the metrics' label set).
+METRIC_KINDS: tuple[str, ...] = ("disagreement", "selftest_fail", "deadline_miss",
+                                 "heartbeat_lost", "ecc_uncorrectable", "channel_crash")
 
 
 _DISAGREEMENTS = frozenset({FaultKind.DISAGREEMENT_MINORITY, FaultKind.DISAGREEMENT_UNRESOLVED})

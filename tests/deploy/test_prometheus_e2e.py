@@ -29,7 +29,8 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from safemon.config import load_config
 from safemon.gpu_identity import format_uuid
-from safemon.metrics import ChannelDevice, FaultKind, Metrics, MetricsServer, start_http_server
+from safemon.metrics import ChannelDevice, Metrics, MetricsServer, start_http_server
+from safemon.patterns.controller import FaultKind
 from safemon.states import Mode
 from tests.deploy.conftest import PrometheusTools
 from tests.deploy.prometheus_server import instant_query, running_prometheus, wait_for_query
@@ -176,8 +177,8 @@ def scraped_daemon(
             # Events after the first scrapes, so increase() over them sees them happen: a
             # fault whose detection (at the FTTI) plus reaction exceeds the FTTI, and SAFE.
             ftti = config_ftti(gpu_target)
-            gpu_target.metrics.observe_fault_detection(FaultKind.SELFTEST_FAIL, ftti)
-            gpu_target.metrics.observe_fault_reaction(FaultKind.SELFTEST_FAIL, ftti / 2)
+            gpu_target.metrics.observe_fault_detection(FaultKind.SELFTEST_FAILED, ftti)
+            gpu_target.metrics.observe_fault_reaction(FaultKind.SELFTEST_FAILED, ftti / 2)
             gpu_target.metrics.set_mode(Mode.SAFE)
             yield url
 
@@ -213,7 +214,7 @@ def test_alert_fires_on_the_gpu_target(scraped_daemon: str, alert: str) -> None:
     expr = f'ALERTS{{alertname="{alert}", alertstate="firing", job="{GPU_JOB}"}}'
     (firing,) = wait_for_query(scraped_daemon, expr, timeout_s=SCRAPE_WAIT_S)
     if alert == "SafemonFaultHandlingOverFtti":
-        assert firing["metric"]["kind"] == FaultKind.SELFTEST_FAIL.value
+        assert firing["metric"]["kind"] == FaultKind.SELFTEST_FAILED.metric_kind
 
 
 def test_monitor_alerts_stay_silent_while_targets_are_up(scraped_daemon: str) -> None:

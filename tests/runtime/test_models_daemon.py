@@ -76,7 +76,7 @@ def test_2oo3_outvotes_a_diverging_channel_and_names_layer_0(tmp_path: Path) -> 
         client.inject("c0", "bitflip-c")
         assert same_bits(client.run(mid, x, timeout=2.0), ref)
         assert wait_for(lambda: any("first diverging layer 0" in f["detail"]
-                                    for f in client.status()["faults"]), 5.0)
+                                    for f in client.status()["faults"]), 10.0)
 
 
 def test_2oo2_disagreement_names_the_first_diverging_layer(tmp_path: Path) -> None:

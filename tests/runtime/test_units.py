@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from safemon.channels.faults import FaultState, flip_c
-from safemon.daemon import sd_notify, weight_id_of
 from safemon.errors import InvalidInputError
 from safemon.kernels.abft import abft_passes as abft_ok
 from safemon.supervisor import Lost, Started, Supervisor
+from safemon.systemd import sd_notify
+from safemon.weight_id import weight_id_of
 
 from .helpers import make_config, operands, reference
 

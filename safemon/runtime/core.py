@@ -1,0 +1,552 @@
+"""`RuntimeCore`: the daemon's state machine. Stimuli in, effects out (STYLE.md item 15).
+
+`handle(stimulus)` judges one stimulus (`safemon.runtime.stimuli`) against the state it
+owns and returns the effects the shell must carry out, in order, each stamped with the
+stimulus's id (`safemon.runtime.effects`). It never touches a socket, a process, a file or
+the real clock (the clock is injected; `now` comes with each stimulus).
+
+What it owns: the roles (`Roles`: voter, DTI scheduler, safe-state controller, fault
+classifier), the requests in flight and their budgets (`safemon.admission`), the weights
+registered by clients and their acknowledged delivery to every channel incarnation
+(`safemon.weight_delivery`), the self-tests in flight, fault injection bookkeeping.
+What it reads and never owns: the supervisor's view of the processes (`ProcessView`).
+
+Per-request checks under an effective 1oo1D (no second channel to compare with): C must be
+finite and pass the row and column checksum test of every C tile (Huang-Abraham ABFT,
+`safemon.kernels.abft`) against x and the core's copy of the weight, so a flipped exponent
+bit is never released. Timing rule: every request gets exactly one answer, by the client's
+own deadline or the channels' work budget, whichever comes first
+(`safemon.admission.work_budget_s`; only the budget judges the channels; docs/ROBUSTNESS.md).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+from safemon import admission
+from safemon.config import Config
+from safemon.hft import HftAssessment, assess, channel_hardware
+from safemon.kernels.abft import abft_passes
+from safemon.metrics import Metrics
+from safemon.patterns import controller as ctl
+from safemon.patterns import scheduler as sch
+from safemon.patterns import voter as vot
+from safemon.runtime import effects as fx
+from safemon.runtime import stimuli as st
+from safemon.runtime.control import ControlCommands
+from safemon.runtime.models import ModelRequests, model_send_meta
+from safemon.runtime.support import (
+    GoldenPatternLike,
+    Live,
+    ProcessView,
+    client_deadline_s,
+    digest,
+    quote,
+)
+from safemon.states import ChannelState, Mode, Policy
+from safemon.transport.wire import Kind, Message
+from safemon.weight_delivery import WeightDelivery
+from safemon.weight_id import weight_id_of
+
+__all__ = ["RuntimeCore"]
+
+
+class RuntimeCore(ModelRequests, ControlCommands):
+    """The daemon's decisions (see the module docstring). Not thread-safe: the shell's loop
+    thread calls `handle`; other threads may only read (`status`-style accessors).
+
+    Args:
+        config: the resolved deployment.
+        scheduler: the DTI scheduler.
+        by_channel: per channel, the golden patterns the scheduler's ids index.
+        processes: the supervisor, read-only.
+        metrics: where event counts and observations are recorded.
+        backend: the resolved kernel backend ("numpy" or "cupy"), for the HFT figures.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, config: Config, scheduler: sch.Scheduler,
+                 by_channel: Mapping[str, list[GoldenPatternLike]], processes: ProcessView,
+                 metrics: Metrics, backend: str, clock: Callable[[], float]) -> None:
+        super().__init__(config, scheduler, by_channel, processes, metrics, clock)
+        self.backend = backend
+        self.injection_enabled = bool(config.testing.fault_injection)
+        self.draining = False
+        self.weights: dict[str, npt.NDArray[np.float32]] = {}
+        self._weight_bytes = 0
+        self._deliveries = {n: WeightDelivery() for n in config.channel_names}
+        #: per channel, live work sent and not answered: seq -> (item cost s, budget end).
+        self._queued: dict[str, dict[int, tuple[float, float]]] = {
+            n: {} for n in config.channel_names}
+        #: channels registered and waiting for their weights before they join the schedule
+        self._awaiting_join: set[str] = set()
+        #: weight id -> (clients waiting for register_weight's reply, channels still owing
+        #: the acknowledgement)
+        self._weight_waits: dict[str, tuple[list[tuple[bytes, int]], set[str]]] = {}
+        #: (client deadline, seq): when a client's own timeout ends its wait. The channels'
+        #: budget (the voter's deadline) is separate and never shorter than the config says.
+        self._client_deadlines: list[tuple[float, int]] = []
+        self._init_models()
+
+    # ================================================================== dispatch
+
+    def handle(self, stimulus: st.Stimulus) -> list[fx.Effect]:
+        """Judge `stimulus`; return the effects to carry out, in order.
+
+        Raises:
+            StimulusFailed: handling raised (a bug in handling this one stimulus); it
+                carries the effects produced before the error, which the shell still
+                carries out, and the cause.
+        """
+        self._out, self._sid = [], stimulus.stimulus_id
+        try:
+            self._dispatch(stimulus)
+        except Exception as exc:
+            raise StimulusFailed(self._take(), exc) from exc
+        return self._take()
+
+    def _take(self) -> list[fx.Effect]:
+        out, self._out = self._out, []
+        return out
+
+    def _dispatch(self, s: st.Stimulus) -> None:
+        if isinstance(s, st.IngressMessage):
+            self._on_ingress(s.identity, s.message, s.now)
+        elif isinstance(s, st.ControlMessage):
+            self._on_control(s.identity, s.message, s.now)
+        elif isinstance(s, st.ChannelMessage):
+            self._on_channel(s.channel, s.message, s.now)
+        elif isinstance(s, st.ChannelRegistered):
+            self._on_registered(s.channel, s.now)
+        elif isinstance(s, st.ChannelReplaced):
+            self._drop_delivery(s.channel)
+            self._queued[s.channel].clear()  # the old incarnation's queue died with it
+        elif isinstance(s, st.ProcessLost):
+            self._on_lost(s)
+        elif isinstance(s, st.WeightSendFailed):
+            for wid in reversed(s.weight_ids):
+                self._deliveries[s.channel].send_failed(wid)
+        elif isinstance(s, st.TimerTick):
+            self._on_tick(s.now)
+        elif isinstance(s, st.StopRequested):
+            self.draining = True
+            self._log("info", "drain_started", in_flight=len(self._live))
+        elif isinstance(s, st.DrainFinished):
+            self._on_drain_finished()
+
+    # ================================================================== views
+
+    @property
+    def in_flight(self) -> int:
+        """Client requests not answered yet."""
+        return len(self._live)
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time a `TimerTick` has something to do (None: nothing planned)."""
+        wake = [w for w in (self.voter.next_deadline(), self.scheduler.next_wakeup())
+                if w is not None]
+        return min(wake) if wake else None
+
+    def status_mode(self) -> str:
+        """STARTING until a voting set first exists (and again after a reset from SAFE)."""
+        mode = self.controller.mode
+        return mode.value if mode is Mode.SAFE or self.controller.formed else "STARTING"
+
+    def hft(self) -> HftAssessment:
+        """Declared and effective HFT (`safemon.hft`) of the voting set now; while none
+        votes (starting, SAFE), of the configured set under the configured policy."""
+        configured = Policy(self.config.policy)
+        hardware = channel_hardware(self.config, self.backend)
+        voting = self.controller.voting
+        policy, names = (self.controller.policy, voting) if voting else (
+            configured, self.config.channel_names)
+        return assess(configured, policy, {n: hardware[n] for n in names})
+
+    def on_start(self) -> list[fx.Effect]:
+        """The effects of the daemon's start: the HFT gauges, and a warning when the
+        hardware earns less HFT than the policy declares."""
+        self._sid = "start"
+        self.report_hft(at_start=True)
+        return self._take()
+
+    def report_hft(self, *, at_start: bool = False) -> None:
+        """Export the HFT gauges; at start, warn when the hardware earns less than declared."""
+        a = self.hft()
+        self.metrics.set_hft(a.declared, a.effective)
+        if at_start and a.effective < a.declared:
+            self._log("warning", "hft_below_declared", declared=a.declared, effective=a.effective,
+                      policy=Policy(self.config.policy).value, reason=a.reason)
+
+    # ================================================================== ingress
+
+    def _on_ingress(self, identity: bytes, msg: Message, now: float) -> None:
+        if msg.kind is Kind.CONTROL and msg.meta.get("command") == "hello":
+            self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": "hello"})
+            return
+        if self.draining:
+            self.metrics.count_request("shutting_down")
+            self._error_to("ingress", identity, msg.seq, "ShuttingDownError",
+                           "the daemon is shutting down")
+            return
+        if msg.kind is Kind.CONTROL and msg.meta.get("command") == "register_weight":
+            self._register_weight(identity, msg)
+            return
+        if msg.kind is Kind.CONTROL and msg.meta.get("command") == "register_model":
+            self._register_model(identity, msg)
+            return
+        if msg.kind is not Kind.REQUEST:
+            self._error_to("ingress", identity, msg.seq, "InvalidInputError",
+                           f"unexpected message kind {msg.kind.value!r} on ingress")
+            return
+        problem = self._validate_request(msg)
+        if problem is not None:
+            kind, text = problem
+            if kind == "InvalidInputError":
+                self.metrics.count_request("invalid_input")
+            self._error_to("ingress", identity, msg.seq, kind, text)
+            return
+        self._submit(identity, msg, now)
+
+    def _submit(self, identity: bytes, msg: Message, now: float) -> None:
+        model = self.models.get(msg.meta.get("model_id"))
+        wid = model.model_id if model is not None else str(msg.meta["weight_id"])
+        x = np.ascontiguousarray(msg.arrays[0])
+        m, k = x.shape
+        n = model.max_dim if model is not None else self.weights[wid].shape[1]
+        safe = self.controller.mode is Mode.SAFE
+        policy = self.controller.policy
+        voters = tuple(self.config.channel_names[: policy.channels]) if safe else self.controller.voting
+        queued_s = max((self._queued_s(ch, now) for ch in voters), default=0.0)
+        refusal = admission.check_request(self.config, x.shape, n, self.voter.open_requests,
+                                          queued_s)
+        if refusal is None and model is not None and not safe and policy is Policy.ONE_OO_ONE_D:
+            # 1oo1D's per-request check is the host ABFT test of C against x and W, which a
+            # model's intermediate layers never reach: no trustworthy model output exists.
+            refusal = admission.Refusal(
+                "VoteTimeoutError", "whole-model requests need two or more voting channels "
+                "(the 1oo1D per-request check cannot see a model's intermediate layers)",
+                "channel_error")
+        if refusal is not None:
+            self.metrics.count_request(refusal.outcome)
+            self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
+            return
+        if not safe and not voters:
+            self._error_to("ingress", identity, msg.seq, "VoteTimeoutError",
+                           "no voting set yet: channels are still passing their start-up self-tests")
+            return
+        # The channels are judged by their own budget for this work item (the work queued
+        # ahead of it included), never by the client's timeout: a client that gives up
+        # earlier gets VoteTimeoutError, alone.
+        if model is None:
+            budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
+            cost_s = admission.item_cost_s(self.config, m, k, n)
+        else:
+            budget_s = model.budget_s(self.config, m, queued_s)
+            cost_s = model.cost_s(self.config, m)
+        client_s = client_deadline_s(msg.meta.get("deadline_ms"), budget_s)
+        seq = self.next_seq()
+        for ch in voters:
+            self._queued[ch][seq] = (cost_s, now + budget_s)
+        incs = {ch: self.processes.incarnation(ch) for ch in voters}
+        self._live[seq] = Live(identity, msg.seq, now, x, wid, policy, incarnations=incs,
+                               model=model)
+        self._sent_to[seq] = (now + budget_s, incs)
+        if client_s < budget_s:
+            heapq.heappush(self._client_deadlines, (now + client_s, seq))
+        self._voter(vot.Submit(seq, now, now + budget_s, voters, policy))
+        if seq in self._live:
+            for ch in voters:
+                if model is not None:
+                    self._send(ch, Kind.REQUEST, seq, model_send_meta(wid, budget_s),
+                               (x, model.spec, model.biases))
+                    continue
+                self._send(ch, Kind.REQUEST, seq, {
+                    "weight_id": wid, "deadline_ms": budget_s * 1000.0, "job": "live"}, (x,))
+
+    def _queued_s(self, ch: str, now: float) -> float:
+        """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
+        return sum(c for c, d in self._queued[ch].values() if d >= now)
+
+    def _expire_client_deadlines(self, now: float) -> None:
+        """Answer each request whose client's own deadline passed with VoteTimeoutError;
+        the vote goes on (its channels' results still judge them), only the reply is gone."""
+        while self._client_deadlines and self._client_deadlines[0][0] <= now:
+            _, seq = heapq.heappop(self._client_deadlines)
+            if seq in self._live:
+                self.metrics.count_request("client_timeout")
+                self._answer_error(seq, "VoteTimeoutError",
+                                   "the client's deadline passed before the vote completed")
+        horizon = now - 1.0  # the voter closed these at their deadline (voter Tick first)
+        for seq in [s for s, (d, _) in self._sent_to.items() if d < horizon]:
+            del self._sent_to[seq]
+        for q in self._queued.values():
+            for seq in [s for s, (_c, d) in q.items() if d < now]:
+                del q[seq]
+
+    def _validate_request(self, msg: Message) -> tuple[str, str] | None:
+        if len(msg.arrays) != 1:
+            return "InvalidInputError", f"a request carries one array x, got {len(msg.arrays)}"
+        x = msg.arrays[0]
+        if "model_id" in msg.meta:
+            model = self.models.get(msg.meta.get("model_id"))
+            if model is None:
+                return ("UnknownModelError",
+                        f"model id {quote(msg.meta.get('model_id'))} is not registered with this daemon")
+            k_in = model.k_in
+        else:
+            wid = msg.meta.get("weight_id")
+            if not isinstance(wid, str) or wid not in self.weights:
+                return "UnknownWeightError", f"weight id {quote(wid)} is not registered with this daemon"
+            k_in = self.weights[wid].shape[0]
+        if x.dtype != np.float32 or x.ndim != 2 or x.size == 0:
+            return "InvalidInputError", f"x must be a non-empty 2-D float32 array, got {x.dtype} {x.shape}"
+        if x.shape[1] != k_in:
+            return "InvalidInputError", f"x is {x.shape}, the input needs {k_in} columns: inner dimensions differ"
+        if not np.isfinite(x).all():
+            return "InvalidInputError", "x contains NaN or infinity (non-finite inputs are rejected)"
+        return None
+
+    # ================================================================== weights
+
+    def _register_weight(self, identity: bytes, msg: Message) -> None:
+        if len(msg.arrays) != 1:
+            self._error_to("ingress", identity, msg.seq, "InvalidInputError", "register_weight needs one array")
+            return
+        w = msg.arrays[0]
+        if w.dtype != np.float32 or w.ndim != 2 or w.size == 0 or not np.isfinite(w).all():
+            self._error_to("ingress", identity, msg.seq, "InvalidInputError",
+                           f"a weight must be a non-empty, finite, 2-D float32 array, got {w.dtype} {w.shape}")
+            return
+        wid = weight_id_of(w)
+        if wid not in self.weights:
+            refusal = admission.check_weight(self.config, w.shape, len(self.weights),
+                                             self._weight_bytes)
+            if refusal is not None:
+                self._log("warning", "weight_refused", shape=list(w.shape), reason=refusal.message)
+                self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
+                return
+            self.weights[wid] = np.array(w, dtype=np.float32, order="C", copy=True)
+            self._weight_bytes += int(w.nbytes)
+            owing = {ch for ch in self.config.channel_names if self.processes.registered(ch)}
+            if owing:
+                self._weight_waits[wid] = ([], owing)
+            for ch in owing:
+                self._deliveries[ch].add(wid)
+                self._pump_weights(ch, self.clock())
+            self._log("info", "weight_registered", weight_id=wid, shape=list(w.shape))
+        wait = self._weight_waits.get(wid)
+        if wait is not None and wait[1]:
+            wait[0].append((identity, msg.seq))  # answered once every channel holds it
+            return
+        self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": wid})
+
+    def _weight_budget_s(self, wid: str) -> float:
+        """How long a channel may take to acknowledge weight `wid`: the work budget of an
+        8-row work item on it (storing it, ECC encoding included, is that order of work)."""
+        k, n = self.weights[wid].shape
+        return admission.work_budget_s(self.config, 8, k, n)
+
+    def _pump_weights(self, ch: str, now: float) -> None:
+        """Send what the window allows of the weights `ch` is owed; once it holds them all,
+        a channel waiting to join the self-test schedule joins (and is asked for its test).
+        A send that fails comes back as `WeightSendFailed` and is retried on a later tick."""
+        d = self._deliveries[ch]
+        while (wid := d.next_to_send()) is not None:
+            if wid not in self.weights:
+                d.sent(wid, now)
+                d.ack(wid)
+                continue
+            self._send(ch, Kind.CONTROL, self.next_seq(), {"command": "weight", "args": wid},
+                       (self.weights[wid],), weight_id=wid)
+            d.sent(wid, now + self._weight_budget_s(wid))
+        if d.idle and ch in self._awaiting_join:
+            self._awaiting_join.discard(ch)
+            self._sched(sch.ChannelJoined(ch, now))
+            if (self.controller.mode is not Mode.SAFE
+                    and self.controller.channel_state(ch) is ChannelState.STARTING):
+                self._run_now(ch, now)
+
+    def _weight_acked(self, ch: str, wid: str) -> None:
+        wait = self._weight_waits.get(wid)
+        if wait is None:
+            return
+        wait[1].discard(ch)
+        if not wait[1]:
+            del self._weight_waits[wid]
+            for identity, seq in wait[0]:
+                self._reply("ingress", identity, Kind.REPLY, seq, {"ok": True, "outcome": wid})
+
+    def _drop_delivery(self, ch: str) -> None:
+        """`ch` is being restarted or isolated: it owes nothing more (its next incarnation
+        gets every weight afresh), and no client waits for it."""
+        self._deliveries[ch].begin(())
+        self._awaiting_join.discard(ch)
+        for wid in list(self._weight_waits):
+            self._weight_acked(ch, wid)
+
+    def _check_deliveries(self, now: float) -> None:
+        for ch, d in self._deliveries.items():
+            late = d.overdue(now)
+            if late:
+                self._drop_delivery(ch)
+                self._fault(ch, ctl.FaultKind.CHANNEL_ERROR, now, now,
+                            f"weight {late[0]} not acknowledged within its budget")
+            else:
+                self._pump_weights(ch, now)
+
+    # ================================================================== channels
+
+    def _on_registered(self, name: str, now: float) -> None:
+        if name in self.scheduler.channels:
+            self._sched(sch.ChannelLeft(name, now))
+        # It joins the self-test schedule (and so may rejoin the vote) only once it
+        # holds every registered weight, acknowledged (`_pump_weights`).
+        self._drop_delivery(name)
+        self._deliveries[name].begin(self.weights)
+        self._awaiting_join.add(name)
+        self._controller(ctl.ChannelStarted(name, now))
+        self._pump_weights(name, now)
+
+    def _on_channel(self, name: str, msg: Message, now: float) -> None:
+        inc = msg.meta.get("incarnation")
+        if msg.kind is Kind.HEARTBEAT and isinstance(inc, int):
+            cor, unc = msg.meta.get("ecc_corrected"), msg.meta.get("ecc_uncorrectable")
+            if isinstance(cor, int) and isinstance(unc, int) and inc == self.processes.incarnation(name):
+                try:
+                    self.metrics.update_channel_ecc(name, inc, {"weights": cor}, {"weights": unc})
+                except ValueError as exc:
+                    self._log("warning", "bad_heartbeat_ecc", channel=name, error=str(exc))
+        elif msg.kind is Kind.EVENT and msg.meta.get("event") == "weight":
+            wid = msg.meta.get("weight_id")
+            if isinstance(wid, str) and self._deliveries[name].ack(wid):
+                if msg.meta.get("ok") is True:
+                    self._weight_acked(name, wid)
+                    self._pump_weights(name, now)
+                else:
+                    self._drop_delivery(name)
+                    self._fault(name, ctl.FaultKind.CHANNEL_ERROR, now, now, f"refused weight {wid}")
+        elif msg.kind is Kind.EVENT and msg.meta.get("event") == "scrub":
+            cor, unc = msg.meta.get("corrected"), msg.meta.get("uncorrectable")
+            if (isinstance(cor, int) and isinstance(unc, int) and cor >= 0 and unc >= 0
+                    and name in self.scheduler.channels):
+                self._sched(sch.ScrubDone(name, cor, unc, now))
+        elif msg.kind is Kind.RESULT:
+            if msg.meta.get("job") == "selftest":
+                self._on_selftest_result(name, msg, now)
+            elif msg.meta.get("job") == "model":
+                self._on_model_result(name, msg, now)
+            else:
+                self._on_result(name, msg, now)
+
+    def _result_ok(self, name: str, msg: Message) -> bool:
+        # A GPU self-test adds a third frame: the SM id of every block (sm_coverage.sm_report).
+        ok = msg.meta.get("ok") is True and len(msg.arrays) in (2, 3)
+        ks = msg.meta.get("kernel_seconds")
+        if ok and isinstance(ks, float) and ks >= 0:
+            self.metrics.observe_kernel(name, ks)
+        return ok
+
+    def _on_selftest_result(self, name: str, msg: Message, now: float) -> None:
+        ok = self._result_ok(name, msg)
+        c, es = (msg.arrays[0], msg.arrays[1]) if ok else (None, None)
+        test = self._tests.pop(msg.seq, None)
+        if test is None or test.channel != name:
+            return
+        passed = bool(ok and test.pattern.check(c, es))
+        from safemon.patterns.sm_coverage import sm_report
+
+        per_block = msg.arrays[2] if ok and len(msg.arrays) == 3 else None
+        sms, sm_count, failing = sm_report(msg.meta.get("sm_count"), per_block, test.pattern,
+                                           c, es, passed)
+        self._log("debug", "selftest_result", channel=name, test_id=test.test_id, seq=msg.seq,
+                  passed=passed, age_s=now - test.started)
+        if not passed:
+            err = msg.meta.get("error")
+            self._log("warning", "selftest_result_wrong", channel=name, test_id=test.test_id,
+                      pattern=test.pattern.id,
+                      reason=err if isinstance(err, str) and err else
+                      "C or ES differs from the golden pattern", failing_sms=list(failing))
+        if name in self.scheduler.channels:
+            self._sched(sch.SelfTestDone(name, test.test_id, passed, now, sms=sms,
+                                         sm_count=sm_count, failing_sms=failing))
+            self.metrics.set_sm_coverage(name, self.scheduler.sm_coverage(name))
+
+    def _on_result(self, name: str, msg: Message, now: float) -> None:
+        ok = self._result_ok(name, msg)
+        c, es = (msg.arrays[0], msg.arrays[1]) if ok else (None, None)
+        ks = msg.meta.get("kernel_seconds")
+        self._queued[name].pop(msg.seq, None)
+        live = self._live.get(msg.seq)
+        error = msg.meta.get("error")
+        error_text = error if isinstance(error, str) and error else "result without C and ES"
+        if (ok and c is not None and live is not None and live.policy is Policy.ONE_OO_ONE_D
+                and not abft_passes(live.x, self.weights[live.weight_id], c)):
+            ok, error_text = False, "channel_error: C failed the per-request checksum test"
+        if ok and c is not None and es is not None:
+            if live is not None:
+                live.results[name] = c
+                if isinstance(ks, float) and ks >= 0:
+                    live.kernel_seconds[name] = ks
+            result = vot.ChannelResult(msg.seq, name, now, True, digest(c), digest(es),
+                                       str(msg.meta.get("variant", "")))
+        else:
+            result = vot.ChannelResult(msg.seq, name, now, False, b"", b"", "", error_text)
+        self._voter(result)
+
+    def _on_lost(self, lost: st.ProcessLost) -> None:
+        now = lost.now
+        kind = ctl.FaultKind.CRASH if lost.kind == "crash" else ctl.FaultKind.HEARTBEAT_LOST
+        self._log("warning", "channel_lost", channel=lost.channel, kind=lost.kind,
+                  detail=lost.detail)
+        if lost.channel in self.scheduler.channels:
+            # Nothing left to self-test or scrub; it joins again when it registers.
+            self._sched(sch.ChannelLeft(lost.channel, now))
+        if (self.controller.channel_state(lost.channel) is ChannelState.RESTARTING
+                and self.controller.mode is not Mode.SAFE):
+            # A new incarnation died before it registered. The controller absorbs faults of
+            # a RESTARTING channel (its first failure is being handled), so tell it the
+            # start happened and then failed: the fault of a STARTING channel follows the
+            # policy's recovery (2oo3: another restart within the budget, then ISOLATED;
+            # 1oo2D: ISOLATED). RESTARTING so always ends in UP or ISOLATED.
+            self._log("warning", "channel_died_before_registering", channel=lost.channel)
+            self._controller(ctl.ChannelStarted(lost.channel, now))
+        self._fault(lost.channel, kind, lost.detected_at, now, lost.detail)
+
+    # ================================================================== time
+
+    def _on_tick(self, now: float) -> None:
+        """Timers: scheduler wakeups (the scheduler settles what fell due before `now`
+        itself), voter deadlines, client deadlines, weight acknowledgements."""
+        self._sched(sch.Tick(now))
+        self._voter(vot.Tick(now))
+        self._expire_client_deadlines(now)
+        self._check_deliveries(now)
+        # Self-tests never answered (a lost channel) were judged by the scheduler at their
+        # deadline; forget them after ten of those.
+        stale = now - 10 * self.config.timing.selftest_deadline_s
+        for seq in [q for q, t in self._tests.items() if t.started < stale]:
+            del self._tests[seq]
+
+    def _on_drain_finished(self) -> None:
+        for seq in list(self._live):
+            self.metrics.count_request("shutting_down")
+            self._answer_error(seq, "ShuttingDownError", "the daemon stopped before the vote completed")
+        for wid, (waiting, _owing) in list(self._weight_waits.items()):
+            for identity, seq in waiting:
+                self._error_to("ingress", identity, seq, "ShuttingDownError",
+                               f"the daemon stopped before weight {wid} reached every channel")
+        self._weight_waits.clear()
+
+
+class StimulusFailed(Exception):
+    """Handling one stimulus raised: `effects` were produced before the error."""
+
+    def __init__(self, effects: list[fx.Effect], cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.effects = effects
+        self.cause = cause
+

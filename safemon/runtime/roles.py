@@ -1,0 +1,462 @@
+"""The wiring of the sans-IO roles: what the voter, the DTI scheduler and the safe-state
+controller decide, turned into each other's events and into effects.
+
+- voter Release/Fail → the client's reply (exactly one per request); Disagreement →
+  Fault(disagreement_minority per minority channel in 2oo3 with a majority, else
+  disagreement_unresolved on no channel); DeadlineMiss → Fault(deadline_miss);
+  ChannelFailed → Fault(ecc_uncorrectable | channel_error); RequestSelfTest → RunNow;
+- scheduler StartSelfTest → a golden pattern into the channel's own queue; StartScrub →
+  a scrub command into the same queue; SelfTestFailed → Fault(selftest_failed);
+  SelfTestPassed → SelfTestResult(True) for channels that are not UP (the rejoin gate)
+  and for UP channels only for tests started on demand (RunNow) after a mismatch;
+  DtiOverrun → Fault(dti_overrun); DtiLate (the daemon's own lateness, the scheduler's
+  catch-up rule) is only logged; ScrubFindings uncorrectable → Fault(ecc);
+- controller SetMode(SAFE) → voter EnterSafe (every open request fails at once), leaving
+  SAFE → voter Reset; SetVoting → the voting set of later Submits; RestartChannel →
+  scheduler ChannelLeft + a `RestartChannel` effect (ChannelJoined once it registers
+  again); IsolateChannel → ChannelLeft + an `IsolateChannel` effect; Notify → `Publish`;
+  RunHook → `RunHook`; RecordReaction → `ReactionDone` (the shell measures FRTI).
+
+A 2oo3 voting channel's self-test failure or disagreement is first classified by retests
+(`safemon.fault_classes`) before the controller hears of it.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from safemon.config import Config
+from safemon.fault_classes import Classifier, FaultClass
+from safemon.metrics import Metrics, SelftestResult
+from safemon.patterns import controller as ctl
+from safemon.patterns import scheduler as sch
+from safemon.patterns import voter as vot
+from safemon.runtime import effects as fx
+from safemon.runtime.support import (
+    FAIL_ERRORS,
+    RETESTED,
+    GoldenPatternLike,
+    Live,
+    ProcessView,
+    SelfTestInFlight,
+    quote,
+)
+from safemon.states import ChannelState, Mode, Policy
+from safemon.transport.wire import Kind
+
+__all__ = ["Roles"]
+
+
+class Roles:
+    """The roles and their wiring; `RuntimeCore` adds the messages that feed them.
+
+    Args:
+        config: the resolved deployment.
+        scheduler: the DTI scheduler (built by the shell from the config and patterns).
+        by_channel: per channel, the golden patterns its scheduler ids index.
+        processes: what the core reads of the supervisor.
+        metrics: where event counts and observations are recorded.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, config: Config, scheduler: sch.Scheduler,
+                 by_channel: Mapping[str, list[GoldenPatternLike]], processes: ProcessView,
+                 metrics: Metrics, clock: Callable[[], float]) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self.processes = processes
+        self.metrics = metrics
+        self.clock = clock
+        self.voter = vot.Voter()
+        self.controller = ctl.SafeStateController(controller_config(config))
+        self._by_channel = dict(by_channel)
+        self._seq = 0
+        self._out: list[fx.Effect] = []
+        self._sid = ""
+        self._live: dict[int, Live] = {}
+        self._tests: dict[int, SelfTestInFlight] = {}
+        self._ondemand: set[int] = set()
+        self._runnow_at: dict[str, float] = {}
+        self._injected_at: dict[str, float] = {}
+        self._injected_expiry: dict[str, float] = {}  # set when a fault is cleared
+        self._ctl_queue: collections.deque[ctl.ControllerEvent] = collections.deque()
+        self._in_controller = False
+        #: seq -> (budget end, {channel: incarnation}) of requests still open in the voter.
+        self._sent_to: dict[int, tuple[float, dict[str, int]]] = {}
+        #: retests before the reaction; a pending fault is the arguments of `_fault_now`.
+        self._classifier: Classifier[tuple[ctl.FaultKind, float, str]] = Classifier(
+            config.classification.retests)
+        self._class_of: dict[int, FaultClass] = {}  # id(ctl.Fault) -> its class
+        self.safe_reason: str | None = None
+
+    # ------------------------------------------------------------ effects
+
+    def _emit(self, effect: fx.Effect) -> None:
+        self._out.append(effect)
+
+    def _log(self, level: str, event: str, **fields: Any) -> None:
+        assert level in ("debug", "info", "warning", "error")
+        self._emit(fx.Log(level, event, fields, stimulus_id=self._sid))  # type: ignore[arg-type]
+
+    def next_seq(self) -> int:
+        """A fresh daemon sequence number (channel work, events)."""
+        self._seq += 1
+        return self._seq
+
+    def _send(self, channel: str, kind: Kind, seq: int, meta: dict[str, Any],
+              arrays: tuple[npt.NDArray[Any], ...] = (), weight_id: str | None = None) -> None:
+        self._emit(fx.SendToChannel(channel, kind, seq, meta, arrays, weight_id, self._sid))
+
+    def _reply(self, socket: str, identity: bytes, kind: Kind, seq: int, meta: dict[str, Any],
+               arrays: tuple[npt.NDArray[Any], ...] = ()) -> None:
+        assert socket in ("ingress", "control")
+        self._emit(fx.Reply(socket, identity, kind, seq, meta, arrays,  # type: ignore[arg-type]
+                            self._sid))
+
+    def _error_to(self, socket: str, identity: bytes, seq: int, error_type: str,
+                  message: str) -> None:
+        self._reply(socket, identity, Kind.ERROR, seq, {"error_type": error_type, "message": message})
+
+    def _answer_error(self, seq: int, error_type: str, message: str) -> None:
+        live = self._live.pop(seq, None)
+        if live is not None:
+            self._error_to("ingress", live.identity, live.client_seq, error_type, message)
+
+    def _drop_delivery(self, ch: str) -> None:  # pragma: no cover - RuntimeCore overrides
+        raise NotImplementedError
+
+    # Whole-model hooks (`safemon.runtime.models.ModelRequests` overrides them).
+    def _layer_note(self, seq: int) -> str:
+        return ""
+
+    def _forget_digests(self, seq: int) -> None:
+        return None
+
+    def _release_ok(self, seq: int, live: Live, agreed: Sequence[str], channel: str) -> bool:
+        return True
+
+    # ------------------------------------------------------------ voter
+
+    def _voter(self, event: vot.Event) -> None:
+        for d in self.voter.handle(event):
+            now = self.voter.now or self.clock()
+            if isinstance(d, vot.Release):
+                self._released(d, now)
+            elif isinstance(d, vot.Fail):
+                live = self._live.get(d.req_id)
+                if live is not None:
+                    self.metrics.count_request(d.error)
+                    self.metrics.observe_vote(live.policy, d.error, max(0.0, now - live.submitted))
+                detail = d.detail + (self._layer_note(d.req_id) if d.error == "disagreement" else "")
+                self._log("info", "vote_failed", seq=d.req_id, error=d.error, detail=detail)
+                self._answer_error(d.req_id, FAIL_ERRORS[d.error], detail)
+            elif isinstance(d, vot.Disagreement):
+                self._disagreement(d, now)
+            elif isinstance(d, vot.DeadlineMiss):
+                sent = self._sent_to.get(d.req_id)
+                if sent is not None and sent[1].get(d.channel) != self.processes.incarnation(d.channel):
+                    # Sent to an incarnation that has since been replaced: its loss is
+                    # already being handled; the fresh one never saw this request.
+                    self._log("info", "deadline_miss_of_replaced_incarnation", seq=d.req_id,
+                              channel=d.channel)
+                    continue
+                self._fault(d.channel, ctl.FaultKind.DEADLINE_MISS, now, now,
+                            f"request {d.req_id}: no result within its work budget")
+            elif isinstance(d, vot.ChannelFailed):
+                kind = (ctl.FaultKind.ECC_UNCORRECTABLE if d.reason.startswith("ecc")
+                        else ctl.FaultKind.CHANNEL_ERROR)
+                self._fault(d.channel, kind, now, now, d.reason)
+            elif isinstance(d, vot.RequestSelfTest):
+                for ch in d.channels:
+                    self._run_now(ch, now)
+
+    def _released(self, d: vot.Release, now: float) -> None:
+        live = self._live.pop(d.req_id, None)
+        if live is None:
+            return
+        c = live.results[d.channel]
+        if not self._release_ok(d.req_id, live, d.agreed, d.channel):
+            # Digests agreed but the bytes that travelled do not: never release them.
+            self.metrics.count_request("disagreement")
+            self._log("error", "released_output_mismatch", seq=d.req_id, channel=d.channel)
+            self._error_to("ingress", live.identity, live.client_seq, "DisagreementError",
+                           "the agreeing channels' outputs differ from their digests")
+            return
+        self.metrics.count_request("released")
+        self.metrics.observe_vote(live.policy, "released", max(0.0, now - live.submitted))
+        kernel_s = max((live.kernel_seconds.get(ch, 0.0) for ch in d.agreed), default=0.0)
+        self._reply("ingress", live.identity, Kind.REPLY, live.client_seq,
+                    {"ok": True, "outcome": "released", "kernel_seconds": kernel_s,
+                     "vote_seconds": max(0.0, now - live.submitted)},
+                    (np.ascontiguousarray(c),))
+        self._log("debug", "vote_released", seq=d.req_id, channel=d.channel)
+
+    def _disagreement(self, d: vot.Disagreement, now: float) -> None:
+        for ch in d.minority:
+            self.metrics.count_disagreement(ch)
+        note = self._layer_note(d.req_id)  # whole-model requests: the first diverging layer
+        self._forget_digests(d.req_id)
+        self._log("warning", "disagreement", seq=d.req_id, minority=list(d.minority),
+                  majority=list(d.majority), policy=d.policy.value,
+                  first_diverging_layer=note.rpartition(" ")[2] or None)
+        # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
+        # two faulty ones, so its mismatch goes to the self-test diagnosis.
+        if d.policy is Policy.TWO_OO_THREE and d.majority and len(d.minority) == 1:
+            self._fault(d.minority[0], ctl.FaultKind.DISAGREEMENT_MINORITY, now, now,
+                        f"request {d.req_id}{note}")
+        else:
+            self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
+                        f"request {d.req_id}: {', '.join(d.minority)} disagree{note}")
+
+    # ------------------------------------------------------------ scheduler
+
+    def _run_now(self, ch: str, now: float) -> None:
+        self._sched(sch.Tick(now))  # settle what fell due before this instant first
+        if ch not in self.scheduler.channels:
+            if not self.processes.running(ch) or self.processes.lost(ch):
+                # Lost while nothing restarted it (e.g. in SAFE) and now asked to prove
+                # itself (after a reset): start it; it must pass a self-test to vote again.
+                self._log("info", "channel_restart_for_selftest", channel=ch)
+                self._emit(fx.RestartChannel(ch, 0.0, now, self._sid))
+            return  # its start will ask for the self-test
+        if self._runnow_at.get(ch) == now:
+            return  # already asked at this instant
+        self._runnow_at[ch] = now
+        for ins in self.scheduler.handle(sch.RunNow(ch, now)):
+            if isinstance(ins, sch.StartSelfTest) and ins.channel == ch:
+                self._ondemand.add(ins.test_id)
+            self._on_sched(ins, now)
+
+    def _sched(self, event: sch.SchedulerEvent) -> None:
+        """Feed the scheduler `event` and carry out what it says. The scheduler settles every
+        timer that fell due before `event.now` itself (its catch-up rule): a self-test the
+        loop reaches late starts now, with its full deadline, and comes with a `DtiLate`
+        that is the daemon's lateness, never the channel's."""
+        leaving = event.channel if isinstance(event, sch.ChannelLeft) else None
+        for ins in self.scheduler.handle(event):
+            # A channel that is leaving gets nothing more (no self-test sent, no fault for it).
+            if leaving is None or getattr(ins, "channel", None) != leaving:
+                self._on_sched(ins, event.now)
+
+    def _on_sched(self, ins: sch.SchedulerInstruction, now: float) -> None:
+        if isinstance(ins, sch.StartSelfTest):
+            self._start_selftest(ins, now)
+        elif isinstance(ins, sch.StartScrub):
+            self._send(ins.channel, Kind.CONTROL, self.next_seq(), {"command": "scrub"})
+        elif isinstance(ins, sch.SelfTestPassed):
+            self.metrics.observe_selftest(ins.channel, SelftestResult.PASS, ins.latency)
+            ondemand = ins.test_id in self._ondemand
+            self._ondemand.discard(ins.test_id)
+            if ondemand and self._classifier.active(ins.channel):
+                self._retest_done(ins.channel, True, now)
+                return
+            if self.controller.channel_state(ins.channel) is not ChannelState.UP or ondemand:
+                self._controller(ctl.SelfTestResult(ins.channel, True, now))
+        elif isinstance(ins, sch.SelfTestFailed):
+            self._ondemand.discard(ins.test_id)
+            self.metrics.observe_selftest(ins.channel, SelftestResult.FAIL, None)
+            self._log("warning", "selftest_failed", channel=ins.channel, test_id=ins.test_id)
+            # A Fault (not SelfTestResult) so an injected fault's occurrence time gives FDTI.
+            sms = ins.failing_sms
+            on_sm = (f" on SM {', '.join(map(str, sms[:8]))}"
+                     + (f" … ({len(sms)} SMs)" if len(sms) > 8 else "") if sms else "")
+            self._fault(ins.channel, ctl.FaultKind.SELFTEST_FAILED, ins.detected_at, now,
+                        f"self-test did not match its golden pattern{on_sm}")
+        elif isinstance(ins, sch.DtiOverrun):
+            self._ondemand.discard(ins.test_id)
+            self.metrics.count_dti_overrun(ins.channel)
+            self.metrics.observe_selftest(ins.channel, SelftestResult.TIMEOUT, None)
+            self._fault(ins.channel, ctl.FaultKind.DTI_OVERRUN, ins.deadline, now,
+                        f"self-test {ins.test_id} missed its deadline")
+        elif isinstance(ins, sch.DtiLate):
+            # The daemon reached the due time late (a busy or stalled loop): the channel is
+            # not at fault, and its test still has its full deadline from now. A whole DTI
+            # missed means a periodic test never ran: say so loudly.
+            late = ins.now - ins.due
+            level = "warning" if late >= self.config.timing.dti_s else "debug"
+            self._log(level, "selftest_started_late", channel=ins.channel, due=ins.due, late_s=late)
+        elif isinstance(ins, sch.ScrubFindings):
+            self._log("warning", "scrub_findings", channel=ins.channel, corrected=ins.corrected,
+                      uncorrectable=ins.uncorrectable)
+            if ins.uncorrectable:
+                self._fault(ins.channel, ctl.FaultKind.ECC_UNCORRECTABLE, now, now,
+                            f"{ins.uncorrectable} uncorrectable weight word(s)")
+        elif isinstance(ins, sch.ScrubOverrun):
+            self._log("warning", "scrub_overrun", channel=ins.channel)
+
+    def _start_selftest(self, ins: sch.StartSelfTest, now: float) -> None:
+        pats = self._by_channel[ins.channel]
+        pattern = pats[int(ins.pattern_id[1:]) % len(pats)]
+        seq = self.next_seq()
+        self._tests[seq] = SelfTestInFlight(ins.channel, ins.test_id, pattern, now)
+        self._send(ins.channel, Kind.REQUEST, seq, {
+            "job": "selftest", "test_id": ins.test_id, "weight_id": pattern.id,
+            "deadline_ms": max(0.0, ins.deadline - now) * 1000.0},
+            (np.ascontiguousarray(pattern.a), np.ascontiguousarray(pattern.b)))
+        self._log("debug", "selftest_sent", channel=ins.channel, test_id=ins.test_id, seq=seq,
+                  pattern=pattern.id, lag_s=self.clock() - now)
+
+    # ------------------------------------------------------------ controller
+
+    def _controller(self, event: ctl.ControllerEvent) -> None:
+        """Feed the controller `event` and carry out its instructions. An event raised while
+        carrying them out (a nested scheduler catch-up can detect another fault) waits in a
+        FIFO until the current instruction list is done: the controller has already moved on,
+        so applying its older instructions after a newer decision would undo that decision."""
+        self._ctl_queue.append(event)
+        if self._in_controller:
+            return
+        self._in_controller = True
+        try:
+            while self._ctl_queue:
+                self._controller_one(self._ctl_queue.popleft())
+        finally:
+            self._in_controller = False
+        self._emit(fx.SystemdStatus(self._sid))  # the shell sends it on change only
+
+    def _controller_one(self, event: ctl.ControllerEvent) -> None:
+        now = event.now
+        mode = self.controller.mode  # before this event
+        reactions: list[ctl.RecordReaction] = []
+        steps: list[tuple[str, float]] = []
+        for ins in self.controller.handle(event):
+            steps.append((type(ins).__name__, self.clock()))
+            if isinstance(ins, ctl.RecordReaction):
+                reactions.append(ins)  # recorded once every other action has been carried out
+            elif isinstance(ins, ctl.SetMode):
+                mode = self._set_mode(ins, mode, now)
+            elif isinstance(ins, ctl.SetChannelState):
+                self.metrics.set_channel_state(ins.channel, ins.state)
+                self._log("info", "channel_state", channel=ins.channel, state=ins.state.value,
+                          reason=ins.reason)
+            elif isinstance(ins, ctl.SetVoting):
+                self.report_hft()
+                if ins.channels:
+                    self._emit(fx.SystemdReady(self._sid))
+            elif isinstance(ins, ctl.RestartChannel | ctl.IsolateChannel):
+                self._channel_leaves(ins, now)
+            elif isinstance(ins, ctl.RequestSelfTest):
+                self._run_now(ins.channel, now)
+            elif isinstance(ins, ctl.Notify):
+                self._emit(fx.Publish(ins.event_type, dict(ins.payload), self._sid))
+            elif isinstance(ins, ctl.RunHook):
+                self._emit(fx.RunHook(ins.event_type, dict(ins.payload), self._sid))
+        fault = event if isinstance(event, ctl.Fault) else None
+        for rec in reactions:
+            cls = self._class_of.get(id(event), FaultClass.UNCLASSIFIED)
+            self._emit(fx.ReactionDone(
+                rec.kind, rec.fdti_seconds, rec.frti_seconds,
+                fault.detected_at if fault is not None else now, cls.value,
+                fault.channel if fault is not None else None,
+                quote(fault.detail) if fault is not None else "", tuple(steps), self._sid))
+
+    def _set_mode(self, ins: ctl.SetMode, old: Mode, now: float) -> Mode:
+        self.safe_reason = ins.reason if ins.mode is Mode.SAFE else None
+        self.metrics.set_mode(ins.mode)
+        self._log("warning", "mode_changed", mode=ins.mode.value, previous=old.value,
+                  reason=ins.reason)
+        if ins.mode is Mode.SAFE:
+            for ch in self.config.channel_names:
+                self._classifier.abandon(ch)  # latched: nothing more to react to
+            self._voter(vot.EnterSafe(now))
+        elif old is Mode.SAFE:
+            self._voter(vot.Reset(now))
+        return ins.mode
+
+    def _channel_leaves(self, ins: ctl.RestartChannel | ctl.IsolateChannel, now: float) -> None:
+        self._drop_delivery(ins.channel)
+        self._classifier.abandon(ins.channel)  # its new incarnation starts afresh
+        if ins.channel in self.scheduler.channels:
+            self._sched(sch.ChannelLeft(ins.channel, now))
+        if isinstance(ins, ctl.RestartChannel):
+            self._emit(fx.RestartChannel(ins.channel, ins.delay, now, self._sid))
+        else:
+            self._emit(fx.IsolateChannel(ins.channel, now, self._sid))
+
+    def report_hft(self) -> None:  # pragma: no cover - RuntimeCore overrides
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ faults
+
+    def _fault(self, channel: str | None, kind: ctl.FaultKind, detected_at: float, now: float,
+               detail: str) -> None:
+        """Report a fault to the controller, after classifying it by retest where that is
+        safe (`safemon.fault_classes`): a 2oo3 voting channel's self-test failure or
+        disagreement starts `classification.retests` self-tests first."""
+        if channel is not None and self._classifier.active(channel):
+            if kind in RETESTED:
+                self._retest_done(channel, False, now)  # it showed again: a failed retest
+                return
+            # Another kind of fault (crash, hang, ...) ends the retest: both are reported,
+            # the first as permanent (it was followed by another failure).
+            pending = self._classifier.abandon(channel)
+            if pending is not None:
+                self._fault_now(channel, pending[0], pending[1], now, pending[2],
+                                FaultClass.PERMANENT)
+        elif (channel is not None and kind in RETESTED and self.controller.mode is not Mode.SAFE
+              and self.controller.policy is Policy.TWO_OO_THREE
+              and channel in self.controller.voting
+              and self._classifier.begin(channel, (kind, detected_at, detail))):
+            self._log("info", "fault_retest_started", channel=channel, kind=kind.value,
+                      retests=self._classifier.retests)
+            self._run_now(channel, now)
+            return
+        self._fault_now(channel, kind, detected_at, now, detail, FaultClass.UNCLASSIFIED)
+
+    def _retest_done(self, channel: str, passed: bool, now: float) -> None:
+        done = self._classifier.result(channel, passed)
+        if done is None:
+            self._run_now(channel, now)
+            return
+        (kind, detected_at, detail), cls = done
+        self._log("info", "fault_classified", channel=channel, kind=kind.value,
+                  fault_class=cls.value)
+        self._fault_now(channel, kind, detected_at, now, detail, cls)
+
+    def _fault_now(self, channel: str | None, kind: ctl.FaultKind, detected_at: float,
+                   now: float, detail: str, fault_class: FaultClass) -> None:
+        self.metrics.count_fault_class(kind, fault_class.value)
+        if fault_class is not FaultClass.UNCLASSIFIED:
+            detail = f"{detail} [{fault_class.value} after {self._classifier.retests} retest(s)]"
+        # An injected fault's occurrence time is consumed by its first detection: the channel
+        # is then isolated or restarted (a new incarnation starts without the fault).
+        occurred = None
+        if channel is not None and channel in self._injected_at:
+            expiry = self._injected_expiry.get(channel)
+            if expiry is None or detected_at <= expiry:
+                occurred = self._injected_at[channel]
+            del self._injected_at[channel]
+            self._injected_expiry.pop(channel, None)
+        if occurred is not None and occurred > detected_at:
+            occurred = None
+        event = ctl.Fault(channel=channel, kind=kind, detected_at=min(detected_at, now),
+                          now=now, occurred_at=occurred, detail=detail)
+        self._class_of[id(event)] = fault_class
+        try:
+            self._controller(event)
+        finally:
+            self._class_of.pop(id(event), None)
+
+
+def controller_config(c: Config) -> ctl.ControllerConfig:
+    """The safe-state controller's settings from the deployment config."""
+    degraded = c.degraded_policy if c.policy is Policy.TWO_OO_THREE else None
+    return ctl.ControllerConfig(
+        channels=c.channel_names,
+        policy=Policy(c.policy),
+        degraded_policy=degraded or Policy.TWO_OO_TWO,
+        max_restarts=c.restart.max_restarts,
+        restart_window=c.restart.window_s,
+        backoff_initial=c.restart.backoff_initial_s,
+        backoff_factor=c.restart.backoff_factor,
+        backoff_max=c.restart.backoff_max_s,
+        restart=c.actions.restart,
+        isolate=c.actions.isolate,
+        notify=c.actions.notify,
+        hook=c.actions.hook is not None,
+    )
