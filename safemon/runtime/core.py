@@ -38,6 +38,7 @@ from safemon.patterns import voter as vot
 from safemon.runtime import effects as fx
 from safemon.runtime import stimuli as st
 from safemon.runtime.control import ControlCommands
+from safemon.runtime.models import ModelRequests
 from safemon.runtime.support import (
     GoldenPatternLike,
     Live,
@@ -55,7 +56,7 @@ from safemon.weight_id import weight_id_of
 __all__ = ["RuntimeCore"]
 
 
-class RuntimeCore(ControlCommands):
+class RuntimeCore(ModelRequests, ControlCommands):
     """The daemon's decisions (see the module docstring). Not thread-safe: the shell's loop
     thread calls `handle`; other threads may only read (`status`-style accessors).
 
@@ -90,6 +91,7 @@ class RuntimeCore(ControlCommands):
         #: (client deadline, seq): when a client's own timeout ends its wait. The channels'
         #: budget (the voter's deadline) is separate and never shorter than the config says.
         self._client_deadlines: list[tuple[float, int]] = []
+        self._init_models()
 
     # ================================================================== dispatch
 
@@ -204,7 +206,7 @@ class RuntimeCore(ControlCommands):
 
     def _on_ingress(self, identity: bytes, msg: Message, now: float) -> None:
         try:
-            request: msgs.Hello | msgs.RegisterWeight | msgs.MatmulRequest | None = (
+            request: msgs.IngressMessage | None = (
                 msgs.parse_ingress(msg.kind, msg.meta))
             problem = ""
         except msgs.MetaError as exc:
@@ -221,30 +223,41 @@ class RuntimeCore(ControlCommands):
         if isinstance(request, msgs.RegisterWeight):
             self._register_weight(identity, msg)
             return
+        if isinstance(request, msgs.RegisterModel):
+            self._register_model(identity, msg)
+            return
         problems = [("InvalidInputError", problem)] if request is None else []
         if request is not None:
-            problems = [p for p in [self._validate_request(request.weight_id, msg)] if p is not None]
+            problems = [p for p in [self._validate_request(request, msg)] if p is not None]
         if problems:
             kind, text = problems[0]
             if kind == "InvalidInputError" and msg.kind is Kind.REQUEST:
                 self.metrics.count_request("invalid_input")
             self._error_to("ingress", identity, msg.seq, kind, text)
             return
-        assert isinstance(request, msgs.MatmulRequest)
+        assert isinstance(request, msgs.MatmulRequest | msgs.ModelRequest)
         self._submit(identity, msg, request, now)
 
-    def _submit(self, identity: bytes, msg: Message, request: msgs.MatmulRequest,
-                now: float) -> None:
-        wid = request.weight_id
+    def _submit(self, identity: bytes, msg: Message,
+                request: msgs.MatmulRequest | msgs.ModelRequest, now: float) -> None:
+        model = self.models.get(request.model_id) if isinstance(request, msgs.ModelRequest) else None
+        wid = model.model_id if model is not None else str(getattr(request, "weight_id", ""))
         x = np.ascontiguousarray(msg.arrays[0])
         m, k = x.shape
-        n = self.weights[wid].shape[1]
+        n = model.max_dim if model is not None else self.weights[wid].shape[1]
         safe = self.controller.mode is Mode.SAFE
         policy = self.controller.policy
         voters = tuple(self.config.channel_names[: policy.channels]) if safe else self.controller.voting
         queued_s = max((self._queued_s(ch, now) for ch in voters), default=0.0)
         refusal = admission.check_request(self.config, x.shape, n, self.voter.open_requests,
                                           queued_s)
+        if refusal is None and model is not None and not safe and policy is Policy.ONE_OO_ONE_D:
+            # 1oo1D's per-request check is the host ABFT test of C against x and W, which a
+            # model's intermediate layers never reach: no trustworthy model output exists.
+            refusal = admission.Refusal(
+                "VoteTimeoutError", "whole-model requests need two or more voting channels "
+                "(the 1oo1D per-request check cannot see a model's intermediate layers)",
+                "channel_error")
         if refusal is not None:
             self.metrics.count_request(refusal.outcome)
             self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
@@ -256,20 +269,30 @@ class RuntimeCore(ControlCommands):
         # The channels are judged by their own budget for this work item (the work queued
         # ahead of it included), never by the client's timeout: a client that gives up
         # earlier gets VoteTimeoutError, alone.
-        budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
-        cost_s = admission.item_cost_s(self.config, m, k, n)
+        if model is None:
+            budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
+            cost_s = admission.item_cost_s(self.config, m, k, n)
+        else:
+            budget_s = model.budget_s(self.config, m, queued_s)
+            cost_s = model.cost_s(self.config, m)
         client_s = client_deadline_s(request.deadline_ms, budget_s)
         seq = self.next_seq()
         for ch in voters:
             self._queued[ch][seq] = (cost_s, now + budget_s)
         incs = {ch: self.processes.incarnation(ch) for ch in voters}
-        self._live[seq] = Live(identity, msg.seq, now, x, wid, policy, incarnations=incs)
+        self._live[seq] = Live(identity, msg.seq, now, x, wid, policy, incarnations=incs,
+                               model=model)
         self._sent_to[seq] = (now + budget_s, incs)
         if client_s < budget_s:
             heapq.heappush(self._client_deadlines, (now + client_s, seq))
         self._voter(vot.Submit(seq, now, now + budget_s, voters, policy))
         if seq in self._live:
             for ch in voters:
+                if model is not None:
+                    self._send(ch, Kind.REQUEST, seq, msgs.ModelWork(
+                        model_id=wid, deadline_ms=budget_s * 1000.0).to_meta(),
+                        (x, model.spec, model.biases))
+                    continue
                 self._send(ch, Kind.REQUEST, seq, msgs.WorkRequest(
                     job="live", weight_id=wid, deadline_ms=budget_s * 1000.0).to_meta(), (x,))
 
@@ -293,17 +316,26 @@ class RuntimeCore(ControlCommands):
             for seq in [s for s, (_c, d) in q.items() if d < now]:
                 del q[seq]
 
-    def _validate_request(self, wid: str, msg: Message) -> tuple[str, str] | None:
+    def _validate_request(self, request: msgs.MatmulRequest | msgs.ModelRequest,
+                          msg: Message) -> tuple[str, str] | None:
         if len(msg.arrays) != 1:
             return "InvalidInputError", f"a request carries one array x, got {len(msg.arrays)}"
         x = msg.arrays[0]
-        if wid not in self.weights:
-            return "UnknownWeightError", f"weight id {quote(wid)} is not registered with this daemon"
-        w = self.weights[wid]
+        if isinstance(request, msgs.ModelRequest):
+            model = self.models.get(request.model_id)
+            if model is None:
+                return ("UnknownModelError",
+                        f"model id {quote(request.model_id)} is not registered with this daemon")
+            k_in = model.k_in
+        else:
+            if request.weight_id not in self.weights:
+                return ("UnknownWeightError",
+                        f"weight id {quote(request.weight_id)} is not registered with this daemon")
+            k_in = self.weights[request.weight_id].shape[0]
         if x.dtype != np.float32 or x.ndim != 2 or x.size == 0:
             return "InvalidInputError", f"x must be a non-empty 2-D float32 array, got {x.dtype} {x.shape}"
-        if x.shape[1] != w.shape[0]:
-            return "InvalidInputError", f"x is {x.shape}, the weight is {w.shape}: inner dimensions differ"
+        if x.shape[1] != k_in:
+            return "InvalidInputError", f"x is {x.shape}, the input needs {k_in} columns: inner dimensions differ"
         if not np.isfinite(x).all():
             return "InvalidInputError", "x contains NaN or infinity (non-finite inputs are rejected)"
         return None
@@ -437,6 +469,8 @@ class RuntimeCore(ControlCommands):
         elif isinstance(m, msgs.ScrubReport):
             if m.corrected >= 0 and m.uncorrectable >= 0 and name in self.scheduler.channels:
                 self._sched(sch.ScrubDone(name, m.corrected, m.uncorrectable, now))
+        elif isinstance(m, msgs.Result) and m.job == "model":
+            self._on_model_result(name, msg, now)
         elif isinstance(m, msgs.Result):
             ok = m.ok and len(msg.arrays) in (2, 3)  # a GPU self-test adds the SMs frame
             if ok and m.kernel_seconds is not None and m.kernel_seconds >= 0:

@@ -24,7 +24,7 @@ A 2oo3 voting channel's self-test failure or disagreement is first classified by
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -132,6 +132,16 @@ class Roles:
     def _drop_delivery(self, ch: str) -> None:  # pragma: no cover - RuntimeCore overrides
         raise NotImplementedError
 
+    # Whole-model hooks (`safemon.runtime.models.ModelRequests` overrides them).
+    def _layer_note(self, seq: int) -> str:
+        return ""
+
+    def _forget_digests(self, seq: int) -> None:
+        return None
+
+    def _release_ok(self, seq: int, live: Live, agreed: Sequence[str], channel: str) -> bool:
+        return True
+
     # ------------------------------------------------------------ voter
 
     def _voter(self, event: vot.Event) -> None:
@@ -144,8 +154,9 @@ class Roles:
                 if live is not None:
                     self.metrics.count_request(d.error)
                     self.metrics.observe_vote_latency(max(0.0, now - live.submitted))
-                self._log("info", "vote_failed", seq=d.req_id, error=d.error, detail=d.detail)
-                self._answer_error(d.req_id, FAIL_ERRORS[d.error], d.detail)
+                detail = d.detail + (self._layer_note(d.req_id) if d.error == "disagreement" else "")
+                self._log("info", "vote_failed", seq=d.req_id, error=d.error, detail=detail)
+                self._answer_error(d.req_id, FAIL_ERRORS[d.error], detail)
             elif isinstance(d, vot.Disagreement):
                 self._disagreement(d, now)
             elif isinstance(d, vot.DeadlineMiss):
@@ -171,6 +182,13 @@ class Roles:
         if live is None:
             return
         c = live.results[d.channel]
+        if not self._release_ok(d.req_id, live, d.agreed, d.channel):
+            # Digests agreed but the bytes that travelled do not: never release them.
+            self.metrics.count_request("disagreement")
+            self._log("error", "released_output_mismatch", seq=d.req_id, channel=d.channel)
+            self._error_to("ingress", live.identity, live.client_seq, "DisagreementError",
+                           "the agreeing channels' outputs differ from their digests")
+            return
         self.metrics.count_request("released")
         self.metrics.observe_vote_latency(max(0.0, now - live.submitted))
         kernel_s = max((live.kernel_seconds.get(ch, 0.0) for ch in d.agreed), default=0.0)
@@ -183,16 +201,19 @@ class Roles:
     def _disagreement(self, d: vot.Disagreement, now: float) -> None:
         for ch in d.minority:
             self.metrics.count_disagreement(ch)
+        note = self._layer_note(d.req_id)  # whole-model requests: the first diverging layer
+        self._forget_digests(d.req_id)
         self._log("warning", "disagreement", seq=d.req_id, minority=list(d.minority),
-                  majority=list(d.majority), policy=d.policy.value)
+                  majority=list(d.majority), policy=d.policy.value,
+                  first_diverging_layer=note.rpartition(" ")[2] or None)
         # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
         # two faulty ones, so its mismatch goes to the self-test diagnosis.
         if d.policy is Policy.TWO_OO_THREE and d.majority and len(d.minority) == 1:
             self._fault(d.minority[0], ctl.FaultKind.DISAGREEMENT_MINORITY, now, now,
-                        f"request {d.req_id}")
+                        f"request {d.req_id}{note}")
         else:
             self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
-                        f"request {d.req_id}: {', '.join(d.minority)} disagree")
+                        f"request {d.req_id}: {', '.join(d.minority)} disagree{note}")
 
     # ------------------------------------------------------------ scheduler
 

@@ -15,6 +15,7 @@ import numpy.typing as npt
 from safemon.config import Config
 from safemon.errors import PatternError
 from safemon.kernels.catalog import Variant
+from safemon.model_registry import RegisteredModel
 from safemon.patterns import scheduler as sch
 from safemon.patterns.controller import FaultKind
 from safemon.states import Policy
@@ -119,6 +120,8 @@ class Live:
     incarnations: dict[str, int] = field(default_factory=dict)
     results: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)
     kernel_seconds: dict[str, float] = field(default_factory=dict)
+    #: a whole-model request's model (None: a matmul request on `weight_id`)
+    model: RegisteredModel | None = None
 
 
 @dataclass

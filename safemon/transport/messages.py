@@ -34,10 +34,14 @@ __all__ = [
     "ErrorReply",
     "Heartbeat",
     "Hello",
+    "IngressMessage",
     "MatmulRequest",
     "MetaError",
+    "ModelRequest",
+    "ModelWork",
     "PublishedEvent",
     "Register",
+    "RegisterModel",
     "RegisterWeight",
     "Released",
     "Result",
@@ -181,6 +185,30 @@ class MatmulRequest(Schema):
 
 
 @dataclass(frozen=True)
+class RegisterModel(Schema):
+    """Two frames: the layer spec and the biases (`safemon.models.encode_model`). Answered
+    `ControlReply` with `outcome` = the model id, or `ErrorReply` naming the layer at fault
+    (docs/PROTOCOL.md section 10)."""
+
+    KIND = Kind.CONTROL
+    TAG = ("command", "register_model")
+    ROUTE = "client → daemon (ingress)"
+    args: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelRequest(Schema):
+    """One frame: x (M, K_0) float32, finite; the whole forward pass of the registered
+    `model_id`. `deadline_ms` as in `MatmulRequest`. Answered `Released` or `ErrorReply`."""
+
+    KIND = Kind.REQUEST
+    TAG = ("job", "model")
+    ROUTE = "client → daemon (ingress)"
+    model_id: str
+    deadline_ms: float | None = None
+
+
+@dataclass(frozen=True)
 class Released(Schema):
     """One frame: the released C (M, N) float32."""
 
@@ -239,6 +267,18 @@ class WorkRequest(Schema):
     weight_id: str
     deadline_ms: float
     test_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelWork(Schema):
+    """Three frames for a whole-model job: x, the layer spec and the biases of `model_id`.
+    Answered `Result(job="model")` with two frames: the output and the uint64 digest frame."""
+
+    KIND = Kind.REQUEST
+    TAG = ("job", "model")
+    ROUTE = "daemon → channel"
+    model_id: str
+    deadline_ms: float
 
 
 @dataclass(frozen=True)
@@ -329,8 +369,8 @@ class PublishedEvent(Schema):
 
 #: Every schema, in the order docs/PROTOCOL.md lists them.
 SCHEMAS: tuple[type[Schema], ...] = (
-    Hello, RegisterWeight, MatmulRequest, Released, ControlReply, ErrorReply, ControlCommand,
-    WorkRequest, ChannelCommand, Register, Heartbeat, Result, WeightAck, ScrubReport,
+    Hello, RegisterWeight, MatmulRequest, RegisterModel, ModelRequest, Released, ControlReply,
+    ErrorReply, ControlCommand, WorkRequest, ModelWork, ChannelCommand, Register, Heartbeat, Result, WeightAck, ScrubReport,
     PublishedEvent,
 )
 
@@ -376,12 +416,20 @@ def schema_for(kind: Kind, meta: Mapping[str, MetaValue], route: str = "") -> ty
     raise MetaError(f"no message schema of kind {kind.value!r} fits meta keys {sorted(meta)}")
 
 
-def parse_ingress(kind: Kind, meta: Mapping[str, MetaValue]) -> Hello | RegisterWeight | MatmulRequest:
+#: What a client may send on the daemon's ingress socket.
+IngressMessage = Hello | RegisterWeight | RegisterModel | MatmulRequest | ModelRequest
+
+
+def parse_ingress(kind: Kind, meta: Mapping[str, MetaValue]) -> IngressMessage:
     """A client's message on the daemon's ingress socket. Raises MetaError."""
     if kind is Kind.CONTROL and meta.get("command") == "hello":
         return Hello.parse(meta)
     if kind is Kind.CONTROL and meta.get("command") == "register_weight":
         return RegisterWeight.parse(meta)
+    if kind is Kind.CONTROL and meta.get("command") == "register_model":
+        return RegisterModel.parse(meta)
+    if kind is Kind.REQUEST and meta.get("job") == "model":
+        return ModelRequest.parse(meta)
     if kind is Kind.REQUEST:
         return MatmulRequest.parse(meta)
     raise MetaError(f"unexpected message kind {kind.value!r} on ingress")
