@@ -63,7 +63,9 @@ def _to_client(x: torch.Tensor) -> tuple[Any, Callable[[Any], torch.Tensor]]:
         return x, lambda out: out
     with cupy.cuda.Device(x.device.index):
         arr = cupy.from_dlpack(x)
-    return arr, lambda out: torch.from_dlpack(out)
+    from torch.utils.dlpack import from_dlpack
+
+    return arr, lambda out: from_dlpack(out)
 
 
 class ChainBinding:

@@ -67,7 +67,9 @@ class _Protected(nn.Module):
     @property
     def device(self) -> torch.device:
         """The device of the layer's weights."""
-        return self._device_probe.device
+        probe = self._device_probe
+        assert isinstance(probe, torch.Tensor)
+        return probe.device
 
     def _product(self, x2d: torch.Tensor) -> torch.Tensor:
         """The operator on an (M, K) input (contiguous), or an empty (0, N) for M = 0."""
