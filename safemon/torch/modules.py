@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from safemon.client import Client
-from safemon.models import Activation
+from safemon.config import VariantConfig
+from safemon.models import Activation, reference_forward
 from safemon.torch import conv as convmath
 from safemon.torch.binding import ChainBinding, LayerSpec
 from safemon.torch.checks import check_input, check_weight_dtype
@@ -78,6 +79,25 @@ class _Protected(nn.Module):
             return x2d.new_empty((0, n))
         out: torch.Tensor = safemon_forward(x2d.contiguous(), self._key, n)
         return out
+
+    def _reference_2d(self, x2d: torch.Tensor, variant: VariantConfig | None) -> np.ndarray:
+        host = np.ascontiguousarray(x2d.detach().to("cpu").numpy())
+        out: np.ndarray = reference_forward(self.binding.weights, list(self.binding.layers),
+                                            host, variant=variant)
+        return out
+
+    def reference(self, x: torch.Tensor, variant: VariantConfig | None = None) -> np.ndarray:
+        """What this module must output for `x`, from `safemon.models.reference_forward`
+        (NumPy, on the host): a released output equals it bit for bit.
+
+        Args:
+            x: an input this module accepts (any device; copied to the host).
+            variant: the channels' kernel variant (`config.channels[0].variant`); None =
+                the default.
+        """
+        k = self.binding.in_features
+        out = self._reference_2d(x.reshape(-1, k), variant)
+        return out.reshape(*x.shape[:-1], self.binding.out_features)
 
     def _dense(self, x: torch.Tensor) -> torch.Tensor:
         """(..., K) → (..., N) through the binding, after the checks."""
@@ -190,6 +210,14 @@ class ProtectedConv2d(_Protected):
         ho, wo = self.geometry.out_size(int(x.shape[2]), int(x.shape[3]))
         y = self._product(convmath.im2col(x, self.geometry))
         return convmath.col2im(y, int(x.shape[0]), ho, wo)
+
+    def reference(self, x: torch.Tensor, variant: VariantConfig | None = None) -> np.ndarray:
+        """What this module must output for `x` ((N, C, H, W)), from `reference_forward`
+        on the unfolded input (NumPy, host, (N, O, Ho, Wo)); see `_Protected.reference`."""
+        ho, wo = self.geometry.out_size(int(x.shape[2]), int(x.shape[3]))
+        cols = convmath.im2col(x.detach().to("cpu"), self.geometry)
+        out = torch.from_numpy(self._reference_2d(cols, variant))
+        return convmath.col2im(out, int(x.shape[0]), ho, wo).numpy()
 
     def extra_repr(self) -> str:
         g = self.geometry

@@ -181,7 +181,9 @@ def plan(model: nn.Module) -> tuple[list[Group], ProtectionReport]:
     """
     planner = _Planner()
     planner.walk(model, "")
-    report = ProtectionReport(type(model).__name__, planner.entries)
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    entries = sorted(planner.entries, key=lambda e: order.get(e.name, len(order)))
+    report = ProtectionReport(type(model).__name__, entries)
     if not planner.groups:
         raise ValueError(
             f"safemon.torch: model {type(model).__name__} has no nn.Linear or nn.Conv2d layer "

@@ -19,7 +19,6 @@ from safemon.client import Client  # noqa: E402
 from safemon.config import Config  # noqa: E402
 from safemon.daemon import Daemon  # noqa: E402
 from safemon.errors import SafemonError  # noqa: E402
-from safemon.models import reference_forward  # noqa: E402
 from safemon.torch import (  # noqa: E402
     ProtectedConv2d,
     ProtectedLinear,
@@ -27,7 +26,6 @@ from safemon.torch import (  # noqa: E402
     protect,
     report_of,
 )
-from safemon.torch import conv as convmath  # noqa: E402
 
 from ..runtime.helpers import make_config, same_bits, system  # noqa: E402
 
@@ -76,18 +74,11 @@ def running(tmp_path: Path) -> Iterator[tuple[Config, Daemon, Client]]:
         yield cfg, daemon, client
 
 
-def reference_of(module: nn.Module, x: torch.Tensor, cfg: Config) -> np.ndarray[Any, Any]:
+def reference_of(module: Any, x: torch.Tensor, cfg: Config) -> np.ndarray[Any, Any]:
     """What `module` must output for input x: reference_forward on its layers (NumPy)."""
     assert cfg.channels is not None
-    b = module.binding
-    if isinstance(module, ProtectedConv2d):
-        cols = convmath.im2col(x, module.geometry).numpy()
-        ref = reference_forward(b.weights, b.layers, cols, variant=cfg.channels[0].variant)
-        ho, wo = module.geometry.out_size(x.shape[2], x.shape[3])
-        return convmath.col2im(torch.from_numpy(ref), x.shape[0], ho, wo).numpy()
-    flat = x.reshape(-1, b.in_features).numpy()
-    out = reference_forward(b.weights, b.layers, flat, variant=cfg.channels[0].variant)
-    return out.reshape(*x.shape[:-1], b.out_features)
+    out: np.ndarray[Any, Any] = module.reference(x, cfg.channels[0].variant)
+    return out
 
 
 def record(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor]]:
