@@ -349,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="daemon configuration (default: the "
                         "embedded 2oo3 default; fault injection is switched on)")
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=None,
+                        help="samples per batch (default 64 on cuda, 16 on the CPU, where "
+                        "the NumPy kernels emulate every GPU thread's signature)")
     parser.add_argument("--reps", type=int, default=30, help="timed batches per model")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request")
     parser.add_argument("--models", default="cnn,transformer")
@@ -358,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
+    if args.batch is None:
+        args.batch = 64 if device.type == "cuda" else 16
     torch.manual_seed(0)
     data = load_digits_split(device)
     run_dir = Path(tempfile.mkdtemp(prefix="safemon-torch-"))
@@ -383,8 +387,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.models.split(","):
             if not wait_all_up(client):
                 raise SystemExit(f"the daemon did not recover before {name} (log in {run_dir})")
-            report["models"][name] = evaluate(name, makers[name]().to(device), client, config,
-                                              data, args)
+            try:
+                report["models"][name] = evaluate(name, makers[name]().to(device), client,
+                                                  config, data, args)
+            except SafemonError as exc:  # reported, not hidden: the run then exits 1
+                report.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
         if args.layer_bench:
             wait_all_up(client)
             report["layer_bench"] = layer_bench(client, args.layer_bench, device, args.reps,
@@ -393,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     wrong = sum(r["faults"]["wrong_outputs_released"] for r in report["models"].values())
-    return 1 if wrong else 0
+    for name, err in report.get("errors", {}).items():
+        print(f"{name}: FAILED {err}")
+    return 1 if wrong or report.get("errors") else 0
 
 
 if __name__ == "__main__":
