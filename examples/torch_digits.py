@@ -52,7 +52,7 @@ from safemon.torch import ProtectedConv2d, ProtectedLinear, ProtectedSequence, p
 #: Timing overrides for the CPU variant (see `main`).
 CPU_TIMING = {"SAFEMON_TIMING__REQUEST_DEADLINE_S": "3.0",
               "SAFEMON_TIMING__DTI_S": "5.0",
-              "SAFEMON_TIMING__SELFTEST_DEADLINE_S": "1.0",
+              "SAFEMON_TIMING__SELFTEST_DEADLINE_S": "4.0",
               "SAFEMON_TIMING__HEARTBEAT_TIMEOUT_S": "2.0",
               "SAFEMON_TIMING__FTTI_S": "10.0"}
 PROTECTED = (ProtectedLinear, ProtectedSequence, ProtectedConv2d)
