@@ -15,11 +15,14 @@ then activation, each in float32): it equals `safemon.models.reference_forward` 
 input bit for bit, not PyTorch's own `F.linear` (which may round differently).
 
 Errors from the client (`SafeStateError`, `VoteTimeoutError`, `DisagreementError`,
-`InvalidInputError`) pass through unchanged: no output is ever made up.
+`InvalidInputError`) pass through unchanged: no output is ever made up. `BusyError` (the
+daemon's admission control: "retry later", not a fault) is retried with a short back-off
+until the call's timeout has passed, then raised.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +32,7 @@ import numpy.typing as npt
 import torch
 
 from safemon.client import Client
+from safemon.errors import BusyError
 from safemon.models import Activation, Layer
 
 __all__ = ["ChainBinding", "LayerSpec"]
@@ -99,4 +103,14 @@ class ChainBinding:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """The released output for x ((M, K) float32, contiguous), on x's device."""
         arr, back = _to_client(x)
-        return back(self.client.run(self.model_id, arr, timeout=self.timeout))
+        end = time.monotonic() + self.timeout
+        pause = 0.002
+        while True:
+            remaining = end - time.monotonic()
+            try:
+                return back(self.client.run(self.model_id, arr, timeout=max(remaining, 1e-3)))
+            except BusyError:
+                if remaining <= pause:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
