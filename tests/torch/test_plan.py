@@ -103,3 +103,11 @@ def test_printout_lists_protected_and_unprotected_and_what_is_never_seen() -> No
     assert "1 layers protected in 1 request(s)" in text
     assert "NOT protected: normalisation" in text and "NOT protected: softmax" in text
     assert "folded" in text and NOT_MODULES in text
+
+
+def test_report_of_an_unprotected_model_is_a_value_error() -> None:
+    """report_of() on a model protect() never saw says so."""
+    from safemon.torch import report_of
+
+    with pytest.raises(ValueError, match="not protected"):
+        report_of(nn.Linear(2, 2))
