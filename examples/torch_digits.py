@@ -53,7 +53,7 @@ from safemon.torch import ProtectedConv2d, ProtectedLinear, ProtectedSequence, p
 CPU_TIMING = {"SAFEMON_TIMING__REQUEST_DEADLINE_S": "3.0",
               "SAFEMON_TIMING__DTI_S": "5.0",
               "SAFEMON_TIMING__SELFTEST_DEADLINE_S": "4.0",
-              "SAFEMON_TIMING__HEARTBEAT_TIMEOUT_S": "2.0",
+              "SAFEMON_TIMING__HEARTBEAT_TIMEOUT_S": "5.0",
               "SAFEMON_TIMING__FTTI_S": "10.0"}
 #: Timing overrides for the GPU variant: the first request of a new model shape may wait for
 #: kernel compiles in every channel at once; the default 0.25 s budget would call that a
