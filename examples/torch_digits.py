@@ -26,6 +26,7 @@ The report (JSON) goes to --out; a table goes to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import platform
@@ -251,6 +252,10 @@ def faulty_pass(model: nn.Module, client: Client, channel: str, x: torch.Tensor,
             except SafemonError:
                 refused += len(y[sl])
     client.clear_faults()
+    with contextlib.suppress(SafemonError):
+        # The operator's step: re-admit a channel isolated after too many restarts (and
+        # leave SAFE, were it entered), so that the next model starts from NORMAL.
+        client.reset()
     return {"accuracy": correct / len(y), "samples_refused": refused,
             "faults_injected": injected, "protected_outputs_released": counts["released"],
             "wrong_outputs_released": counts["wrong"]}
