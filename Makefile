@@ -5,6 +5,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NVCC   ?= $(shell command -v nvcc 2>/dev/null)
+# CI runs the safemon.torch tests too. Pinned to the CPU build that this machine image keeps on
+# disk (pip takes it from there, ~190 MB, no download); an unpinned `torch` resolves to a CUDA
+# build of several GB on PyPI. Override with `make TORCH_PIN=... test`, or TORCH_PIN= to skip
+# torch (its tests then skip).
+TORCH_PIN ?= torch==2.13.0
 
 .PHONY: help venv demo run test lint typecheck cuda-check audit-ptx gpu-check clean
 
@@ -17,6 +22,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	if [ -n "$(TORCH_PIN)" ]; then $(PY) -m pip install --quiet '$(TORCH_PIN)' && \
+	  $(PY) -m pip install --quiet -e '.[test,torch]'; fi
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -1,0 +1,116 @@
+"""A chain of dense layers registered with a safemon `Client`, called with torch tensors.
+
+`ChainBinding(client, specs, timeout=...)` registers each layer's weight ((K, N) float32,
+resident in every channel) and the chain as one whole-model request
+(`Client.register_model`), once. Calling it with an (M, K) float32 tensor sends one request
+and returns the released (M, N) output as a tensor on the input's device:
+
+- a CPU tensor goes as a NumPy array sharing its memory (`Tensor.numpy()`);
+- a CUDA tensor goes as a CuPy array over the same device memory (DLPack, no copy here)
+  and the CuPy result comes back the same way (`torch.from_dlpack`). Without CuPy the
+  tensor itself is passed: the client accepts torch tensors too.
+
+The output is what the voter released, computed by the channels (product, then bias add,
+then activation, each in float32): it equals `safemon.models.reference_forward` on the same
+input bit for bit, not PyTorch's own `F.linear` (which may round differently).
+
+Errors from the client (`SafeStateError`, `VoteTimeoutError`, `DisagreementError`,
+`InvalidInputError`) pass through unchanged: no output is ever made up. `BusyError` (the
+daemon's admission control: "retry later", not a fault) is retried with a short back-off
+until the call's timeout has passed, then raised.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from safemon.client import Client
+from safemon.errors import BusyError
+from safemon.models import Activation, Layer
+
+__all__ = ["ChainBinding", "LayerSpec"]
+
+F32 = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One dense layer as safemon computes it: act(h · weight + bias).
+
+    Attributes:
+        name: the layer's qualified name in the model (for messages and the printout).
+        weight: (K, N) float32, C-contiguous (a Linear's weight transposed).
+        bias: (N,) float32 or None.
+        activation: applied by the channels after the bias.
+    """
+
+    name: str
+    weight: F32
+    bias: F32 | None
+    activation: Activation
+
+
+def _to_client(x: torch.Tensor) -> tuple[Any, Callable[[Any], torch.Tensor]]:
+    """x as an array the client takes, and how to turn its result back into a tensor."""
+    if x.device.type == "cpu":
+        return x.numpy(), lambda out: torch.from_numpy(out)
+    try:
+        import cupy
+    except ImportError:
+        return x, lambda out: out
+    with cupy.cuda.Device(x.device.index):
+        arr = cupy.from_dlpack(x)
+    from torch.utils.dlpack import from_dlpack
+
+    return arr, lambda out: from_dlpack(out)
+
+
+class ChainBinding:
+    """`specs` registered with `client` as one model; see the module docstring.
+
+    Args:
+        client: a connected `safemon.Client` (one per thread: it is not thread-safe).
+        specs: the layers in order; N_i must equal K_{i+1}.
+        timeout: seconds per request (the client's deadline for one vote).
+
+    Raises:
+        InvalidInputError: a weight or bias the client refuses (non-finite values, shapes
+            that do not chain). DaemonUnreachableError: registration not answered in time.
+    """
+
+    def __init__(self, client: Client, specs: Sequence[LayerSpec], *, timeout: float) -> None:
+        self.client = client
+        self.specs = tuple(specs)
+        self.timeout = timeout
+        self.layers = tuple(
+            Layer(client.register_weight(s.weight), s.bias, s.activation) for s in self.specs)
+        self.model_id = client.register_model(list(self.layers))
+        self.in_features = int(self.specs[0].weight.shape[0])
+        self.out_features = int(self.specs[-1].weight.shape[1])
+
+    @property
+    def weights(self) -> list[F32]:
+        """The (K, N) weights in layer order (what `reference_forward` takes)."""
+        return [s.weight for s in self.specs]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The released output for x ((M, K) float32, contiguous), on x's device."""
+        arr, back = _to_client(x)
+        end = time.monotonic() + self.timeout
+        pause = 0.002
+        while True:
+            remaining = end - time.monotonic()
+            try:
+                return back(self.client.run(self.model_id, arr, timeout=max(remaining, 1e-3)))
+            except BusyError:
+                if remaining <= pause:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)

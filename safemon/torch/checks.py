@@ -1,0 +1,74 @@
+"""The errors a PyTorch user sees: each names the layer and says how to fix the call.
+
+Every check raises before anything is sent to the daemon, so a refused input never costs a
+request and never yields a half-computed output:
+
+- `check_weight_dtype`: at `protect` time, a layer whose weight is not float32
+  (`TypeError`: the kernels protect float32 products only; fix: `model.float()`).
+- `check_input`: at every forward,
+  - an input that is not float32 (`TypeError`; fix: `x.float()`, no autocast),
+  - an input on another device than the layer's weights (`ValueError`; fix: `x.to(...)`),
+  - an input that requires a gradient, or a module in training mode with autograd on
+    (`ValueError`: safemon computes no gradients; fix: `model.eval()` and
+    `torch.no_grad()` / `torch.inference_mode()`),
+  - an input whose last dimension is not the layer's input width (`ValueError`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["check_input", "check_weight_dtype"]
+
+_FP32_ONLY = ("safemon's kernels and their signatures protect float32 products only "
+              "(fp16/bf16 products are not protected)")
+
+
+def check_weight_dtype(name: str, weight: torch.Tensor) -> None:
+    """Refuse a layer whose weight is not float32.
+
+    Raises:
+        TypeError: naming the layer, its dtype and the fix (`model.float()` before `protect`).
+    """
+    if weight.dtype != torch.float32:
+        raise TypeError(
+            f"safemon.torch: layer {name!r} has {weight.dtype} weights; {_FP32_ONLY}. "
+            "Fix: call model.float() before protect(model, ...).")
+
+
+def check_input(name: str, x: torch.Tensor, *, device: torch.device, in_features: int,
+                training: bool) -> None:
+    """Refuse an input the protected layer `name` cannot compute exactly.
+
+    Args:
+        name: the layer's qualified name in the model (as `named_modules` gives it).
+        x: the input; its last dimension is the layer's input width (for a Conv2d, the
+            channel dimension is checked by the caller before unfolding).
+        device: the device of the layer's weights.
+        in_features: the expected last dimension, or 0 to skip that check.
+        training: the module's `training` flag.
+
+    Raises:
+        TypeError: x is not float32.
+        ValueError: x on another device, x requires a gradient (or the module trains with
+            autograd on), or a wrong last dimension.
+    """
+    if x.dtype != torch.float32:
+        raise TypeError(
+            f"safemon.torch: layer {name!r} got a {x.dtype} input; {_FP32_ONLY}. "
+            "Fix: run the protected model in float32 (x.float(), no torch.autocast).")
+    if x.device != device:
+        raise ValueError(
+            f"safemon.torch: layer {name!r} has its weights on {device} but got an input on "
+            f"{x.device}. Fix: x.to({str(device)!r}), or move the model with model.to(...) "
+            "before calling it.")
+    if x.requires_grad or (training and torch.is_grad_enabled()):
+        why = "an input that requires grad" if x.requires_grad else "a call in training mode"
+        raise ValueError(
+            f"safemon.torch: layer {name!r} got {why}; safemon protects inference and "
+            "computes no gradients. Fix: train the unprotected model, then call model.eval() "
+            "and run the protected one under torch.no_grad() or torch.inference_mode().")
+    if in_features and (x.ndim == 0 or x.shape[-1] != in_features):
+        raise ValueError(
+            f"safemon.torch: layer {name!r} expects inputs of shape (..., {in_features}), "
+            f"got {tuple(x.shape)}.")

@@ -1,0 +1,226 @@
+"""The protected modules that `protect` puts in place of PyTorch's.
+
+- `ProtectedLinear`: one `nn.Linear` (and the activation right after it, when safemon
+  computes that activation): act(x · Wᵀ + b) through safemon.
+- `ProtectedSequence`: consecutive Linear layers of an `nn.Sequential` with only supported
+  activations (ReLU, tanh-GELU, Identity, Dropout in eval) between them, sent as ONE
+  whole-model request per call instead of one request per layer.
+- `ProtectedConv2d`: one `nn.Conv2d` (groups 1, zero padding) as one product over the
+  unfolded input (`safemon.torch.conv`), plus its activation.
+
+Each module keeps a detached copy of the original weight and bias as buffers (so
+`state_dict`, `.to(device)` and the device check follow the model) and calls the
+`safemon::forward` operator, which `torch.compile` and tracing see as one node. Inputs are
+checked first (`safemon.torch.checks`): float32, on the weights' device, no gradient.
+
+The weights the daemon holds are a snapshot taken at construction: changing the module's
+buffers afterwards does not change what is computed (protect the model again instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from safemon.client import Client
+from safemon.config import VariantConfig
+from safemon.models import Activation, reference_forward
+from safemon.torch import conv as convmath
+from safemon.torch.binding import ChainBinding, LayerSpec
+from safemon.torch.checks import check_input, check_weight_dtype
+from safemon.torch.op import forward as safemon_forward
+from safemon.torch.op import register_runner
+
+__all__ = ["ProtectedConv2d", "ProtectedLinear", "ProtectedSequence"]
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().to("cpu", torch.float32).numpy())
+
+
+def linear_spec(name: str, linear: nn.Linear, activation: Activation | str) -> LayerSpec:
+    """The safemon form of `linear`: weight transposed to (in, out), bias as NumPy.
+
+    Raises:
+        TypeError: the weight is not float32 (`checks.check_weight_dtype`).
+    """
+    check_weight_dtype(name, linear.weight)
+    bias = None if linear.bias is None else _numpy(linear.bias)
+    return LayerSpec(name, _numpy(linear.weight).T.copy(), bias, Activation(activation))
+
+
+class _Protected(nn.Module):
+    """What the protected modules share: the binding, its operator key, the checks."""
+
+    def __init__(self, name: str, client: Client, specs: Sequence[LayerSpec],
+                 weight: torch.Tensor, timeout: float) -> None:
+        super().__init__()
+        self.layer_name = name
+        self.binding = ChainBinding(client, specs, timeout=timeout)
+        self._key = register_runner(self.binding, name or "model")
+        # The device the weights live on (moves with .to()): what inputs must match.
+        self.register_buffer("_device_probe", torch.empty(0, device=weight.device),
+                             persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the layer's weights."""
+        probe = self._device_probe
+        assert isinstance(probe, torch.Tensor)
+        return probe.device
+
+    def _product(self, x2d: torch.Tensor) -> torch.Tensor:
+        """The operator on an (M, K) input (contiguous), or an empty (0, N) for M = 0."""
+        n = self.binding.out_features
+        if x2d.shape[0] == 0:
+            return x2d.new_empty((0, n))
+        out: torch.Tensor = safemon_forward(x2d.contiguous(), self._key, n)
+        return out
+
+    def _reference_2d(self, x2d: torch.Tensor, variant: VariantConfig | None) -> np.ndarray:
+        host = np.ascontiguousarray(x2d.detach().to("cpu").numpy())
+        out: np.ndarray = reference_forward(self.binding.weights, list(self.binding.layers),
+                                            host, variant=variant)
+        return out
+
+    def reference(self, x: torch.Tensor, variant: VariantConfig | None = None) -> np.ndarray:
+        """What this module must output for `x`, from `safemon.models.reference_forward`
+        (NumPy, on the host): a released output equals it bit for bit.
+
+        Args:
+            x: an input this module accepts (any device; copied to the host).
+            variant: the channels' kernel variant (`config.channels[0].variant`); None =
+                the default.
+        """
+        k = self.binding.in_features
+        out = self._reference_2d(x.reshape(-1, k), variant)
+        return out.reshape(*x.shape[:-1], self.binding.out_features)
+
+    def _dense(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., K) → (..., N) through the binding, after the checks."""
+        k = self.binding.in_features
+        check_input(self.layer_name, x, device=self.device, in_features=k,
+                    training=self.training)
+        y = self._product(x.reshape(-1, k))
+        return y.reshape(*x.shape[:-1], self.binding.out_features)
+
+
+class ProtectedLinear(_Protected):
+    """`act(x · linear.weightᵀ + linear.bias)` computed and voted by safemon.
+
+    Args:
+        linear: the layer to protect (float32 weights).
+        client: a connected `safemon.Client`.
+        name: the layer's name in messages.
+        activation: what the channels apply after the bias ("identity", "relu", "gelu" =
+            the tanh form, like `nn.GELU(approximate="tanh")`).
+        timeout: seconds per request.
+
+    Input (..., in_features) float32 on the weights' device; output (..., out_features).
+
+    Raises (construction): TypeError for non-float32 weights; the client's errors.
+    Raises (call): see `safemon.torch.checks.check_input`; the client's errors.
+    """
+
+    def __init__(self, linear: nn.Linear, client: Client, *, name: str = "linear",
+                 activation: Activation | str = Activation.IDENTITY,
+                 timeout: float = 1.0) -> None:
+        spec = linear_spec(name, linear, activation)
+        super().__init__(name, client, [spec], linear.weight, timeout)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight", linear.weight.detach().clone())
+        self.register_buffer("bias", None if linear.bias is None
+                             else linear.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._dense(x)
+
+    def extra_repr(self) -> str:
+        act = self.binding.specs[0].activation.value
+        return (f"{self.layer_name!r}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, activation={act}")
+
+
+class ProtectedSequence(_Protected):
+    """Consecutive dense layers sent as one whole-model request per call.
+
+    Args:
+        layers: (name, linear, activation) in order; out_features of one equals the
+            in_features of the next.
+        client, timeout: as for `ProtectedLinear`.
+
+    Input (..., in_features of the first) float32; output (..., out_features of the last).
+    """
+
+    def __init__(self, layers: Sequence[tuple[str, nn.Linear, Activation | str]],
+                 client: Client, *, timeout: float = 1.0) -> None:
+        specs = [linear_spec(name, lin, act) for name, lin, act in layers]
+        label = f"{layers[0][0]}..{layers[-1][0]}"
+        super().__init__(label, client, specs, layers[0][1].weight, timeout)
+        self.names = tuple(name for name, _, _ in layers)
+        for i, (_, lin, _) in enumerate(layers):
+            self.register_buffer(f"weight{i}", lin.weight.detach().clone())
+            self.register_buffer(f"bias{i}", None if lin.bias is None
+                                 else lin.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._dense(x)
+
+    def extra_repr(self) -> str:
+        acts = ", ".join(f"{s.name}:{s.activation.value}" for s in self.binding.specs)
+        return f"one request for [{acts}]"
+
+
+class ProtectedConv2d(_Protected):
+    """A Conv2d (groups 1, zero padding) as one safemon product over the unfolded input,
+    then bias and activation in the channels.
+
+    Input (N, C, H, W) float32 on the weights' device; output (N, O, Ho, Wo).
+
+    Raises (construction): ValueError if `conv_support(conv)` refuses the layer; TypeError
+    for non-float32 weights; the client's errors.
+    """
+
+    def __init__(self, conv: nn.Conv2d, client: Client, *, name: str = "conv",
+                 activation: Activation | str = Activation.IDENTITY,
+                 timeout: float = 1.0) -> None:
+        why = convmath.conv_support(conv)
+        if why is not None:
+            raise ValueError(f"safemon.torch: layer {name!r} cannot be protected: {why}")
+        check_weight_dtype(name, conv.weight)
+        bias = None if conv.bias is None else _numpy(conv.bias)
+        spec = LayerSpec(name, _numpy(convmath.weight_matrix(conv.weight.detach())), bias,
+                         Activation(activation))
+        super().__init__(name, client, [spec], conv.weight, timeout)
+        self.geometry = convmath.geometry_of(conv)
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.register_buffer("weight", conv.weight.detach().clone())
+        self.register_buffer("bias", None if conv.bias is None else conv.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(self.layer_name, x, device=self.device, in_features=0,
+                    training=self.training)
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"safemon.torch: layer {self.layer_name!r} expects (N, {self.in_channels}, H, W)"
+                f" inputs, got {tuple(x.shape)}.")
+        ho, wo = self.geometry.out_size(int(x.shape[2]), int(x.shape[3]))
+        y = self._product(convmath.im2col(x, self.geometry))
+        return convmath.col2im(y, int(x.shape[0]), ho, wo)
+
+    def reference(self, x: torch.Tensor, variant: VariantConfig | None = None) -> np.ndarray:
+        """What this module must output for `x` ((N, C, H, W)), from `reference_forward`
+        on the unfolded input (NumPy, host, (N, O, Ho, Wo)); see `_Protected.reference`."""
+        ho, wo = self.geometry.out_size(int(x.shape[2]), int(x.shape[3]))
+        cols = convmath.im2col(x.detach().to("cpu"), self.geometry)
+        out = torch.from_numpy(self._reference_2d(cols, variant))
+        return convmath.col2im(out, int(x.shape[0]), ho, wo).numpy()
+
+    def extra_repr(self) -> str:
+        g = self.geometry
+        return (f"{self.layer_name!r}, {self.in_channels}, {self.out_channels}, "
+                f"kernel_size={g.kernel}, stride={g.stride}, padding={g.padding}, "
+                f"dilation={g.dilation}, activation={self.binding.specs[0].activation.value}")
