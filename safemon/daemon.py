@@ -268,6 +268,7 @@ class Daemon:
         self._runnow_at: dict[str, float] = {}
         self._injected_at: dict[str, float] = {}
         self._injected_expiry: dict[str, float] = {}  # set when a fault is cleared
+        self._gpu_uuids: dict[str, str] = {}  # channel -> its GPU's UUID (CuPy, read at start)
         self._ctl_queue: collections.deque[ctl.ControllerEvent] = collections.deque()
         self._in_controller = False
         self._states: dict[str, ChannelState] = {
@@ -406,6 +407,7 @@ class Daemon:
             # must fail here and leave the first one's sockets alone.
             self._lock = DaemonLock.acquire(cfg.endpoints.runtime_dir, cfg.name)
         devices = channel_devices(cfg, cuda_uuid if self.backend == "cupy" else None)
+        self._gpu_uuids = {n: d.uuid for n, d in devices.items() if d.uuid}
         self.metrics = Metrics(cfg, self.registry, backend=self.backend, devices=devices)
         self.metrics.set_mode(Mode.NORMAL)
         self._report_hft(at_start=True)
@@ -919,7 +921,7 @@ class Daemon:
         """Declared and effective HFT (`safemon.hft`) of the voting set now; while none
         votes (starting, SAFE), of the configured set under the configured policy."""
         configured = Policy(self.config.policy)
-        hardware = channel_hardware(self.config, self.backend)
+        hardware = channel_hardware(self.config, self.backend, self._gpu_uuids)
         policy, names = (self._policy, self._voting) if self._voting else (
             configured, self.config.channel_names)
         return assess(configured, policy, {n: hardware[n] for n in names})
