@@ -1,0 +1,412 @@
+"""Multi-GPU deployments measured end to end (issues 18 and 21): round trips, throughput,
+the effective HFT the daemon reports, and GPU-wide fault injection, per deployment.
+
+Each `Deployment` starts a real daemon (`safemon run`, channel processes) from one of the
+committed configs under configs/multigpu/ (with its GPUs or policy overridden where the
+deployment says so, e.g. the single-channel baseline), and this process acts as the app on
+`app_gpu`. Measured in the same run, for one shape (default 64×4096×4096, x (M, K) times a
+resident W (K, N), float32):
+
+- **Round trip** (one request in flight): send x from the host, receive the released C on
+  the host (`host`), and then with C uploaded to the app's GPU (`to_app_gpu`): the path an
+  app with host arrays pays today. p50 / p99 over `requests` requests after `warmup`.
+- **Throughput**: `depth` requests kept in flight; released requests per second. The
+  baseline is the deployment marked `baseline` (one channel, 1oo1D, on one GPU) of the
+  same run; each deployment's rate is also given as a ratio to it.
+- **Peer copy**: the released C's size moved from each channel GPU to the app's GPU with
+  `safemon.transport.peer_copy.copy_to_device` against the host round trip it replaces
+  (`host_staged_copy`), and whether the pair has a direct P2P path.
+- **Faults**: after the measurements, `safemon.channels.gpu_faults.run_fault_sequence`
+  faults the deployment's GPUs one after the other (every channel on the GPU at once) and
+  records what was released or withheld and how the daemon degraded. Deployments with
+  faults run with `actions.restart: false`, so a channel that faults stays out (a GPU fault
+  is permanent; an injected fault would not survive a restart).
+
+Every released C is compared bit for bit with the first one of its deployment; a mismatch
+or an unreleased request in the measurement phase raises (a benchmark never hides one).
+
+`python -m safemon.patterns.multigpu_bench SET --json F --markdown F` runs the set "two"
+(issue 18: GPUs 0 and 1, app on 0) or "three" (issue 21: channels on GPUs 1-3, app on 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+
+from safemon.errors import SafemonError
+
+__all__ = ["FORMAT", "SETS", "Deployment", "deployment_config", "main", "markdown",
+           "run_bench"]
+
+FORMAT = "safemon.bench_multigpu/1"
+CONFIGS = Path(__file__).resolve().parent.parent.parent / "configs" / "multigpu"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment of a run.
+
+    Attributes:
+        label: what the tables call it.
+        source: the config file it starts from (configs/multigpu/*.yaml).
+        gpus: each channel's GPU, overriding the file's (same length as its channels,
+            or 1 with `single`); None keeps the file's.
+        single: keep only the first channel under 1oo1D (the unprotected-by-redundancy
+            single-channel baseline).
+        baseline: the deployment throughput ratios are taken against.
+        measure: measure round trips and throughput (False: faults only).
+        faults: (fault kind, GPU indices to fault one after the other), or None.
+    """
+
+    label: str
+    source: str
+    gpus: tuple[int, ...] | None = None
+    single: bool = False
+    baseline: bool = False
+    measure: bool = True
+    faults: tuple[str, tuple[int, ...]] | None = None
+
+
+def _two() -> tuple[Deployment, ...]:
+    return (
+        Deployment("1oo1D, one channel on GPU 0 (baseline)", "1oo2d-2gpu", (0,), single=True,
+                   baseline=True),
+        Deployment("1oo2D, both channels on GPU 0", "1oo2d-2gpu", (0, 0)),
+        Deployment("1oo2D, one channel per GPU", "1oo2d-2gpu", faults=("stuck", (1,))),
+        Deployment("2oo3 over 2 GPUs (0, 1, 1)", "2oo3-2gpu", faults=("stuck", (1,))),
+        Deployment("1oo3D over 2 GPUs (0, 1, 1)", "hft2-2gpu", faults=("stuck", (0, 1))),
+    )
+
+
+def _three() -> tuple[Deployment, ...]:
+    return (
+        Deployment("1oo1D, one channel on GPU 1 (baseline)", "2oo3-3gpu", (1,), single=True,
+                   baseline=True),
+        Deployment("2oo3, GPUs 1, 2, 3", "2oo3-3gpu", faults=("stuck", (1, 2))),
+        Deployment("1oo3D, GPUs 1, 2, 3", "hft2-3gpu", faults=("stuck", (1, 2))),
+        Deployment("2oo3, GPUs 1, 2, 3 (bit flip)", "2oo3-3gpu", measure=False,
+                   faults=("bitflip-c", (3,))),
+        Deployment("1oo3D, GPUs 1, 2, 3 (bit flip)", "hft2-3gpu", measure=False,
+                   faults=("bitflip-c", (3,))),
+    )
+
+
+#: The deployment sets: "two" needs 2 visible GPUs, "three" needs 4 (app on GPU 0).
+SETS: dict[str, Callable[[], tuple[Deployment, ...]]] = {"two": _two, "three": _three}
+
+
+def deployment_config(d: Deployment, work: Path, slug: str) -> dict[str, Any]:
+    """The config dict `d` runs with: its source file, overridden as `d` says, with private
+    ipc endpoints under `work`, an ephemeral metrics port, JSON logs and generous deadlines
+    (the benchmark must not provoke faults itself).
+
+    Raises:
+        ValueError: `gpus` does not fit the channels.
+    """
+    data: dict[str, Any] = yaml.safe_load((CONFIGS / f"{d.source}.yaml").read_text())
+    chans = data["channels"]
+    if d.single:
+        data["policy"] = "1oo1D"
+        data.pop("degraded_policy", None)
+        chans = data["channels"] = chans[:1]
+    if d.gpus is not None:
+        if len(d.gpus) != len(chans):
+            raise ValueError(f"{d.label}: {len(d.gpus)} GPUs for {len(chans)} channels")
+        for ch, g in zip(chans, d.gpus, strict=True):
+            ch["gpu"] = g
+    data["name"] = slug
+    data["endpoints"] = {"runtime_dir": str(work / f"rt-{slug}"),
+                         "ingress": "ipc://{runtime_dir}/in.sock",
+                         "control": "ipc://{runtime_dir}/ctl.sock",
+                         "events": "ipc://{runtime_dir}/ev.sock",
+                         "channel_base": "ipc://{runtime_dir}/ch"}
+    data["metrics"] = {"port": 0}
+    data["logging"] = {"format": "json", "level": "warning"}
+    data["timing"] = {"request_deadline_s": 10.0, "dti_s": 5.0, "selftest_deadline_s": 4.5,
+                      "ftti_s": 20.0, "heartbeat_timeout_s": 5.0, "heartbeat_interval_s": 0.1,
+                      "dti_jitter": 0.0}
+    if d.faults is not None:
+        data["testing"] = {"fault_injection": True}
+        data["actions"] = {**data.get("actions", {}), "restart": False}
+        data["timing"]["dti_s"] = 60.0  # no periodic self-test consumes a transient flip
+        data["timing"]["ftti_s"] = 70.0
+    return data
+
+
+@contextlib.contextmanager
+def _daemon(config_path: Path, log_path: Path, timeout_s: float) -> Iterator[Any]:
+    """`safemon run` as a child process; yields a `Client` once every channel is UP."""
+    from safemon.client import Client
+
+    with log_path.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "safemon", "run", "--config",
+                                 str(config_path)], stdout=subprocess.DEVNULL, stderr=err)
+    client = None
+    try:
+        client = Client(config_path, control_timeout_s=60.0)
+        end = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise SafemonError(f"the daemon exited with {proc.returncode}; see {log_path}")
+            with contextlib.suppress(SafemonError):
+                st = client.status()
+                if st["channels"] and all(c["state"] == "UP" for c in st["channels"]):
+                    break
+            if time.monotonic() >= end:
+                raise SafemonError(f"channels not all UP within {timeout_s} s; see {log_path}")
+            time.sleep(0.1)
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _stats(seconds: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(seconds, dtype=np.float64) * 1e6
+    return {"p50_us": float(np.percentile(a, 50)), "p99_us": float(np.percentile(a, 99)),
+            "min_us": float(a.min()), "n": int(a.size)}
+
+
+def _round_trips(client: Any, raw: Any, x: npt.NDArray[np.float32], wid: str, cp: Any,
+                 app_gpu: int, n: int, warmup: int) -> dict[str, Any]:
+    host: list[float] = []
+    to_app: list[float] = []
+    first: npt.NDArray[np.float32] | None = None
+    for i in range(warmup + n):
+        t0 = time.perf_counter()
+        seq = raw.send(x, wid)
+        got, _ks, c = raw.recv()
+        t1 = time.perf_counter()
+        with cp.cuda.Device(app_gpu):
+            dc = cp.asarray(c)
+            cp.cuda.get_current_stream().synchronize()
+        t2 = time.perf_counter()
+        if got != seq:
+            raise SafemonError(f"reply for request {got}, expected {seq}")
+        if first is None:
+            first = np.array(c, copy=True)
+        elif not np.array_equal(first.view(np.uint32), np.asarray(c).view(np.uint32)):
+            raise SafemonError("the same request released two different results")
+        del dc
+        if i >= warmup:
+            host.append(t1 - t0)
+            to_app.append(t2 - t0)
+    return {"host": _stats(host), "to_app_gpu": _stats(to_app)}
+
+
+def _throughput(raw: Any, x: npt.NDArray[np.float32], wid: str, n: int, depth: int) -> float:
+    sent = done = 0
+    t0 = time.perf_counter()
+    while sent < min(depth, n):
+        raw.send(x, wid)
+        sent += 1
+    while done < n:
+        raw.recv()
+        done += 1
+        if sent < n:
+            raw.send(x, wid)
+            sent += 1
+    return n / (time.perf_counter() - t0)
+
+
+def _peer_copies(cp: Any, gpus: Sequence[int], app_gpu: int, shape: tuple[int, int],
+                 n: int) -> list[dict[str, Any]]:
+    from safemon.transport.peer_copy import copy_to_device, host_staged_copy, peer_path
+
+    out = []
+    for g in sorted(set(gpus) - {app_gpu}):
+        with cp.cuda.Device(g):
+            src = cp.random.default_rng(1).standard_normal(shape, dtype=cp.float32)
+        times: dict[str, list[float]] = {"peer": [], "host": []}
+        for i in range(n + 5):
+            for name, fn in (("peer", copy_to_device), ("host", host_staged_copy)):
+                t0 = time.perf_counter()
+                dst = fn(src, app_gpu)
+                t1 = time.perf_counter()
+                if i >= 5:
+                    times[name].append(t1 - t0)
+        if not bool(cp.asnumpy(dst).view(np.uint32).tobytes() == cp.asnumpy(src).view(np.uint32).tobytes()):
+            raise SafemonError(f"the copy from GPU {g} to GPU {app_gpu} changed the data")
+        peer, host = _stats(times["peer"]), _stats(times["host"])
+        out.append({"from": g, "to": app_gpu, "path": peer_path(g, app_gpu),
+                    "bytes": int(src.nbytes), "peer": peer, "host_staged": host,
+                    "host_over_peer": host["p50_us"] / peer["p50_us"]})
+    return out
+
+
+def _devices(cp: Any) -> list[dict[str, Any]]:
+    from safemon.gpu_identity import cuda_uuid
+
+    rt = cp.cuda.runtime
+    return [{"index": i, "name": rt.getDeviceProperties(i)["name"].decode(),
+             "uuid": cuda_uuid(i)} for i in range(rt.getDeviceCount())]
+
+
+def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
+             w: npt.NDArray[np.float32], cp: Any, app_gpu: int, requests: int, warmup: int,
+             depth: int, say: Progress) -> dict[str, Any]:
+    from safemon.channels.gpu_faults import hardware_from_status, run_fault_sequence
+    from safemon.patterns.vote_bench import _RawRequester
+
+    data = deployment_config(d, work, f"mgpu-{idx}")
+    path = work / f"mgpu-{idx}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    gpus = [ch["gpu"] for ch in data["channels"]]
+    say(f"[{d.label}] starting {data['policy']} on GPUs {gpus}")
+    t_start = time.perf_counter()
+    with _daemon(path, work / f"mgpu-{idx}.log", 300.0) as client:
+        st = client.status()
+        rec: dict[str, Any] = {
+            "label": d.label, "config": f"configs/multigpu/{d.source}.yaml",
+            "policy": data["policy"], "gpus": gpus, "baseline": d.baseline,
+            "start_s": time.perf_counter() - t_start,
+            "hft_declared": st["hft_declared"], "hft_effective": st["hft_effective"],
+            "hft_hardware": st["hft_hardware"], "hft_reason": st["hft_reason"]}
+        wid = client.register_weight(w)
+        ref = client.matmul(x, wid, timeout=30.0)
+        rec["released_sha256"] = hashlib.sha256(ref.tobytes()).hexdigest()
+        if d.measure:
+            raw = _RawRequester(client)
+            try:
+                say(f"[{d.label}] {requests} round trips, then {requests} with {depth} in flight")
+                rec["round_trip"] = _round_trips(client, raw, x, wid, cp, app_gpu, requests, warmup)
+                rec["per_s"] = _throughput(raw, x, wid, requests, depth)
+            finally:
+                raw.close()
+        if d.faults is not None:
+            kind, fault_gpus = d.faults
+            hardware = hardware_from_status(st)
+            by_gpu = {ch["gpu"]: hardware[ch["name"]] for ch in data["channels"]}
+            say(f"[{d.label}] GPU-wide {kind} on GPUs {list(fault_gpus)}")
+            steps = run_fault_sequence(client, hardware, [by_gpu[g] for g in fault_gpus], kind,
+                                       x, wid, ref, timeout=30.0)
+            rec["faults"] = [{"gpu": g, **dataclasses.asdict(s)}
+                             for g, s in zip(fault_gpus, steps, strict=True)]
+    return rec
+
+
+def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] = (64, 4096, 4096),
+              requests: int = 100, warmup: int = 10, depth: int = 8, app_gpu: int = 0,
+              progress: Progress | None = None, work_dir: Path | None = None) -> dict[str, Any]:
+    """Run `deployments` (see the module docstring); returns the evidence dict.
+
+    Raises:
+        SafemonError: a daemon did not come up, or a measured request was not released or
+            released two different results.
+        BackendUnavailableError: no CuPy / GPU.
+    """
+    from safemon.kernels.compiler import import_cupy
+
+    say = progress or (lambda _s: None)
+    cp = import_cupy()
+    m, n, k = shape
+    rng = np.random.default_rng(2026)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    ev: dict[str, Any] = {
+        "format": FORMAT, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": {"node": platform.node(), "python": platform.python_version()},
+        "devices": _devices(cp), "app_gpu": app_gpu, "shape": f"{m}x{n}x{k}",
+        "requests": requests, "warmup": warmup, "depth": depth, "deployments": []}
+    all_gpus = [dev["index"] for dev in ev["devices"]]
+    say("peer copies of the released C to the app's GPU")
+    ev["peer_copies"] = _peer_copies(cp, all_gpus, app_gpu, (m, n), requests)
+    with tempfile.TemporaryDirectory(prefix="safemon-mgpu-") as tmp:
+        work = Path(work_dir) if work_dir is not None else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for i, d in enumerate(deployments):
+            ev["deployments"].append(_run_one(d, i, work, x, w, cp, app_gpu, requests, warmup,
+                                              depth, say))
+    # Every deployment computes the same product (tiles differ, C must not): one digest.
+    ev["same_product_everywhere"] = len({r["released_sha256"] for r in ev["deployments"]}) == 1
+    return ev
+
+
+def markdown(ev: dict[str, Any]) -> str:
+    """The evidence as Markdown tables (µs; ratios against the same run's baseline)."""
+    devs = "; ".join(f"{d['index']}: {d['name']} {d['uuid']}" for d in ev["devices"])
+    base = next((r for r in ev["deployments"] if r["baseline"] and "per_s" in r), None)
+    lines = [f"{ev['shape']} (x M×K times resident W K×N, float32), app on GPU {ev['app_gpu']}, "
+             f"{ev['when']}. Visible devices: {devs}. Every deployment released the same C "
+             f"(bit for bit): {ev['same_product_everywhere']}.", "",
+             "| deployment | GPUs | HFT declared / effective | round trip p50 / p99 (C on host) "
+             "| p50 / p99 (C on app GPU) | req/s, depth " + str(ev["depth"]) + " | × baseline |",
+             "|---|---|---|---|---|---|---|"]
+    for r in ev["deployments"]:
+        if "per_s" not in r:
+            continue
+        h, a = r["round_trip"]["host"], r["round_trip"]["to_app_gpu"]
+        ratio = f"{r['per_s'] / base['per_s']:.2f}" if base else "—"
+        lines.append(f"| {r['label']} | {r['gpus']} | {r['hft_declared']} / {r['hft_effective']} "
+                     f"| {h['p50_us']:.0f} / {h['p99_us']:.0f} | {a['p50_us']:.0f} / "
+                     f"{a['p99_us']:.0f} | {r['per_s']:.0f} | {ratio} |")
+    lines += ["", "| copy of C to the app's GPU | path | peer p50 µs | host-staged p50 µs | "
+              "host / peer |", "|---|---|---|---|---|"]
+    for c in ev["peer_copies"]:
+        lines.append(f"| GPU {c['from']} → GPU {c['to']} ({c['bytes']} B) | {c['path']} | "
+                     f"{c['peer']['p50_us']:.0f} | {c['host_staged']['p50_us']:.0f} | "
+                     f"{c['host_over_peer']:.2f} |")
+    lines += ["", "| deployment | fault | GPU | channels | first request | then mode / policy / "
+              "voting | HFT effective | next request |", "|---|---|---|---|---|---|---|---|"]
+    for r in ev["deployments"]:
+        for s in r.get("faults", []):
+            lines.append(f"| {r['label']} | {s['kind']} | {s['gpu']} | {', '.join(s['channels'])} "
+                         f"| {s['outcome']} | {s['mode']} / {s['policy']} / "
+                         f"{', '.join(s['voting']) or '—'} | {s['hft_effective']} | "
+                         f"{s['after'] or '—'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: run a set; exit 0 when done, 1 when the run failed (SafemonError)."""
+    p = argparse.ArgumentParser(prog="python -m safemon.patterns.multigpu_bench")
+    p.add_argument("set", choices=sorted(SETS))
+    p.add_argument("--requests", type=int, default=100)
+    p.add_argument("--depth", type=int, default=8)
+    p.add_argument("--app-gpu", type=int, default=0)
+    p.add_argument("--json", dest="json_file", required=True)
+    p.add_argument("--markdown", required=True)
+    p.add_argument("--work-dir", default=None, help="keep configs and daemon logs here")
+    a = p.parse_args(argv)
+    try:
+        ev = run_bench(SETS[a.set](), requests=a.requests, depth=a.depth, app_gpu=a.app_gpu,
+                       progress=lambda s: print(s, flush=True),
+                       work_dir=Path(a.work_dir) if a.work_dir else None)
+    except SafemonError as exc:
+        print(f"multigpu bench failed: {exc}", file=sys.stderr)
+        return 1
+    Path(a.json_file).write_text(json.dumps(ev, indent=1) + "\n")
+    Path(a.markdown).write_text(markdown(ev))
+    print(markdown(ev))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
