@@ -115,10 +115,12 @@ def _three() -> tuple[Deployment, ...]:
 SETS: dict[str, Callable[[], tuple[Deployment, ...]]] = {"two": _two, "three": _three}
 
 
-def deployment_config(d: Deployment, work: Path, slug: str) -> dict[str, Any]:
+def deployment_config(d: Deployment, work: Path, slug: str, backend: str = "cupy"
+                      ) -> dict[str, Any]:
     """The config dict `d` runs with: its source file, overridden as `d` says, with private
     ipc endpoints under `work`, an ephemeral metrics port, JSON logs and generous deadlines
-    (the benchmark must not provoke faults itself).
+    (the benchmark must not provoke faults itself). `backend` "numpy" (a smoke test of the
+    harness on a machine without GPUs) puts every channel on the host CPU (gpu null).
 
     Raises:
         ValueError: `gpus` does not fit the channels.
@@ -134,6 +136,10 @@ def deployment_config(d: Deployment, work: Path, slug: str) -> dict[str, Any]:
             raise ValueError(f"{d.label}: {len(d.gpus)} GPUs for {len(chans)} channels")
         for ch, g in zip(chans, d.gpus, strict=True):
             ch["gpu"] = g
+    if backend == "numpy":
+        data["backend"] = "numpy"
+        for ch in chans:
+            ch["gpu"] = None
     data["name"] = slug
     data["endpoints"] = {"runtime_dir": str(work / f"rt-{slug}"),
                          "ingress": "ipc://{runtime_dir}/in.sock",
@@ -204,9 +210,11 @@ def _round_trips(client: Any, raw: Any, x: npt.NDArray[np.float32], wid: str, cp
         seq = raw.send(x, wid)
         got, _ks, c = raw.recv()
         t1 = time.perf_counter()
-        with cp.cuda.Device(app_gpu):
-            dc = cp.asarray(c)
-            cp.cuda.get_current_stream().synchronize()
+        dc = None
+        if cp is not None:
+            with cp.cuda.Device(app_gpu):
+                dc = cp.asarray(c)
+                cp.cuda.get_current_stream().synchronize()
         t2 = time.perf_counter()
         if got != seq:
             raise SafemonError(f"reply for request {got}, expected {seq}")
@@ -261,6 +269,33 @@ def _peer_copies(cp: Any, gpus: Sequence[int], app_gpu: int, shape: tuple[int, i
     return out
 
 
+def _direct(cp: Any, x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], gpu: int,
+            n: int, warmup: int) -> dict[str, Any]:
+    """The kernel called in this process on `gpu` with host x in and host C out (what an
+    app pays with no daemon and no redundancy): the unprotected kernel and the channels'
+    ones/I exact variant, tile auto. Requests per second = 1 / p50."""
+    from safemon.config import VariantConfig
+    from safemon.kernels.api import run_variant
+
+    out: dict[str, Any] = {"gpu": gpu}
+    with cp.cuda.Device(gpu):
+        dw = cp.asarray(w)
+        for name, vc in (("unprotected", VariantConfig(checksum=None, level=None)),
+                         ("ones/I exact", VariantConfig())):
+            variant = vc.to_variant(x.shape[0], w.shape[1])
+            times = []
+            for i in range(warmup + n):
+                t0 = time.perf_counter()
+                c = run_variant(cp.asarray(x), dw, variant, "cupy").c.get()
+                t1 = time.perf_counter()
+                del c
+                if i >= warmup:
+                    times.append(t1 - t0)
+            st = _stats(times)
+            out[name] = {**st, "per_s": 1e6 / st["p50_us"]}
+    return out
+
+
 def _devices(cp: Any) -> list[dict[str, Any]]:
     from safemon.gpu_identity import cuda_uuid
 
@@ -275,7 +310,7 @@ def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
     from safemon.channels.gpu_faults import hardware_from_status, run_fault_sequence
     from safemon.patterns.vote_bench import _RawRequester
 
-    data = deployment_config(d, work, f"mgpu-{idx}")
+    data = deployment_config(d, work, f"mgpu-{idx}", "numpy" if cp is None else "cupy")
     path = work / f"mgpu-{idx}.yaml"
     path.write_text(yaml.safe_dump(data))
     gpus = [ch["gpu"] for ch in data["channels"]]
@@ -303,7 +338,8 @@ def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
         if d.faults is not None:
             kind, fault_gpus = d.faults
             hardware = hardware_from_status(st)
-            by_gpu = {ch["gpu"]: hardware[ch["name"]] for ch in data["channels"]}
+            planned = deployment_config(d, work, "plan")["channels"]  # the GPUs, on numpy too
+            by_gpu = {ch["gpu"]: hardware[ch["name"]] for ch in planned}
             say(f"[{d.label}] GPU-wide {kind} on GPUs {list(fault_gpus)}")
             steps = run_fault_sequence(client, hardware, [by_gpu[g] for g in fault_gpus], kind,
                                        x, wid, ref, timeout=30.0)
@@ -314,8 +350,12 @@ def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
 
 def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] = (64, 4096, 4096),
               requests: int = 100, warmup: int = 10, depth: int = 8, app_gpu: int = 0,
-              progress: Progress | None = None, work_dir: Path | None = None) -> dict[str, Any]:
+              progress: Progress | None = None, work_dir: Path | None = None,
+              backend: str = "cupy") -> dict[str, Any]:
     """Run `deployments` (see the module docstring); returns the evidence dict.
+
+    `backend` "numpy" runs the same harness with every channel on the host CPU and no app
+    GPU (no peer copies, `to_app_gpu` = `host`): a smoke test of the harness, not evidence.
 
     Raises:
         SafemonError: a daemon did not come up, or a measured request was not released or
@@ -325,7 +365,7 @@ def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] 
     from safemon.kernels.compiler import import_cupy
 
     say = progress or (lambda _s: None)
-    cp = import_cupy()
+    cp = import_cupy() if backend == "cupy" else None
     m, n, k = shape
     rng = np.random.default_rng(2026)
     x = rng.standard_normal((m, k), dtype=np.float32)
@@ -333,11 +373,17 @@ def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] 
     ev: dict[str, Any] = {
         "format": FORMAT, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": {"node": platform.node(), "python": platform.python_version()},
-        "devices": _devices(cp), "app_gpu": app_gpu, "shape": f"{m}x{n}x{k}",
+        "backend": backend, "devices": _devices(cp) if cp is not None else [],
+        "app_gpu": app_gpu, "shape": f"{m}x{n}x{k}",
         "requests": requests, "warmup": warmup, "depth": depth, "deployments": []}
     all_gpus = [dev["index"] for dev in ev["devices"]]
     say("peer copies of the released C to the app's GPU")
-    ev["peer_copies"] = _peer_copies(cp, all_gpus, app_gpu, (m, n), requests)
+    ev["peer_copies"] = _peer_copies(cp, all_gpus, app_gpu, (m, n), requests) if cp else []
+    if cp is not None:
+        base = next((d for d in deployments if d.baseline), None)
+        gpu = (base.gpus or (app_gpu,))[0] if base is not None else app_gpu
+        say(f"the kernel called directly on GPU {gpu}")
+        ev["direct"] = _direct(cp, x, w, gpu, requests, warmup)
     with tempfile.TemporaryDirectory(prefix="safemon-mgpu-") as tmp:
         work = Path(work_dir) if work_dir is not None else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -367,6 +413,16 @@ def markdown(ev: dict[str, Any]) -> str:
         lines.append(f"| {r['label']} | {r['gpus']} | {r['hft_declared']} / {r['hft_effective']} "
                      f"| {h['p50_us']:.0f} / {h['p99_us']:.0f} | {a['p50_us']:.0f} / "
                      f"{a['p99_us']:.0f} | {r['per_s']:.0f} | {ratio} |")
+    if "direct" in ev:
+        lines += ["", f"Kernel called directly in the app's process on GPU {ev['direct']['gpu']} "
+                  "(host x in, host C out; no daemon, no redundancy), sequential:", "",
+                  "| kernel | p50 µs | p99 µs | req/s (1 / p50) | × baseline deployment's req/s |",
+                  "|---|---|---|---|---|"]
+        for name in ("unprotected", "ones/I exact"):
+            r = ev["direct"][name]
+            ratio = f"{base['per_s'] / r['per_s']:.2f}" if base else "—"
+            lines.append(f"| {name} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['per_s']:.0f} "
+                         f"| {ratio} |")
     lines += ["", "| copy of C to the app's GPU | path | peer p50 µs | host-staged p50 µs | "
               "host / peer |", "|---|---|---|---|---|"]
     for c in ev["peer_copies"]:
@@ -394,11 +450,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", dest="json_file", required=True)
     p.add_argument("--markdown", required=True)
     p.add_argument("--work-dir", default=None, help="keep configs and daemon logs here")
+    p.add_argument("--shape", default="64x4096x4096", help="MxNxK (default: %(default)s)")
+    p.add_argument("--backend", default="cupy", choices=("cupy", "numpy"),
+                   help="numpy: smoke-test the harness without GPUs (not evidence)")
     a = p.parse_args(argv)
     try:
-        ev = run_bench(SETS[a.set](), requests=a.requests, depth=a.depth, app_gpu=a.app_gpu,
-                       progress=lambda s: print(s, flush=True),
-                       work_dir=Path(a.work_dir) if a.work_dir else None)
+        m, n, k = (int(v) for v in a.shape.split("x"))
+        ev = run_bench(SETS[a.set](), shape=(m, n, k), requests=a.requests, depth=a.depth,
+                       app_gpu=a.app_gpu, progress=lambda s: print(s, flush=True),
+                       work_dir=Path(a.work_dir) if a.work_dir else None, backend=a.backend)
     except SafemonError as exc:
         print(f"multigpu bench failed: {exc}", file=sys.stderr)
         return 1

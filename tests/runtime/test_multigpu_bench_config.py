@@ -48,3 +48,25 @@ def test_the_three_gpu_set_leaves_gpu_0_to_the_app(tmp_path: Path) -> None:
     for d in SETS["three"]():
         data = deployment_config(d, tmp_path, "t")
         assert 0 not in [ch["gpu"] for ch in data["channels"]]
+
+
+@pytest.mark.slow
+def test_the_harness_runs_end_to_end_on_the_host_cpu(tmp_path: Path) -> None:
+    """`run_bench` with backend numpy (every channel on the host CPU): a 1oo1D baseline and
+    a faulted 1oo2D through real daemons (about 40 s on two cores, hence slow). Both 1oo2D
+    channels share the host CPU, so the "GPU-wide" fault reaches both alike and their
+    agreeing wrong product is released: the effective HFT 0 the report shows."""
+    from safemon.patterns.multigpu_bench import markdown, run_bench
+
+    deps = (Deployment("base", "1oo2d-2gpu", (0,), single=True, baseline=True),
+            Deployment("pair", "1oo2d-2gpu", faults=("stuck", (1,))))
+    ev = run_bench(deps, shape=(4, 8, 8), requests=10, warmup=2, backend="numpy",
+                   work_dir=tmp_path)
+    assert ev["same_product_everywhere"] and ev["peer_copies"] == [] and "direct" not in ev
+    base, pair = ev["deployments"]
+    assert base["per_s"] > 0 and pair["hft_hardware"] == {"host-cpu": ["ch-a", "ch-b"]}
+    (step,) = pair["faults"]
+    # Both channels share the host CPU: the "GPU" fault reaches both alike (effective HFT 0).
+    assert tuple(step["channels"]) == ("ch-a", "ch-b") and step["outcome"] == "released-wrong"
+    text = markdown(ev)
+    assert "| base |" in text and "| pair | stuck | 1 | ch-a, ch-b | released-wrong |" in text
