@@ -256,12 +256,15 @@ def _peer_copies(cp: Any, gpus: Sequence[int], app_gpu: int, shape: tuple[int, i
         for i in range(n + 5):
             for name, fn in (("peer", copy_to_device), ("host", host_staged_copy)):
                 t0 = time.perf_counter()
-                dst = fn(src, app_gpu)
+                fn(src, app_gpu)
                 t1 = time.perf_counter()
                 if i >= 5:
                     times[name].append(t1 - t0)
-        if not bool(cp.asnumpy(dst).view(np.uint32).tobytes() == cp.asnumpy(src).view(np.uint32).tobytes()):
-            raise SafemonError(f"the copy from GPU {g} to GPU {app_gpu} changed the data")
+        want = cp.asnumpy(src).tobytes()
+        for fn in (copy_to_device, host_staged_copy):
+            dst = fn(src, app_gpu)
+            if dst.device.id != app_gpu or cp.asnumpy(dst).tobytes() != want:
+                raise SafemonError(f"{fn.__name__} from GPU {g} to GPU {app_gpu} changed the data")
         peer, host = _stats(times["peer"]), _stats(times["host"])
         out.append({"from": g, "to": app_gpu, "path": peer_path(g, app_gpu),
                     "bytes": int(src.nbytes), "peer": peer, "host_staged": host,
