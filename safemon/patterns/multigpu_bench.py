@@ -354,11 +354,14 @@ def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
 def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] = (64, 4096, 4096),
               requests: int = 100, warmup: int = 10, depth: int = 8, app_gpu: int = 0,
               progress: Progress | None = None, work_dir: Path | None = None,
-              backend: str = "cupy") -> dict[str, Any]:
+              backend: str = "cupy",
+              checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run `deployments` (see the module docstring); returns the evidence dict.
 
     `backend` "numpy" runs the same harness with every channel on the host CPU and no app
     GPU (no peer copies, `to_app_gpu` = `host`): a smoke test of the harness, not evidence.
+    `checkpoint` is called with the evidence so far after each deployment (so a run cut
+    short still leaves what it measured).
 
     Raises:
         SafemonError: a daemon did not come up, or a measured request was not released or
@@ -393,8 +396,10 @@ def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] 
         for i, d in enumerate(deployments):
             ev["deployments"].append(_run_one(d, i, work, x, w, cp, app_gpu, requests, warmup,
                                               depth, say))
-    # Every deployment computes the same product (tiles differ, C must not): one digest.
-    ev["same_product_everywhere"] = len({r["released_sha256"] for r in ev["deployments"]}) == 1
+            ev["same_product_everywhere"] = len({r["released_sha256"]
+                                                 for r in ev["deployments"]}) == 1
+            if checkpoint is not None:
+                checkpoint(ev)
     return ev
 
 
@@ -457,16 +462,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--backend", default="cupy", choices=("cupy", "numpy"),
                    help="numpy: smoke-test the harness without GPUs (not evidence)")
     a = p.parse_args(argv)
+
+    def write(ev: dict[str, Any]) -> None:
+        Path(a.json_file).write_text(json.dumps(ev, indent=1) + "\n")
+        Path(a.markdown).write_text(markdown(ev))
+
     try:
         m, n, k = (int(v) for v in a.shape.split("x"))
         ev = run_bench(SETS[a.set](), shape=(m, n, k), requests=a.requests, depth=a.depth,
                        app_gpu=a.app_gpu, progress=lambda s: print(s, flush=True),
-                       work_dir=Path(a.work_dir) if a.work_dir else None, backend=a.backend)
+                       work_dir=Path(a.work_dir) if a.work_dir else None, backend=a.backend,
+                       checkpoint=write)
     except SafemonError as exc:
         print(f"multigpu bench failed: {exc}", file=sys.stderr)
         return 1
-    Path(a.json_file).write_text(json.dumps(ev, indent=1) + "\n")
-    Path(a.markdown).write_text(markdown(ev))
+    write(ev)
     print(markdown(ev))
     return 0
 
