@@ -4,6 +4,12 @@
     client.wait_ready(timeout=10.0)              # optional: until a voting set exists
     wid = client.register_weight(w)              # (K, N) float32, kept resident in every channel
     y = client.matmul(x, wid, timeout=0.25)      # (M, K) float32 -> (M, N) float32, voted
+    mid = client.register_model([Layer(w1, b1, "gelu"), Layer(w2)])  # safemon.models
+    out = client.run(mid, x, timeout=0.5)        # the whole forward pass, one vote
+
+`x` may be a NumPy array, a CuPy array or a torch tensor (CPU or CUDA); the result comes
+back as the same kind on the same device (`safemon.arrays`; device arrays are staged
+through host memory for now).
 
 `matmul` returns only a C that the voter released, or raises: `SafeStateError` (latched
 SAFE; an operator must `safemon reset`), `VoteTimeoutError` (no trustworthy result by the
@@ -25,9 +31,11 @@ answer arrives in `control_timeout_s`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +44,10 @@ import numpy.typing as npt
 import zmq
 
 from safemon import errors
+from safemon.arrays import as_host
 from safemon.config import Config, load_config
 from safemon.errors import InvalidInputError, SafemonError, VoteTimeoutError
+from safemon.models.layers import Layer, encode_model, validate_layers
 from safemon.transport import (
     CurveClientKeys,
     Kind,
@@ -108,6 +118,11 @@ class Client:
         self._seq = 0
         self.epoch: int | None = None
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
+        self._models: dict[str, tuple[Layer, ...]] = {}
+        #: `kernel_seconds` of the last released result: the slowest agreeing channel's
+        #: compute time (s), i.e. the kernel time on the release's critical path.
+        self.last_kernel_seconds: float | None = None
+        self._devices = frozenset(ch.gpu or 0 for ch in config.channels or ())
         self._ingress = self._connect(config.endpoints.ingress)
         self._control = self._connect(config.endpoints.control)
 
@@ -190,18 +205,88 @@ class Client:
         self._weights[wid] = np.array(w, copy=True)
         return wid
 
-    def matmul(self, x: npt.NDArray[np.float32], weight_id: str, *, timeout: float = 1.0
-               ) -> npt.NDArray[np.float32]:
+    def matmul(self, x: Any, weight_id: str, *, timeout: float = 1.0) -> Any:
         """C = x·W for the registered weight, released by the voter.
 
         Args:
-            x: (M, K) float32, finite. weight_id: from `register_weight`.
+            x: (M, K) float32, finite: NumPy, or C-contiguous CuPy / torch (CPU or CUDA,
+                on a device the channels use). weight_id: from `register_weight`.
             timeout: seconds; also the request's deadline (capped by the daemon's).
+
+        Returns:
+            (M, N) float32 of the same kind and on the same device as `x`.
 
         Raises:
             SafeStateError, VoteTimeoutError, DisagreementError, InvalidInputError.
         """
-        x = _check_matrix("x", x)
+        host, kind = as_host("x", x, self._devices)
+        out = self._request({"weight_id": weight_id}, (host,), timeout,
+                            functools.partial(self._reregister_weight, weight_id))
+        return kind.restore(out)
+
+    def register_model(self, layers: Sequence[Layer]) -> str:
+        """Register the ordered `layers` (each a weight this client registered, an optional
+        bias and an activation) as one model; returns its id (a content address).
+
+        Raises:
+            InvalidInputError: no layers, an unregistered weight, a bias of the wrong
+                length, or shapes that do not chain (the message names the layer index).
+            DaemonUnreachableError: no answer in time.
+        """
+        validate_layers(layers, {wid: w.shape for wid, w in self._weights.items()})
+        spec, biases = encode_model(layers)
+        reply = self._call(self._ingress, Kind.CONTROL,
+                           {"command": "register_model", "args": ""}, (spec, biases),
+                           self.control_timeout_s)
+        if reply is None:
+            raise DaemonUnreachableError(
+                f"no answer to register_model on {self.config.endpoints.ingress} "
+                f"within {self.control_timeout_s} s")
+        if reply.kind is Kind.ERROR:
+            self._raise(reply)
+        mid = str(reply.meta.get("outcome"))
+        self._models[mid] = tuple(layers)
+        return mid
+
+    def run(self, model_id: str, x: Any, *, timeout: float = 1.0) -> Any:
+        """The whole forward pass of model `model_id` on `x`, voted once on its output and
+        per-layer digests; the first diverging layer is named in a DisagreementError.
+
+        Args:
+            x: (M, K_0) float32, finite, of any kind `matmul` accepts.
+            timeout: seconds, for the whole forward pass.
+
+        Returns:
+            (M, N_last) float32 of the same kind and on the same device as `x`.
+
+        Raises:
+            SafeStateError, VoteTimeoutError, DisagreementError, InvalidInputError (also
+            for a model id this client never registered and the daemon does not know).
+        """
+        host, kind = as_host("x", x, self._devices)
+        out = self._request({"model_id": model_id}, (host,), timeout,
+                            functools.partial(self._reregister_model, model_id))
+        return kind.restore(out)
+
+    def _reregister_weight(self, weight_id: str, reply: Message) -> None:
+        w = self._weights.get(weight_id)
+        if w is None:
+            raise InvalidInputError(str(reply.meta.get("message")))
+        self.register_weight(w)  # a restarted daemon: same content, same id
+
+    def _reregister_model(self, model_id: str, reply: Message) -> None:
+        layers = self._models.get(model_id)
+        if layers is None:
+            raise InvalidInputError(str(reply.meta.get("message")))
+        for wid in dict.fromkeys(ly.weight_id for ly in layers):
+            self._reregister_weight(wid, reply)
+        self.register_model(layers)
+
+    def _request(self, meta: dict[str, Any], arrays: tuple[npt.NDArray[Any], ...],
+                 timeout: float, reregister: Callable[[Message], None]
+                 ) -> npt.NDArray[np.float32]:
+        """Send one voted request; on an Unknown{Weight,Model}Error (a restarted daemon)
+        call `reregister` once and retry within the same timeout."""
         if not isinstance(timeout, int | float) or not timeout > 0:
             raise InvalidInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
         end = time.monotonic() + timeout
@@ -210,18 +295,18 @@ class Client:
             if remaining <= 0:
                 break
             reply = self._call(self._ingress, Kind.REQUEST,
-                               {"weight_id": weight_id, "deadline_ms": remaining * 1000.0,
-                                "job": "live"}, (x,), remaining + 0.05)
+                               {**meta, "deadline_ms": remaining * 1000.0, "job": "live"},
+                               arrays, remaining + 0.05)
             if reply is None:
                 raise VoteTimeoutError(f"no answer from the daemon on "
                                        f"{self.config.endpoints.ingress} within {timeout} s")
             if reply.kind is Kind.REPLY and reply.meta.get("ok") is True and len(reply.arrays) == 1:
+                ks = reply.meta.get("kernel_seconds")
+                self.last_kernel_seconds = float(ks) if isinstance(ks, int | float) else None
                 return np.array(reply.arrays[0], copy=True)
-            if reply.kind is Kind.ERROR and reply.meta.get("error_type") == "UnknownWeightError":
-                w = self._weights.get(weight_id)
-                if w is None:
-                    raise InvalidInputError(str(reply.meta.get("message")))
-                self.register_weight(w)  # a restarted daemon: same content, same id
+            if reply.kind is Kind.ERROR and reply.meta.get("error_type") in (
+                    "UnknownWeightError", "UnknownModelError"):
+                reregister(reply)
                 continue
             if reply.kind is Kind.ERROR:
                 self._raise(reply)

@@ -61,7 +61,7 @@ from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.config import Config
 from safemon.daemon_lock import DaemonLock, needs_lock
-from safemon.errors import ConfigError, PatternError
+from safemon.errors import ConfigError, InvalidInputError, PatternError
 from safemon.fault_classes import Classifier, FaultClass
 from safemon.fdlimit import ensure_fd_budget
 from safemon.gpu_identity import channel_devices, cuda_uuid
@@ -72,6 +72,8 @@ from safemon.kernels.abft import abft_passes  # issue 15: the one ABFT
 from safemon.kernels.api import resolve_backend
 from safemon.kernels.catalog import Variant
 from safemon.metrics import Metrics, MetricsServer, SelftestResult, start_http_server
+from safemon.model_registry import ModelRegistry, RegisteredModel
+from safemon.models.forward import first_diverging_layer
 from safemon.patterns import controller as ctl
 from safemon.patterns import scheduler as sch
 from safemon.patterns import voter as vot
@@ -110,6 +112,9 @@ FAIL_ERRORS: dict[str, str] = {
     # trustworthy result could be formed, which is what VoteTimeoutError means.
     "channel_error": "VoteTimeoutError",
 }
+
+#: Whole-model requests whose per-layer digests are kept to name a diverging layer.
+MODEL_DIGESTS_KEPT = 1024
 
 #: After a drain, how long the daemon keeps answering requests already queued on its
 #: ingress socket with ShuttingDownError before it closes it (seconds).
@@ -193,6 +198,8 @@ class _Live:
     incarnations: dict[str, int] = field(default_factory=dict)
     results: dict[str, npt.NDArray[np.float32]] = field(default_factory=dict)
     kernel_seconds: dict[str, float] = field(default_factory=dict)
+    #: a whole-model request's model (None: a matmul request on `weight_id`)
+    model: RegisteredModel | None = None
 
 
 @dataclass
@@ -262,6 +269,11 @@ class Daemon:
         self._rejects = RejectCounter(self._count_reject)
         self._staleness = StalenessFilter(self.epoch)
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
+        self._models = ModelRegistry()
+        #: whole-model requests: seq -> {channel: digest frame}, the newest MODEL_DIGESTS_KEPT,
+        #: to name the first diverging layer when the vote's findings come.
+        self._model_digests: collections.OrderedDict[int, dict[str, tuple[int, ...]]] = (
+            collections.OrderedDict())
         self._live: dict[int, _Live] = {}
         self._tests: dict[int, _Test] = {}
         self._ondemand: set[int] = set()
@@ -697,6 +709,9 @@ class Daemon:
         if msg.kind is Kind.CONTROL and msg.meta.get("command") == "register_weight":
             self._register_weight(identity, msg)
             return
+        if msg.kind is Kind.CONTROL and msg.meta.get("command") == "register_model":
+            self._register_model(identity, msg)
+            return
         if msg.kind is not Kind.REQUEST:
             self._error_to("ingress", identity, msg.seq, "InvalidInputError",
                            f"unexpected message kind {msg.kind.value!r} on ingress")
@@ -708,15 +723,24 @@ class Daemon:
                 self._count_outcome("invalid_input")
             self._error_to("ingress", identity, msg.seq, kind, text)
             return
-        wid = str(msg.meta["weight_id"])
+        model = self._models.get(msg.meta.get("model_id"))
+        wid = model.model_id if model is not None else str(msg.meta["weight_id"])
         x = np.ascontiguousarray(msg.arrays[0])
         m, k = x.shape
-        n = self._weights[wid].shape[1]
+        n = model.max_dim if model is not None else self._weights[wid].shape[1]
         voters = self._voting if self._mode is not Mode.SAFE else tuple(
             self.config.channel_names[: self._policy.channels])
         queued_s = max((self._queued_s(ch, now) for ch in voters), default=0.0)
         refusal = admission.check_request(self.config, x.shape, n, self.voter.open_requests,
                                           queued_s)
+        if (refusal is None and model is not None and self._mode is not Mode.SAFE
+                and self._policy is Policy.ONE_OO_ONE_D):
+            # 1oo1D's per-request check is the host ABFT test of C against x and W, which a
+            # model's intermediate layers never reach: no trustworthy model output exists.
+            refusal = admission.Refusal(
+                "VoteTimeoutError", "whole-model requests need two or more voting channels "
+                "(the 1oo1D per-request check cannot see a model's intermediate layers)",
+                "channel_error")
         if refusal is not None:
             self._count_outcome(refusal.outcome)
             self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
@@ -728,23 +752,33 @@ class Daemon:
         # The channels are judged by their own budget for this work item (the work queued
         # ahead of it included), never by the client's timeout: a client that gives up
         # earlier gets VoteTimeoutError, alone.
-        budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
-        cost_s = admission.item_cost_s(self.config, m, k, n)
+        if model is None:
+            budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
+            cost_s = admission.item_cost_s(self.config, m, k, n)
+        else:
+            budget_s = model.budget_s(self.config, m, queued_s)
+            cost_s = model.cost_s(self.config, m)
         client_s = _client_deadline_s(msg.meta.get("deadline_ms"), budget_s)
         seq = self._next_seq()
         for ch in voters:
             self._queued[ch][seq] = (cost_s, now + budget_s)
         assert self.supervisor is not None
         incs = {ch: self.supervisor.incarnation(ch) for ch in voters}
-        self._live[seq] = _Live(identity, msg.seq, now, x, wid, self._policy, incarnations=incs)
+        self._live[seq] = _Live(identity, msg.seq, now, x, wid, self._policy, incarnations=incs,
+                                model=model)
         self._sent_to[seq] = (now + budget_s, incs)
         if client_s < budget_s:
             heapq.heappush(self._client_deadlines, (now + client_s, seq))
         self._voter(vot.Submit(seq, now, now + budget_s, voters, self._policy))
         if seq in self._live:
             for ch in voters:
-                self._send_channel(ch, Kind.REQUEST, seq, {
-                    "weight_id": wid, "deadline_ms": budget_s * 1000.0, "job": "live"}, (x,))
+                if model is None:
+                    self._send_channel(ch, Kind.REQUEST, seq, {
+                        "weight_id": wid, "deadline_ms": budget_s * 1000.0, "job": "live"}, (x,))
+                else:
+                    self._send_channel(ch, Kind.REQUEST, seq, {
+                        "model_id": wid, "deadline_ms": budget_s * 1000.0, "job": "model"},
+                        (x, model.spec, model.biases))
 
     def _queued_s(self, ch: str, now: float) -> float:
         """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
@@ -770,14 +804,21 @@ class Daemon:
         if len(msg.arrays) != 1:
             return "InvalidInputError", f"a request carries one array x, got {len(msg.arrays)}"
         x = msg.arrays[0]
-        wid = msg.meta.get("weight_id")
-        if not isinstance(wid, str) or wid not in self._weights:
-            return "UnknownWeightError", f"weight id {_quote(wid)} is not registered with this daemon"
-        w = self._weights[wid]
+        if "model_id" in msg.meta:
+            model = self._models.get(msg.meta.get("model_id"))
+            if model is None:
+                return ("UnknownModelError",
+                        f"model id {_quote(msg.meta.get('model_id'))} is not registered with this daemon")
+            k_in = model.k_in
+        else:
+            wid = msg.meta.get("weight_id")
+            if not isinstance(wid, str) or wid not in self._weights:
+                return "UnknownWeightError", f"weight id {_quote(wid)} is not registered with this daemon"
+            k_in = self._weights[wid].shape[0]
         if x.dtype != np.float32 or x.ndim != 2 or x.size == 0:
             return "InvalidInputError", f"x must be a non-empty 2-D float32 array, got {x.dtype} {x.shape}"
-        if x.shape[1] != w.shape[0]:
-            return "InvalidInputError", f"x is {x.shape}, the weight is {w.shape}: inner dimensions differ"
+        if x.shape[1] != k_in:
+            return "InvalidInputError", f"x is {x.shape}, the input needs {k_in} columns: inner dimensions differ"
         if not np.isfinite(x).all():
             return "InvalidInputError", "x contains NaN or infinity (non-finite inputs are rejected)"
         return None
@@ -814,6 +855,26 @@ class Daemon:
             wait[0].append((identity, msg.seq))  # answered once every channel holds it
             return
         self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": wid})
+
+    def _register_model(self, identity: bytes, msg: Message) -> None:
+        """`Client.register_model`: frames [spec, biases]; answered with the model id or a
+        typed InvalidInputError naming the layer at fault."""
+        shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
+        try:
+            model = self._models.register(tuple(msg.arrays), shapes)
+        except InvalidInputError as exc:
+            self._error_to("ingress", identity, msg.seq, "InvalidInputError", _quote_long(exc))
+            return
+        self.log.info("model_registered", model_id=model.model_id, layers=len(model.layers))
+        self._reply("ingress", identity, Kind.REPLY, msg.seq, {"ok": True, "outcome": model.model_id})
+
+    def _layer_note(self, seq: int) -> str:
+        """For a whole-model request: ", first diverging layer i" when two channels' per-layer
+        digests differ (the lowest such layer over every pair), else ""."""
+        frames = list(self._model_digests.get(seq, {}).values())
+        layers = [first_diverging_layer(a, b) for i, a in enumerate(frames) for b in frames[i + 1:]]
+        found = [x for x in layers if x is not None]
+        return f", first diverging layer {min(found)}" if found else ""
 
     def _weight_budget_s(self, wid: str) -> float:
         """How long a channel may take to acknowledge weight `wid`: the work budget of an
@@ -1056,6 +1117,9 @@ class Daemon:
 
     def _on_result(self, name: str, msg: Message, now: float) -> None:
         assert self.metrics is not None
+        if msg.meta.get("job") == "model":
+            self._on_model_result(name, msg, now)
+            return
         # A GPU self-test adds a third frame: the SM id of every block (sm_coverage.sm_report).
         ok = msg.meta.get("ok") is True and len(msg.arrays) in (2, 3)
         ks = msg.meta.get("kernel_seconds")
@@ -1104,6 +1168,38 @@ class Daemon:
         else:
             result = vot.ChannelResult(msg.seq, name, now, False, b"", b"", "", error_text)
         self._voter(result)
+
+    def _on_model_result(self, name: str, msg: Message, now: float) -> None:
+        """A whole-model result: [output, digests]; the vote compares the channel-computed
+        digests (output; per layer ES and output), never the ES arrays, which stay on the
+        channel. A malformed digest frame is a channel error."""
+        assert self.metrics is not None
+        self._queued[name].pop(msg.seq, None)
+        live = self._live.get(msg.seq)
+        ok = msg.meta.get("ok") is True and len(msg.arrays) == 2
+        digests = msg.arrays[1] if ok else None
+        if ok and live is not None and live.model is not None and digests is not None and (
+                digests.dtype != np.uint64 or digests.shape != (1 + 2 * len(live.model.layers),)):
+            ok = False
+        ks = msg.meta.get("kernel_seconds")
+        if ok and isinstance(ks, float) and ks >= 0:
+            self.metrics.observe_kernel(name, ks)
+        if not ok or digests is None:
+            error = msg.meta.get("error")
+            text = error if isinstance(error, str) and error else "model result without output and digests"
+            self._voter(vot.ChannelResult(msg.seq, name, now, False, b"", b"", "", text))
+            return
+        if live is not None:
+            live.results[name] = msg.arrays[0]
+            if isinstance(ks, float) and ks >= 0:
+                live.kernel_seconds[name] = ks
+        kept = self._model_digests.setdefault(msg.seq, {})
+        kept[name] = tuple(int(d) for d in digests)
+        while len(self._model_digests) > MODEL_DIGESTS_KEPT:
+            self._model_digests.popitem(last=False)
+        self._voter(vot.ChannelResult(msg.seq, name, now, True,
+                                      _out_digest(msg.arrays[0], digests),
+                                      digests[1:].tobytes(), str(msg.meta.get("variant", ""))))
 
     # ================================================================== roles
 
@@ -1238,6 +1334,15 @@ class Daemon:
                 if live is None:
                     continue
                 c = live.results[d.channel]
+                own = self._model_digests.get(d.req_id, {}).get(d.channel)
+                if live.model is not None and not _same_output(live, d.agreed, c,
+                                                               own[0] if own else None):
+                    # The digests agreed but the output bytes that travelled do not: never
+                    # release them (a channel whose digest does not describe its output).
+                    self.metrics.count_request("disagreement")
+                    self._answer_error(d.req_id, "DisagreementError",
+                                       "the agreeing channels' outputs differ from their digests")
+                    continue
                 self.metrics.count_request("released")
                 self.metrics.observe_vote(live.policy, "released", max(0.0, now - live.submitted))
                 kernel_s = max((live.kernel_seconds.get(ch, 0.0) for ch in d.agreed), default=0.0)
@@ -1251,21 +1356,25 @@ class Daemon:
                 if live is not None:
                     self.metrics.count_request(d.error)
                     self.metrics.observe_vote(live.policy, d.error, max(0.0, now - live.submitted))
-                self.log.info("vote_failed", seq=d.req_id, error=d.error, detail=d.detail)
-                self._answer_error(d.req_id, FAIL_ERRORS[d.error], d.detail)
+                detail = d.detail + (self._layer_note(d.req_id) if d.error == "disagreement" else "")
+                self.log.info("vote_failed", seq=d.req_id, error=d.error, detail=detail)
+                self._answer_error(d.req_id, FAIL_ERRORS[d.error], detail)
             elif isinstance(d, vot.Disagreement):
                 for ch in d.minority:
                     self.metrics.count_disagreement(ch)
+                note = self._layer_note(d.req_id)
+                self._model_digests.pop(d.req_id, None)
                 self.log.warning("disagreement", seq=d.req_id, minority=list(d.minority),
-                                 majority=list(d.majority), policy=d.policy.value)
+                                 majority=list(d.majority), policy=d.policy.value,
+                                 first_diverging_layer=note.rpartition(" ")[2] or None)
                 # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
                 # two faulty ones, so its mismatch goes to the self-test diagnosis.
                 if d.policy is Policy.TWO_OO_THREE and d.majority and len(d.minority) == 1:
                     self._fault(d.minority[0], ctl.FaultKind.DISAGREEMENT_MINORITY, now, now,
-                                f"request {d.req_id}")
+                                f"request {d.req_id}{note}")
                 else:
                     self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
-                                f"request {d.req_id}: {', '.join(d.minority)} disagree")
+                                f"request {d.req_id}: {', '.join(d.minority)} disagree{note}")
             elif isinstance(d, vot.DeadlineMiss):
                 sent = self._sent_to.get(d.req_id)
                 assert self.supervisor is not None
@@ -1489,6 +1598,31 @@ class Daemon:
         except OSError:
             pass
         self._hooks.append(p)
+
+
+def _out_digest(out: npt.NDArray[Any], digests: npt.NDArray[Any]) -> bytes:
+    """The C digest a model result is voted on: the channel's output digest, with the
+    output's shape (a digest does not hash the shape)."""
+    return f"{out.dtype.str}{out.shape}".encode() + digests[:1].tobytes()
+
+
+def _same_output(live: _Live, agreed: Sequence[str], c: npt.NDArray[Any],
+                 digest: int | None) -> bool:
+    """Whether the output about to be released is the one the vote judged: byte-identical
+    to every other agreeing channel's output, and with no other one, equal to its own
+    channel's digest (`safemon.digest.digest64`)."""
+    others = [live.results[ch] for ch in agreed if ch in live.results]
+    if len(others) >= 2:
+        return all(o.shape == c.shape and o.tobytes() == c.tobytes() for o in others)
+    from safemon.digest import digest64
+
+    return digest is not None and digest64(c) == digest
+
+
+def _quote_long(value: object) -> str:
+    """An error text for a reply: at most 4 * MAX_QUOTE characters."""
+    text = str(value)
+    return text if len(text) <= 4 * MAX_QUOTE else text[: 4 * MAX_QUOTE - 3] + "..."
 
 
 def _process_state(sup: Supervisor, channel: str) -> str:

@@ -8,6 +8,10 @@ self-tests interleave with live work through the channel's own queue.
 Messages in (docs/PROTOCOL.md kinds):
 - REQUEST job="live": frames [x (M, K) float32]; meta weight_id, deadline_ms.
   Runs the channel's variant on (x, resident weight) and answers RESULT [C, ES].
+- REQUEST job="model": frames [x, spec (uint8), biases (float32)] of a whole-model request
+  (`safemon.models`); meta model_id. Runs every layer on the device and answers RESULT
+  [output, digests (uint64: the output's, then per layer its ES's and its output's)]:
+  the ES arrays never leave the channel (digest voting).
 - REQUEST job="selftest": frames [A, B] of a golden pattern; meta test_id. Same kernel
   path, answered RESULT [C, ES] with the test_id; on a GPU through the self-test build, which
   adds a third frame (uint32, the SM id of every block) and meta `sm_count`.
@@ -179,6 +183,15 @@ class ChannelWorker:
             weight = self._protect(b, name="warm-up")
         for tile in list(TILES) if v.tile == "auto" else [v.tile]:
             self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile, rmt=v.rmt, abft=v.abft))
+        if self.backend == "cupy":  # whole-model requests: the epilogue and digest kernels
+            from safemon.kernels.compiler import import_cupy
+            from safemon.kernels.model_gpu import device_digests, launch_epilogue
+            from safemon.models.activations import Activation
+
+            with self._stream:
+                h = import_cupy().zeros((2, 2), dtype=np.float32)
+                launch_epilogue(h, None, Activation.GELU)
+                device_digests([h])
 
     def _protect(self, host: npt.NDArray[np.float32], *, name: str) -> ProtectedArray:
         """`host` as an ECC-protected resident array on this channel's backend and stream."""
@@ -354,9 +367,12 @@ class ChannelWorker:
         if "test_id" in msg.meta:
             meta["test_id"] = msg.meta["test_id"]
         c: npt.NDArray[np.float32] | None = None
-        es: npt.NDArray[np.uint32] | None = None
+        arrays_out: tuple[Any, ...] = ()
         try:
-            if job == "selftest" and len(msg.arrays) == 2:
+            if job == "model" and len(msg.arrays) == 3:
+                arrays_out = self._run_model(msg, meta)
+                c = arrays_out[0]
+            elif job == "selftest" and len(msg.arrays) == 2:
                 a, b = msg.arrays
                 weight: Any = self._to_device(b)
             elif job == "live" and len(msg.arrays) == 1:
@@ -367,17 +383,9 @@ class ChannelWorker:
                 weight = self._weights[wid]
             else:
                 raise SafemonError(f"malformed {job!r} request ({len(msg.arrays)} frames)")
-            variant = self.chan.variant.to_variant(int(a.shape[0]), int(weight.shape[1]))
-            t0 = time.perf_counter()
-            if job == "selftest" and self.backend == "cupy":
-                res = self._run_recording_sm(a, weight, variant, meta)
-            else:
-                res = self._run(a, weight, variant)
-            meta["kernel_seconds"] = time.perf_counter() - t0
-            c, es = res
-            self._faults.apply(c, es)
-            meta["variant"] = variant.name
-            meta["ok"] = True
+            if not arrays_out:
+                arrays_out = self._run_matmul(a, weight, job, meta)
+                c = arrays_out[0]
         except UncorrectableError as exc:
             meta["error"] = f"ecc_uncorrectable: {exc}"
         except KernelCheckError as exc:  # issue 15: an in-kernel check (RMT) failed: no release
@@ -394,12 +402,67 @@ class ChannelWorker:
             self._stop.wait(wait + self.config.timing.request_deadline_s * 0.5)
         corrupt = self._faults.corrupt_frame and c is not None
         self._faults.corrupt_frame = self._faults.corrupt_frame and not corrupt
-        arrays: tuple[Any, ...] = (c, es) if c is not None and es is not None else ()
+        arrays: tuple[Any, ...] = arrays_out if meta["ok"] else ()
         if arrays and self._sm_frame is not None:
             arrays += (self._sm_frame,)
         self._sm_frame = None
         self._send(sock, Kind.RESULT, msg.seq, epoch=msg.epoch, meta=meta, arrays=arrays,
                    corrupt=corrupt)
+
+    def _run_matmul(self, a: Any, weight: Any, job: Any, meta: dict[str, Any]
+                    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint32]]:
+        """One product (live or self-test) with the injected data faults applied; fills
+        `meta`'s variant, kernel_seconds and ok."""
+        variant = self.chan.variant.to_variant(int(a.shape[0]), int(weight.shape[1]))
+        t0 = time.perf_counter()
+        if job == "selftest" and self.backend == "cupy":
+            res = self._run_recording_sm(a, weight, variant, meta)
+        else:
+            res = self._run(a, weight, variant)
+        meta["kernel_seconds"] = time.perf_counter() - t0
+        c, es = res
+        self._faults.apply(c, es)
+        meta["variant"] = variant.name
+        meta["ok"] = True
+        return c, es
+
+    def _run_model(self, msg: Message, meta: dict[str, Any]
+                   ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint64]]:
+        """A whole-model request: frames [x, spec, biases]. Returns the host output and the
+        digest frame (`ModelResult.digest_frame`); fills `meta`. Injected data faults hit
+        layer 0's product, before its epilogue, so they propagate like a real one."""
+        from safemon.models import decode_model, run_model
+
+        x, spec, biases = msg.arrays
+        shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
+        layers = decode_model(spec, biases, shapes)
+        t0 = time.perf_counter()
+        if self.backend == "cupy":
+            with self._stream:
+                res = run_model(layers, self._weights, x, self.chan.variant, "cupy",
+                                self._model_fault)
+                out = res.out.get(stream=self._stream)
+                self._stream.synchronize()
+        else:
+            res = run_model(layers, self._weights, np.ascontiguousarray(x), self.chan.variant,
+                            "numpy", self._model_fault)
+            out = res.out
+        meta["kernel_seconds"] = time.perf_counter() - t0
+        meta["variant"] = self._variant_text()
+        meta["ok"] = True
+        return np.array(out, dtype=np.float32, order="C", copy=True), res.digest_frame()
+
+    def _model_fault(self, layer: int, c: Any, es: Any) -> None:
+        f = self._faults
+        if layer != 0 or not (f.stuck_armed or f.bitflip_c or f.bitflip_es):
+            return
+        if isinstance(c, np.ndarray):
+            f.apply(c, es)
+            return
+        hc, hes = c.get(), es.get()  # CuPy: only while a fault is armed
+        f.apply(hc, hes)
+        c.set(hc)
+        es.set(hes)
 
     def _to_device(self, x: npt.NDArray[Any]) -> Any:
         """`x` on this channel's device. On CuPy the copy is issued on the channel's own

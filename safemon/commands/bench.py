@@ -52,6 +52,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--backend", default="auto", choices=("auto", "numpy", "cupy"))
     v.add_argument("--depth", type=int, default=8, help="requests in flight when pipelined")
     v.add_argument("--plot", default=None, help="write the round-trip CDF (PNG) here")
+    v.add_argument("--runtime", action="store_true",
+                   help="device-resident (CuPy) requests and whole-model requests per channel "
+                        "placement, with in-process baselines (safemon.patterns.runtime_bench)")
+    v.add_argument("--placements", default="process,stream",
+                   help="--runtime: comma list of process, stream (default: %(default)s)")
+    v.add_argument("--model", default="64x4096x4",
+                   help="--runtime: BATCHxHIDDENxLAYERS of the MLP (default: %(default)s)")
+    v.add_argument("--model-requests", type=int, default=30, help="--runtime: timed model runs")
     p.add_argument("--json", dest="json_file", default=None, help="write safemon.bench/2 evidence here")
     p.add_argument("--markdown", default=None, help="write the Markdown report here")
     p.add_argument("--evidence", default=None, help="store the evidence per device under this directory")
@@ -64,7 +72,35 @@ def handler(args: argparse.Namespace) -> int:
     return _kernels(args)
 
 
+def _runtime(args: argparse.Namespace) -> int:
+    from safemon.errors import BackendUnavailableError, SafemonError
+    from safemon.patterns.runtime_bench import ModelShape, run_runtime_bench, runtime_markdown
+    from safemon.patterns.vote_bench import parse_sizes, write_evidence
+
+    try:
+        sizes = parse_sizes(args.sizes, args.requests)
+        batch, hidden, layers = (int(v) for v in args.model.lower().split("x"))
+        ev = run_runtime_bench(
+            sizes=sizes, model=ModelShape(batch, hidden, layers),
+            placements=[p.strip() for p in args.placements.split(",") if p.strip()],
+            warmup=args.warmup, model_requests=args.model_requests,
+            progress=lambda s: print(f"bench vote --runtime: {s}", file=sys.stderr, flush=True))
+    except (ValueError, BackendUnavailableError) as exc:
+        print(f"safemon bench vote --runtime: {exc}", file=sys.stderr)
+        return 2
+    except SafemonError as exc:
+        print(f"safemon bench vote --runtime: failed: {exc}", file=sys.stderr)
+        return 1
+    _report(runtime_markdown(ev), "Runtime benchmark (device-resident, whole-model)",
+            args.markdown)
+    if args.json_file:
+        write_evidence(ev, args.json_file)
+    return 0
+
+
 def _vote(args: argparse.Namespace) -> int:
+    if args.runtime:
+        return _runtime(args)
     from safemon.errors import BackendUnavailableError, SafemonError
     from safemon.patterns.vote_bench import (
         parse_sizes,

@@ -23,8 +23,9 @@ def shipped_builds() -> list[KernelBuild]:
     """The builds safemon loads at run time (the PTX audit, `safemon audit ptx`, covers these)."""
     from safemon.ecc.gpu import nvcc_builds as ecc_builds
     from safemon.kernels.gpu import nvcc_builds as mmm_builds
+    from safemon.kernels.model_gpu import nvcc_builds as model_builds
 
-    return mmm_builds() + ecc_builds()
+    return mmm_builds() + ecc_builds() + model_builds()
 
 
 def all_builds() -> list[KernelBuild]:

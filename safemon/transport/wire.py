@@ -95,7 +95,7 @@ class Kind(StrEnum):
 
 
 META_KEYS: Final[Mapping[Kind, frozenset[str]]] = {
-    Kind.REQUEST: frozenset({"weight_id", "deadline_ms", "job"}),
+    Kind.REQUEST: frozenset({"weight_id", "model_id", "deadline_ms", "job"}),
     Kind.RESULT: frozenset({"variant", "kernel_seconds", "ok", "job", "sm_count"}),
     Kind.HEARTBEAT: frozenset({"state", "uptime_s"}),
     Kind.CONTROL: frozenset({"command", "args"}),

@@ -1,0 +1,38 @@
+"""Whole-model requests: layers (`Layer`, `Activation`), their validation and wire form,
+and the forward pass (`reference_forward` is the bit-exact NumPy reference of what the
+channels compute; `run_model` is what a channel runs)."""
+
+from __future__ import annotations
+
+from safemon.models.activations import Activation, epilogue, gelu_f32, relu_f32
+from safemon.models.forward import (
+    ModelResult,
+    first_diverging_layer,
+    reference_forward,
+    run_model,
+)
+from safemon.models.layers import (
+    MAX_LAYERS,
+    Layer,
+    decode_model,
+    encode_model,
+    model_id_of,
+    validate_layers,
+)
+
+__all__ = [
+    "MAX_LAYERS",
+    "Activation",
+    "Layer",
+    "ModelResult",
+    "decode_model",
+    "encode_model",
+    "epilogue",
+    "first_diverging_layer",
+    "gelu_f32",
+    "model_id_of",
+    "reference_forward",
+    "relu_f32",
+    "run_model",
+    "validate_layers",
+]

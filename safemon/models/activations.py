@@ -1,0 +1,112 @@
+"""The layer epilogue (bias add, then activation) as float32 NumPy: the reference that
+`safemon/kernels/cuda/epilogue.cu` mirrors bit for bit.
+
+Every step is one IEEE-754 float32 operation rounded to nearest even, in a fixed order,
+with no fused multiply-add: NumPy rounds each float32 ufunc result, and the CUDA side uses
+`__fadd_rn` / `__fmul_rn` / `__fdiv_rn` (which are never contracted), `rintf`, `ldexpf`
+(exact for normal results) and plain comparisons. So the two sides agree bit for bit.
+
+gelu is the tanh form, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), with tanh(u) computed as
+(e − 1)/(e + 1), e = exp(2u), u clamped to [−10, 10] (float32 tanh is exactly ±1 beyond
+about ±9.01), and exp from `exp_f32` below instead of a libm (libms differ in the last bit).
+Its absolute error against the exact tanh form is below 2e-6 on [−10, 10] (tested).
+
+relu is `x > 0 ? x : +0.0` (so −0.0 and NaN map to +0.0 on both sides; `maximum` differs
+between libraries on signed zeros).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Activation", "apply_activation", "epilogue", "exp_f32", "gelu_f32", "relu_f32"]
+
+F32 = npt.NDArray[np.float32]
+
+
+class Activation(enum.StrEnum):
+    """The activations a layer may apply after its bias (the device's fixed set)."""
+
+    IDENTITY = "identity"
+    RELU = "relu"
+    GELU = "gelu"
+
+    @property
+    def code(self) -> int:
+        """The integer the epilogue kernel takes (0 identity, 1 relu, 2 gelu)."""
+        return {"identity": 0, "relu": 1, "gelu": 2}[self.value]
+
+
+_f = np.float32
+# Constants as exact float32 values written in hex, the same literals as epilogue.cu
+# (a decimal literal parsed by two compilers could round differently).
+LOG2E = _f(float.fromhex("0x1.715476p+0"))
+#: ln 2 split in two: LN2_HI has 12 trailing zero bits, so k·LN2_HI is exact for |k| < 2^12.
+LN2_HI = _f(float.fromhex("0x1.62e4p-1"))
+LN2_LO = _f(float.fromhex("0x1.7f7d1cp-20"))
+#: The Taylor coefficients 1/720, 1/120, 1/24, 1/6, 1/2 of exp (Horner order), float32.
+EXP_COEFFS = tuple(_f(float.fromhex(h)) for h in (
+    "0x1.6c16c2p-10", "0x1.111112p-7", "0x1.555556p-5", "0x1.555556p-3", "0x1p-1"))
+ONE = _f(1.0)
+HALF = _f(0.5)
+SQRT_2_OVER_PI = _f(float.fromhex("0x1.988454p-1"))
+GELU_CUBIC = _f(float.fromhex("0x1.6e4e26p-5"))
+U_CLAMP = _f(10.0)
+
+
+def exp_f32(y: F32) -> F32:
+    """exp(y) for float32 y with |y| ≤ 20, in float32 operations only.
+
+    k = rint(y·log2 e); r = (y − k·LN2_HI) − k·LN2_LO; p = 1 + r·(1 + r·(1/2 + … r/720))
+    (Horner, degree 6); result = ldexp(p, k). Relative error about 2e-7.
+    """
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        k = np.rint(y * LOG2E)
+        r = (y - k * LN2_HI) - k * LN2_LO
+        p = np.full_like(r, EXP_COEFFS[0])
+        for c in EXP_COEFFS[1:]:
+            p = p * r + c
+        p = p * r + ONE
+        p = p * r + ONE
+        out: F32 = np.ldexp(p, k.astype(np.int32)).astype(np.float32, copy=False)
+    return out
+
+
+def gelu_f32(x: F32) -> F32:
+    """The tanh-form gelu of float32 `x`, elementwise (see the module docstring)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        x3 = (x * x) * x
+        inner = x + GELU_CUBIC * x3
+        u0 = SQRT_2_OVER_PI * inner
+        u: F32 = np.where(u0 > U_CLAMP, U_CLAMP,
+                          np.where(u0 < -U_CLAMP, -U_CLAMP, u0)).astype(np.float32)
+        e = exp_f32(u + u)
+        t = (e - ONE) / (e + ONE)
+        out: F32 = ((HALF * x) * (ONE + t)).astype(np.float32, copy=False)
+    return out
+
+
+def relu_f32(x: F32) -> F32:
+    """`x > 0 ? x : +0.0`, elementwise."""
+    out: F32 = np.where(x > 0, x, _f(0.0)).astype(np.float32, copy=False)
+    return out
+
+
+def apply_activation(x: F32, activation: Activation) -> F32:
+    """`activation` of float32 `x` (a new array)."""
+    if activation is Activation.RELU:
+        return relu_f32(x)
+    if activation is Activation.GELU:
+        return gelu_f32(x)
+    return np.array(x, dtype=np.float32, copy=True)
+
+
+def epilogue(c: F32, bias: F32 | None, activation: Activation) -> F32:
+    """One layer's epilogue on its (M, N) product `c`: `c + bias` (bias (N,), broadcast over
+    rows, one float32 add) when a bias is given, then the activation."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = c if bias is None else (c + bias[np.newaxis, :]).astype(np.float32, copy=False)
+    return apply_activation(np.ascontiguousarray(h, dtype=np.float32), activation)

@@ -1,0 +1,151 @@
+"""The forward pass of a registered model: the reference (`reference_forward`) and what a
+channel runs (`run_model`, NumPy or CuPy), with the digests the vote compares.
+
+Per layer i: C_i, ES_i = the channel's protected kernel on (h_i, W_i); h_{i+1} =
+epilogue(C_i, b_i, act_i). The result of a whole-model request is h_L (the output), its
+digest, and per layer the digests of ES_i and of h_{i+1}, so that the voter's caller can
+name the first layer at which two channels diverged (`first_diverging_layer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from safemon.config import VariantConfig
+from safemon.digest import digest64
+from safemon.errors import InvalidInputError
+from safemon.kernels.api import run_variant
+from safemon.kernels.reference import reference_matmul
+from safemon.models.activations import epilogue
+from safemon.models.layers import Layer, validate_layers
+
+__all__ = ["LayerHook", "ModelResult", "first_diverging_layer", "reference_forward", "run_model"]
+
+F32 = npt.NDArray[np.float32]
+
+
+def reference_forward(weights: Sequence[F32], layers: Sequence[Layer], x: F32, *,
+                      variant: VariantConfig | None = None) -> F32:
+    """The output the channels release for `layers` on `x`, bit for bit (NumPy).
+
+    Args:
+        weights: weights[i] is layer i's (K_i, N_i) float32 weight.
+        layers: the model (`layers[i].weight_id` is not looked at here).
+        x: (M, K_0) float32, finite.
+        variant: the channels' kernel variant (C depends only on its arithmetic mode);
+            None = the default channel variant.
+
+    Raises:
+        InvalidInputError: mismatched shapes (naming the layer), non-float32 arrays.
+    """
+    if len(weights) != len(layers):
+        raise InvalidInputError(f"{len(weights)} weights for {len(layers)} layers")
+    validate_layers(layers, {ly.weight_id: tuple(w.shape) for ly, w in zip(layers, weights,
+                                                                            strict=True)}
+                    if len({ly.weight_id for ly in layers}) == len(layers) else
+                    _shapes_by_index(weights, layers))
+    vc = variant or VariantConfig()
+    h = np.ascontiguousarray(x, dtype=np.float32)
+    if h.ndim != 2 or h.shape[1] != weights[0].shape[0]:
+        raise InvalidInputError(f"x must be (M, {weights[0].shape[0]}), got {h.shape}")
+    for w, layer in zip(weights, layers, strict=True):
+        c, _es = reference_matmul(h, np.ascontiguousarray(w), vc.to_variant(h.shape[0],
+                                                                             w.shape[1]))
+        h = epilogue(c, layer.bias, layer.act)
+    return h
+
+
+def _shapes_by_index(weights: Sequence[F32], layers: Sequence[Layer]
+                     ) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for ly, w in zip(layers, weights, strict=True):
+        if shapes.setdefault(ly.weight_id, tuple(w.shape)) != tuple(w.shape):
+            raise InvalidInputError(f"weight id {ly.weight_id!r} given two shapes")
+    return shapes
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """What one channel computed for a whole-model request.
+
+    Attributes:
+        out: the (M, N_L) float32 output (NumPy or CuPy, the backend's device).
+        out_digest: safemon-digest64 of `out`.
+        es_digests: per layer, the digest of that layer's ES array.
+        h_digests: per layer, the digest of that layer's output h_{i+1}.
+    """
+
+    out: Any
+    out_digest: int
+    es_digests: tuple[int, ...]
+    h_digests: tuple[int, ...]
+
+    def digest_frame(self) -> npt.NDArray[np.uint64]:
+        """[out, es_0, h_0, es_1, h_1, ...] as uint64: what the channel sends to be voted."""
+        words = [self.out_digest]
+        for e, h in zip(self.es_digests, self.h_digests, strict=True):
+            words += [e, h]
+        return np.array(words, dtype=np.uint64)
+
+
+#: Called after each layer's product with (layer index, C, ES) before the epilogue, on
+#: the backend's arrays; may modify them in place (the channel's fault injection).
+LayerHook = Callable[[int, Any, Any], None]
+
+
+def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
+              variant: VariantConfig, backend: str, hook: LayerHook | None = None
+              ) -> ModelResult:
+    """Run the whole forward pass on this channel's backend ("numpy" or "cupy"; for CuPy
+    on the current device and stream, `x` and the weights already there or uploaded by
+    the kernel's checks). `weights` maps ids to resident weights (arrays or ECC-protected).
+
+    Raises:
+        InvalidInputError, KernelCheckError, UncorrectableError: as `run_variant`.
+    """
+    h = x
+    es_d: list[int] = []
+    h_d: list[int] = []
+    if backend == "cupy":
+        from safemon.kernels.compiler import import_cupy
+        from safemon.kernels.model_gpu import device_digests, launch_epilogue
+
+        cp = import_cupy()
+        h = cp.ascontiguousarray(cp.asarray(x))
+        kept: list[Any] = []  # per layer ES and output, digested together at the end
+        for i, layer in enumerate(layers):
+            w = weights[layer.weight_id]
+            res = run_variant(h, w, variant.to_variant(int(h.shape[0]), int(w.shape[1])), "cupy")
+            c = res.c
+            if hook is not None:
+                hook(i, c, res.es)
+            bias = None if layer.bias is None else cp.asarray(layer.bias)
+            launch_epilogue(c, bias, layer.act)
+            kept += [res.es, c]
+            h = c
+        sums = device_digests(kept)  # one read-back for the whole forward pass
+        return ModelResult(h, sums[-1], tuple(sums[0::2]), tuple(sums[1::2]))
+    for i, layer in enumerate(layers):
+        w = weights[layer.weight_id]
+        res = run_variant(np.ascontiguousarray(h), w,
+                          variant.to_variant(int(h.shape[0]), int(w.shape[1])), "numpy")
+        if hook is not None:
+            hook(i, res.c, res.es)
+        h = epilogue(res.c, layer.bias, layer.act)
+        es_d.append(digest64(res.es))
+        h_d.append(digest64(h))
+    return ModelResult(h, h_d[-1], tuple(es_d), tuple(h_d))
+
+
+def first_diverging_layer(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first layer whose ES or output digest differs between two digest frames
+    (`ModelResult.digest_frame` layout); None when the per-layer digests all agree."""
+    for i in range(1, min(len(a), len(b)) - 1, 2):
+        if a[i] != b[i] or a[i + 1] != b[i + 1]:
+            return (i - 1) // 2
+    return None

@@ -1,0 +1,284 @@
+"""`safemon bench vote --runtime`: device-resident requests, digest-voted whole-model
+requests and channel placements, each against a baseline measured in the same run.
+
+Needs CuPy and a GPU. Per placement ("process": three channel processes; "stream": three
+CUDA streams in the daemon process), a 2oo3 daemon (`safemon run`, ipc://) is started and
+this process acts as the app, passing CuPy arrays to `Client`:
+
+- **matmul** at each size: round trip of `Client.matmul(cupy x)` (result back as a CuPy
+  array on the same device). `overhead = round trip − kernel_seconds`, the latter being the
+  slowest agreeing channel's compute time from the reply (the critical path).
+- **model**: a `layers`-layer MLP (batch × hidden, fp32, gelu, biases) as one
+  `Client.run(model_id, cupy x)`: one vote on the output digest and the per-layer digests.
+
+Baselines, in this process, same run: the protected kernel called directly with its result
+left on the device (`direct`), the whole protected forward (`model_direct`), three of them
+back to back (`model_three_back_to_back`: what three channels' kernels cost when they share
+the GPU serially), and the unprotected forward with `cupy.matmul` (`model_cupy_matmul`).
+
+Faults: after the timed runs, `bitflip-c` is injected into one channel and `fault_requests`
+requests of each kind are checked bit for bit against the fault-free output; the count of
+wrong outputs released is recorded (it must be 0). CUDA MPS is not measured: starting its
+control daemon changes how the lent GPU is shared, which this benchmark does not do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from safemon.errors import SafemonError
+from safemon.patterns.vote_bench import VoteBenchSize, _bench_config, _running_daemon, _stats
+
+__all__ = ["FORMAT", "ModelShape", "run_runtime_bench", "runtime_markdown"]
+
+FORMAT = "safemon.bench_runtime/1"
+
+Progress = Callable[[str], None]
+
+
+class ModelShape:
+    """The benchmarked MLP: `layers` layers of hidden × hidden, `batch` rows."""
+
+    def __init__(self, batch: int = 64, hidden: int = 4096, layers: int = 4) -> None:
+        self.batch, self.hidden, self.layers = batch, hidden, layers
+
+    @property
+    def label(self) -> str:
+        return f"mlp{self.layers}x{self.hidden}/batch{self.batch}"
+
+
+def _timed(fn: Callable[[], Any], n: int, warmup: int, sync: Callable[[], None]) -> list[float]:
+    out: list[float] = []
+    for i in range(warmup + n):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        t1 = time.perf_counter()
+        if i >= warmup:
+            out.append(t1 - t0)
+    return out
+
+
+def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], model: ModelShape,
+               mops: Any, warmup: int, model_requests: int, say: Progress) -> dict[str, Any]:
+    from safemon.config import VariantConfig
+    from safemon.kernels.api import run_variant
+    from safemon.kernels.model_gpu import launch_epilogue
+    from safemon.models import run_model
+
+    vc = VariantConfig()
+    sync = cp.cuda.get_current_stream().synchronize
+    out: dict[str, Any] = {"direct": {}}
+    for s in sizes:
+        x, w = (cp.asarray(a) for a in ops[s.label])
+        v = vc.to_variant(s.m, s.n)
+        say(f"baseline: direct protected kernel {s.label}")
+        call = functools.partial(run_variant, x, w, v, "cupy")
+        out["direct"][s.label] = _stats(_timed(call, s.requests, warmup, sync))
+    layers, weights, x_host = mops
+    dw = {k: cp.asarray(w) for k, w in weights.items()}
+    dx = cp.asarray(x_host)
+    say(f"baseline: protected forward {model.label}")
+
+    def one() -> Any:
+        return run_model(layers, dw, dx, vc, "cupy")
+
+    out["model_direct"] = _stats(_timed(one, model_requests, warmup, sync))
+    out["model_three_back_to_back"] = _stats(_timed(lambda: [one() for _ in range(3)],
+                                                    model_requests, warmup, sync))
+    biases = [cp.asarray(ly.bias) if ly.bias is not None else None for ly in layers]
+
+    def plain() -> None:
+        h = dx
+        for ly, b in zip(layers, biases, strict=True):
+            h = cp.matmul(h, dw[ly.weight_id])
+            launch_epilogue(h, b, ly.act)
+
+    say(f"baseline: unprotected forward with cupy.matmul {model.label}")
+    out["model_cupy_matmul"] = _stats(_timed(plain, model_requests, warmup, sync))
+    return out
+
+
+def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
+                   ops: dict[str, Any], mops: Any, warmup: int, model_requests: int,
+                   fault_requests: int, say: Progress) -> dict[str, Any]:
+    import cupy as cp
+
+    from safemon.models import Layer
+
+    cfg = _bench_config(work, "ipc", "cupy", [s.label for s in sizes if s.m * s.n <= 2**18][:1]
+                        or ["16x16x16"])
+    cfg["name"] = f"bench-rt-{placement}"
+    cfg["endpoints"]["runtime_dir"] = str(work / f"rt-{placement}")
+    cfg["channels"] = [{"name": f"c{i}", "placement": placement} for i in range(3)]
+    cfg["testing"] = {"fault_injection": True}
+    # Item costs at 100 GFLOP/s (the default 0.05 prices a 4096-wide layer at 43 s, so a
+    # model request queued behind the slowest channel's previous one would be refused).
+    cfg["limits"] = {"min_channel_gflops": 100.0}
+    cfg_path = work / f"bench-{placement}.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    res: dict[str, Any] = {"placement": placement, "matmul": {}, "faults": {}}
+    say(f"starting a 2oo3 cupy daemon, {placement} channels")
+    with _running_daemon(cfg_path, work / f"daemon-{placement}.log", 240.0) as client:
+        client.control_timeout_s = 60.0
+        clean: dict[str, Any] = {}
+        wids: dict[str, str] = {}
+        for s in sizes:
+            x, w = ops[s.label]
+            wids[s.label] = client.register_weight(w)
+            dx = cp.asarray(x)
+            rtt, ks = [], []
+            say(f"{placement} {s.label}: {s.requests} device-resident round trips")
+            for i in range(warmup + s.requests):
+                t0 = time.perf_counter()
+                c = client.matmul(dx, wids[s.label], timeout=30.0)
+                t1 = time.perf_counter()
+                if i >= warmup:
+                    rtt.append(t1 - t0)
+                    ks.append(client.last_kernel_seconds or 0.0)
+            clean[s.label] = c.get()
+            res["matmul"][s.label] = {"round_trip": _stats(rtt), "kernel": _stats(ks),
+                                      "overhead": _stats([max(0.0, r - k) for r, k in zip(rtt, ks, strict=True)])}
+        layers, weights, x_host = mops
+        ids = {k: client.register_weight(w) for k, w in weights.items()}
+        mid = client.register_model([Layer(ids[ly.weight_id], ly.bias, ly.act) for ly in layers])
+        dx = cp.asarray(x_host)
+        rtt, ks = [], []
+        say(f"{placement} model: {model_requests} whole-model round trips")
+        for i in range(warmup + model_requests):
+            t0 = time.perf_counter()
+            out = client.run(mid, dx, timeout=60.0)
+            t1 = time.perf_counter()
+            if i >= warmup:
+                rtt.append(t1 - t0)
+                ks.append(client.last_kernel_seconds or 0.0)
+        clean["model"] = out.get()
+        res["model"] = {"round_trip": _stats(rtt), "kernel": _stats(ks)}
+        say(f"{placement}: bitflip-c injected into c1, {fault_requests} requests per kind")
+        for label in [*wids, "model"]:
+            wrong = errors = released = 0
+            for _ in range(fault_requests):
+                with contextlib.suppress(SafemonError):  # c1 may be restarting or isolated
+                    client.inject("c1", "bitflip-c")
+                try:
+                    got = (client.run(mid, dx, timeout=60.0) if label == "model" else
+                           client.matmul(cp.asarray(ops[label][0]), wids[label], timeout=30.0))
+                except SafemonError:
+                    errors += 1
+                    continue
+                released += 1
+                wrong += int(not np.array_equal(got.get().view(np.uint32),
+                                                clean[label].view(np.uint32)))
+            res["faults"][label] = {"injected": fault_requests, "released": released,
+                                    "errors": errors, "wrong_released": wrong}
+            with contextlib.suppress(SafemonError):
+                client.clear_faults()
+    return res
+
+
+def _model_operands(model: ModelShape, rng: np.random.Generator) -> Any:
+    from safemon.models import Layer
+
+    scale = np.float32(1.0 / np.sqrt(model.hidden))
+    weights = {f"w{i}": (rng.standard_normal((model.hidden, model.hidden), dtype=np.float32) * scale)
+               for i in range(model.layers)}
+    layers = [Layer(f"w{i}", rng.standard_normal(model.hidden, dtype=np.float32) * np.float32(0.1),
+                    "gelu") for i in range(model.layers)]
+    x = rng.standard_normal((model.batch, model.hidden), dtype=np.float32)
+    return layers, weights, x
+
+
+def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | None = None,
+                      placements: Sequence[str] = ("process", "stream"), warmup: int = 10,
+                      model_requests: int = 30, fault_requests: int = 5,
+                      progress: Progress | None = None, work_dir: Path | None = None
+                      ) -> dict[str, Any]:
+    """Run the benchmark (see the module docstring); returns the evidence dict.
+
+    Raises:
+        BackendUnavailableError: no CuPy / GPU. ValueError: an unknown placement.
+        SafemonError: a daemon that did not come up, or a request not released in the timed
+            part (a benchmark never hides a failed request).
+    """
+    from safemon.kernels.compiler import import_cupy
+
+    cp = import_cupy()
+    say = progress or (lambda _s: None)
+    for p in placements:
+        if p not in ("process", "stream"):
+            raise ValueError(f"unknown placement {p!r}; known: process, stream")
+    model = model or ModelShape()
+    rng = np.random.default_rng(2026)
+    ops = {s.label: (rng.standard_normal((s.m, s.k), dtype=np.float32),
+                     rng.standard_normal((s.k, s.n), dtype=np.float32)) for s in sizes}
+    mops = _model_operands(model, rng)
+    ev: dict[str, Any] = {
+        "format": FORMAT,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": {"machine": platform.machine(), "python": platform.python_version(),
+                 "cpus": os.cpu_count(), "node": platform.node()},
+        "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "policy": "2oo3", "transport": "ipc", "model": model.label, "warmup": warmup,
+        "staging": "host (device arrays are copied to and from host memory; no IPC pool)",
+        "mps": "not measured",
+    }
+    ev["baselines"] = _baselines(cp, sizes, ops, model, mops, warmup, model_requests, say)
+    ev["placements"] = []
+    with tempfile.TemporaryDirectory(prefix="safemon-bench-rt-") as tmp:
+        work = Path(work_dir) if work_dir is not None else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for p in placements:
+            try:
+                ev["placements"].append(_run_placement(p, work, sizes, ops, mops, warmup,
+                                                       model_requests, fault_requests, say))
+            except SafemonError as exc:  # recorded, never hidden: the report names it
+                say(f"{p}: failed: {exc}")
+                ev.setdefault("failed", {})[p] = str(exc)
+    if not ev["placements"]:
+        raise SafemonError(f"every placement failed: {ev.get('failed')}")
+    return ev
+
+
+def _us(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def runtime_markdown(ev: dict[str, Any]) -> str:
+    """The evidence as Markdown (µs; ratios against this run's baselines)."""
+    b = ev["baselines"]
+    lines = [f"Device {ev['device']}, {ev['when']}, 2oo3 over {ev['transport']}; {ev['staging']}.",
+             "", "| placement | request | round trip p50 / p99 (µs) | kernel p50 | overhead p50 / p99 | "
+             "ratio p50 vs baseline | baseline |", "|---|---|---|---|---|---|---|"]
+    for pl in ev["placements"]:
+        for label, r in pl["matmul"].items():
+            d = b["direct"][label]
+            lines.append(f"| {pl['placement']} | matmul {label} | {_us(r['round_trip']['p50_us'])} / "
+                         f"{_us(r['round_trip']['p99_us'])} | {_us(r['kernel']['p50_us'])} | "
+                         f"{_us(r['overhead']['p50_us'])} / {_us(r['overhead']['p99_us'])} | "
+                         f"{r['round_trip']['p50_us'] / d['p50_us']:.2f}× | direct kernel {_us(d['p50_us'])} |")
+        m = pl["model"]
+        for name, key in (("3 forwards back to back", "model_three_back_to_back"),
+                          ("cupy.matmul forward", "model_cupy_matmul")):
+            lines.append(f"| {pl['placement']} | {ev['model']} | {_us(m['round_trip']['p50_us'])} / "
+                         f"{_us(m['round_trip']['p99_us'])} | {_us(m['kernel']['p50_us'])} | — | "
+                         f"{m['round_trip']['p50_us'] / b[key]['p50_us']:.2f}× | {name} {_us(b[key]['p50_us'])} |")
+    lines += ["", "Faults (bitflip-c injected into c1 before each request):", "",
+              "| placement | request | injected | released | errors | wrong released |",
+              "|---|---|---|---|---|---|"]
+    for pl in ev["placements"]:
+        for label, f in pl["faults"].items():
+            lines.append(f"| {pl['placement']} | {label} | {f['injected']} | {f['released']} | "
+                         f"{f['errors']} | {f['wrong_released']} |")
+    lines += [f"\nFailed: {p}: {e}" for p, e in ev.get("failed", {}).items()]
+    return "\n".join(lines) + "\n"

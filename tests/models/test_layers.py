@@ -1,0 +1,97 @@
+"""Layers, model validation (naming the layer), the wire form and model ids, and the
+reference forward against a plain float32 loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from safemon.config import VariantConfig
+from safemon.errors import InvalidInputError
+from safemon.kernels.api import run_variant
+from safemon.models import (
+    Activation,
+    Layer,
+    decode_model,
+    encode_model,
+    epilogue,
+    first_diverging_layer,
+    model_id_of,
+    reference_forward,
+    run_model,
+    validate_layers,
+)
+
+SHAPES = {"a": (8, 16), "b": (16, 4), "c": (5, 4)}
+
+
+def test_layer_normalises_the_activation_and_refuses_unknown_ones() -> None:
+    """A str activation becomes the enum; an unknown name is an InvalidInputError."""
+    assert Layer("a", activation="gelu").activation is Activation.GELU
+    with pytest.raises(InvalidInputError, match="unknown activation"):
+        Layer("a", activation="swish")
+
+
+def test_layer_refuses_a_float64_or_nonfinite_bias() -> None:
+    """Biases are finite float32 vectors; anything else is refused at construction."""
+    with pytest.raises(InvalidInputError, match="float32"):
+        Layer("a", np.zeros(4))
+    with pytest.raises(InvalidInputError, match="NaN"):
+        Layer("a", np.array([np.nan], dtype=np.float32))
+
+
+@pytest.mark.parametrize(("layers", "needle"), [
+    ([Layer("a"), Layer("c")], "layer 1: weight is 5x4 but layer 0 outputs 16"),
+    ([Layer("a"), Layer("zz")], "layer 1: weight 'zz' is not registered"),
+    ([Layer("a", np.zeros(3, np.float32))], "layer 0: bias has 3 elements"),
+    ([], "non-empty"),
+])
+def test_validation_names_the_layer_at_fault(layers: list[Layer], needle: str) -> None:
+    """Mismatched shapes, unknown weights and wrong bias lengths name the layer index."""
+    with pytest.raises(InvalidInputError, match=needle):
+        validate_layers(layers, SHAPES)
+
+
+def test_the_wire_form_round_trips_and_the_id_is_a_content_address() -> None:
+    """decode(encode(layers)) gives equal layers; equal layers give equal ids, a changed
+    bias gives another id."""
+    b = np.arange(16, dtype=np.float32)
+    layers = [Layer("a", b, "relu"), Layer("b", None, "gelu")]
+    back = decode_model(*encode_model(layers), SHAPES)
+    assert [(ly.weight_id, ly.act) for ly in back] == [("a", Activation.RELU), ("b", Activation.GELU)]
+    assert back[0].bias is not None and np.array_equal(back[0].bias, b)
+    assert model_id_of(back) == model_id_of(layers)
+    assert model_id_of([Layer("a", b + 1, "relu"), Layer("b", None, "gelu")]) != model_id_of(layers)
+
+
+def test_decode_refuses_a_short_bias_frame() -> None:
+    """A spec that announces a bias the bias frame does not hold is refused."""
+    spec, _ = encode_model([Layer("a", np.zeros(16, np.float32))])
+    with pytest.raises(InvalidInputError, match="layer 0"):
+        decode_model(spec, np.zeros(3, np.float32), SHAPES)
+
+
+def test_reference_forward_is_product_then_bias_then_activation_per_layer() -> None:
+    """reference_forward equals the channel kernel's product followed by the epilogue,
+    layer by layer, and run_model on the NumPy backend gives the same bits."""
+    rng = np.random.default_rng(3)
+    w = [rng.standard_normal(SHAPES[k]).astype(np.float32) for k in ("a", "b")]
+    layers = [Layer("a", rng.standard_normal(16).astype(np.float32), "gelu"), Layer("b", None, "relu")]
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    vc = VariantConfig()
+    h = x
+    for wi, ly in zip(w, layers, strict=True):
+        h = epilogue(run_variant(h, wi, vc.to_variant(3, wi.shape[1]), "numpy").c, ly.bias, ly.act)
+    ref = reference_forward(w, layers, x)
+    assert np.array_equal(ref.view(np.uint32), h.view(np.uint32))
+    res = run_model(layers, {"a": w[0], "b": w[1]}, x, vc, "numpy")
+    assert np.array_equal(res.out.view(np.uint32), ref.view(np.uint32))
+    assert len(res.digest_frame()) == 5
+
+
+def test_first_diverging_layer_reads_the_digest_frame() -> None:
+    """Frames [out, es0, h0, es1, h1]: a difference in layer 1's ES names layer 1."""
+    a = [9, 1, 2, 3, 4]
+    assert first_diverging_layer(a, a) is None
+    assert first_diverging_layer(a, [8, 1, 2, 7, 4]) == 1
+    assert first_diverging_layer(a, [8, 1, 5, 3, 4]) == 0

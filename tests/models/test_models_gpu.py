@@ -1,0 +1,133 @@
+"""GPU against reference: the digest word-sum kernel, the epilogue kernel (bias, relu,
+gelu) and the whole forward pass are bit-exact with their NumPy references; device arrays
+round-trip through a real daemon with CuPy channels and come back as the same kind on the
+same device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from safemon.arrays import as_host
+from safemon.config import VariantConfig
+from safemon.digest import digest64
+from safemon.errors import InvalidInputError
+from safemon.models import Activation, Layer, epilogue, reference_forward, run_model
+from tests.runtime.helpers import make_config, reference, same_bits, system
+
+pytestmark = pytest.mark.gpu
+
+#: GPU daemons in these tests run the device-covering self-test shapes; three stream
+#: channels sharing one GPU need DTIs longer than the CPU tests' 0.2 s (as the benchmark).
+GENEROUS = {"request_deadline_s": 10.0, "dti_s": 5.0, "selftest_deadline_s": 4.5,
+            "ftti_s": 20.0, "heartbeat_timeout_s": 5.0, "heartbeat_interval_s": 0.1}
+
+
+def _cp() -> Any:
+    import cupy
+
+    return cupy
+
+
+@pytest.mark.parametrize("n", [1, 31, 1000, (1 << 20) + 3])
+def test_digest_kernel_is_bit_exact_with_the_reference(n: int) -> None:
+    """device_digests equals digest64 for float32 and uint32 arrays of odd sizes."""
+    from safemon.kernels.model_gpu import device_digests
+
+    cp = _cp()
+    rng = np.random.default_rng(n)
+    f = rng.standard_normal(n).astype(np.float32)
+    u = rng.integers(0, 2**32, n, dtype=np.uint32)
+    assert device_digests([cp.asarray(f), cp.asarray(u)]) == [digest64(f), digest64(u)]
+
+
+def _special_values() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    edge = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-40, 3e38, -3e38, 9.01, -9.01, 12.5, -12.5],
+                    dtype=np.float32)
+    grid = np.linspace(-14, 14, 300_001).astype(np.float32)
+    return np.concatenate([edge, grid, rng.standard_normal(100_000).astype(np.float32) * 4])
+
+
+@pytest.mark.parametrize("act", list(Activation))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_epilogue_kernel_is_bit_exact_with_the_reference(act: Activation, with_bias: bool) -> None:
+    """Bias add then activation on the device gives the reference's bits, edge values
+    (signed zeros, subnormals, overflowing cubes, the saturation region) included."""
+    from safemon.kernels.model_gpu import launch_epilogue
+
+    cp = _cp()
+    vals = _special_values()
+    n = 97
+    m = vals.size // n
+    c = vals[: m * n].reshape(m, n)
+    bias = np.random.default_rng(1).standard_normal(n).astype(np.float32) if with_bias else None
+    d = cp.asarray(c)
+    launch_epilogue(d, None if bias is None else cp.asarray(bias), act)
+    got = d.get()
+    want = epilogue(c, bias, act)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_run_model_on_the_gpu_equals_numpy_digests_included() -> None:
+    """A 3-layer model: the CuPy forward's output and its whole digest frame (output, every
+    layer's ES and output) equal the NumPy backend's, and the output equals reference_forward."""
+    cp = _cp()
+    rng = np.random.default_rng(11)
+    dims = [96, 130, 64, 40]
+    ws = [rng.standard_normal((dims[i], dims[i + 1])).astype(np.float32) for i in range(3)]
+    layers = [Layer(f"w{i}", rng.standard_normal(dims[i + 1]).astype(np.float32), a)
+              for i, a in enumerate(("gelu", "relu", "identity"))]
+    x = rng.standard_normal((33, dims[0])).astype(np.float32)
+    vc = VariantConfig()
+    host = run_model(layers, {f"w{i}": w for i, w in enumerate(ws)}, x, vc, "numpy")
+    dev = run_model(layers, {f"w{i}": cp.asarray(w) for i, w in enumerate(ws)}, cp.asarray(x),
+                    vc, "cupy")
+    assert np.array_equal(dev.out.get().view(np.uint32), host.out.view(np.uint32))
+    assert dev.digest_frame().tolist() == host.digest_frame().tolist()
+    ref = reference_forward(ws, layers, x)
+    assert np.array_equal(ref.view(np.uint32), host.out.view(np.uint32))
+
+
+def test_device_arrays_are_checked_before_anything_is_sent() -> None:
+    """float64, non-contiguous and wrong-device CuPy arrays are InvalidInputErrors."""
+    cp = _cp()
+    with pytest.raises(InvalidInputError, match="float32"):
+        as_host("x", cp.zeros((2, 2), dtype=cp.float64))
+    with pytest.raises(InvalidInputError, match="contiguous"):
+        as_host("x", cp.zeros((4, 2), dtype=cp.float32).T)
+    with pytest.raises(InvalidInputError, match="cuda:0"):
+        as_host("x", cp.zeros((2, 2), dtype=cp.float32), devices={5})
+
+
+@pytest.mark.parametrize("placement", ["stream", "process"])
+def test_device_arrays_round_trip_through_a_cupy_daemon(tmp_path: Path, placement: str) -> None:
+    """2oo3 CuPy channels: a CuPy x gives a CuPy C on the same device, bit-exact with the
+    reference; a whole-model run likewise; a torch CUDA tensor (when torch is installed)
+    gives a torch CUDA tensor."""
+    cp = _cp()
+    cfg = make_config(tmp_path, "2oo3", placement=placement,
+                      transport="inproc" if placement == "stream" else "ipc",
+                      extra={"backend": "cupy", "timing": GENEROUS})
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((80, 80)).astype(np.float32)
+    w1 = rng.standard_normal((80, 80)).astype(np.float32)
+    w2 = rng.standard_normal((80, 24)).astype(np.float32)
+    b1 = rng.standard_normal(80).astype(np.float32)
+    with system(cfg) as (_daemon, client):
+        wid1, wid2 = client.register_weight(w1), client.register_weight(w2)
+        got = client.matmul(cp.asarray(x), wid1, timeout=5.0)
+        assert isinstance(got, cp.ndarray) and got.device.id == 0
+        assert same_bits(got.get(), reference(x, w1, cfg))
+        layers = [Layer(wid1, b1, "gelu"), Layer(wid2)]
+        mid = client.register_model(layers)
+        out = client.run(mid, cp.asarray(x), timeout=5.0)
+        assert isinstance(out, cp.ndarray)
+        assert same_bits(out.get(), reference_forward([w1, w2], layers, x))
+        torch = pytest.importorskip("torch")
+        t = client.run(mid, torch.from_numpy(x).to("cuda:0"), timeout=5.0)
+        assert isinstance(t, torch.Tensor) and t.device.type == "cuda"
+        assert same_bits(t.cpu().numpy(), out.get())
