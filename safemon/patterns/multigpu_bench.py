@@ -13,6 +13,8 @@ resident W (K, N), float32):
 - **Throughput**: `depth` requests kept in flight; released requests per second. The
   baseline is the deployment marked `baseline` (one channel, 1oo1D, on one GPU) of the
   same run; each deployment's rate is also given as a ratio to it.
+- **Whole model** (issue 16's benchmark): a 4-layer MLP, 4096 wide, batch 64, as one
+  voted request (`Client.run`'s message): sequential round trips and throughput as above.
 - **Peer copy**: the released C's size moved from each channel GPU to the app's GPU with
   `safemon.transport.peer_copy.copy_to_device` against the host round trip it replaces
   (`host_staged_copy`), and whether the pair has a direct P2P path.
@@ -147,6 +149,10 @@ def deployment_config(d: Deployment, work: Path, slug: str, backend: str = "cupy
                          "events": "ipc://{runtime_dir}/ev.sock",
                          "channel_base": "ipc://{runtime_dir}/ch"}
     data["metrics"] = {"port": 0}
+    # Admission prices an item at 2·M·K·N / min_channel_gflops; the default (0.05 GFLOP/s)
+    # would refuse a 64×4096×4096 product as 43 s of work. 100 GFLOP/s is far below what
+    # any channel here sustains, so nothing is refused for cost and nothing is blamed.
+    data["limits"] = {"min_channel_gflops": 100.0}
     data["logging"] = {"format": "json", "level": "warning"}
     data["timing"] = {"request_deadline_s": 10.0, "dti_s": 5.0, "selftest_deadline_s": 4.5,
                       "ftti_s": 20.0, "heartbeat_timeout_s": 5.0, "heartbeat_interval_s": 0.1,
@@ -229,19 +235,66 @@ def _round_trips(client: Any, raw: Any, x: npt.NDArray[np.float32], wid: str, cp
     return {"host": _stats(host), "to_app_gpu": _stats(to_app)}
 
 
-def _throughput(raw: Any, x: npt.NDArray[np.float32], wid: str, n: int, depth: int) -> float:
+def _throughput(send: Callable[[], int], recv: Callable[[], Any], n: int, depth: int) -> float:
+    """Released requests per second with `depth` kept in flight (n requests)."""
     sent = done = 0
     t0 = time.perf_counter()
     while sent < min(depth, n):
-        raw.send(x, wid)
+        send()
         sent += 1
     while done < n:
-        raw.recv()
+        recv()
         done += 1
         if sent < n:
-            raw.send(x, wid)
+            send()
             sent += 1
     return n / (time.perf_counter() - t0)
+
+
+def _send_model(raw: Any, x: npt.NDArray[np.float32], model_id: str) -> int:
+    """A whole-model request (`Client.run`'s message) on `raw`'s socket; returns its seq."""
+    from safemon.transport import Kind, encode, send_message
+
+    raw._seq += 1
+    send_message(raw._sock, encode(Kind.REQUEST, epoch=raw._epoch, seq=raw._seq,
+                                   meta={"model_id": model_id, "deadline_ms": 30000.0,
+                                         "job": "live"}, arrays=(x,)))
+    return int(raw._seq)
+
+
+def _model(client: Any, raw: Any, n: int, warmup: int, depth: int,
+           dims: tuple[int, int, int]) -> dict[str, Any]:
+    """The whole-model benchmark of `safemon.patterns.runtime_bench` (a 4-layer MLP,
+    4096 wide, batch 64, gelu, biases, by default; `dims` = (batch, hidden, layers); one
+    vote per forward pass): sequential round trips (host x in, host output back) and
+    released requests per second at `depth`."""
+    from safemon.models import Layer
+    from safemon.patterns.runtime_bench import ModelShape, _model_operands
+
+    shape = ModelShape(*dims)
+    layers, weights, x = _model_operands(shape, np.random.default_rng(2027))
+    ids = {k: client.register_weight(w) for k, w in weights.items()}
+    mid = client.register_model([Layer(ids[ly.weight_id], ly.bias, ly.act)
+                                 for ly in layers])
+    rtt: list[float] = []
+    first: npt.NDArray[np.float32] | None = None
+    for i in range(warmup + n):
+        t0 = time.perf_counter()
+        seq = _send_model(raw, x, mid)
+        got, _ks, out = raw.recv()
+        t1 = time.perf_counter()
+        if got != seq:
+            raise SafemonError(f"reply for request {got}, expected {seq}")
+        if first is None:
+            first = np.array(out, copy=True)
+        elif not np.array_equal(first.view(np.uint32), np.asarray(out).view(np.uint32)):
+            raise SafemonError("the same model request released two different outputs")
+        if i >= warmup:
+            rtt.append(t1 - t0)
+    assert first is not None
+    per_s = _throughput(lambda: _send_model(raw, x, mid), raw.recv, n, depth)
+    return {"label": shape.label, "round_trip": _stats(rtt), "per_s": per_s,
+            "released_sha256": hashlib.sha256(first.tobytes()).hexdigest()}
 
 
 def _peer_copies(cp: Any, gpus: Sequence[int], app_gpu: int, shape: tuple[int, int],
@@ -273,10 +326,12 @@ def _peer_copies(cp: Any, gpus: Sequence[int], app_gpu: int, shape: tuple[int, i
 
 
 def _direct(cp: Any, x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], gpu: int,
-            n: int, warmup: int) -> dict[str, Any]:
+            n: int, warmup: int, model_dims: tuple[int, int, int] | None) -> dict[str, Any]:
     """The kernel called in this process on `gpu` with host x in and host C out (what an
     app pays with no daemon and no redundancy): the unprotected kernel and the channels'
-    ones/I exact variant, tile auto. Requests per second = 1 / p50."""
+    ones/I exact variant, tile auto; with `model_dims`, the whole MLP forward the same two
+    ways (`cupy.matmul` + epilogue, and `safemon.models.run_model`). Requests per second =
+    1 / p50."""
     from safemon.config import VariantConfig
     from safemon.kernels.api import run_variant
 
@@ -296,6 +351,43 @@ def _direct(cp: Any, x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], gpu
                     times.append(t1 - t0)
             st = _stats(times)
             out[name] = {**st, "per_s": 1e6 / st["p50_us"]}
+        if model_dims is not None:
+            out.update(_direct_model(cp, model_dims, n, warmup))
+    return out
+
+
+def _direct_model(cp: Any, dims: tuple[int, int, int], n: int, warmup: int) -> dict[str, Any]:
+    from safemon.config import VariantConfig
+    from safemon.kernels.model_gpu import launch_epilogue
+    from safemon.models import run_model
+    from safemon.patterns.runtime_bench import ModelShape, _model_operands
+
+    layers, weights, x = _model_operands(ModelShape(*dims), np.random.default_rng(2027))
+    dw = {k: cp.asarray(v) for k, v in weights.items()}
+    biases = [None if ly.bias is None else cp.asarray(ly.bias) for ly in layers]
+
+    def plain() -> Any:
+        h = cp.asarray(x)
+        for ly, b in zip(layers, biases, strict=True):
+            h = cp.matmul(h, dw[ly.weight_id])
+            launch_epilogue(h, b, ly.act)
+        return h.get()
+
+    def protected() -> Any:
+        return run_model(layers, dw, cp.asarray(x), VariantConfig(), "cupy")
+
+    out: dict[str, Any] = {}
+    for name, fn in (("model unprotected (cupy.matmul)", plain), ("model ones/I exact", protected)):
+        times = []
+        for i in range(warmup + n):
+            t0 = time.perf_counter()
+            fn()
+            cp.cuda.get_current_stream().synchronize()
+            t1 = time.perf_counter()
+            if i >= warmup:
+                times.append(t1 - t0)
+        st = _stats(times)
+        out[name] = {**st, "per_s": 1e6 / st["p50_us"]}
     return out
 
 
@@ -309,7 +401,8 @@ def _devices(cp: Any) -> list[dict[str, Any]]:
 
 def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
              w: npt.NDArray[np.float32], cp: Any, app_gpu: int, requests: int, warmup: int,
-             depth: int, say: Progress) -> dict[str, Any]:
+             depth: int, say: Progress, with_model: tuple[int, int, int] | None
+             ) -> dict[str, Any]:
     from safemon.channels.gpu_faults import hardware_from_status, run_fault_sequence
     from safemon.patterns.vote_bench import _RawRequester
 
@@ -335,7 +428,11 @@ def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
             try:
                 say(f"[{d.label}] {requests} round trips, then {requests} with {depth} in flight")
                 rec["round_trip"] = _round_trips(client, raw, x, wid, cp, app_gpu, requests, warmup)
-                rec["per_s"] = _throughput(raw, x, wid, requests, depth)
+                rec["per_s"] = _throughput(lambda: raw.send(x, wid), raw.recv, requests, depth)
+                if with_model is not None and data["policy"] != "1oo1D":
+                    # (the daemon refuses whole-model requests under 1oo1D)
+                    say(f"[{d.label}] whole-model requests")
+                    rec["model"] = _model(client, raw, requests, warmup, depth, with_model)
             finally:
                 raw.close()
         if d.faults is not None:
@@ -354,12 +451,16 @@ def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
 def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] = (64, 4096, 4096),
               requests: int = 100, warmup: int = 10, depth: int = 8, app_gpu: int = 0,
               progress: Progress | None = None, work_dir: Path | None = None,
-              backend: str = "cupy",
+              backend: str = "cupy", model: bool | None = None,
+              model_dims: tuple[int, int, int] = (64, 4096, 4),
               checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run `deployments` (see the module docstring); returns the evidence dict.
 
     `backend` "numpy" runs the same harness with every channel on the host CPU and no app
     GPU (no peer copies, `to_app_gpu` = `host`): a smoke test of the harness, not evidence.
+    `model` adds the whole-model benchmark to every measured deployment (None: with the
+    CuPy backend only; a 4096-wide MLP is far too slow for the NumPy reference), an MLP of
+    `model_dims` = (batch, hidden, layers).
     `checkpoint` is called with the evidence so far after each deployment (so a run cut
     short still leaves what it measured).
 
@@ -372,6 +473,7 @@ def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] 
 
     say = progress or (lambda _s: None)
     cp = import_cupy() if backend == "cupy" else None
+    model = cp is not None if model is None else model
     m, n, k = shape
     rng = np.random.default_rng(2026)
     x = rng.standard_normal((m, k), dtype=np.float32)
@@ -389,15 +491,18 @@ def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] 
         base = next((d for d in deployments if d.baseline), None)
         gpu = (base.gpus or (app_gpu,))[0] if base is not None else app_gpu
         say(f"the kernel called directly on GPU {gpu}")
-        ev["direct"] = _direct(cp, x, w, gpu, requests, warmup)
+        ev["direct"] = _direct(cp, x, w, gpu, requests, warmup, model_dims if model else None)
     with tempfile.TemporaryDirectory(prefix="safemon-mgpu-") as tmp:
         work = Path(work_dir) if work_dir is not None else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for i, d in enumerate(deployments):
             ev["deployments"].append(_run_one(d, i, work, x, w, cp, app_gpu, requests, warmup,
-                                              depth, say))
+                                              depth, say, model_dims if model else None))
             ev["same_product_everywhere"] = len({r["released_sha256"]
                                                  for r in ev["deployments"]}) == 1
+            ev["same_model_output_everywhere"] = len({r["model"]["released_sha256"]
+                                                      for r in ev["deployments"]
+                                                      if "model" in r}) <= 1
             if checkpoint is not None:
                 checkpoint(ev)
     return ev
@@ -421,12 +526,25 @@ def markdown(ev: dict[str, Any]) -> str:
         lines.append(f"| {r['label']} | {r['gpus']} | {r['hft_declared']} / {r['hft_effective']} "
                      f"| {h['p50_us']:.0f} / {h['p99_us']:.0f} | {a['p50_us']:.0f} / "
                      f"{a['p99_us']:.0f} | {r['per_s']:.0f} | {ratio} |")
+    models = [r for r in ev["deployments"] if "model" in r]
+    if models:
+        # 1oo1D takes no whole-model requests: the baseline is the forward called directly.
+        mbase = ev.get("direct", {}).get("model unprotected (cupy.matmul)")
+        lines += ["", f"Whole-model requests ({models[0]['model']['label']}, one vote per forward "
+                  "pass; host x in, host output back):", "",
+                  "| deployment | round trip p50 / p99 µs | req/s, depth " + str(ev["depth"])
+                  + " | × the unprotected forward called directly |", "|---|---|---|---|"]
+        for r in models:
+            mr = r["model"]
+            ratio = f"{mr['per_s'] / mbase['per_s']:.2f}" if mbase else "—"
+            lines.append(f"| {r['label']} | {mr['round_trip']['p50_us']:.0f} / "
+                         f"{mr['round_trip']['p99_us']:.0f} | {mr['per_s']:.1f} | {ratio} |")
     if "direct" in ev:
         lines += ["", f"Kernel called directly in the app's process on GPU {ev['direct']['gpu']} "
                   "(host x in, host C out; no daemon, no redundancy), sequential:", "",
                   "| kernel | p50 µs | p99 µs | req/s (1 / p50) | × baseline deployment's req/s |",
                   "|---|---|---|---|---|"]
-        for name in ("unprotected", "ones/I exact"):
+        for name in [k for k in ev["direct"] if k != "gpu"]:
             r = ev["direct"][name]
             ratio = f"{base['per_s'] / r['per_s']:.2f}" if base else "—"
             lines.append(f"| {name} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['per_s']:.0f} "

@@ -61,12 +61,14 @@ def test_the_harness_runs_end_to_end_on_the_host_cpu(tmp_path: Path) -> None:
     deps = (Deployment("base", "1oo2d-2gpu", (0,), single=True, baseline=True),
             Deployment("pair", "1oo2d-2gpu", faults=("stuck", (1,))))
     ev = run_bench(deps, shape=(4, 8, 8), requests=10, warmup=2, backend="numpy",
-                   work_dir=tmp_path)
+                   model=True, model_dims=(4, 16, 2), work_dir=tmp_path)
     assert ev["same_product_everywhere"] and ev["peer_copies"] == [] and "direct" not in ev
     base, pair = ev["deployments"]
+    assert "model" not in base and pair["model"]["per_s"] > 0  # 1oo1D takes no model requests
     assert base["per_s"] > 0 and pair["hft_hardware"] == {"host-cpu": ["ch-a", "ch-b"]}
     (step,) = pair["faults"]
     # Both channels share the host CPU: the "GPU" fault reaches both alike (effective HFT 0).
     assert tuple(step["channels"]) == ("ch-a", "ch-b") and step["outcome"] == "released-wrong"
     text = markdown(ev)
+    assert "Whole-model requests (mlp2x16/batch4" in text
     assert "| base |" in text and "| pair | stuck | 1 | ch-a, ch-b | released-wrong |" in text
