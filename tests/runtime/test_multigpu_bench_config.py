@@ -56,7 +56,8 @@ def test_the_harness_runs_end_to_end_on_the_host_cpu(tmp_path: Path) -> None:
     a faulted 1oo2D through real daemons (about 40 s on two cores, hence slow). Both 1oo2D
     channels share the host CPU, so the "GPU-wide" fault reaches both alike and their
     agreeing wrong product is released: the effective HFT 0 the report shows."""
-    from safemon.patterns.multigpu_bench import markdown, run_bench
+    from safemon.patterns.multigpu_bench import run_bench
+    from safemon.patterns.multigpu_report import markdown
 
     deps = (Deployment("base", "1oo2d-2gpu", (0,), single=True, baseline=True),
             Deployment("pair", "1oo2d-2gpu", faults=("stuck", (1,))))
