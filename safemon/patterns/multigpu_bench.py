@@ -76,7 +76,7 @@ class Deployment:
             single-channel baseline).
         baseline: the deployment throughput ratios are taken against.
         measure: measure round trips and throughput (False: faults only).
-        faults: (fault kind, GPU indices to fault one after the other), or None.
+        faults: (fault kind, GPU index) pairs, applied one after the other, or None.
     """
 
     label: str
@@ -85,7 +85,7 @@ class Deployment:
     single: bool = False
     baseline: bool = False
     measure: bool = True
-    faults: tuple[str, tuple[int, ...]] | None = None
+    faults: tuple[tuple[str, int], ...] | None = None
 
 
 def _two() -> tuple[Deployment, ...]:
@@ -93,9 +93,10 @@ def _two() -> tuple[Deployment, ...]:
         Deployment("1oo1D, one channel on GPU 0 (baseline)", "1oo2d-2gpu", (0,), single=True,
                    baseline=True),
         Deployment("1oo2D, both channels on GPU 0", "1oo2d-2gpu", (0, 0)),
-        Deployment("1oo2D, one channel per GPU", "1oo2d-2gpu", faults=("stuck", (1,))),
-        Deployment("2oo3 over 2 GPUs (0, 1, 1)", "2oo3-2gpu", faults=("stuck", (1,))),
-        Deployment("1oo3D over 2 GPUs (0, 1, 1)", "hft2-2gpu", faults=("stuck", (0, 1))),
+        Deployment("1oo2D, one channel per GPU", "1oo2d-2gpu", faults=(("stuck", 1),)),
+        Deployment("2oo3 over 2 GPUs (0, 1, 1)", "2oo3-2gpu", faults=(("stuck", 1),)),
+        Deployment("1oo3D over 2 GPUs (0, 1, 1)", "hft2-2gpu",
+                   faults=(("stuck", 0), ("stuck", 1))),
     )
 
 
@@ -103,12 +104,13 @@ def _three() -> tuple[Deployment, ...]:
     return (
         Deployment("1oo1D, one channel on GPU 1 (baseline)", "2oo3-3gpu", (1,), single=True,
                    baseline=True),
-        Deployment("2oo3, GPUs 1, 2, 3", "2oo3-3gpu", faults=("stuck", (1, 2))),
-        Deployment("1oo3D, GPUs 1, 2, 3", "hft2-3gpu", faults=("stuck", (1, 2))),
-        Deployment("2oo3, GPUs 1, 2, 3 (bit flip)", "2oo3-3gpu", measure=False,
-                   faults=("bitflip-c", (3,))),
-        Deployment("1oo3D, GPUs 1, 2, 3 (bit flip)", "hft2-3gpu", measure=False,
-                   faults=("bitflip-c", (3,))),
+        # 2oo3: a stuck GPU is outvoted; a bit flip on a second GPU then goes SAFE.
+        Deployment("2oo3, GPUs 1, 2, 3", "2oo3-3gpu",
+                   faults=(("stuck", 1), ("bitflip-c", 2))),
+        # 1oo3D: a transient flip is withheld and diagnosed (nobody isolated); then two
+        # stuck GPUs are isolated one after the other (1oo2D, 1oo1D).
+        Deployment("1oo3D, GPUs 1, 2, 3", "hft2-3gpu",
+                   faults=(("bitflip-c", 3), ("stuck", 1), ("stuck", 2))),
     )
 
 
@@ -435,15 +437,14 @@ def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
             finally:
                 raw.close()
         if d.faults is not None:
-            kind, fault_gpus = d.faults
             hardware = hardware_from_status(st)
             planned = deployment_config(d, work, "plan")["channels"]  # the GPUs, on numpy too
             by_gpu = {ch["gpu"]: hardware[ch["name"]] for ch in planned}
-            say(f"[{d.label}] GPU-wide {kind} on GPUs {list(fault_gpus)}")
-            steps = run_fault_sequence(client, hardware, [by_gpu[g] for g in fault_gpus], kind,
+            say(f"[{d.label}] GPU-wide faults {list(d.faults)}")
+            steps = run_fault_sequence(client, hardware, [(by_gpu[g], k) for k, g in d.faults],
                                        x, wid, ref, timeout=30.0)
             rec["faults"] = [{"gpu": g, **dataclasses.asdict(s)}
-                             for g, s in zip(fault_gpus, steps, strict=True)]
+                             for (_k, g), s in zip(d.faults, steps, strict=True)]
     return rec
 
 
@@ -511,7 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI: run a set; exit 0 when done, 1 when the run failed (SafemonError)."""
     p = argparse.ArgumentParser(prog="python -m safemon.patterns.multigpu_bench")
     p.add_argument("set", choices=sorted(SETS))
-    p.add_argument("--requests", type=int, default=100)
+    p.add_argument("--requests", type=int, default=100, help="timed requests per figure")
+    p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--app-gpu", type=int, default=0)
     p.add_argument("--json", dest="json_file", required=True)
@@ -529,7 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         m, n, k = (int(v) for v in a.shape.split("x"))
-        ev = run_bench(SETS[a.set](), shape=(m, n, k), requests=a.requests, depth=a.depth,
+        ev = run_bench(SETS[a.set](), shape=(m, n, k), requests=a.requests, warmup=a.warmup,
+                       depth=a.depth,
                        app_gpu=a.app_gpu, progress=lambda s: print(s, flush=True),
                        work_dir=Path(a.work_dir) if a.work_dir else None, backend=a.backend,
                        checkpoint=write)

@@ -56,12 +56,12 @@ def markdown(ev: dict[str, Any]) -> str:
         lines.append(f"| GPU {c['from']} → GPU {c['to']} ({c['bytes']} B) | {c['path']} | "
                      f"{c['peer']['p50_us']:.0f} | {c['host_staged']['p50_us']:.0f} | "
                      f"{c['host_over_peer']:.2f} |")
-    lines += ["", "| deployment | fault | GPU | channels | first request | then mode / policy / "
-              "voting | HFT effective | next request |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| deployment | fault | GPU | channels | first request | next requests | "
+              "then mode / policy / voting | HFT effective |", "|---|---|---|---|---|---|---|---|"]
     for r in ev["deployments"]:
         for s in r.get("faults", []):
             lines.append(f"| {r['label']} | {s['kind']} | {s['gpu']} | {', '.join(s['channels'])} "
-                         f"| {s['outcome']} | {s['mode']} / {s['policy']} / "
-                         f"{', '.join(s['voting']) or '—'} | {s['hft_effective']} | "
-                         f"{s['after'] or '—'} |")
+                         f"| {s['outcome']} | {', '.join(s['after']) or '—'} | {s['mode']} / "
+                         f"{s['policy']} / {', '.join(s['voting']) or '—'} | "
+                         f"{s['hft_effective']} |")
     return "\n".join(lines) + "\n"

@@ -42,13 +42,14 @@ def _run(tmp_path: Path, policy: str, units: dict[str, str], order: list[str],
     ref = reference(x, w, cfg)
     with system(cfg) as (_daemon, client):
         wid = client.register_weight(w)
-        return run_fault_sequence(client, units, order, kind, x, wid, ref, quiet_s=0.5)
+        return run_fault_sequence(client, units, [(u, kind) for u in order], x, wid, ref,
+                                  quiet_s=0.5)
 
 
 def test_2oo3_masks_one_gpu_and_goes_safe_on_a_second(tmp_path: Path) -> None:
     steps = _run(tmp_path, "2oo3", {"c0": "gA", "c1": "gB", "c2": "gC"}, ["gA", "gB"])
     first, second = steps
-    assert (first.outcome, first.after) == ("released-correct", "released-correct")
+    assert (first.outcome, first.after) == ("released-correct", ("released-correct",))
     assert (first.mode, first.policy, first.voting) == ("DEGRADED", "2oo2", ("c1", "c2"))
     assert second.outcome.startswith("withheld") and second.mode == "SAFE"
 
@@ -57,12 +58,12 @@ def test_hft2_isolates_the_faulty_gpu_degrades_to_1oo2d_and_releases_nothing_wro
     tmp_path: Path,
 ) -> None:
     steps = _run(tmp_path, "1oo3D", {"c0": "gA", "c1": "gB", "c2": "gC"}, ["gA", "gB", "gC"])
-    assert all("wrong" not in s.outcome and "wrong" not in s.after for s in steps)
+    assert not any("wrong" in o for s in steps for o in (s.outcome, *s.after))
     assert steps[0].outcome.startswith("withheld")
-    assert (steps[0].policy, steps[0].voting, steps[0].after) == ("1oo2D", ("c1", "c2"),
-                                                                  "released-correct")
-    assert (steps[1].policy, steps[1].voting, steps[1].after) == ("1oo1D", ("c2",),
-                                                                  "released-correct")
+    assert (steps[0].policy, steps[0].voting, steps[0].after[-1]) == ("1oo2D", ("c1", "c2"),
+                                                                      "released-correct")
+    assert (steps[1].policy, steps[1].voting, steps[1].after[-1]) == ("1oo1D", ("c2",),
+                                                                      "released-correct")
     assert steps[2].outcome.startswith("withheld")
 
 
@@ -114,3 +115,35 @@ def test_hardware_from_status_inverts_hft_hardware() -> None:
     assert channels_on(hw, "GPU-1") == ("a", "c")
     with pytest.raises(InvalidInputError):
         hardware_from_status({})
+
+
+def _run_mixed(tmp_path: Path, policy: str, faults: list[tuple[str, str]]) -> list[Any]:
+    cfg = make_config(tmp_path, policy, extra=PERMANENT, injection=True)
+    x, w = operands(22)
+    ref = reference(x, w, cfg)
+    units = {"c0": "g1", "c1": "g2", "c2": "g3"}
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        return run_fault_sequence(client, units, faults, x, wid, ref, quiet_s=0.5)
+
+
+def test_2oo3_outvotes_a_stuck_gpu_then_goes_safe_on_a_bit_flip_of_a_second(
+    tmp_path: Path,
+) -> None:
+    first, second = _run_mixed(tmp_path, "2oo3", [("g1", "stuck"), ("g2", "bitflip-c")])
+    assert first.outcome == "released-correct" and first.policy == "2oo2"
+    assert second.outcome.startswith("withheld") and second.mode == "SAFE"
+
+
+def test_1oo3d_withholds_a_transient_flip_keeps_all_three_then_isolates_two_stuck_gpus(
+    tmp_path: Path,
+) -> None:
+    flip, one, two = _run_mixed(tmp_path, "1oo3D",
+                                [("g3", "bitflip-c"), ("g1", "stuck"), ("g2", "stuck")])
+    assert flip.outcome.startswith("withheld") and flip.after == ("released-correct",)
+    assert (flip.policy, flip.voting) == ("1oo3D", ("c0", "c1", "c2"))
+    # A stuck bit may survive the first diagnostic pattern: then the next request is
+    # withheld too, and a later self-test catches it. Never a wrong release.
+    assert (one.policy, one.voting, one.after[-1]) == ("1oo2D", ("c1", "c2"), "released-correct")
+    assert (two.policy, two.voting, two.after[-1]) == ("1oo1D", ("c2",), "released-correct")
+    assert not any("wrong" in o for s in (flip, one, two) for o in (s.outcome, *s.after))

@@ -29,7 +29,7 @@ def test_every_deployment_of_a_set_is_a_valid_config(name: str, tmp_path: Path) 
         assert cfg.testing.fault_injection is (d.faults is not None)
         if d.faults is not None:
             assert not cfg.actions.restart
-            assert set(d.faults[1]) <= set(gpus)
+            assert {g for _kind, g in d.faults} <= set(gpus)
 
 
 def test_the_single_channel_baseline_is_1oo1d_on_one_gpu(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_the_harness_runs_end_to_end_on_the_host_cpu(tmp_path: Path) -> None:
     from safemon.patterns.multigpu_report import markdown
 
     deps = (Deployment("base", "1oo2d-2gpu", (0,), single=True, baseline=True),
-            Deployment("pair", "1oo2d-2gpu", faults=("stuck", (1,))))
+            Deployment("pair", "1oo2d-2gpu", faults=(("stuck", 1),)))
     ev = run_bench(deps, shape=(4, 8, 8), requests=10, warmup=2, backend="numpy",
                    model=True, model_dims=(4, 16, 2), work_dir=tmp_path)
     assert ev["same_product_everywhere"] and ev["peer_copies"] == [] and "direct" not in ev
@@ -72,4 +72,4 @@ def test_the_harness_runs_end_to_end_on_the_host_cpu(tmp_path: Path) -> None:
     assert tuple(step["channels"]) == ("ch-a", "ch-b") and step["outcome"] == "released-wrong"
     text = markdown(ev)
     assert "Whole-model requests (mlp2x16/batch4" in text
-    assert "| base |" in text and "| pair | stuck | 1 | ch-a, ch-b | released-wrong |" in text
+    assert "| base |" in text and "| pair | stuck | 1 | ch-a, ch-b | released-wrong | released-wrong |" in text
