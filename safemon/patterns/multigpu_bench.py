@@ -176,7 +176,7 @@ def _daemon(config_path: Path, log_path: Path, timeout_s: float) -> Iterator[Any
                                  str(config_path)], stdout=subprocess.DEVNULL, stderr=err)
     client = None
     try:
-        client = Client(config_path, control_timeout_s=60.0)
+        client = Client(config_path, control_timeout_s=5.0)
         end = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
@@ -188,6 +188,7 @@ def _daemon(config_path: Path, log_path: Path, timeout_s: float) -> Iterator[Any
             if time.monotonic() >= end:
                 raise SafemonError(f"channels not all UP within {timeout_s} s; see {log_path}")
             time.sleep(0.1)
+        client.control_timeout_s = 60.0  # registering 64 MiB weights on every channel
         yield client
     finally:
         if client is not None:
