@@ -10,9 +10,10 @@ resident W (K, N), float32):
 - **Round trip** (one request in flight): send x from the host, receive the released C on
   the host (`host`), and then with C uploaded to the app's GPU (`to_app_gpu`): the path an
   app with host arrays pays today. p50 / p99 over `requests` requests after `warmup`.
-- **Throughput**: `depth` requests kept in flight; released requests per second. The
-  baseline is the deployment marked `baseline` (one channel, 1oo1D, on one GPU) of the
-  same run; each deployment's rate is also given as a ratio to it.
+- **Throughput**: `depth` requests kept in flight; released requests per second, as a
+  ratio to the kernel (and the forward pass) called directly in this process on one GPU,
+  unprotected and protected, measured in the same run (`direct`). The 1oo1D deployment
+  (one channel through the daemon) is measured too, as a row of its own.
 - **Whole model** (issue 16's benchmark): a 4-layer MLP, 4096 wide, batch 64, as one
   voted request (`Client.run`'s message): sequential round trips and throughput as above.
 - **Peer copy**: the released C's size moved from each channel GPU to the app's GPU with
@@ -74,7 +75,8 @@ class Deployment:
             or 1 with `single`); None keeps the file's.
         single: keep only the first channel under 1oo1D (the unprotected-by-redundancy
             single-channel baseline).
-        baseline: the deployment throughput ratios are taken against.
+        baseline: the single-channel deployment; the direct calls (the throughput
+            baselines, `safemon.patterns.multigpu_report`) run on its GPU.
         measure: measure round trips and throughput (False: faults only).
         faults: (fault kind, GPU index) pairs, applied one after the other, or None.
     """
@@ -90,7 +92,7 @@ class Deployment:
 
 def _two() -> tuple[Deployment, ...]:
     return (
-        Deployment("1oo1D, one channel on GPU 0 (baseline)", "1oo2d-2gpu", (0,), single=True,
+        Deployment("1oo1D, one channel on GPU 0", "1oo2d-2gpu", (0,), single=True,
                    baseline=True),
         Deployment("1oo2D, both channels on GPU 0", "1oo2d-2gpu", (0, 0)),
         Deployment("1oo2D, one channel per GPU", "1oo2d-2gpu", faults=(("stuck", 1),)),
@@ -102,7 +104,7 @@ def _two() -> tuple[Deployment, ...]:
 
 def _three() -> tuple[Deployment, ...]:
     return (
-        Deployment("1oo1D, one channel on GPU 1 (baseline)", "2oo3-3gpu", (1,), single=True,
+        Deployment("1oo1D, one channel on GPU 1", "2oo3-3gpu", (1,), single=True,
                    baseline=True),
         # 2oo3: a stuck GPU is outvoted; a bit flip on a second GPU then goes SAFE.
         Deployment("2oo3, GPUs 1, 2, 3", "2oo3-3gpu",
