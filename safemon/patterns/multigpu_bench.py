@@ -116,8 +116,22 @@ def _three() -> tuple[Deployment, ...]:
     )
 
 
-#: The deployment sets: "two" needs 2 visible GPUs, "three" needs 4 (app on GPU 0).
-SETS: dict[str, Callable[[], tuple[Deployment, ...]]] = {"two": _two, "three": _three}
+def _two_bitflip() -> tuple[Deployment, ...]:
+    """GPU-wide bit flips (transient) on the 2-GPU deployments; faults only."""
+    return (
+        Deployment("1oo2D, one channel per GPU", "1oo2d-2gpu", measure=False,
+                   faults=(("bitflip-c", 1), ("stuck", 1))),
+        Deployment("2oo3 over 2 GPUs (0, 1, 1)", "2oo3-2gpu", measure=False,
+                   faults=(("bitflip-c", 0), ("bitflip-c", 1))),
+        Deployment("1oo3D over 2 GPUs (0, 1, 1)", "hft2-2gpu", measure=False,
+                   faults=(("bitflip-c", 1), ("bitflip-c", 0))),
+    )
+
+
+#: The deployment sets: "two" and "two-bitflip" need 2 visible GPUs, "three" needs 4 (app
+#: on GPU 0).
+SETS: dict[str, Callable[[], tuple[Deployment, ...]]] = {
+    "two": _two, "two-bitflip": _two_bitflip, "three": _three}
 
 
 def deployment_config(d: Deployment, work: Path, slug: str, backend: str = "cupy"
@@ -490,7 +504,7 @@ def run_bench(deployments: Sequence[Deployment], *, shape: tuple[int, int, int] 
     all_gpus = [dev["index"] for dev in ev["devices"]]
     say("peer copies of the released C to the app's GPU")
     ev["peer_copies"] = _peer_copies(cp, all_gpus, app_gpu, (m, n), requests) if cp else []
-    if cp is not None:
+    if cp is not None and any(d.measure for d in deployments):
         base = next((d for d in deployments if d.baseline), None)
         gpu = (base.gpus or (app_gpu,))[0] if base is not None else app_gpu
         say(f"the kernel called directly on GPU {gpu}")

@@ -147,3 +147,19 @@ def test_1oo3d_withholds_a_transient_flip_keeps_all_three_then_isolates_two_stuc
     assert (one.policy, one.voting, one.after[-1]) == ("1oo2D", ("c1", "c2"), "released-correct")
     assert (two.policy, two.voting, two.after[-1]) == ("1oo1D", ("c2",), "released-correct")
     assert not any("wrong" in o for s in (flip, one, two) for o in (s.outcome, *s.after))
+
+
+def test_1oo3d_on_two_units_withholds_a_bit_flip_of_either_unit(tmp_path: Path) -> None:
+    """1oo3D with c1 and c2 on one unit (effective HFT 1): a flip of that unit corrupts
+    two channels alike, a flip of the other unit one; both are withheld (the third channel
+    disagrees), the self-tests pass (transient) and all three keep voting."""
+    cfg = make_config(tmp_path, "1oo3D", extra=PERMANENT, injection=True)
+    x, w = operands(23)
+    ref = reference(x, w, cfg)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        steps = run_fault_sequence(client, {"c0": "g0", "c1": "g1", "c2": "g1"},
+                                   [("g1", "bitflip-c"), ("g0", "bitflip-c")], x, wid, ref,
+                                   quiet_s=0.5)
+    assert [s.outcome.split(":")[0] for s in steps] == ["withheld", "withheld"]
+    assert all(s.after == ("released-correct",) and s.policy == "1oo3D" for s in steps)
