@@ -52,7 +52,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) cuda-check audit-ptx lint typecheck
-	$(PY) -m pytest -m "not gpu and not slow" -q
+	$(PY) -m pytest -m "not gpu and not slow and not multigpu" -q
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -237,7 +237,8 @@ class Daemon:
         self._link_key = link_key if isinstance(link_key, bytes) else None
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         self.core = RuntimeCore(cfg, scheduler, by_channel, self.supervisor, self.metrics,
-                                self.backend, self.clock)
+                                self.backend, self.clock,
+                                gpu_uuids={n: d.uuid for n, d in devices.items() if d.uuid})
         attach_runtime(self.metrics, self.core)  # mode, channel_up, hft: read at scrape time
         self._carry_out(self.core.on_start())
         now = self.clock()

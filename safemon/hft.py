@@ -42,7 +42,11 @@ channels) − 1, never more than the declared HFT. Every channel on one GPU: eff
 HFT 0 against faults of that GPU, whatever the policy. Hardware is identified per
 channel by `channel_hardware`: with the NumPy backend every channel runs on the host's
 CPU (one piece); with CuPy each channel runs on its configured GPU, `gpu: null` being the
-default device 0.
+default device 0, and the daemon names that GPU by the UUID the device reports at start
+(`safemon.gpu_identity`), so the figure counts physical GPUs, not configured indices.
+A MIG instance reports its own MIG UUID: MIG instances of one GPU would count as separate
+units although they share the GPU's memory, power and clocks, so do not give a deployment
+its HFT from MIG instances of one GPU (not detected).
 
 What neither figure covers (both are about channel faults only): the host (CPU, memory,
 power, PCIe) and the daemon process (ingress, the voter, the controller) are common to
@@ -203,12 +207,18 @@ def _reason(
     return " ".join(parts)
 
 
-def channel_hardware(config: Config, backend: str) -> dict[str, str]:
+def channel_hardware(
+    config: Config, backend: str, uuids: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Each configured channel's name -> its hardware unit, in config order.
 
     Args:
         config: the deployment.
         backend: the backend in use, "numpy" or "cupy" (after "auto" is resolved).
+        uuids: channel name -> the UUID its GPU reported (`gpu_identity.channel_devices`),
+            CuPy backend only. A channel with a non-empty UUID is identified by it, so two
+            device indices that resolve to one physical GPU count as one unit; a channel
+            left out (or with "") falls back to its index (`gpu_unit`).
 
     Raises:
         InvalidInputError: another backend (the hardware is not known before it is resolved).
@@ -216,7 +226,8 @@ def channel_hardware(config: Config, backend: str) -> dict[str, str]:
     resolved = Backend.parse(backend)
     if not resolved.resolved:
         raise InvalidInputError(f"backend must be 'numpy' or 'cupy' (resolved), got {backend!r}")
+    known = {} if uuids is None or not resolved.on_device else uuids
     return {
-        ch.name: gpu_unit(ch.gpu) if resolved.on_device else HOST_CPU
+        ch.name: (known.get(ch.name) or gpu_unit(ch.gpu)) if resolved.on_device else HOST_CPU
         for ch in config.channels or ()
     }

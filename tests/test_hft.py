@@ -183,3 +183,50 @@ def test_the_hft2_example_earns_hft_2_and_the_2oo3_example_earns_0_on_one_device
 def test_the_hardware_of_an_unresolved_backend_is_not_guessed() -> None:
     with pytest.raises(InvalidInputError, match="resolved"):
         channel_hardware(load_config(env=XDG), "auto")
+
+
+# ------------------------------------------------------------- physical GPUs (UUIDs)
+
+_UUID_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+_UUID_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
+
+
+def test_channels_are_named_by_their_gpus_uuid_when_the_daemon_read_it() -> None:
+    c = load_config(env={**XDG, "SAFEMON_CHANNELS": "[{name: a, gpu: 0}, {name: b, gpu: 1}, {name: c, gpu: 2}]"})
+    hw = channel_hardware(c, "cupy", {"a": _UUID_A, "b": _UUID_B, "c": ""})
+    assert hw == {"a": _UUID_A, "b": _UUID_B, "c": "gpu2"}
+
+
+def test_two_indices_that_resolve_to_one_gpu_count_as_one_piece_of_hardware() -> None:
+    """Configured on GPUs 0 and 1, but both indices report the same UUID (one physical GPU):
+    1oo2D earns no HFT against that GPU's faults, although the indices differ."""
+    c = load_config(env={**XDG, "SAFEMON_POLICY": "1oo2D",
+                         "SAFEMON_CHANNELS": "[{name: a, gpu: 0}, {name: b, gpu: 1}]"})
+    by_index = channel_hardware(c, "cupy")
+    assert assess(c.policy, c.policy, by_index).effective == 1
+    same = channel_hardware(c, "cupy", {"a": _UUID_A, "b": _UUID_A})
+    a = assess(c.policy, c.policy, same)
+    assert (a.declared, a.effective) == (1, 0)
+    assert f"share {_UUID_A}" in a.reason
+
+
+def test_uuids_are_ignored_on_the_numpy_backend() -> None:
+    c = load_config(env={**XDG, "SAFEMON_BACKEND": "numpy"})
+    assert set(channel_hardware(c, "numpy", {"ch0": _UUID_A}).values()) == {HOST_CPU}
+
+
+@pytest.mark.parametrize(("name", "declared", "effective"), [
+    ("1oo2d-2gpu", 1, 1), ("2oo3-2gpu", 1, 0), ("hft2-2gpu", 2, 1),
+    ("2oo3-3gpu", 1, 1), ("hft2-3gpu", 2, 2),
+])
+def test_the_multi_gpu_configs_earn_what_their_comments_say(
+    name: str, declared: int, effective: int,
+) -> None:
+    """With one distinct (faked) UUID per configured index, as on a machine with that many
+    GPUs; tests/runtime/test_multigpu.py checks the same with the UUIDs real GPUs report."""
+    path = Path(__file__).resolve().parent.parent / "configs" / "multigpu" / f"{name}.yaml"
+    c = load_config(path, env=XDG)
+    assert c.channels is not None
+    uuids = {ch.name: f"GPU-fake-{ch.gpu}" for ch in c.channels}
+    a = assess(c.policy, c.policy, channel_hardware(c, "cupy", uuids))
+    assert (a.declared, a.effective) == (declared, effective)

@@ -68,13 +68,17 @@ class RuntimeCore(ModelRequests, ControlCommands):
         metrics: where event counts and observations are recorded.
         backend: the resolved kernel backend ("numpy" or "cupy"), for the HFT figures.
         clock: monotonic seconds.
+        gpu_uuids: channel -> the UUID of its GPU, as read at start (CuPy only): channels on
+            one physical GPU count once in the effective HFT (`hft.channel_hardware`).
     """
 
     def __init__(self, config: Config, scheduler: sch.Scheduler,
                  by_channel: Mapping[str, list[GoldenPatternLike]], processes: ProcessView,
-                 metrics: Metrics, backend: str, clock: Callable[[], float]) -> None:
+                 metrics: Metrics, backend: str, clock: Callable[[], float],
+                 gpu_uuids: Mapping[str, str] | None = None) -> None:
         super().__init__(config, scheduler, by_channel, processes, metrics, clock)
         self.backend = backend
+        self.gpu_uuids = dict(gpu_uuids or {})
         self.injection_enabled = bool(config.testing.fault_injection)
         self.draining = False
         self.weights: dict[str, npt.NDArray[np.float32]] = {}
@@ -161,7 +165,7 @@ class RuntimeCore(ModelRequests, ControlCommands):
         """Declared and effective HFT (`safemon.hft`) of the voting set now; while none
         votes (starting, SAFE), of the configured set under the configured policy."""
         configured = Policy(self.config.policy)
-        hardware = channel_hardware(self.config, self.backend)
+        hardware = channel_hardware(self.config, self.backend, self.gpu_uuids)
         voting = self.controller.voting
         policy, names = (self.controller.policy, voting) if voting else (
             configured, self.config.channel_names)
