@@ -18,7 +18,7 @@ from safemon.config import Config
 from safemon.errors import ConfigError
 from safemon.metrics import ChannelDevice
 
-__all__ = ["channel_devices", "cuda_uuid", "format_uuid"]
+__all__ = ["channel_devices", "complete_uuid", "cuda_uuid", "format_uuid"]
 
 _UUID_BYTES = 16
 #: Dash positions of the canonical 8-4-4-4-12 form, in hex digits.
@@ -50,13 +50,53 @@ def cuda_uuid(index: int) -> str:
     from safemon.kernels.compiler import import_cupy
 
     try:
-        props = import_cupy().cuda.runtime.getDeviceProperties(index)
-        raw = props["uuid"]
+        raw = import_cupy().cuda.runtime.getDeviceProperties(index)["uuid"]
     except Exception as exc:
         raise ConfigError(f"cannot read the UUID of CUDA device {index}: {exc}") from None
     if isinstance(raw, str):  # some CuPy versions decode it already
         raw = raw.encode("latin-1")
-    return format_uuid(bytes(raw))
+    return format_uuid(complete_uuid(bytes(raw), lambda: _driver_uuid(index)))
+
+
+def complete_uuid(raw: bytes, from_driver: Callable[[], bytes]) -> bytes:
+    """The 16 UUID bytes, given what CuPy's device properties returned (`raw`).
+
+    CuPy hands the UUID over as a C string, so it ends at the UUID's first zero byte (seen on
+    an H200: 4 bytes). A shorter `raw` is completed from the driver API (`from_driver`,
+    `cuDeviceGetUuid`), whose answer must start with `raw`.
+
+    Raises:
+        ConfigError: the driver cannot be asked, or its UUID does not extend `raw`.
+    """
+    if len(raw) == _UUID_BYTES:
+        return raw
+    try:
+        full = from_driver()
+    except Exception as exc:
+        raise ConfigError(f"cannot read a GPU UUID from the CUDA driver: {exc}") from None
+    if len(full) != _UUID_BYTES or not full.startswith(raw):
+        raise ConfigError(f"the CUDA driver's UUID {full.hex()} does not extend the runtime's "
+                          f"{raw.hex()}")
+    return full
+
+
+def _driver_uuid(index: int) -> bytes:
+    """`cuDeviceGetUuid` of driver device `index`: 16 bytes, zero bytes included."""
+    import ctypes
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    dev = ctypes.c_int()
+    buf = ctypes.create_string_buffer(_UUID_BYTES)
+    get: Callable[..., int] = getattr(lib, "cuDeviceGetUuid_v2", None) or lib.cuDeviceGetUuid
+    steps: tuple[tuple[str, Callable[[], int]], ...] = (
+        ("cuInit", lambda: int(lib.cuInit(0))),
+        ("cuDeviceGet", lambda: int(lib.cuDeviceGet(ctypes.byref(dev), index))),
+        ("cuDeviceGetUuid", lambda: int(get(buf, dev))))
+    for step, call in steps:
+        rc = call()
+        if rc != 0:
+            raise RuntimeError(f"{step} returned CUDA error {rc}")
+    return bytes(buf.raw)
 
 
 def channel_devices(

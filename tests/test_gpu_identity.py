@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from safemon.config import load_config
-from safemon.gpu_identity import channel_devices, cuda_uuid, format_uuid
+from safemon.errors import ConfigError
+from safemon.gpu_identity import channel_devices, complete_uuid, cuda_uuid, format_uuid
 from safemon.metrics import ChannelDevice
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -52,3 +53,25 @@ def test_cuda_uuid_of_device_zero() -> None:
     if import_cupy().cuda.runtime.getDeviceCount() < 1:
         pytest.skip("no CUDA device")
     assert cuda_uuid(0).startswith("GPU-") and len(cuda_uuid(0)) == 40
+
+
+def test_a_full_runtime_uuid_is_used_without_asking_the_driver() -> None:
+    raw = bytes(range(1, 17))
+
+    def driver() -> bytes:
+        raise AssertionError("the driver must not be asked")
+
+    assert complete_uuid(raw, driver) == raw
+
+
+def test_a_uuid_cut_at_a_zero_byte_is_completed_from_the_driver() -> None:
+    full = b"\xcc\xf3\x13#\x00" + bytes(range(1, 12))
+    assert complete_uuid(full[:4], lambda: full) == full
+    assert format_uuid(complete_uuid(full[:4], lambda: full)).startswith("GPU-ccf31323-00")
+
+
+def test_a_driver_uuid_that_does_not_extend_the_runtime_prefix_is_refused() -> None:
+    with pytest.raises(ConfigError, match="does not extend"):
+        complete_uuid(b"\xcc\xf3", lambda: bytes(16))
+    with pytest.raises(ConfigError, match="CUDA driver"):
+        complete_uuid(b"\xcc\xf3", lambda: (_ for _ in ()).throw(OSError("no libcuda")))
