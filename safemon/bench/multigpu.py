@@ -40,8 +40,6 @@ import dataclasses
 import hashlib
 import json
 import platform
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +52,9 @@ import numpy as np
 import numpy.typing as npt
 import yaml
 
+from safemon.bench.vote import running_daemon
 from safemon.errors import SafemonError
+from safemon.transport import messages as msgs
 
 __all__ = ["FORMAT", "SETS", "Deployment", "deployment_config", "main", "run_bench"]
 
@@ -184,38 +184,11 @@ def deployment_config(d: Deployment, work: Path, slug: str, backend: str = "cupy
 
 @contextlib.contextmanager
 def _daemon(config_path: Path, log_path: Path, timeout_s: float) -> Iterator[Any]:
-    """`safemon run` as a child process; yields a `Client` once every channel is UP."""
-    from safemon.client import Client
-
-    with log_path.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "safemon", "run", "--config",
-                                 str(config_path)], stdout=subprocess.DEVNULL, stderr=err)
-    client = None
-    try:
-        client = Client(config_path, control_timeout_s=5.0)
-        end = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise SafemonError(f"the daemon exited with {proc.returncode}; see {log_path}")
-            with contextlib.suppress(SafemonError):
-                st = client.status()
-                if st["channels"] and all(c["state"] == "UP" for c in st["channels"]):
-                    break
-            if time.monotonic() >= end:
-                raise SafemonError(f"channels not all UP within {timeout_s} s; see {log_path}")
-            time.sleep(0.1)
-        client.control_timeout_s = 60.0  # registering 64 MiB weights on every channel
+    """`bench.vote.running_daemon`, with the control timeout raised once every channel is UP
+    (registering 64 MiB weights on every channel)."""
+    with running_daemon(config_path, log_path, timeout_s) as client:
+        client.control_timeout_s = 60.0
         yield client
-    finally:
-        if client is not None:
-            client.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _stats(seconds: Sequence[float]) -> dict[str, float]:
@@ -275,8 +248,9 @@ def _send_model(raw: Any, x: npt.NDArray[np.float32], model_id: str) -> int:
 
     raw._seq += 1
     send_message(raw._sock, encode(Kind.REQUEST, epoch=raw._epoch, seq=raw._seq,
-                                   meta={"model_id": model_id, "deadline_ms": 30000.0,
-                                         "job": "live"}, arrays=(x,)))
+                                   meta=msgs.ModelRequest(model_id=model_id,
+                                                              deadline_ms=30000.0).to_meta(),
+                                   arrays=(x,)))
     return int(raw._seq)
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from safemon.bench.vote import VoteBenchSize, _bench_config, _running_daemon, _stats
+from safemon.bench.vote import VoteBenchSize, _bench_config, _stats, running_daemon
 from safemon.errors import SafemonError
 
 __all__ = ["FORMAT", "ModelShape", "run_runtime_bench", "runtime_markdown"]
@@ -130,7 +130,7 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
     cfg_path.write_text(yaml.safe_dump(cfg))
     res: dict[str, Any] = {"placement": placement, "matmul": {}, "faults": {}}
     say(f"starting a 2oo3 cupy daemon, {placement} channels")
-    with _running_daemon(cfg_path, work / f"daemon-{placement}.log", 240.0) as client:
+    with running_daemon(cfg_path, work / f"daemon-{placement}.log", 240.0) as client:
         client.control_timeout_s = 60.0
         clean: dict[str, Any] = {}
         wids: dict[str, str] = {}

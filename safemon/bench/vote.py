@@ -51,6 +51,7 @@ from safemon.bench.timing import percentiles
 from safemon.dims import parse_dims, parse_key
 from safemon.errors import SafemonError
 from safemon.kernels.backend import Backend
+from safemon.transport import messages as msgs
 
 __all__ = [
     "FORMAT",
@@ -163,7 +164,7 @@ def _bench_config(work: Path, transport: str, backend: str, dims: Sequence[str])
 
 
 @contextlib.contextmanager
-def _running_daemon(config_path: Path, log_path: Path, timeout_s: float) -> Iterator[Any]:
+def running_daemon(config_path: Path, log_path: Path, timeout_s: float) -> Iterator[Any]:
     """`safemon run --config config_path` as a child process, yielding a connected
     `Client` once every channel is UP; SIGTERM (drain) on exit."""
     from safemon.client import Client
@@ -216,7 +217,7 @@ class _RawRequester:
 
         self._seq += 1
         frames = encode(Kind.REQUEST, epoch=self._epoch, seq=self._seq,
-                        meta={"weight_id": weight_id, "deadline_ms": 30000.0, "job": "live"},
+                        meta=msgs.MatmulRequest(weight_id=weight_id, deadline_ms=30000.0).to_meta(),
                         arrays=(x,))
         send_message(self._sock, frames)
         return self._seq
@@ -411,7 +412,7 @@ def run_vote_bench(
             cfg_path = work / f"bench-{transport}.yaml"
             cfg_path.write_text(yaml.safe_dump(_bench_config(work, transport, backend, dims)))
             say(f"starting a 2oo3 daemon over {transport} (three channel processes)")
-            with _running_daemon(cfg_path, work / f"daemon-{transport}.log", 180.0) as client:
+            with running_daemon(cfg_path, work / f"daemon-{transport}.log", 180.0) as client:
                 raw = _RawRequester(client)
                 try:
                     for s in sizes:
