@@ -203,17 +203,27 @@ class Client:
             InvalidInputError: bad array. DaemonUnreachableError: no answer in time.
         """
         w = _check_matrix("w", w)
-        reply = self._call(self._ingress, Kind.CONTROL, msgs.RegisterWeight().to_meta(), (w,),
+        wid = self._register(msgs.RegisterWeight(), (w,))
+        self._weights[wid] = np.array(w, copy=True)
+        return wid
+
+    def _register(self, message: msgs.RegisterWeight | msgs.RegisterModel,
+                  arrays: tuple[npt.NDArray[Any], ...]) -> str:
+        """Send a registration on ingress; returns the reply's `outcome` (the new id).
+
+        Raises:
+            DaemonUnreachableError: no answer in `control_timeout_s`; the daemon's typed
+                error (e.g. InvalidInputError, WeightBudgetError) when it refuses.
+        """
+        reply = self._call(self._ingress, Kind.CONTROL, message.to_meta(), arrays,
                            self.control_timeout_s)
         if reply is None:
             raise DaemonUnreachableError(
-                f"no answer to register_weight on {self.config.endpoints.ingress} "
-                f"within {self.control_timeout_s} s")
+                f"no answer to {message.TAG[1] if message.TAG else 'register'} on "
+                f"{self.config.endpoints.ingress} within {self.control_timeout_s} s")
         if reply.kind is Kind.ERROR:
             self._raise(reply)
-        wid = self._control_reply(reply).outcome
-        self._weights[wid] = np.array(w, copy=True)
-        return wid
+        return self._control_reply(reply).outcome
 
     def matmul(self, x: Any, weight_id: str, *, timeout: float = 1.0) -> Any:
         """C = x·W for the registered weight, released by the voter.
@@ -232,7 +242,7 @@ class Client:
         host, kind = as_host("x", x, self._devices)
         out = self._request(
             lambda ms: msgs.MatmulRequest(weight_id=weight_id, deadline_ms=ms), (host,), timeout,
-                            functools.partial(self._reregister_weight, weight_id))
+            functools.partial(self._reregister_weight, weight_id))
         return kind.restore(out)
 
     def register_model(self, layers: Sequence[Layer]) -> str:
@@ -246,16 +256,7 @@ class Client:
         """
         validate_layers(layers, {wid: w.shape for wid, w in self._weights.items()})
         spec, biases = encode_model(layers)
-        reply = self._call(self._ingress, Kind.CONTROL,
-                           msgs.RegisterModel().to_meta(), (spec, biases),
-                           self.control_timeout_s)
-        if reply is None:
-            raise DaemonUnreachableError(
-                f"no answer to register_model on {self.config.endpoints.ingress} "
-                f"within {self.control_timeout_s} s")
-        if reply.kind is Kind.ERROR:
-            self._raise(reply)
-        mid = self._control_reply(reply).outcome
+        mid = self._register(msgs.RegisterModel(), (spec, biases))
         self._models[mid] = tuple(layers)
         return mid
 
@@ -277,7 +278,7 @@ class Client:
         host, kind = as_host("x", x, self._devices)
         out = self._request(
             lambda ms: msgs.ModelRequest(model_id=model_id, deadline_ms=ms), (host,), timeout,
-                            functools.partial(self._reregister_model, model_id))
+            functools.partial(self._reregister_model, model_id))
         return kind.restore(out)
 
     def _reregister_weight(self, weight_id: str, reply: Message) -> None:
