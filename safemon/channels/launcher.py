@@ -142,7 +142,8 @@ class RealLauncher:
             thread.start()
             return StreamHandle(name, incarnation, worker, thread)
         argv = [sys.executable, "-m", "safemon.channels.worker", "--channel", name,
-                "--incarnation", str(incarnation), "--epoch", str(epoch)]
+                "--incarnation", str(incarnation), "--epoch", str(epoch),
+                "--daemon-pid", str(os.getpid())]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=dict(os.environ),
                                 close_fds=True, start_new_session=False)
         assert proc.stdin is not None

@@ -520,22 +520,31 @@ class ChannelWorker:
 
 def main(argv: list[str] | None = None) -> int:
     """Process-mode entry point: `python -m safemon.channels.worker --channel NAME
-    --incarnation N --epoch E`, the resolved config as JSON on stdin (no pickle)."""
+    --incarnation N --epoch E --daemon-pid PID`, the resolved config as JSON on stdin (no
+    pickle). Exits 0 once its loop ends (a stop, or its daemon's death noticed in time), and
+    `ORPHAN_EXIT` when its daemon is gone and the loop did not end within `ORPHAN_GRACE_S`."""
     parser = argparse.ArgumentParser(prog="safemon-channel")
     parser.add_argument("--channel", required=True)
     parser.add_argument("--incarnation", type=int, required=True)
     parser.add_argument("--epoch", type=int, required=True)
+    parser.add_argument("--daemon-pid", type=int, default=None,
+                        help="the daemon's pid (default: the parent at start)")
     args = parser.parse_args(argv)
+    daemon_pid = os.getppid() if args.daemon_pid is None else args.daemon_pid
+    # Ask for SIGTERM at the daemon's death first, then check that it is still our parent:
+    # a daemon that died before the prctl would otherwise never be noticed by the signal.
+    _die_with_parent()
+    if os.getppid() != daemon_pid:
+        return ORPHAN_EXIT
     token, _, config_json = sys.stdin.read().partition("\n")
     config = Config.model_validate_json(config_json)
-    _die_with_parent()
     from safemon.logging import configure_logging
 
     configure_logging(config.logging.format, config.logging.level, role="channel")
     ctx: Context = zmq.Context()
     worker = ChannelWorker(
         ctx, config, args.channel, incarnation=args.incarnation, epoch=args.epoch,
-        exit_process=lambda: os._exit(70), link=token, parent_pid=os.getppid(),
+        exit_process=lambda: os._exit(70), link=token, parent_pid=daemon_pid,
     )
     import signal
 
@@ -543,6 +552,8 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C reaches the whole process group: the daemon stops its channels itself, so a
     # channel ignores SIGINT (no KeyboardInterrupt traceback from every channel).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_orphaned, args=(daemon_pid, worker),
+                     name="safemon-orphan-watch", daemon=True).start()
     try:
         worker.run()
     finally:
@@ -550,9 +561,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+ORPHAN_EXIT = 71
+"""Exit status of a channel process whose daemon died."""
+
+ORPHAN_POLL_S = 0.25
+"""How often a channel process checks that its daemon is still its parent (seconds)."""
+
+ORPHAN_GRACE_S = 2.0
+"""After its daemon is gone: how long the loop may take to stop before the process ends
+itself (seconds). The loop can be busy in a long product, a warm-up or `ctx.term()`."""
+
+
+def _exit_when_orphaned(daemon_pid: int, worker: ChannelWorker) -> None:
+    """Watch thread of a channel process: once the daemon is no longer the parent (it died
+    and the process was re-parented), stop the worker and, if it has not ended within
+    `ORPHAN_GRACE_S`, end the process with `ORPHAN_EXIT`. A channel holds the client's
+    weights: it must not outlive its daemon, whatever its loop is doing."""
+    while os.getppid() == daemon_pid:
+        time.sleep(ORPHAN_POLL_S)
+    worker.stop()
+    time.sleep(ORPHAN_GRACE_S)
+    os._exit(ORPHAN_EXIT)
+
+
 def _die_with_parent() -> None:
-    """Linux: ask for SIGTERM when the daemon dies (PR_SET_PDEATHSIG); the loop's parent
-    pid check covers other systems and the window before this call."""
+    """Linux: ask for SIGTERM when the daemon dies (PR_SET_PDEATHSIG). The signal follows
+    the daemon's thread that spawned this process, so `_exit_when_orphaned` is the check
+    that counts; the signal only makes the common case quicker."""
     import ctypes
     import ctypes.util
     import signal

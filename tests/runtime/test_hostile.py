@@ -138,6 +138,19 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _describe(pids: list[int], log: Path) -> str:
+    """What the surviving children are (command line, state), for a failure message."""
+    lines = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/status").read_text().splitlines()[:3]
+        except OSError as e:
+            cmd, state = f"<{e}>", []
+        lines.append(f"{pid}: {cmd} {state}")
+    return "still alive:\n" + "\n".join(lines) + "\n" + log.read_text()[-3000:]
+
+
 def test_channel_processes_exit_when_their_daemon_is_killed(tmp_path: Path) -> None:
     """SIGKILL the daemon: its channel processes notice and exit (they hold the weights)."""
     cfg = make_config(tmp_path, "1oo1D", placement="process", transport="ipc", extra=SLOW_START)
@@ -149,7 +162,8 @@ def test_channel_processes_exit_when_their_daemon_is_killed(tmp_path: Path) -> N
         assert kids
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        assert wait_for(lambda: not any(_alive(k) for k in kids), 10.0)
+        gone = wait_for(lambda: not any(_alive(k) for k in kids), 10.0)
+        assert gone, _describe([k for k in kids if _alive(k)], tmp_path / "k.err")
     finally:
         if proc.poll() is None:
             proc.kill()
