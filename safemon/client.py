@@ -64,6 +64,18 @@ from safemon.transport.sockets import Context, Socket
 __all__ = ["Client", "DaemonUnreachableError"]
 
 
+REPLY_MARGIN_S = 0.05
+"""A voted request's deadline, as sent to the daemon, is this much (seconds) shorter than
+what is left of the caller's timeout (at most `REPLY_MARGIN_FRACTION` of it), so that the
+daemon's answer at its deadline (a `VoteTimeoutError`) still reaches the caller in time."""
+
+REPLY_MARGIN_FRACTION = 0.1
+
+REPLY_GRACE_S = 0.05
+"""How long (seconds) past its timeout a caller still waits for the daemon's answer before
+raising `VoteTimeoutError` "no answer from the daemon" itself."""
+
+
 class DaemonUnreachableError(SafemonError, ConnectionError):
     """No daemon answered on the control / ingress socket within the allowed time."""
 
@@ -231,7 +243,9 @@ class Client:
         Args:
             x: (M, K) float32, finite: NumPy, or C-contiguous CuPy / torch (CPU or CUDA,
                 on a device the channels use). weight_id: from `register_weight`.
-            timeout: seconds; also the request's deadline (capped by the daemon's).
+            timeout: seconds. The request's deadline at the daemon (capped by its own
+                budget) is this less `REPLY_MARGIN_S`; the call returns or raises within
+                timeout + `REPLY_GRACE_S`.
 
         Returns:
             (M, N) float32 of the same kind and on the same device as `x`.
@@ -308,9 +322,12 @@ class Client:
             remaining = end - time.monotonic()
             if remaining <= 0:
                 break
+            # The daemon is asked to answer a margin before the client stops waiting, and
+            # the client waits a grace past it: its loop and the transport take time too.
+            margin = min(REPLY_MARGIN_S, REPLY_MARGIN_FRACTION * remaining)
             reply = self._call(self._ingress, Kind.REQUEST,
-                               make_request(remaining * 1000.0).to_meta(), arrays,
-                               remaining + 0.05)
+                               make_request((remaining - margin) * 1000.0).to_meta(), arrays,
+                               remaining + REPLY_GRACE_S)
             if reply is None:
                 raise VoteTimeoutError(f"no answer from the daemon on "
                                        f"{self.config.endpoints.ingress} within {timeout} s")

@@ -151,9 +151,14 @@ class RuntimeCore(ModelRequests, ControlCommands):
         return len(self._live)
 
     def next_wakeup(self) -> float | None:
-        """The earliest time a `TimerTick` has something to do (None: nothing planned)."""
-        wake = [w for w in (self.voter.next_deadline(), self.scheduler.next_wakeup())
+        """The earliest time a `TimerTick` has something to do (None: nothing planned):
+        voter deadlines, scheduler wakeups, clients' own deadlines (answered at that time,
+        not at the next unrelated wakeup) and weight acknowledgement deadlines."""
+        wake = [w for w in (self.voter.next_deadline(), self.scheduler.next_wakeup(),
+                            *(d.next_deadline() for d in self._deliveries.values()))
                 if w is not None]
+        if self._client_deadlines:
+            wake.append(self._client_deadlines[0][0])
         return min(wake) if wake else None
 
     def status_mode(self) -> str:

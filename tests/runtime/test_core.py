@@ -209,3 +209,31 @@ def test_the_status_command_asks_the_shell_for_the_operator_view(tmp_path: Path,
     effects = core.handle(st.ControlMessage(b"op", _msg(Kind.CONTROL, 5, {"command": command}),
                                             clock(), "ctl"))
     assert effects == [fx.ReplyStatus(b"op", 5, "ctl")]
+
+
+def test_the_core_wakes_at_a_clients_own_deadline_and_at_a_weights_ack_deadline(tmp_path: Path) -> None:
+    """`next_wakeup` names the earliest client deadline (shorter than the channels' budget)
+    and the earliest weight acknowledgement deadline, so the shell's timer answers the
+    client at its deadline and not at the next unrelated wakeup (up to 50 ms later, which
+    a client waiting 50 ms past its deadline saw as no answer at all)."""
+    core, procs, clock, _cfg = _core(tmp_path)
+    _form(core, procs, clock)
+    x, w = operands(2)
+    reg = core.handle(st.IngressMessage(b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w,)),
+                                        clock(), "reg-w"))
+    wid = str(_of(reg, fx.SendToChannel)[0].meta["args"])
+    ack_deadline = core._deliveries["c0"].next_deadline()
+    assert ack_deadline is not None
+    wake = core.next_wakeup()
+    assert wake is not None and wake <= ack_deadline
+    core.handle(st.ChannelMessage("c0", _msg(Kind.EVENT, 2, {"event": "weight", "weight_id": wid,
+                                                             "ok": True}, channel="c0"), clock(), "ack"))
+    sent_at = clock()
+    ask = core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 3, {"weight_id": wid, "deadline_ms": 0.5},
+                                                   (x,)), sent_at, "ask"))
+    assert not _of(ask, fx.Reply)
+    wake = core.next_wakeup()
+    assert wake is not None and wake <= sent_at + 0.0005
+    clock.now = wake
+    [reply] = _of(core.handle(st.TimerTick(clock(), "tick")), fx.Reply)
+    assert reply.seq == 3 and reply.meta["error_type"] == "VoteTimeoutError"
