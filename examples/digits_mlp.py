@@ -1,13 +1,15 @@
 """A small inference app protected by safemon: an MLP classifying scikit-learn's digits.
 
     python examples/digits_mlp.py            # plain NumPy, no safemon
-    python examples/digits_mlp.py --safemon  # every matmul through a running daemon
-                                             # (start one with `safemon run`)
+    python examples/digits_mlp.py --safemon  # each batch as one whole-model request to a
+                                             # running daemon (start one with `safemon run`)
+    python examples/digits_mlp.py --safemon --per-layer   # one matmul request per layer
 
-The model (64 → 64 → 10) is trained at first use in a few seconds and cached in
-~/.cache/safemon. Each dense layer is one matmul `[x, 1] · W` through a
-`matmul(x, weight_id)` callable, so the same code runs with or without safemon.
-For the full story with fault injection, run `safemon demo`.
+The model (64 → 64 (ReLU) → 10) is trained at first use in a few seconds and cached in
+~/.cache/safemon. With --safemon the weights are registered once and the two layers
+(weight, bias, activation) once as a model; `Client.run` then runs the whole forward pass
+in every channel and the daemon votes once on its output and per-layer digests (under
+1oo1D, use --per-layer). For the full story with fault injection, run `safemon demo`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--safemon", action="store_true", help="compute through safemon.Client")
     parser.add_argument("--config", default=None, help="safemon configuration (with --safemon)")
     parser.add_argument("--batch", type=int, default=32, help="samples per request")
+    parser.add_argument("--per-layer", action="store_true",
+                        help="with --safemon: one matmul request per layer")
     args = parser.parse_args(argv)
 
     model, x, y, trained = load_or_train()
@@ -40,12 +44,17 @@ def main(argv: list[str] | None = None) -> int:
 
         with Client(args.config) as client:
             ids = {name: client.register_weight(model.weights[name]) for name in LAYERS}
+            model_id = client.register_model(model.layers(ids))
 
             def matmul(xb: np.ndarray, weight_id: str) -> np.ndarray:
-                return client.matmul(xb, weight_id, timeout=2.0)
+                return np.asarray(client.matmul(xb, weight_id, timeout=2.0))
 
             for sl in batch_slices(len(y), args.batch):
-                pred[sl] = model.predict(x[sl], matmul, ids)
+                if args.per_layer:
+                    pred[sl] = model.predict(x[sl], matmul, ids)
+                else:
+                    logits = client.run(model_id, np.ascontiguousarray(x[sl]), timeout=2.0)
+                    pred[sl] = np.argmax(logits, axis=1)
     else:
         for sl in batch_slices(len(y), args.batch):
             pred[sl] = model.predict(x[sl])

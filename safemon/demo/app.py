@@ -1,10 +1,13 @@
 """The demo inference app: a small MLP on scikit-learn's *digits*, every matmul pluggable.
 
-The model is 64 → 64 (ReLU) → 10 with the bias folded into each weight matrix (an extra
-input row), so each dense layer is exactly *one* matmul `[x, 1] · W` and protecting the
-matmul protects the whole layer. Every layer calls `matmul(x, weight_id)`; the caller picks
-what computes it: plain NumPy, safemon's kernel in-process, or `safemon.Client` (weights
-registered once, `weight_ids` maps the layer names to the ids the daemon returned).
+The model is 64 → 64 (ReLU) → 10. Each dense layer is one matmul `x · W` followed by the
+layer epilogue of `safemon.models` (bias add, then activation, in float32 exactly as a
+channel computes it), so the whole forward pass is also a whole-model request:
+`DigitsMLP.layers` gives the `safemon.models.Layer` list for `Client.register_model`, and
+`Client.run` returns bit for bit what `forward` computes with safemon's kernel. Per layer,
+`forward` calls `matmul(x, weight_id)`; the caller picks what computes it: plain NumPy,
+safemon's kernel in-process, or `safemon.Client.matmul` (weights registered once,
+`weight_ids` maps the layer names to the ids the daemon returned).
 
 Training runs at first use with NumPy only (full-batch gradient descent with momentum,
 deterministic seed, a few seconds) and is cached as a `.npz` (no pickle) in
@@ -26,8 +29,10 @@ import numpy as np
 import numpy.typing as npt
 
 from safemon.errors import InvalidInputError
+from safemon.models import Activation, Layer, epilogue
 
 __all__ = [
+    "ACTIVATIONS",
     "CACHE_NAME",
     "LAYERS",
     "RECIPE",
@@ -54,7 +59,7 @@ N_CLASSES: Final = 10
 #: Everything that determines the trained weights; its hash names the cache entry, so a
 #: change here retrains instead of loading stale weights.
 RECIPE: Final[dict[str, Any]] = {
-    "version": 1,
+    "version": 2,
     "seed": 0,
     "test_size": 360,
     "steps": 300,
@@ -66,11 +71,16 @@ CACHE_NAME: Final = "digits_mlp"
 
 
 def _augment(x: F32) -> F32:
-    """[x, 1]: the ones column multiplies the bias row of the weight."""
+    """[x, 1]: training folds the bias into an extra weight row (float64 math)."""
     out = np.empty((x.shape[0], x.shape[1] + 1), dtype=np.float32)
     out[:, :-1] = x
     out[:, -1] = 1.0
     return out
+
+
+#: Each layer's activation (the output layer gives logits).
+ACTIVATIONS: Final[Mapping[str, Activation]] = {"fc1": Activation.RELU,
+                                                "fc2": Activation.IDENTITY}
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,24 +88,38 @@ class DigitsMLP:
     """The trained model.
 
     Attributes:
-        weights: "fc1" (65, 64) and "fc2" (65, 10) float32, C-contiguous; the last row of
-            each is the bias.
+        weights: "fc1" (64, 64) and "fc2" (64, 10) float32, C-contiguous.
+        biases: "fc1" (64,) and "fc2" (10,) float32.
     """
 
     weights: Mapping[str, F32]
+    biases: Mapping[str, F32]
 
     def __post_init__(self) -> None:
-        shapes = {"fc1": (N_IN + 1, N_HIDDEN), "fc2": (N_HIDDEN + 1, N_CLASSES)}
-        if set(self.weights) != set(shapes):
-            raise InvalidInputError(
-                f"weights must be exactly {sorted(shapes)}, got {sorted(self.weights)}"
-            )
-        for name, shape in shapes.items():
-            w = self.weights[name]
-            if not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.shape != shape:
-                raise InvalidInputError(f"weight {name} must be float32 {shape}")
-            if not np.isfinite(w).all():
-                raise InvalidInputError(f"weight {name} has non-finite values")
+        shapes = {"fc1": (N_IN, N_HIDDEN), "fc2": (N_HIDDEN, N_CLASSES)}
+        for what, arrays, want in (("weights", self.weights, shapes),
+                                   ("biases", self.biases,
+                                    {n: (s[1],) for n, s in shapes.items()})):
+            if set(arrays) != set(want):
+                raise InvalidInputError(
+                    f"{what} must be exactly {sorted(want)}, got {sorted(arrays)}"
+                )
+            for name, shape in want.items():
+                a = arrays[name]
+                if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != shape:
+                    raise InvalidInputError(f"{what}[{name!r}] must be float32 {shape}")
+                if not np.isfinite(a).all():
+                    raise InvalidInputError(f"{what}[{name!r}] has non-finite values")
+
+    def layers(self, weight_ids: Mapping[str, str] | None = None) -> tuple[Layer, ...]:
+        """The model as `safemon.models` layers, for `Client.register_model`.
+
+        Args:
+            weight_ids: layer name → the id the daemon gave the weight; None = the layer
+                names (what `safemon.models.reference_forward` needs).
+        """
+        ids = weight_ids if weight_ids is not None else {n: n for n in LAYERS}
+        return tuple(Layer(ids[n], self.biases[n], ACTIVATIONS[n]) for n in LAYERS)
 
     def forward(
         self,
@@ -126,9 +150,11 @@ class DigitsMLP:
         ids = weight_ids if weight_ids is not None else {n: n for n in LAYERS}
         # A faulty matmul may return inf/NaN: the arithmetic must not warn (tests turn
         # warnings into errors) but carry them on, as an unprotected app would.
+        h = x
         with np.errstate(all="ignore"):
-            h = np.maximum(mm(_augment(x), ids["fc1"]), np.float32(0))
-            return mm(_augment(np.ascontiguousarray(h, dtype=np.float32)), ids["fc2"])
+            for name in LAYERS:
+                h = epilogue(mm(h, ids[name]), self.biases[name], ACTIVATIONS[name])
+        return h
 
     def predict(
         self,
@@ -211,11 +237,22 @@ def train(x: F32, y: I64, recipe: Mapping[str, Any] = RECIPE) -> DigitsMLP:
         v2 = mom * v2 - lr * gw2
         w1 += v1
         w2 += v2
+    # Hidden units in a fixed order: first the one whose fc1 product (before the bias)
+    # lies in (0, 2) for the most training samples. The demo's injected flip hits
+    # element 0 of a batch's first product and turns such a value into a huge one that the
+    # ReLU passes on; a unit that is never in that range would mask it. A permutation of
+    # hidden units leaves the model's function unchanged (up to summation order).
+    prod = xa[:, :-1] @ w1[:-1]
+    order = np.argsort(-np.mean((prod > 0) & (prod < 2), axis=0), kind="stable")
+    w1, w2 = w1[:, order], np.vstack([w2[:-1][order], w2[-1:]])
+    return _split({"fc1": w1, "fc2": w2})
+
+
+def _split(augmented: Mapping[str, npt.NDArray[Any]]) -> DigitsMLP:
+    """The model from weights with the bias as their last row."""
     return DigitsMLP(
-        {
-            "fc1": np.ascontiguousarray(w1, dtype=np.float32),
-            "fc2": np.ascontiguousarray(w2, dtype=np.float32),
-        }
+        {n: np.ascontiguousarray(w[:-1], dtype=np.float32) for n, w in augmented.items()},
+        {n: np.ascontiguousarray(w[-1], dtype=np.float32) for n, w in augmented.items()},
     )
 
 
@@ -235,7 +272,8 @@ def _recipe_hash(recipe: Mapping[str, Any]) -> str:
 def _load_cache(path: Path) -> tuple[DigitsMLP, F32, I64] | None:
     try:
         with np.load(path, allow_pickle=False) as npz:
-            model = DigitsMLP({"fc1": npz["fc1"], "fc2": npz["fc2"]})
+            model = DigitsMLP({n: npz[n] for n in LAYERS},
+                              {n: npz[f"{n}_bias"] for n in LAYERS})
             x_test = np.ascontiguousarray(npz["x_test"])
             y_test = np.ascontiguousarray(npz["y_test"])
     except (OSError, KeyError, ValueError):  # InvalidInputError is a ValueError
@@ -275,6 +313,7 @@ def load_or_train(
     model = train(x_tr, y_tr, recipe)
     directory.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
-    np.savez(tmp, fc1=model.weights["fc1"], fc2=model.weights["fc2"], x_test=x_te, y_test=y_te)
+    np.savez(tmp, fc1=model.weights["fc1"], fc2=model.weights["fc2"], fc1_bias=model.biases["fc1"],
+             fc2_bias=model.biases["fc2"], x_test=x_te, y_test=y_te)
     os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
     return model, x_te, y_te, True

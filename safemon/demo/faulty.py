@@ -4,7 +4,9 @@ The faults are the channel fault model of `safemon.channels.faults` (the one `Cl
 arms in a channel), applied here in-process to an unprotected app that computes on one
 device with the same kernel:
 
-- ``bitflip-c`` (transient): the next C gets an exponent bit of element 0 flipped.
+- ``bitflip-c`` (transient): the next C gets an exponent bit of element 0 flipped. Armed
+  before a batch, it hits that batch's first product (layer fc1), in the unprotected app as
+  in a channel running a whole-model request (which applies data faults to layer 0).
 - ``stuck`` (permanent until cleared): bit 30 of every element of every later C is forced.
 - ``crash``: the device's process dies; the batch in flight gets no output, then the app
   restarts it (the fault is gone, like a restarted channel).
@@ -55,14 +57,13 @@ VariantFor = Callable[[int, int], Variant]
 
 @dataclass(frozen=True)
 class FaultStep:
-    """Inject `kind` just before batch `batch` — or, when `layer` is set, inside that batch
-    right before that layer's matmul — and clear every fault just before `clear_batch`
-    (None: the fault ends by itself — a transient, or a crash followed by a restart)."""
+    """Inject `kind` just before batch `batch` and clear every fault just before
+    `clear_batch` (None: the fault ends by itself — a transient, or a crash followed by a
+    restart)."""
 
     kind: str
     batch: int
     clear_batch: int | None
-    layer: str | None = None
 
 
 def plan_faults(n_batches: int, flip_batch: int | None = None) -> tuple[FaultStep, ...]:
@@ -70,8 +71,8 @@ def plan_faults(n_batches: int, flip_batch: int | None = None) -> tuple[FaultSte
 
     Args:
         n_batches: ≥ MIN_BATCHES.
-        flip_batch: the batch of the transient flip (armed right before its "fc2" matmul);
-            None = at 10 %. Must fall before the stuck fault.
+        flip_batch: the batch of the transient flip; None = at 10 %. Must fall before the
+            stuck fault.
 
     Raises:
         InvalidInputError: too few batches, or `flip_batch` outside its stretch.
@@ -89,8 +90,8 @@ def plan_faults(n_batches: int, flip_batch: int | None = None) -> tuple[FaultSte
     if not 0 <= flip < stuck:
         raise InvalidInputError(f"flip_batch must be in [0, {stuck}), got {flip}")
     return (
-        # Into the output layer: the flipped element is a logit (see `flip_victim`).
-        FaultStep("bitflip-c", flip, None, layer="fc2"),
+        # The flipped element is the first sample's first hidden unit (see `flip_victim`).
+        FaultStep("bitflip-c", flip, None),
         FaultStep("stuck", stuck, stuck_end),
         FaultStep("crash", crash, None),
         FaultStep("hang", hang, hang_end),
@@ -164,20 +165,8 @@ def _apply_schedule(device: UnprotectedDevice, plan: Sequence[FaultStep], b: int
         if step.clear_batch == b:
             device.clear()
     for step in plan:
-        if step.batch == b and step.layer is None:
+        if step.batch == b:
             device.inject(step.kind)
-
-
-def _layer_hook(device: UnprotectedDevice, plan: Sequence[FaultStep], b: int) -> MatmulFn:
-    pending = [s for s in plan if s.batch == b and s.layer is not None]
-
-    def mm(x: F32, weight_id: str) -> F32:
-        for step in [s for s in pending if s.layer == weight_id]:
-            pending.remove(step)
-            device.inject(step.kind)
-        return device.matmul(x, weight_id)
-
-    return mm
 
 
 def run_unprotected(
@@ -195,7 +184,7 @@ def run_unprotected(
     for b, sl in enumerate(batches):
         _apply_schedule(device, plan, b)
         try:
-            pred[sl] = model.predict(x[sl], _layer_hook(device, plan, b))
+            pred[sl] = model.predict(x[sl], device.matmul)
         except DeviceLost:
             lost.append(b)
     return UnprotectedResult(pred, tuple(lost), float(np.mean(pred == y)))
@@ -203,17 +192,19 @@ def run_unprotected(
 
 def flip_victim(model: DigitsMLP, x: F32, y: I64, variant_for: VariantFor) -> int | None:
     """The first sample that the app classifies correctly but, alone in a batch, gets wrong
-    when the transient flip hits its logits (element 0 of the "fc2" product); None if no
-    sample does. Putting it first in the flip's batch makes the flip provably change a
-    prediction in the unprotected run (the flip always hits element 0)."""
+    when the transient flip hits its first hidden unit (element 0 of the "fc1" product, the
+    batch's first product); None if no sample does. Putting it first in the flip's batch
+    makes the flip provably change a prediction in the unprotected run (the flip always hits
+    element 0), and so also the output of a channel that computes the batch as a
+    whole-model request: its flip is not masked by the ReLU, and the vote sees it."""
     plain = UnprotectedDevice(model, variant_for)
     for i in range(len(y)):
         xi = x[i : i + 1]
         if model.predict(xi, plain.matmul)[0] != y[i]:
             continue
         dev = UnprotectedDevice(model, variant_for)
-        step = FaultStep("bitflip-c", 0, None, layer="fc2")
-        if model.predict(xi, _layer_hook(dev, [step], 0))[0] != y[i]:
+        dev.inject("bitflip-c")
+        if model.predict(xi, dev.matmul)[0] != y[i]:
             return i
     return None
 

@@ -5,6 +5,13 @@ configuration says), runs the app through `safemon.Client` while `Client.inject`
 faults of `plan_faults` into one channel, and compares with the same app run in-process
 without faults and without safemon under the same faults.
 
+The protected app sends each batch as one whole-model request (`Client.register_model`
+once, then `Client.run`): every channel runs both layers, bias and activation included, and
+the daemon votes once on the output and the per-layer digests. A fault the schedule arms
+"before the fc2 matmul" (the unprotected app's transient flip, aimed at a logit) is armed
+before the batch's request instead: a channel applies an injected data fault to layer 0's
+product, from where it propagates like a real one.
+
 Detection evidence comes from the daemon's events socket (typed controller events): a fault
 counts as detected when the daemon published a "fault" event for the injected channel
 between its injection and the next injection (or the end of the grace period).
@@ -23,11 +30,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from safemon.config import VariantConfig
 from safemon.demo.app import F32, I64, LAYERS, DigitsMLP, batch_slices, load_or_train
 from safemon.demo.faulty import (
     MIN_BATCHES,
     FaultStep,
-    VariantFor,
     kernel_matmul,
     order_for_flip,
     plan_faults,
@@ -35,7 +42,8 @@ from safemon.demo.faulty import (
 )
 from safemon.demo.report import DemoReport, FaultRecord
 from safemon.errors import SafemonError
-from safemon.kernels.api import run_variant
+from safemon.models import Layer, reference_forward
+from safemon.states import Policy
 
 __all__ = ["ClientLike", "EventStream", "ProtectedResult", "run_demo", "run_protected"]
 
@@ -46,6 +54,10 @@ class ClientLike(Protocol):
     def register_weight(self, w: F32) -> str: ...
 
     def matmul(self, x: F32, weight_id: str, *, timeout: float = ...) -> F32: ...
+
+    def register_model(self, layers: Sequence[Layer]) -> str: ...
+
+    def run(self, model_id: str, x: F32, *, timeout: float = ...) -> F32: ...
 
     def inject(self, channel: str, fault: str) -> None: ...
 
@@ -136,43 +148,50 @@ def run_protected(
     batches: Sequence[slice],
     plan: Sequence[FaultStep],
     channel: str,
-    variant_for: VariantFor,
+    variant: VariantConfig,
     events: EventSource,
     *,
     pace_s: float = 0.0,
     timeout_s: float = 2.0,
     grace_s: float = 2.0,
     settle_s: float = 15.0,
+    whole_model: bool = True,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ProtectedResult:
-    """The app through the Client while the schedule's faults go into `channel`.
+    """The app through the Client, one whole-model request per batch (`whole_model`; else
+    one `Client.matmul` per layer, the epilogue in this process), while the schedule's
+    faults go into `channel`.
 
-    Every released C is compared bit for bit with the NumPy reference of the same variant
-    on the same input (exact-mode channels are bit-identical to it), which gives
-    `wrong_outputs_released`. Batches start `pace_s` apart so that self-tests and restarts
-    happen during the run; before each injection the run waits (at most `settle_s`) until
-    every channel is UP again; after the last batch, up to `grace_s` is spent waiting for
-    the last fault's detection.
+    Every released output is compared bit for bit with `reference_forward` of the same
+    layers and variant on the same input (exact-mode channels are bit-identical to it),
+    which gives `wrong_outputs_released`. Batches start `pace_s` apart so that self-tests
+    and restarts happen during the run; before each injection the run waits (at most
+    `settle_s`) until every channel is UP again; after the last batch, up to `grace_s` is
+    spent waiting for the last fault's detection.
     """
     ids = {name: client.register_weight(model.weights[name]) for name in LAYERS}
-    by_id = {wid: model.weights[name] for name, wid in ids.items()}
+    model_id = client.register_model(model.layers(ids)) if whole_model else ""
+    ref_weights = [model.weights[name] for name in LAYERS]
+    ref_layers = model.layers()
     start_inc = _incarnations(client.status())
     released = wrong = 0
 
-    def mm(xb: F32, weight_id: str) -> F32:
+    def forward(xb: F32) -> F32:
         nonlocal released, wrong
-        c = client.matmul(xb, weight_id, timeout=timeout_s)
-        w = by_id[weight_id]
-        ref = run_variant(xb, w, variant_for(xb.shape[0], w.shape[1]), backend="numpy").c
+        if whole_model:
+            out = client.run(model_id, xb, timeout=timeout_s)
+        else:
+            out = model.forward(xb, lambda h, wid: client.matmul(h, wid, timeout=timeout_s), ids)
+        ref = reference_forward(ref_weights, ref_layers, xb, variant=variant)
         released += 1
         same = (
-            c.dtype == ref.dtype
-            and c.shape == ref.shape
-            and np.array_equal(c.view(np.uint32), np.asarray(ref).view(np.uint32))
+            out.dtype == ref.dtype
+            and out.shape == ref.shape
+            and np.array_equal(out.view(np.uint32), np.asarray(ref).view(np.uint32))
         )
         wrong += 0 if same else 1
-        return c
+        return out
 
     pred = np.full(len(y), -1, dtype=np.int64)
     failed: list[tuple[int, str]] = []
@@ -188,29 +207,17 @@ def run_protected(
         for step in plan:
             if step.clear_batch == b:
                 client.clear_faults(channel)
-        mid: list[int] = []
         for i, step in enumerate(plan):
             if step.batch == b:
                 # One fault at a time: the previous one's reaction (restart, rejoin after
                 # a self-test) must be over, or this one would test something else.
                 _wait_healthy(client, settle_s, clock, sleep)
-                if step.layer is None:
-                    injected_at[i] = clock()
-                    client.inject(channel, step.kind)
-                else:
-                    mid.append(i)
-
-        def hooked(xb: F32, weight_id: str, mid: list[int] = mid) -> F32:
-            for i in list(mid):
-                if ids[str(plan[i].layer)] == weight_id:
-                    mid.remove(i)
-                    injected_at[i] = clock()
-                    client.inject(channel, plan[i].kind)
-            return mm(xb, weight_id)
-
+                injected_at[i] = clock()
+                client.inject(channel, step.kind)
         t = clock()
         try:
-            pred[sl] = model.predict(x[sl], hooked, ids)
+            logits = forward(np.ascontiguousarray(x[sl]))
+            pred[sl] = np.asarray(np.argmax(logits, axis=1), dtype=np.int64)
         except SafemonError as exc:
             failed.append((b, type(exc).__name__))
         latencies.append(clock() - t)
@@ -475,7 +482,17 @@ def run_demo(
     say("unprotected run with the same faults")
     unprotected = run_unprotected(model, x, y, batches, plan, variant_for)
 
-    say(f"starting the daemon ({config.policy.value}, backend {backend})")
+    # 1oo1D's per-request check (host ABFT of C against x and W) cannot see a model's
+    # intermediate layers, so the daemon refuses whole-model requests under it.
+    whole_model = config.policy is not Policy.ONE_OO_ONE_D
+    if whole_model:
+        notes.append("each batch is one whole-model request (both layers, bias and ReLU on the "
+                     "channels, one vote on the output and per-layer digests)")
+    else:
+        notes.append("1oo1D: one matmul request per layer (whole-model requests need two or "
+                     "more voting channels)")
+    say(f"starting the daemon ({config.policy.value}, backend {backend}, "
+        f"{'whole-model' if whole_model else 'per-layer'} requests)")
     import zmq
 
     from safemon.client import Client
@@ -496,9 +513,10 @@ def run_demo(
                 batches,
                 plan,
                 channel,
-                variant_for,
+                vc,
                 events,
                 pace_s=duration_s / len(batches),
+                whole_model=whole_model,
                 timeout_s=max(2.0, 4 * config.timing.request_deadline_s),
                 grace_s=config.timing.heartbeat_timeout_s + config.timing.dti_s + 1.0,
             )

@@ -43,7 +43,7 @@ def test_cache_is_reused_and_identical(
     files = list(model_cache.glob(f"{CACHE_NAME}-*.npz"))
     assert len(files) == 1
     with np.load(files[0], allow_pickle=False) as npz:
-        assert sorted(npz.files) == ["fc1", "fc2", "x_test", "y_test"]
+        assert sorted(npz.files) == ["fc1", "fc1_bias", "fc2", "fc2_bias", "x_test", "y_test"]
 
 
 def test_corrupt_cache_is_replaced(
@@ -73,7 +73,7 @@ def test_forward_uses_the_given_matmul_for_every_layer(
         return plain(xb, back[wid])
 
     logits = model.forward(x[:5], spy, ids)
-    assert calls == [((5, 65), "id-one"), ((5, 65), "id-two")]
+    assert calls == [((5, 64), "id-one"), ((5, 64), "id-two")]
     assert np.array_equal(logits, model.forward(x[:5]))
 
 
@@ -96,11 +96,38 @@ def test_bad_inputs_are_refused(
 
 
 def test_model_refuses_bad_weights() -> None:
-    """Weights of the wrong shape or dtype are refused at construction."""
+    """Weights or biases of the wrong shape or dtype, or missing, are refused at construction."""
+    w = {"fc1": np.zeros((64, 64), np.float32), "fc2": np.zeros((64, 10), np.float32)}
+    b = {"fc1": np.zeros(64, np.float32), "fc2": np.zeros(10, np.float32)}
+    DigitsMLP(w, b)
     with pytest.raises(InvalidInputError):
-        DigitsMLP({"fc1": np.zeros((65, 64), np.float32), "fc2": np.zeros((64, 10), np.float32)})
+        DigitsMLP({**w, "fc1": np.zeros((65, 64), np.float32)}, b)
     with pytest.raises(InvalidInputError):
-        DigitsMLP({"fc1": np.zeros((65, 64), np.float64), "fc2": np.zeros((65, 10), np.float32)})
+        DigitsMLP({**w, "fc2": np.zeros((64, 10), np.float64)}, b)
+    with pytest.raises(InvalidInputError):
+        DigitsMLP(w, {"fc1": b["fc1"]})
+    with pytest.raises(InvalidInputError):
+        DigitsMLP(w, {**b, "fc2": np.full(10, np.inf, np.float32)})
+
+
+def test_forward_with_the_kernel_is_the_whole_model_reference_bit_for_bit(
+    trained: tuple[DigitsMLP, np.ndarray, np.ndarray],
+) -> None:
+    """`forward` with safemon's kernel per layer equals `reference_forward` of
+    `model.layers()`, which is what a whole-model request releases: the demo's clean run and
+    its protected run compute the same thing."""
+    from safemon.config import VariantConfig
+    from safemon.demo.faulty import kernel_matmul
+    from safemon.models import Activation, reference_forward
+
+    model, x, _ = trained
+    vc = VariantConfig()
+    per_layer = model.forward(x[:40], kernel_matmul(model, vc.to_variant))
+    whole = reference_forward([model.weights["fc1"], model.weights["fc2"]], model.layers(),
+                              x[:40], variant=vc)
+    assert np.array_equal(per_layer.view(np.uint32), whole.view(np.uint32))
+    assert [ly.activation for ly in model.layers()] == [Activation.RELU, Activation.IDENTITY]
+    assert [ly.weight_id for ly in model.layers({"fc1": "a", "fc2": "b"})] == ["a", "b"]
 
 
 def test_helpers() -> None:

@@ -57,7 +57,7 @@ def test_flip_provably_changes_a_prediction(trained: Trained) -> None:
     assert sorted(order.tolist()) == list(range(len(y)))
     assert not np.array_equal(order, np.arange(len(y)))  # a victim exists and was moved
     xo, yo = x[order], y[order]
-    step = FaultStep("bitflip-c", b, None, layer="fc2")
+    step = FaultStep("bitflip-c", b, None)
     clean = run_unprotected(model, xo, yo, batches, (), variant_for)
     faulty = run_unprotected(model, xo, yo, batches, (step,), variant_for)
     first = batches[b].start
