@@ -7,14 +7,9 @@ without faults and without safemon under the same faults.
 
 The protected app sends each batch as one whole-model request (`Client.register_model`
 once, then `Client.run`): every channel runs both layers, bias and activation included, and
-the daemon votes once on the output and the per-layer digests. A fault the schedule arms
-"before the fc2 matmul" (the unprotected app's transient flip, aimed at a logit) is armed
-before the batch's request instead: a channel applies an injected data fault to layer 0's
-product, from where it propagates like a real one.
-
-Detection evidence comes from the daemon's events socket (typed controller events): a fault
-counts as detected when the daemon published a "fault" event for the injected channel
-between its injection and the next injection (or the end of the grace period).
+the daemon votes once on the output and the per-layer digests. Every fault is armed just
+before its batch's request, in the protected run as in the unprotected one; a channel applies
+an injected data fault to layer 0's product, from where it propagates like a real one.
 """
 
 from __future__ import annotations
