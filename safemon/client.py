@@ -46,7 +46,8 @@ import zmq
 from safemon import errors
 from safemon.arrays import as_host
 from safemon.config import Config, load_config
-from safemon.errors import InvalidInputError, SafemonError, VoteTimeoutError
+from safemon.errors import InvalidInputError, ModelUnavailableError, SafemonError, VoteTimeoutError
+from safemon.models.activations import Activation, epilogue
 from safemon.models.layers import Layer, encode_model, validate_layers
 from safemon.transport import (
     CurveClientKeys,
@@ -107,6 +108,9 @@ class Client:
         context: a zmq context; required for inproc:// endpoints (the daemon's own);
             None = a fresh one owned (and closed) by this client.
         control_timeout_s: bound on operator calls and weight registration.
+        per_layer_fallback: `run` sends a model layer by layer when the daemon cannot
+            vote it as a whole (`ModelUnavailableError`, under an effective 1oo1D); see
+            `run` for what that changes. Off by default: the caller opts in.
 
     Raises:
         ConfigError: invalid configuration or unusable CURVE keys.
@@ -118,6 +122,7 @@ class Client:
         *,
         context: Context | None = None,
         control_timeout_s: float = 2.0,
+        per_layer_fallback: bool = False,
     ) -> None:
         if config is None:
             config = load_config(os.environ.get("SAFEMON_CONFIG") or None)
@@ -127,6 +132,9 @@ class Client:
         self._own_ctx = context is None
         self.ctx: Context = zmq.Context() if context is None else context
         self.control_timeout_s = control_timeout_s
+        self.per_layer_fallback = per_layer_fallback
+        #: Whether the last `run` went layer by layer (`per_layer_fallback`).
+        self.last_run_per_layer = False
         self._limits = Limits()
         self._seq = 0
         self.epoch: int | None = None
@@ -278,21 +286,46 @@ class Client:
         """The whole forward pass of model `model_id` on `x`, voted once on its output and
         per-layer digests; the first diverging layer is named in a DisagreementError.
 
+        With `per_layer_fallback` (constructor), a request the daemon cannot vote as a whole
+        (`ModelUnavailableError`: the effective policy is 1oo1D) is sent again layer by
+        layer: each product through `matmul` (checked by 1oo1D's per-request test), each
+        bias and activation in this process with `safemon.models.epilogue`. The output is
+        the same bits; what differs is that the epilogues then run once, on this host,
+        outside the channels. `last_run_per_layer` says which way the last call went.
+
         Args:
             x: (M, K_0) float32, finite, of any kind `matmul` accepts.
-            timeout: seconds, for the whole forward pass.
+            timeout: seconds, for the whole forward pass (the fallback included).
 
         Returns:
             (M, N_last) float32 of the same kind and on the same device as `x`.
 
         Raises:
             SafeStateError, VoteTimeoutError, DisagreementError, InvalidInputError (also
-            for a model id this client never registered and the daemon does not know).
+            for a model id this client never registered and the daemon does not know),
+            ModelUnavailableError (a VoteTimeoutError) without `per_layer_fallback`.
         """
         host, kind = as_host("x", x, self._devices)
-        out = self._request(
-            lambda ms: msgs.ModelRequest(model_id=model_id, deadline_ms=ms), (host,), timeout,
-            functools.partial(self._reregister_model, model_id))
+        end = time.monotonic() + timeout if isinstance(timeout, int | float) else 0.0
+        self.last_run_per_layer = False
+        try:
+            out = self._request(
+                lambda ms: msgs.ModelRequest(model_id=model_id, deadline_ms=ms), (host,), timeout,
+                functools.partial(self._reregister_model, model_id))
+        except ModelUnavailableError:
+            layers = self._models.get(model_id)
+            if not self.per_layer_fallback or layers is None:
+                raise
+            self.last_run_per_layer = True
+            out = host
+            for layer in layers:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    raise VoteTimeoutError(
+                        f"the per-layer forward pass of model {model_id} did not finish "
+                        f"within {timeout} s") from None
+                c = self.matmul(out, layer.weight_id, timeout=remaining)
+                out = epilogue(c, layer.bias, Activation(layer.activation))
         return kind.restore(out)
 
     def _reregister_weight(self, weight_id: str, reply: Message) -> None:

@@ -15,6 +15,7 @@ __all__ = [
     "DisagreementError",
     "InvalidInputError",
     "KernelCheckError",
+    "ModelUnavailableError",
     "PatternError",
     "SafeStateError",
     "SafemonError",
@@ -47,6 +48,12 @@ class SafeStateError(SafemonError, RuntimeError):
 
 class VoteTimeoutError(SafemonError, TimeoutError):
     """No trustworthy result could be formed before the request's deadline."""
+
+
+class ModelUnavailableError(VoteTimeoutError):
+    """A whole-model request cannot be voted under the effective policy: under 1oo1D (as
+    configured, or degraded to) the per-request check sees no intermediate layer. Nothing
+    ran. `Client(per_layer_fallback=True)` then sends the layers one by one instead."""
 
 
 class DisagreementError(SafemonError, RuntimeError):

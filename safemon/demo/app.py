@@ -59,7 +59,7 @@ N_CLASSES: Final = 10
 #: Everything that determines the trained weights; its hash names the cache entry, so a
 #: change here retrains instead of loading stale weights.
 RECIPE: Final[dict[str, Any]] = {
-    "version": 2,
+    "version": 3,
     "seed": 0,
     "test_size": 360,
     "steps": 300,
@@ -238,12 +238,14 @@ def train(x: F32, y: I64, recipe: Mapping[str, Any] = RECIPE) -> DigitsMLP:
         w1 += v1
         w2 += v2
     # Hidden units in a fixed order: first the one whose fc1 product (before the bias)
-    # lies in (0, 2) for the most training samples. The demo's injected flip hits
-    # element 0 of a batch's first product and turns such a value into a huge one that the
-    # ReLU passes on; a unit that is never in that range would mask it. A permutation of
+    # lies in (0, 1) for the most training samples. The demo's injected flip hits element
+    # 0 of a batch's first product and flips exponent bit 30 of such a value, which makes
+    # it about 2^128 times larger, and the ReLU passes it on (`channels.faults.flip_c`; a
+    # negative value stays negative and is masked, one in [1, 2) gets bit 29 and becomes
+    # tiny). A unit that is never in that range would mask the flip. A permutation of
     # hidden units leaves the model's function unchanged (up to summation order).
     prod = xa[:, :-1] @ w1[:-1]
-    order = np.argsort(-np.mean((prod > 0) & (prod < 2), axis=0), kind="stable")
+    order = np.argsort(-np.mean((prod > 0) & (prod < 1), axis=0), kind="stable")
     w1, w2 = w1[:, order], np.vstack([w2[:-1][order], w2[-1:]])
     return _split({"fc1": w1, "fc2": w2})
 

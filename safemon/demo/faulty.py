@@ -4,10 +4,14 @@ The faults are the channel fault model of `safemon.channels.faults` (the one `Cl
 arms in a channel), applied here in-process to an unprotected app that computes on one
 device with the same kernel:
 
-- ``bitflip-c`` (transient): the next C gets an exponent bit of element 0 flipped. Armed
-  before a batch, it hits that batch's first product (layer fc1), in the unprotected app as
-  in a channel running a whole-model request (which applies data faults to layer 0).
-- ``stuck`` (permanent until cleared): bit 30 of every element of every later C is forced.
+- ``bitflip-c`` (transient): the next first-layer product gets an exponent bit of element
+  0 flipped.
+- ``stuck`` (permanent until cleared): bit 30 of every element of every later first-layer
+  product is forced.
+
+Both data faults hit only the fc1 product, as in a channel that runs a batch as a
+whole-model request (it applies injected data faults to layer 0's product), so that the
+protected and the unprotected run see the same faults.
 - ``crash``: the device's process dies; the batch in flight gets no output, then the app
   restarts it (the fault is gone, like a restarted channel).
 - ``hang``: the device stops answering; every batch until the fault is cleared waits for
@@ -29,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from safemon.channels.faults import FaultState
-from safemon.demo.app import F32, I64, DigitsMLP, MatmulFn
+from safemon.demo.app import F32, I64, LAYERS, DigitsMLP, MatmulFn
 from safemon.errors import InvalidInputError
 from safemon.kernels.catalog import Variant
 from safemon.kernels.reference import reference_matmul
@@ -147,7 +151,8 @@ class UnprotectedDevice:
         # an earlier corrupted layer produced, it computes on with them.
         with np.errstate(all="ignore"):
             c, _ = reference_matmul(x, w, self._variant_for(x.shape[0], w.shape[1]))
-        self._faults.apply(c, np.empty(0, dtype=np.uint32))
+        if weight_id == LAYERS[0]:  # data faults hit the first layer only (module docstring)
+            self._faults.apply(c, np.empty(0, dtype=np.uint32))
         return c
 
 

@@ -54,6 +54,9 @@ class ClientLike(Protocol):
 
     def run(self, model_id: str, x: F32, *, timeout: float = ...) -> F32: ...
 
+    @property
+    def last_run_per_layer(self) -> bool: ...
+
     def inject(self, channel: str, fault: str) -> None: ...
 
     def clear_faults(self, channel: str | None = None) -> None: ...
@@ -114,6 +117,8 @@ class ProtectedResult:
 
     predictions: (n,) int64, -1 where the request was refused (a typed error, no output).
     failed_batches: (batch, error type) per refused batch.
+    batches_per_layer: batches sent layer by layer (whole-model requests while the daemon
+        ran 1oo1D, through the client's `per_layer_fallback`).
     """
 
     predictions: I64
@@ -125,6 +130,7 @@ class ProtectedResult:
     safe_state_events: int
     restarts: int
     events: list[dict[str, Any]] = field(default_factory=list)
+    batches_per_layer: int = 0
 
 
 def _incarnations(status: Mapping[str, Any]) -> dict[str, int]:
@@ -170,12 +176,13 @@ def run_protected(
     ref_weights = [model.weights[name] for name in LAYERS]
     ref_layers = model.layers()
     start_inc = _incarnations(client.status())
-    released = wrong = 0
+    released = wrong = per_layer = 0
 
     def forward(xb: F32) -> F32:
-        nonlocal released, wrong
+        nonlocal released, wrong, per_layer
         if whole_model:
             out = client.run(model_id, xb, timeout=timeout_s)
+            per_layer += client.last_run_per_layer
         else:
             out = model.forward(xb, lambda h, wid: client.matmul(h, wid, timeout=timeout_s), ids)
         ref = reference_forward(ref_weights, ref_layers, xb, variant=variant)
@@ -263,6 +270,7 @@ def run_protected(
         safe_state_events=safe,
         restarts=restarts,
         events=[e for _, e in seen],
+        batches_per_layer=per_layer,
     )
 
 
@@ -494,7 +502,9 @@ def run_demo(
 
     log_path = rd / "daemon.log"
     ctx = zmq.Context()
-    client = Client(config, context=ctx, control_timeout_s=1.0)
+    # A 1oo2D deployment degraded to 1oo1D cannot vote whole models: those batches go layer
+    # by layer (counted in the report's notes).
+    client = Client(config, context=ctx, control_timeout_s=1.0, per_layer_fallback=True)
     events = EventStream(config, ctx)
     try:
         with _daemon(config_path, env, client, log_path, ready_timeout_s=60.0) as proc:
@@ -519,6 +529,9 @@ def run_demo(
         client.close()
         events.close()
         ctx.term()
+    if result.batches_per_layer:
+        notes.append(f"{result.batches_per_layer} batches went layer by layer (the daemon ran "
+                     "1oo1D, which cannot vote a whole model)")
     snapshot = rd / "metrics.prom"
     if proc.metrics_snapshot is not None:
         snapshot.write_bytes(proc.metrics_snapshot)

@@ -264,7 +264,7 @@ class RuntimeCore(ModelRequests, ControlCommands):
             # 1oo1D's per-request check is the host ABFT test of C against x and W, which a
             # model's intermediate layers never reach: no trustworthy model output exists.
             refusal = admission.Refusal(
-                "VoteTimeoutError", "whole-model requests need two or more voting channels "
+                "ModelUnavailableError", "whole-model requests need two or more voting channels "
                 "(the 1oo1D per-request check cannot see a model's intermediate layers)",
                 "channel_error")
         if refusal is not None:

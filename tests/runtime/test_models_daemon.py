@@ -113,18 +113,29 @@ def test_no_wrong_model_output_is_released_under_2oo3(tmp_path: Path, fault: str
                 assert same_bits(got, ref), f"{fault}: a wrong output was released"
 
 
-def test_1oo1d_refuses_model_requests_with_a_typed_error(tmp_path: Path) -> None:
+def test_1oo1d_refuses_model_requests_with_a_typed_error_and_the_client_can_fall_back(
+        tmp_path: Path) -> None:
     """Under 1oo1D the per-request ABFT check cannot see intermediate layers, so a model
-    request is answered VoteTimeoutError at once, never released unchecked."""
-    from safemon.errors import VoteTimeoutError
+    request is answered ModelUnavailableError (a VoteTimeoutError) at once, never released
+    unchecked. A client made with `per_layer_fallback` then sends the layers one by one and
+    gets the same bits as `reference_forward` (biases and activations included)."""
+    from safemon.errors import ModelUnavailableError, VoteTimeoutError
 
     cfg = make_config(tmp_path, "1oo1D")
-    ws, _bs, x = _mlp(6)
+    ws, bs, x = _mlp(6)
     with system(cfg) as (_daemon, client):
         ids = [client.register_weight(w) for w in ws]
-        mid = client.register_model([Layer(i) for i in ids])
-        with pytest.raises(VoteTimeoutError, match="two or more voting channels"):
+        layers = [Layer(i, b, act) for i, b, act in zip(ids, bs, ("relu", "gelu", "identity"),
+                                                        strict=False)]
+        mid = client.register_model(layers)
+        with pytest.raises(ModelUnavailableError, match="two or more voting channels") as info:
             client.run(mid, x, timeout=2.0)
+        assert isinstance(info.value, VoteTimeoutError)
+        assert not client.last_run_per_layer
+        client.per_layer_fallback = True
+        got = client.run(mid, x, timeout=5.0)
+        assert client.last_run_per_layer
+        assert same_bits(got, reference_forward(ws, layers, x))
 
 
 def test_output_bytes_that_differ_from_agreeing_digests_are_never_released(
@@ -151,3 +162,27 @@ def test_output_bytes_that_differ_from_agreeing_digests_are_never_released(
         mid = client.register_model([Layer(ids[0], bs[0], "relu"), Layer(ids[1]), Layer(ids[2])])
         with pytest.raises(DisagreementError, match="differ from their digests"):
             client.run(mid, x, timeout=2.0)
+
+
+def test_a_1oo2d_daemon_degraded_to_1oo1d_serves_models_per_layer_to_a_client_that_opts_in(
+        tmp_path: Path) -> None:
+    """1oo2D after a channel crash runs 1oo1D (the other channel isolated): whole-model
+    requests are refused with ModelUnavailableError, and a `per_layer_fallback` client
+    still gets the reference's bits, layer by layer (the deployment's sidecar app)."""
+    from safemon.errors import ModelUnavailableError
+
+    cfg = make_config(tmp_path, "1oo2D", injection=True)
+    ws, bs, x = _mlp(7)
+    with system(cfg) as (_daemon, client):
+        ids = [client.register_weight(w) for w in ws]
+        layers = [Layer(i, b, "relu") for i, b in zip(ids, bs, strict=True)]
+        mid = client.register_model(layers)
+        ref = reference_forward(ws, layers, x)
+        assert same_bits(client.run(mid, x, timeout=2.0), ref)
+        client.inject("c1", "crash")
+        assert wait_for(lambda: client.status()["mode"] == "DEGRADED", 20.0)
+        with pytest.raises(ModelUnavailableError):
+            client.run(mid, x, timeout=2.0)
+        client.per_layer_fallback = True
+        assert same_bits(client.run(mid, x, timeout=5.0), ref)
+        assert client.last_run_per_layer
