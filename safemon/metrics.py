@@ -97,9 +97,11 @@ HELP_HFT = ("Hardware fault tolerance (IEC 61508): declared by the configured po
 
 #: `requests_total{outcome}`: the voter's outcomes plus requests refused at ingress.
 #: busy: refused by admission control (limits.max_in_flight); client_timeout: the client's
-#: own deadline passed first (the channels are not blamed); shutting_down: the daemon stopped.
+#: own deadline passed first (the channels are not blamed); shutting_down: the daemon stopped;
+#: model_unavailable: a whole-model request under an effective 1oo1D (ModelUnavailableError).
 REQUEST_OUTCOMES: tuple[str, ...] = (
-    *VOTE_OUTCOMES, "invalid_input", "busy", "client_timeout", "shutting_down")
+    *VOTE_OUTCOMES, "invalid_input", "busy", "client_timeout", "shutting_down",
+    "model_unavailable")
 
 # Buckets in seconds. Each histogram also gets the matching deadline from the config as a
 # bucket edge, so "fraction over the deadline" is read exactly, not interpolated.

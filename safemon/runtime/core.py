@@ -266,7 +266,7 @@ class RuntimeCore(ModelRequests, ControlCommands):
             refusal = admission.Refusal(
                 "ModelUnavailableError", "whole-model requests need two or more voting channels "
                 "(the 1oo1D per-request check cannot see a model's intermediate layers)",
-                "channel_error")
+                "model_unavailable")
         if refusal is not None:
             self.metrics.count_request(refusal.outcome)
             self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)

@@ -173,7 +173,7 @@ def test_a_1oo2d_daemon_degraded_to_1oo1d_serves_models_per_layer_to_a_client_th
 
     cfg = make_config(tmp_path, "1oo2D", injection=True)
     ws, bs, x = _mlp(7)
-    with system(cfg) as (_daemon, client):
+    with system(cfg) as (daemon, client):
         ids = [client.register_weight(w) for w in ws]
         layers = [Layer(i, b, "relu") for i, b in zip(ids, bs, strict=True)]
         mid = client.register_model(layers)
@@ -183,6 +183,9 @@ def test_a_1oo2d_daemon_degraded_to_1oo1d_serves_models_per_layer_to_a_client_th
         assert wait_for(lambda: client.status()["mode"] == "DEGRADED", 20.0)
         with pytest.raises(ModelUnavailableError):
             client.run(mid, x, timeout=2.0)
+        refused = daemon.registry.get_sample_value("safemon_requests_total",
+                                                   {"outcome": "model_unavailable"})
+        assert refused == 1.0
         client.per_layer_fallback = True
         assert same_bits(client.run(mid, x, timeout=5.0), ref)
         assert client.last_run_per_layer
