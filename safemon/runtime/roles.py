@@ -206,6 +206,8 @@ class Roles:
         self._log("warning", "disagreement", seq=d.req_id, minority=list(d.minority),
                   majority=list(d.majority), policy=d.policy.value,
                   first_diverging_layer=note.rpartition(" ")[2] or None)
+        if self._explained_by_channels_out_of_the_vote(d, now):
+            return
         # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
         # two faulty ones, so its mismatch goes to the self-test diagnosis.
         if d.policy is Policy.TWO_OO_THREE and d.majority and len(d.minority) == 1:
@@ -214,6 +216,32 @@ class Roles:
         else:
             self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
                         f"request {d.req_id}: {', '.join(d.minority)} disagree{note}")
+
+    def _explained_by_channels_out_of_the_vote(self, d: vot.Disagreement, now: float) -> bool:
+        """Whether `d` is explained by channels that already left the vote (isolated,
+        quarantined, restarting) since the request was sent, so that it is no new fault.
+
+        So it is when the channels still voting that took part agree among themselves: at
+        most one of them, or all in `d.majority`. A lone one is self-tested now (its
+        partner's known fault explains the mismatch, but the mismatch is still a reason to
+        look at it); a failure there is a fault as usual. Otherwise (two still-voting
+        channels differ) the disagreement is judged as always. Without this, a request in
+        flight when 1oo2D isolated its faulty channel came back as a disagreement "that
+        cannot be pinned on one channel under 1oo1D" and latched SAFE (fault campaign,
+        2026-11-23)."""
+        taking_part = (*d.minority, *d.majority)
+        voting = set(self.controller.voting)
+        still_in = [ch for ch in taking_part if ch in voting]
+        if len(still_in) == len(taking_part):
+            return False
+        if len(still_in) > 1 and not set(still_in) <= set(d.majority):
+            return False
+        self._log("info", "disagreement_with_channels_out_of_the_vote", seq=d.req_id,
+                  out_of_the_vote=[ch for ch in taking_part if ch not in voting],
+                  still_voting=still_in)
+        if len(still_in) == 1:
+            self._run_now(still_in[0], now)
+        return True
 
     # ------------------------------------------------------------ scheduler
 

@@ -240,3 +240,42 @@ def test_the_core_wakes_at_a_clients_own_deadline_and_at_a_weights_ack_deadline(
     clock.now = wake
     [reply] = _of(core.handle(st.TimerTick(clock(), "tick")), fx.Reply)
     assert reply.seq == 3 and reply.meta["error_type"] == "VoteTimeoutError"
+
+
+def test_a_disagreement_with_a_channel_already_out_of_the_vote_is_no_new_fault(
+        tmp_path: Path) -> None:
+    """1oo2D: a request is in flight on c0 and c1 when c0 is lost (isolated; c1 votes alone,
+    1oo1D). c0's late result differs from c1's: the request is answered DisagreementError
+    (nothing released), but c0's known fault explains the mismatch, so it is no fault "that
+    cannot be pinned under 1oo1D" (which latched SAFE, fault campaign 2026-11-23); c1 is
+    self-tested at once instead."""
+    core, procs, clock, cfg = _core(tmp_path, "1oo2D")
+    _form(core, procs, clock)
+    x, w = operands(2)
+    reg = core.handle(st.IngressMessage(b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w,)),
+                                        clock(), "reg-w"))
+    wid = str(_of(reg, fx.SendToChannel)[0].meta["args"])
+    for ch in ("c0", "c1"):
+        core.handle(st.ChannelMessage(ch, _msg(Kind.EVENT, 2, {"event": "weight", "weight_id": wid,
+                                                               "ok": True}, channel=ch), clock(), "ack"))
+    ask = core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 3, {"weight_id": wid}, (x,)),
+                                        clock(), "ask"))
+    work = {s.channel: s for s in _of(ask, fx.SendToChannel) if s.meta.get("job") == "live"}
+    assert set(work) == {"c0", "c1"}
+    procs.up.discard("c0")
+    core.handle(st.ProcessLost("c0", "crash", clock(), "exited", clock(), "lost"))
+    assert core.controller.voting == ("c1",) and core.controller.mode is Mode.DEGRADED
+    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1]), "numpy")  # type: ignore[index]
+    bad = r.c.copy()
+    bad[0, 0] += 1.0
+    clock.now += 0.001
+    replies: list[fx.Reply] = []
+    after: list[fx.Effect] = []
+    for ch, c in (("c1", r.c), ("c0", bad)):
+        res = _msg(Kind.RESULT, work[ch].seq, {"ok": True, "job": "live"}, (c, r.es), ch)
+        out = core.handle(st.ChannelMessage(ch, res, clock(), f"res-{ch}"))
+        replies += _of(out, fx.Reply)
+        after += out
+    assert [rp.meta.get("error_type") for rp in replies] == ["DisagreementError"]
+    assert core.controller.mode is Mode.DEGRADED, core.controller.mode
+    assert [s.channel for s in _of(after, fx.SendToChannel) if s.meta.get("job") == "selftest"] == ["c1"]
