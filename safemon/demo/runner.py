@@ -38,7 +38,6 @@ from safemon.demo.faulty import (
 from safemon.demo.report import DemoReport, FaultRecord
 from safemon.errors import SafemonError
 from safemon.models import Layer, reference_forward
-from safemon.states import Policy
 
 __all__ = ["ClientLike", "EventStream", "ProtectedResult", "run_demo", "run_protected"]
 
@@ -47,8 +46,6 @@ class ClientLike(Protocol):
     """The part of `safemon.Client` the demo uses."""
 
     def register_weight(self, w: F32) -> str: ...
-
-    def matmul(self, x: F32, weight_id: str, *, timeout: float = ...) -> F32: ...
 
     def register_model(self, layers: Sequence[Layer]) -> str: ...
 
@@ -156,13 +153,12 @@ def run_protected(
     timeout_s: float = 2.0,
     grace_s: float = 2.0,
     settle_s: float = 15.0,
-    whole_model: bool = True,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ProtectedResult:
-    """The app through the Client, one whole-model request per batch (`whole_model`; else
-    one `Client.matmul` per layer, the epilogue in this process), while the schedule's
-    faults go into `channel`.
+    """The app through the Client, one whole-model request per batch (layer by layer
+    where the client's `per_layer_fallback` must: under an effective 1oo1D), while the
+    schedule's faults go into `channel`.
 
     Every released output is compared bit for bit with `reference_forward` of the same
     layers and variant on the same input (exact-mode channels are bit-identical to it),
@@ -172,7 +168,7 @@ def run_protected(
     spent waiting for the last fault's detection.
     """
     ids = {name: client.register_weight(model.weights[name]) for name in LAYERS}
-    model_id = client.register_model(model.layers(ids)) if whole_model else ""
+    model_id = client.register_model(model.layers(ids))
     ref_weights = [model.weights[name] for name in LAYERS]
     ref_layers = model.layers()
     start_inc = _incarnations(client.status())
@@ -180,11 +176,8 @@ def run_protected(
 
     def forward(xb: F32) -> F32:
         nonlocal released, wrong, per_layer
-        if whole_model:
-            out = client.run(model_id, xb, timeout=timeout_s)
-            per_layer += client.last_run_per_layer
-        else:
-            out = model.forward(xb, lambda h, wid: client.matmul(h, wid, timeout=timeout_s), ids)
+        out = client.run(model_id, xb, timeout=timeout_s)
+        per_layer += client.last_run_per_layer
         ref = reference_forward(ref_weights, ref_layers, xb, variant=variant)
         released += 1
         same = (
@@ -485,25 +478,17 @@ def run_demo(
     say("unprotected run with the same faults")
     unprotected = run_unprotected(model, x, y, batches, plan, variant_for)
 
-    # 1oo1D's per-request check (host ABFT of C against x and W) cannot see a model's
-    # intermediate layers, so the daemon refuses whole-model requests under it.
-    whole_model = config.policy is not Policy.ONE_OO_ONE_D
-    if whole_model:
-        notes.append("each batch is one whole-model request (both layers, bias and ReLU on the "
-                     "channels, one vote on the output and per-layer digests)")
-    else:
-        notes.append("1oo1D: one matmul request per layer (whole-model requests need two or "
-                     "more voting channels)")
-    say(f"starting the daemon ({config.policy.value}, backend {backend}, "
-        f"{'whole-model' if whole_model else 'per-layer'} requests)")
+    notes.append("each batch is one whole-model request (both layers, bias and ReLU on the "
+                 "channels, one vote on the output and per-layer digests)")
+    say(f"starting the daemon ({config.policy.value}, backend {backend}, whole-model requests)")
     import zmq
 
     from safemon.client import Client
 
     log_path = rd / "daemon.log"
     ctx = zmq.Context()
-    # A 1oo2D deployment degraded to 1oo1D cannot vote whole models: those batches go layer
-    # by layer (counted in the report's notes).
+    # Under an effective 1oo1D (configured, or a 1oo2D deployment degraded to it) the daemon
+    # cannot vote whole models: those batches go layer by layer (counted in the notes).
     client = Client(config, context=ctx, control_timeout_s=1.0, per_layer_fallback=True)
     events = EventStream(config, ctx)
     try:
@@ -521,7 +506,6 @@ def run_demo(
                 vc,
                 events,
                 pace_s=duration_s / len(batches),
-                whole_model=whole_model,
                 timeout_s=max(2.0, 4 * config.timing.request_deadline_s),
                 grace_s=config.timing.heartbeat_timeout_s + config.timing.dti_s + 1.0,
             )
