@@ -80,14 +80,22 @@ def test_ftz_from_cupys_flag_is_found_in_plain_float_arithmetic(tmp_path: Path) 
     assert _checks(src) == {"ftz": 1}
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["first-barrier", "second-barrier"])
-def test_shipped_mmm_with_one_barrier_removed_is_a_race(tmp_path: Path, which: int) -> None:
+# The two barriers of mmm.cu's k-loop: after the first k-tile's store, and at the end of
+# every k-tile (after the next k-tile's store into the other stage).
+MMM_BARRIERS = {
+    "prologue-barrier": "    __syncthreads();\n    // Two k-tiles per trip",
+    "step-barrier": "        __syncthreads();\n    };",
+}
+
+
+@pytest.mark.parametrize("which", MMM_BARRIERS)
+def test_shipped_mmm_with_one_barrier_removed_is_a_race(tmp_path: Path, which: str) -> None:
     for f in MMM_SOURCE.parent.iterdir():
         shutil.copy(f, tmp_path / f.name)
     text = MMM_SOURCE.read_text()
-    marker = "        __syncthreads();\n"
-    at = [i for i in range(len(text)) if text.startswith(marker, i)][which]
-    (tmp_path / "mmm.cu").write_text(text[:at] + text[at + len(marker):])
+    context = MMM_BARRIERS[which]
+    assert text.count(context) == 1, f"mmm.cu changed: find the {which} again"
+    (tmp_path / "mmm.cu").write_text(text.replace(context, context.replace("__syncthreads();\n", "\n", 1)))
     defines = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "MODE_FMA": 0,
                "SIG_I": 1, "SIG_M": 0, "SIG_E": 0}
     build = KernelBuild.make(tmp_path / "mmm.cu", defines, ("--fmad=false",))

@@ -92,6 +92,40 @@ def test_gpu_equals_reference_bit_for_bit(index: int, references: dict[int, tupl
     assert cp.asnumpy(c2).tobytes() == c_ref and cp.asnumpy(es2).tobytes() == es_ref
 
 
+def _offset_copy(cp: Any, x: np.ndarray, offset: int) -> Any:
+    """`x` on the device, C-contiguous, starting `offset` float32 elements into its buffer (so
+    that offset 1 is only 4-byte aligned)."""
+    flat = cp.zeros(x.size + offset, dtype=cp.float32)
+    flat[offset:] = cp.asarray(x.ravel())
+    return flat[offset:].reshape(x.shape)
+
+
+# (M, N, K): K and N multiples of 4 (float4 loads), K ≡ 2 mod 4 (float2 loads on the tiles that
+# load A in pairs, scalar on the others), and an odd N.
+VECTOR_SHAPES = [(64, 96, 128), (5, 300, 114), (40, 131, 66)]
+
+
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "offset1"])
+@pytest.mark.parametrize("tile", ["small", "large", "wide", "skinny"])
+@pytest.mark.parametrize("dims", VECTOR_SHAPES, ids=lambda d: "x".join(map(str, d)))
+def test_vector_and_scalar_tile_loads_give_the_reference_bits(
+    dims: tuple[int, int, int], tile: str, offset: int
+) -> None:
+    """The tile loads take float4/float2 paths only when the shape and the base pointers
+    allow them (mmm.cu, `vec_a`/`vec_b`); every path must load the same elements."""
+    import cupy as cp
+
+    from safemon.kernels.gpu import gpu_matmul
+    from safemon.kernels.reference import reference_matmul
+
+    a, b = _inputs(*dims)
+    for v in (make_variant("ones", "F", "fma", tile), make_variant("crc32c", "T", "exact", tile)):
+        c_ref, es_ref = reference_matmul(a, b, v)
+        c, es = gpu_matmul(_offset_copy(cp, a, offset), _offset_copy(cp, b, offset), v)
+        assert cp.asnumpy(c).tobytes() == c_ref.tobytes(), f"C differs for {v.name}"
+        assert cp.asnumpy(es).tobytes() == es_ref.tobytes(), f"ES differs for {v.name}"
+
+
 def test_gpu_nan_is_canonical_like_the_reference() -> None:
     import cupy as cp
 

@@ -85,6 +85,39 @@
 // Row padding of the transposed A tile: breaks the bank conflicts of its column-wise stores
 // while keeping rows 16-byte aligned for the float4 fragment reads.
 #define A_PAD 4
+// Wide register tiles (TN = 8: `large`, `wide`) load their k-tiles with vector loads and
+// swizzle the B tile; the others load element by element into a plain B tile. Measured on the
+// H100 (evidence/h100-2026-11-23-kernel/): on `large` both gain (4096³ unprotected 1.11×
+// faster), on `small` and `skinny` both lose (skinny 1×4096×4096 1.9× slower with either).
+// `wide` follows `large` without its own measurement.
+#define WIDE_FRAGMENTS (TN >= 8)
+// Column swizzle of the B tile: 4 padding words after every 32 columns. A quarter-warp reading
+// float4 fragments at tx*TN with TN = 8 would otherwise hit each bank twice; with the pad the
+// eight 16-byte reads of a phase fall on 32 different banks. Groups of 4 columns stay
+// contiguous and 16-byte aligned (TN and the vector width divide 32).
+#define B_COL(n) ((n) + (WIDE_FRAGMENTS ? ((n) >> 5) * 4 : 0))
+#define BN_PADDED B_COL(BN)
+#define A_LOADS ((BM * BK) / BLOCK_THREADS)
+#define B_LOADS ((BK * BN) / BLOCK_THREADS)
+#define VA (!WIDE_FRAGMENTS ? 1 : A_LOADS % 4 == 0 && BK % 4 == 0 ? 4 : A_LOADS % 2 == 0 && BK % 2 == 0 ? 2 : 1)
+#define VB (!WIDE_FRAGMENTS ? 1 : B_LOADS % 4 == 0 ? 4 : B_LOADS % 2 == 0 ? 2 : 1)
+// Shared-memory stages: two (the next k-tile is stored while this one is read, one barrier per
+// k-tile) when both fit in 40 KiB of static shared memory, else one (two barriers per k-tile);
+// one in the ABFT campaign build, whose verdict needs the shared memory. The next k-tile is
+// loaded after this one's MACs: issuing its loads before them (register prefetch) measured
+// slower on every tile (H100), as the registers it holds cost more than the latency it hides
+// with two or more blocks per SM.
+#define STAGE_BYTES (4 * (BK * (BM + A_PAD) + BK * BN_PADDED))
+#if 2 * STAGE_BYTES <= 40960 && !(SAFEMON_INJECT && SAFEMON_ABFT_VERDICT)
+#define STAGES 2
+#else
+#define STAGES 1
+#endif
+// Blocks per SM the compiler must fit in registers (at most 128 registers per thread for
+// 256-thread blocks): the register tile of `large` otherwise grows past 128 and halves
+// occupancy. 1 for blocks of 512 threads or more, and for `skinny`, whose 64 B elements per
+// thread and k-tile need the registers more than further blocks per SM.
+#define MIN_BLOCKS (BLOCK_THREADS >= 512 || B_LOADS > 32 ? 1 : 512 / BLOCK_THREADS)
 
 static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
 static_assert((BM * BK) % BLOCK_THREADS == 0 && (BK * BN) % BLOCK_THREADS == 0,
@@ -245,11 +278,20 @@ __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __rest
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
             unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS) {
-    __shared__ __align__(16) float As[BK][BM + A_PAD];  // transposed: As[k][m]
-    __shared__ __align__(16) float Bs[BK][BN];
+    // One array per stage (not one array indexed by the stage), so that the PTX audit sees
+    // that a k-tile's reads and the next k-tile's stores touch different shared symbols.
+    __shared__ __align__(16) float As0[BK][BM + A_PAD];  // transposed: As[k][m]
+    __shared__ __align__(16) float Bs0[BK][BN_PADDED];   // Bs[k][B_COL(n)]
+#if STAGES == 2
+    __shared__ __align__(16) float As1[BK][BM + A_PAD];
+    __shared__ __align__(16) float Bs1[BK][BN_PADDED];
+#else
+    float (&As1)[BK][BM + A_PAD] = As0;
+    float (&Bs1)[BK][BN_PADDED] = Bs0;
+#endif
 #if USES_CRC
     __shared__ unsigned crc_table[256];
     for (int i = threadIdx.x; i < 256; i += BLOCK_THREADS) crc_table[i] = SAFEMON_CRC32C_TABLE[i];
@@ -344,36 +386,99 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     float finite_a = 0.0f, finite_b = 0.0f;  // finite_acc of every loaded A / B element
 #endif
 
-    for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
+    // Vector loads need K (N) a multiple of the width and A (B) aligned to it; otherwise every
+    // element is loaded alone. Either way the same elements, zero-padded, reach shared memory.
+    const bool vec_a = K % VA == 0 && (reinterpret_cast<unsigned long long>(A) % (4 * VA)) == 0;
+    const bool vec_b = N % VB == 0 && (reinterpret_cast<unsigned long long>(B) % (4 * VB)) == 0;
+    float ra[A_LOADS], rb[B_LOADS];  // the next k-tile, between global and shared memory
+    // Load the k-tile at k0 from global memory into ra/rb (zero outside A and B), through
+    // the fused finite check (production) or the input injection (campaign build).
+    auto load_tile = [&](int k0) {
 #pragma unroll
-        for (int r = 0; r < (BM * BK) / BLOCK_THREADS; ++r) {
-            const int e = (int)threadIdx.x + r * BLOCK_THREADS;
-            const int m = e / BK, kk = e % BK;
-            const int gr = row0 + m, gk = k0 + kk;
-            float v = (gr < M && gk < K) ? A[(long long)gr * K + gk] : 0.0f;
+        for (int r = 0; r < A_LOADS / VA; ++r) {
+            const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
+            const int gr = row0 + e / BK, gk = k0 + e % BK;
+            const long long at = (long long)gr * K + gk;
+            if (VA > 1 && vec_a && gr < M && gk < K) {
+                if (VA == 4) {
+                    const float4 v = *reinterpret_cast<const float4*>(A + at);
+                    ra[r * VA] = v.x; ra[r * VA + 1] = v.y; ra[r * VA + 2] = v.z; ra[r * VA + 3] = v.w;
+                } else {
+                    const float2 v = *reinterpret_cast<const float2*>(A + at);
+                    ra[r * VA] = v.x; ra[r * VA + 1] = v.y;
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < VA; ++q)
+                    ra[r * VA + q] = (gr < M && gk + q < K) ? A[at + q] : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < VA; ++q) {
 #if SAFEMON_INJECT
-            if (inj.target == 5 && gr < M && gk < K && (long long)gr * K + gk == inj.index)
-                v = __uint_as_float(__float_as_uint(v) ^ inj_mask);
+                if (inj.target == 5 && gr < M && gk + q < K && at + q == inj.index)
+                    ra[r * VA + q] = __uint_as_float(__float_as_uint(ra[r * VA + q]) ^ inj_mask);
 #else
-            finite_a = finite_acc(finite_a, v);
+                finite_a = finite_acc(finite_a, ra[r * VA + q]);
 #endif
-            As[kk][m] = v;
+            }
         }
 #pragma unroll
-        for (int r = 0; r < (BK * BN) / BLOCK_THREADS; ++r) {
-            const int e = (int)threadIdx.x + r * BLOCK_THREADS;
-            const int kk = e / BN, n = e % BN;
-            const int gk = k0 + kk, gc = col0 + n;
-            float v = (gk < K && gc < N) ? B[(long long)gk * N + gc] : 0.0f;
+        for (int r = 0; r < B_LOADS / VB; ++r) {
+            const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
+            const int gk = k0 + e / BN, gc = col0 + e % BN;
+            const long long at = (long long)gk * N + gc;
+            if (VB > 1 && vec_b && gk < K && gc < N) {
+                if (VB == 4) {
+                    const float4 v = *reinterpret_cast<const float4*>(B + at);
+                    rb[r * VB] = v.x; rb[r * VB + 1] = v.y; rb[r * VB + 2] = v.z; rb[r * VB + 3] = v.w;
+                } else {
+                    const float2 v = *reinterpret_cast<const float2*>(B + at);
+                    rb[r * VB] = v.x; rb[r * VB + 1] = v.y;
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < VB; ++q)
+                    rb[r * VB + q] = (gk < K && gc + q < N) ? B[at + q] : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < VB; ++q) {
 #if SAFEMON_INJECT
-            if (inj.target == 6 && gk < K && gc < N && (long long)gk * N + gc == inj.index)
-                v = __uint_as_float(__float_as_uint(v) ^ inj_mask);
+                if (inj.target == 6 && gk < K && gc + q < N && at + q == inj.index)
+                    rb[r * VB + q] = __uint_as_float(__float_as_uint(rb[r * VB + q]) ^ inj_mask);
 #else
-            finite_b = finite_acc(finite_b, v);
+                finite_b = finite_acc(finite_b, rb[r * VB + q]);
 #endif
-            Bs[kk][n] = v;
+            }
         }
-        __syncthreads();
+    };
+    // Store ra/rb into one stage's shared arrays.
+    auto store_tile = [&](float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED]) {
+#pragma unroll
+        for (int r = 0; r < A_LOADS / VA; ++r) {
+            const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
+#pragma unroll
+            for (int q = 0; q < VA; ++q) As[e % BK + q][e / BK] = ra[r * VA + q];
+        }
+#pragma unroll
+        for (int r = 0; r < B_LOADS / VB; ++r) {
+            const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
+            float* dst = &Bs[e / BN][B_COL(e % BN)];
+            if (VB == 4) {
+                *reinterpret_cast<float4*>(dst) =
+                    make_float4(rb[r * VB], rb[r * VB + 1], rb[r * VB + 2], rb[r * VB + 3]);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VB; ++q) dst[q] = rb[r * VB + q];
+            }
+        }
+    };
+
+    // One k-tile: run its MACs and folds from (As, Bs), then load the next k-tile and store
+    // it into (As_next, Bs_next) (the same arrays with one stage, after a barrier), and wait
+    // for every thread.
+    auto step = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED],
+                    float (&As_next)[BK][BM + A_PAD], float (&Bs_next)[BK][BN_PADDED]) {
+        const bool has_next = k0 + BK < k_stop;  // block-uniform
 
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
@@ -385,7 +490,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             }
 #pragma unroll
             for (int j = 0; j < TN; j += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[kk][tx * TN + j]);
+                const float4 v = *reinterpret_cast<const float4*>(&Bs[kk][B_COL(tx * TN + j)]);
                 b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
             }
 #if SAFEMON_INJECT
@@ -436,7 +541,27 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #pragma unroll
             for (int j = 0; j < TN; ++j) sig_t.fold(__float_as_uint(acc[i][j]), table);
 #endif
+        if (has_next) {
+            if (STAGES == 1) __syncthreads();  // every thread is done reading the only stage
+            load_tile(k0 + BK);
+            store_tile(As_next, Bs_next);
+        }
         __syncthreads();
+    };
+
+    if (k_begin < k_stop) {
+        load_tile(k_begin);
+        store_tile(As0, Bs0);
+    }
+    __syncthreads();
+    // Two k-tiles per trip, so that each step's stages are fixed arrays: even k-tiles are read
+    // from stage 0, odd ones from stage 1. The exit after the first step is a `break`, so that
+    // no path leads from it back to another first step (the PTX audit follows every path).
+    for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
+        step(k0, As0, Bs0, As1, Bs1);
+        k0 += BK;
+        if (k0 >= k_stop) break;
+        step(k0, As1, Bs1, As0, Bs0);
     }
 
 #if !SAFEMON_INJECT

@@ -1,0 +1,107 @@
+"""Compare mmm.cu against an earlier version of itself, on the device machine (issue 14).
+
+    python3 scripts/kernel_compare.py BASELINE.cu [--json OUT.json]
+
+BASELINE.cu is an older mmm.cu (e.g. `git show HEAD~1:safemon/kernels/cuda/mmm.cu`) placed
+anywhere; it is compiled with today's defines and headers. For every shape × variant (auto
+tile and split, as `safemon.matmul` picks them) it checks that the two builds give the same
+C and ES bits (the baseline is the version the GPU tests verified against the reference), and
+reports the kernel medians (CUDA events) of both and of cupy.matmul's kernel in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+from safemon.bench.timing import median_kernel_ms
+from safemon.kernels.catalog import auto_split, auto_tile, make_variant
+from safemon.kernels.compiler import KernelBuild, load_module
+from safemon.kernels.gpu import CUDA_DIR, KERNEL_NAME, build_for, reduce_slices
+
+SHAPES = "4096x4096x4096,1024x1024x1024,64x4096x4096,1x4096x4096,256x1024x4096,80x80x80,97x61x113"
+SPECS = "unprotected/fma,ones/M/fma,ones/F/fma,ones/I/fma,unprotected/exact"
+
+
+def parse_spec(text: str) -> tuple[str | None, str | None, str]:
+    """`unprotected/fma` or `ones/M/fma` → make_variant's (checksum, level, mode)."""
+    parts = text.split("/")
+    return (None, None, parts[1]) if parts[0] == "unprotected" else (parts[0], parts[1], parts[2])
+
+
+def launcher(kernel, variant, a, b):  # type: ignore[no-untyped-def]
+    m, k = a.shape
+    n = b.shape[1]
+    gx, gy = variant.tile.grid(m, n)
+    slices = variant.slices(k)
+    c = cp.empty((m, n), dtype=cp.float32)
+    out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
+    es = cp.empty((max(1, gx * gy * variant.tile.threads * slices * variant.words),), dtype=cp.uint32)
+    args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0))
+
+    def run() -> tuple[object, object]:
+        kernel((gx, gy, slices), (variant.block_threads, 1, 1), args)
+        if slices > 1:
+            reduce_slices(out, c)
+        return c, es
+
+    return run
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("baseline", type=Path)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--shapes", default=SHAPES, help="comma-separated MxNxK")
+    ap.add_argument("--specs", default=SPECS, help="comma-separated, e.g. unprotected/fma,ones/M/fma")
+    ap.add_argument("-D", dest="defines", action="append", default=[],
+                    help="NAME=VALUE added to the new build's defines (to try a setting)")
+    args = ap.parse_args()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    specs = [parse_spec(s) for s in args.specs.split(",")]
+    rng = np.random.default_rng(0)
+    rows = []
+    mismatches = 0
+    for m, n, k in shapes:
+        a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+        b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
+        blas_us = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), args.repeats, 3) * 1e3
+        print(f"{m}x{n}x{k}: cupy.matmul kernel {blas_us:.1f} us", flush=True)
+        for spec in specs:
+            tile = auto_tile(m, n)
+            v = make_variant(*spec, tile, auto_split(m, n, k, tile))
+            build = build_for(v)
+            old_build = KernelBuild(args.baseline, build.defines, build.options, (CUDA_DIR,))
+            extra = tuple(tuple(d.split("=", 1)) for d in args.defines)
+            new_build = KernelBuild(build.source, tuple(sorted(build.defines + extra)), build.options,
+                                    build.include_dirs)
+            new = launcher(load_module(new_build).get_function(KERNEL_NAME), v, a, b)
+            old = launcher(load_module(old_build).get_function(KERNEL_NAME), v, a, b)
+            c_new, es_new = (x.copy() for x in new())
+            c_old, es_old = (x.copy() for x in old())
+            same = bool(cp.array_equal(c_new.view(cp.uint32), c_old.view(cp.uint32))) and (
+                v.words == 0 or bool(cp.array_equal(es_new, es_old)))  # no ES words: buffer unused
+            mismatches += not same
+            t_new = median_kernel_ms(cp, new, args.repeats, 3) * 1e3
+            t_old = median_kernel_ms(cp, old, args.repeats, 3) * 1e3
+            row = {"shape": [m, n, k], "variant": v.name, "split": v.slices(k), "same_bits": same,
+                   "kernel_us": t_new, "baseline_us": t_old, "cupy_matmul_us": blas_us}
+            rows.append(row)
+            print(f"  {v.name:28s} x{v.slices(k):<3d} {'same' if same else 'DIFFERENT':9s} "
+                  f"new {t_new:9.1f} us  baseline {t_old:9.1f} us  ({t_old / t_new:4.2f}x faster)  "
+                  f"vs cuBLAS {blas_us / t_new:4.2f}x", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+                                         "rows": rows}, indent=1))
+    print(f"{mismatches} variant(s) with different bits")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
