@@ -626,7 +626,12 @@ class Daemon:
         return link_token(self._link_key, name, self.supervisor.incarnation(name))
 
     def _send_channel(self, e: fx.SendToChannel) -> bool:
-        return self._send_to(e.channel, e.kind, e.seq, dict(e.meta), e.arrays)
+        sent = self._send_to(e.channel, e.kind, e.seq, dict(e.meta), e.arrays)
+        if sent and e.busy_until is not None:
+            # The channel's loop computes instead of heartbeating until then (supervisor).
+            assert self.supervisor is not None
+            self.supervisor.on_work_sent(e.channel, e.busy_until)
+        return sent
 
     def _send_to(self, name: str, kind: Kind, seq: int, meta: dict[str, Any],
                  arrays: tuple[npt.NDArray[Any], ...] = ()) -> bool:

@@ -8,12 +8,23 @@ votes again only after passing a self-test, which is the controller's rule), or 
 lost (`Lost`: its process/thread exited - kind "crash" - or it was silent for
 `timing.heartbeat_timeout_s` - kind "heartbeat_lost").
 
+A channel's loop is single-threaded: while it computes a product (or compiles the kernels a
+new shape needs, or stores a weight) it sends no heartbeat, and it sends one between two
+items of work. Work sent to it (`on_work_sent`: a request, a self-test, a weight to store)
+therefore excuses its silence until the deadline of the *earliest* work still due after its
+last heartbeat: the heartbeat timeout runs from that deadline (or from the last heartbeat
+when no such work exists). A channel still silent then is lost as before; a missed request
+or self-test deadline (or weight acknowledgement) has blamed it in the meantime. Only the
+earliest deadline counts, so work that keeps arriving (self-tests every DTI) never keeps a
+hung channel alive.
+
 Time is passed in (`now`, monotonic seconds), so every rule is testable without sleeping
 (STYLE.md item 9). Not thread-safe: the daemon's loop thread owns it.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +69,9 @@ class _Slot:
     handle: ChannelHandle | None = None
     started_at: float = 0.0
     last_seen: float | None = None  # None until it registers
+    # Deadlines of work sent to this incarnation (a min-heap); those before `last_seen` are
+    # dropped as they are met.
+    work_deadlines: list[float] = field(default_factory=list)
     watching: bool = False  # a loss is reported once, then watching stops
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
@@ -171,6 +185,22 @@ class Supervisor:
         slot.last_seen = now
         return None
 
+    def on_work_sent(self, channel: str, deadline: float) -> None:
+        """Work with this `deadline` (same clock) went to `channel`'s current incarnation:
+        it may be silent until then (module docstring)."""
+        slot = self._slots.get(channel)
+        if slot is not None and slot.watching:
+            heapq.heappush(slot.work_deadlines, deadline)
+
+    @staticmethod
+    def _silent_since(last_seen: float, slot: _Slot) -> float:
+        """When the heartbeat timeout of a registered channel (last heard at `last_seen`)
+        starts to run: the earliest deadline of work due after `last_seen`, else `last_seen`."""
+        due = slot.work_deadlines
+        while due and due[0] <= last_seen:
+            heapq.heappop(due)
+        return due[0] if due else last_seen
+
     def tick(self, now: float) -> list[Lost]:
         """Carry out due restarts and report channels found lost at `now`."""
         out: list[Lost] = []
@@ -210,10 +240,13 @@ class Supervisor:
             elif slot.last_seen is None and now - slot.started_at > self.startup_timeout_s:
                 slot.watching = False
                 out.append(Lost(name, "heartbeat_lost", now, "never registered"))
-            elif slot.last_seen is not None and now - slot.last_seen > timeout:
+            elif (slot.last_seen is not None
+                  and now - (since := self._silent_since(slot.last_seen, slot)) > timeout):
                 slot.watching = False
+                busy = (f", {now - since:.3f} s past its work's deadline"
+                        if since > slot.last_seen else "")
                 out.append(Lost(name, "heartbeat_lost", now,
-                                f"silent for {now - slot.last_seen:.3f} s"))
+                                f"silent for {now - slot.last_seen:.3f} s{busy}"))
         return out
 
     def next_wakeup(self) -> float | None:
@@ -223,7 +256,7 @@ class Supervisor:
         times += [deadline if not killed else deadline + STOP_GRACE_S
                   for _h, deadline, killed in self._stopping]
         timeout = self.config.timing.heartbeat_timeout_s
-        times += [s.last_seen + timeout for s in self._slots.values()
+        times += [self._silent_since(s.last_seen, s) + timeout for s in self._slots.values()
                   if s.watching and s.last_seen is not None]
         return min(times) if times else None
 
@@ -234,6 +267,7 @@ class Supervisor:
         slot.incarnation += 1
         slot.started_at = now
         slot.last_seen = None
+        slot.work_deadlines.clear()
         slot.watching = True
         slot.handle = self.launcher.start(name, slot.incarnation, self.epoch)
         log.info("channel_started", channel=name, incarnation=slot.incarnation)

@@ -300,10 +300,11 @@ class RuntimeCore(ModelRequests, ControlCommands):
                 if model is not None:
                     self._send(ch, Kind.REQUEST, seq, msgs.ModelWork(
                         model_id=wid, deadline_ms=budget_s * 1000.0).to_meta(),
-                        (x, model.spec, model.biases))
+                        (x, model.spec, model.biases), busy_until=now + budget_s)
                     continue
                 self._send(ch, Kind.REQUEST, seq, msgs.WorkRequest(
-                    job="live", weight_id=wid, deadline_ms=budget_s * 1000.0).to_meta(), (x,))
+                    job="live", weight_id=wid, deadline_ms=budget_s * 1000.0).to_meta(), (x,),
+                    busy_until=now + budget_s)
 
     def _queued_s(self, ch: str, now: float) -> float:
         """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
@@ -373,9 +374,17 @@ class RuntimeCore(ModelRequests, ControlCommands):
             owing = {ch for ch in self.config.channel_names if self.processes.registered(ch)}
             if owing:
                 self._weight_waits[wid] = ([], owing)
+            now = self.clock()
             for ch in owing:
                 self._deliveries[ch].add(wid)
-                self._pump_weights(ch, self.clock())
+                if ch in self.scheduler.channels:
+                    # Storing a large weight (checked, ECC-encoded, uploaded) keeps the
+                    # channel's loop busy for up to its ack budget: a self-test queued behind
+                    # it would overrun through no fault of the channel. It leaves the
+                    # schedule and rejoins once it holds the weight (`_pump_weights`).
+                    self._sched(sch.ChannelLeft(ch, now))
+                    self._awaiting_join.add(ch)
+                self._pump_weights(ch, now)
             self._log("info", "weight_registered", weight_id=wid, shape=list(w.shape))
         wait = self._weight_waits.get(wid)
         if wait is not None and wait[1]:
@@ -400,10 +409,11 @@ class RuntimeCore(ModelRequests, ControlCommands):
                 d.sent(wid, now)
                 d.ack(wid)
                 continue
+            ack_by = now + self._weight_budget_s(wid)
             self._send(ch, Kind.CONTROL, self.next_seq(),
                        msgs.ChannelCommand(command="weight", args=wid).to_meta(),
-                       (self.weights[wid],), weight_id=wid)
-            d.sent(wid, now + self._weight_budget_s(wid))
+                       (self.weights[wid],), weight_id=wid, busy_until=ack_by)
+            d.sent(wid, ack_by)
         if d.idle and ch in self._awaiting_join:
             self._awaiting_join.discard(ch)
             self._sched(sch.ChannelJoined(ch, now))

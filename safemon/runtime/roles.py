@@ -110,8 +110,10 @@ class Roles:
         return self._seq
 
     def _send(self, channel: str, kind: Kind, seq: int, meta: Mapping[str, Any],
-              arrays: tuple[npt.NDArray[Any], ...] = (), weight_id: str | None = None) -> None:
-        self._emit(fx.SendToChannel(channel, kind, seq, meta, arrays, weight_id, self._sid))
+              arrays: tuple[npt.NDArray[Any], ...] = (), weight_id: str | None = None,
+              busy_until: float | None = None) -> None:
+        self._emit(fx.SendToChannel(channel, kind, seq, meta, arrays, weight_id, self._sid,
+                                    busy_until))
 
     def _reply(self, socket: str, identity: bytes, kind: Kind, seq: int, meta: Mapping[str, Any],
                arrays: tuple[npt.NDArray[Any], ...] = ()) -> None:
@@ -328,7 +330,8 @@ class Roles:
         self._send(ins.channel, Kind.REQUEST, seq, msgs.WorkRequest(
             job="selftest", test_id=ins.test_id, weight_id=pattern.id,
             deadline_ms=max(0.0, ins.deadline - now) * 1000.0).to_meta(),
-            (np.ascontiguousarray(pattern.a), np.ascontiguousarray(pattern.b)))
+            (np.ascontiguousarray(pattern.a), np.ascontiguousarray(pattern.b)),
+            busy_until=ins.deadline)
         self._log("debug", "selftest_sent", channel=ins.channel, test_id=ins.test_id, seq=seq,
                   pattern=pattern.id, lag_s=self.clock() - now)
 

@@ -279,3 +279,39 @@ def test_a_disagreement_with_a_channel_already_out_of_the_vote_is_no_new_fault(
     assert [rp.meta.get("error_type") for rp in replies] == ["DisagreementError"]
     assert core.controller.mode is Mode.DEGRADED, core.controller.mode
     assert [s.channel for s in _of(after, fx.SendToChannel) if s.meta.get("job") == "selftest"] == ["c1"]
+
+
+def test_a_channel_storing_a_new_weight_is_not_self_tested_until_it_holds_it(tmp_path: Path) -> None:
+    """A weight registered at run time keeps each channel's loop busy storing it (checked,
+    ECC-encoded, uploaded) for up to its acknowledgement budget. A self-test queued behind
+    that would overrun through no fault of the channel (on an H100, a 64 MiB weight drove two
+    healthy channels into DTI overruns and SAFE): the channel leaves the self-test schedule
+    until it acknowledges the weight, then rejoins it."""
+    import numpy as np
+
+    core, procs, clock, cfg = _core(tmp_path)
+    _form(core, procs, clock)
+    w = np.ones((1280, 1280), dtype=np.float32)  # an ack budget of over half a second
+    reg = core.handle(st.IngressMessage(b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w,)),
+                                        clock(), "reg-w"))
+    wid = str(_of(reg, fx.SendToChannel)[0].meta["args"])
+    ack_deadline = core._deliveries["c0"].next_deadline()
+    assert ack_deadline is not None
+    assert ack_deadline - clock() > cfg.timing.dti_s + cfg.timing.selftest_deadline_s
+
+    def run_until(t: float) -> list[fx.Effect]:
+        out: list[fx.Effect] = []
+        while clock.now < t:
+            clock.now += 0.01
+            out += core.handle(st.TimerTick(clock(), "tick"))
+        return out
+
+    storing = run_until(ack_deadline - 0.02)
+    assert not [e for e in _of(storing, fx.SendToChannel) if e.meta.get("job") == "selftest"]
+    assert core.controller.mode is Mode.NORMAL
+    assert core.controller.channel_state("c0") is ChannelState.UP
+    core.handle(st.ChannelMessage("c0", _msg(Kind.EVENT, 2, {"event": "weight", "weight_id": wid,
+                                                             "ok": True}, channel="c0"), clock(), "ack"))
+    assert "c0" in core.scheduler.channels
+    later = run_until(clock() + cfg.timing.dti_s * (1 + cfg.timing.dti_jitter) + 0.02)
+    assert [e for e in _of(later, fx.SendToChannel) if e.meta.get("job") == "selftest"]
