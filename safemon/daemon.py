@@ -84,6 +84,12 @@ log = structlog.get_logger("safemon.daemon")
 DRAIN_SWEEP_S = 0.1
 
 
+
+def _work_key(seq: int, weight_id: str | None) -> object:
+    """The supervisor's key of one item of channel work: a weight by its id (its
+    acknowledgement names the id), anything else by the sequence number its result echoes."""
+    return ("weight", weight_id) if weight_id is not None else seq
+
 class Daemon:
     """One safemon daemon.
 
@@ -479,6 +485,10 @@ class Daemon:
             self.metrics.count_rejected("foreign")
             self.log.warning("foreign_channel_message_dropped", channel=name, kind=msg.kind.value)
             return
+        if msg.kind is Kind.RESULT:
+            self.supervisor.on_work_done(name, _work_key(msg.seq, None))
+        elif msg.kind is Kind.EVENT and msg.meta.get("event") == "weight":
+            self.supervisor.on_work_done(name, _work_key(0, str(msg.meta.get("weight_id"))))
         started = None
         if msg.kind in (Kind.REGISTER, Kind.HEARTBEAT):
             try:  # what the supervisor needs; the core judges the rest of the message
@@ -630,7 +640,7 @@ class Daemon:
         if sent and e.busy_until is not None:
             # The channel's loop computes instead of heartbeating until then (supervisor).
             assert self.supervisor is not None
-            self.supervisor.on_work_sent(e.channel, e.busy_until)
+            self.supervisor.on_work_sent(e.channel, _work_key(e.seq, e.weight_id), e.busy_until)
         return sent
 
     def _send_to(self, name: str, kind: Kind, seq: int, meta: dict[str, Any],

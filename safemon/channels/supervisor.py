@@ -10,11 +10,12 @@ lost (`Lost`: its process/thread exited - kind "crash" - or it was silent for
 
 A channel's loop is single-threaded: while it computes a product (or compiles the kernels a
 new shape needs, or stores a weight) it sends no heartbeat, and it sends one between two
-items of work. Work sent to it (`on_work_sent`: a request, a self-test, a weight to store)
-therefore excuses its silence until the deadline of the *earliest* work still due after its
+items of work. Work sent to it and not answered yet (`on_work_sent` / `on_work_done`: a
+request or self-test until its result, a weight to store until its acknowledgement)
+therefore excuses its silence until the *earliest* deadline of that work still due after its
 last heartbeat: the heartbeat timeout runs from that deadline (or from the last heartbeat
-when no such work exists). A channel still silent then is lost as before; a missed request
-or self-test deadline (or weight acknowledgement) has blamed it in the meantime. Only the
+when there is none). A channel still silent then is lost as before; a missed request or
+self-test deadline (or weight acknowledgement) has blamed it in the meantime. Only the
 earliest deadline counts, so work that keeps arriving (self-tests every DTI) never keeps a
 hung channel alive.
 
@@ -24,7 +25,7 @@ Time is passed in (`now`, monotonic seconds), so every rule is testable without 
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,9 +70,9 @@ class _Slot:
     handle: ChannelHandle | None = None
     started_at: float = 0.0
     last_seen: float | None = None  # None until it registers
-    # Deadlines of work sent to this incarnation (a min-heap); those before `last_seen` are
-    # dropped as they are met.
-    work_deadlines: list[float] = field(default_factory=list)
+    # Work sent to this incarnation and not answered: key (the work's) -> deadline. Entries
+    # due before `last_seen` are dropped as they are met (they excuse nothing any more).
+    work: dict[Hashable, float] = field(default_factory=dict)
     watching: bool = False  # a loss is reported once, then watching stops
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
@@ -185,21 +186,27 @@ class Supervisor:
         slot.last_seen = now
         return None
 
-    def on_work_sent(self, channel: str, deadline: float) -> None:
-        """Work with this `deadline` (same clock) went to `channel`'s current incarnation:
-        it may be silent until then (module docstring)."""
+    def on_work_sent(self, channel: str, key: Hashable, deadline: float) -> None:
+        """Work `key` (its sequence number, or a weight's id) with this `deadline` (same
+        clock) went to `channel`'s current incarnation: it may be silent until then."""
         slot = self._slots.get(channel)
         if slot is not None and slot.watching:
-            heapq.heappush(slot.work_deadlines, deadline)
+            slot.work[key] = deadline
+
+    def on_work_done(self, channel: str, key: Hashable) -> None:
+        """`channel` answered work `key` (a result, a weight acknowledgement)."""
+        slot = self._slots.get(channel)
+        if slot is not None:
+            slot.work.pop(key, None)
 
     @staticmethod
     def _silent_since(last_seen: float, slot: _Slot) -> float:
         """When the heartbeat timeout of a registered channel (last heard at `last_seen`)
-        starts to run: the earliest deadline of work due after `last_seen`, else `last_seen`."""
-        due = slot.work_deadlines
-        while due and due[0] <= last_seen:
-            heapq.heappop(due)
-        return due[0] if due else last_seen
+        starts to run: the earliest deadline of its unanswered work due after `last_seen`,
+        else `last_seen`."""
+        for key in [k for k, d in slot.work.items() if d <= last_seen]:
+            del slot.work[key]
+        return min(slot.work.values(), default=last_seen)
 
     def tick(self, now: float) -> list[Lost]:
         """Carry out due restarts and report channels found lost at `now`."""
@@ -267,7 +274,7 @@ class Supervisor:
         slot.incarnation += 1
         slot.started_at = now
         slot.last_seen = None
-        slot.work_deadlines.clear()
+        slot.work.clear()
         slot.watching = True
         slot.handle = self.launcher.start(name, slot.incarnation, self.epoch)
         log.info("channel_started", channel=name, incarnation=slot.incarnation)

@@ -72,10 +72,11 @@ def test_supervisor_detects_crash_and_silence_and_restarts_after_the_delay(tmp_p
     assert launcher.started[2].stopped
 
 
-def test_work_in_hand_excuses_silence_until_its_earliest_deadline(tmp_path: Path) -> None:
-    """A channel computing (or compiling for) a long request sends no heartbeat: the earliest
-    deadline of its work due after its last heartbeat bounds that silence. Work that keeps
-    arriving does not extend it, so a hung channel is still found."""
+def test_unanswered_work_excuses_silence_until_its_earliest_deadline(tmp_path: Path) -> None:
+    """A channel computing (or compiling for, or storing a weight for) a long item sends no
+    heartbeat: the earliest deadline of its unanswered work due after its last heartbeat
+    bounds that silence. An answered item excuses nothing any more, and work that keeps
+    arriving does not extend the excuse, so a hung channel is still found."""
     cfg = make_config(tmp_path, "2oo3")
     sup = Supervisor(cfg, FakeLauncher(), epoch=5)
     sup.start_all(0.0)
@@ -91,26 +92,28 @@ def test_work_in_hand_excuses_silence_until_its_earliest_deadline(tmp_path: Path
         beat_others(now)
         return [(x.channel, x.kind) for x in sup.tick(now)]
 
-    # Two items of work; c0 beats between them, after the first one's deadline.
-    first, second = 4 * timeout, 10 * timeout
-    sup.on_work_sent("c0", first)
-    sup.on_work_sent("c0", second)
-    assert lost_at(2 * timeout) == []  # silent past the timeout, but computing
-    sup.on_heartbeat("c0", 0, first)
-    assert lost_at(first + 2 * timeout) == []  # on the second item now
-    beat_others(second)
-    assert sup.next_wakeup() == second + timeout  # c0's expiry, and the others' now
-    assert lost_at(second + timeout) == []
-    assert lost_at(second + timeout + 0.01) == [("c0", "heartbeat_lost")]
+    # A short item, answered, then a long one (a weight to store) with no heartbeat between:
+    # the answered item's early deadline must not end the excuse of the long one.
+    long_deadline = 10 * timeout
+    sup.on_work_sent("c0", 1, timeout / 2)
+    sup.on_work_sent("c0", ("weight", "w"), long_deadline)
+    sup.on_work_done("c0", 1)
+    assert lost_at(2 * timeout) == []  # silent past the timeout, but storing the weight
+    beat_others(long_deadline)
+    assert sup.next_wakeup() == long_deadline + timeout  # c0's expiry, and the others' now
+    assert lost_at(long_deadline + timeout) == []
+    lost = sup.tick(long_deadline + timeout + 0.01)
+    assert [(x.channel, x.kind) for x in lost] == [("c0", "heartbeat_lost")]
+    assert "past its work's deadline" in lost[0].detail
 
     # A hung incarnation: new work keeps arriving, but only the earliest deadline counts.
     t = 20 * timeout
     sup.restart("c0", 0.0, t)
     sup.tick(t)
     sup.on_register("c0", 1, t)
-    sup.on_work_sent("c0", t + timeout)
-    for i in range(1, 5):
-        sup.on_work_sent("c0", t + timeout + i * 10.0)  # e.g. self-tests every DTI
+    sup.on_work_sent("c0", 2, t + timeout)
+    for seq in range(3, 7):
+        sup.on_work_sent("c0", seq, t + timeout + seq * 10.0)  # e.g. self-tests every DTI
     assert lost_at(t + 2 * timeout) == []
     assert lost_at(t + 2 * timeout + 0.01) == [("c0", "heartbeat_lost")]
 
