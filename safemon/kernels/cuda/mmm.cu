@@ -554,6 +554,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         store_tile(As0, Bs0);
     }
     __syncthreads();
+#if STAGES == 2
     // Two k-tiles per trip, so that each step's stages are fixed arrays: even k-tiles are read
     // from stage 0, odd ones from stage 1. The exit after the first step is a `break`, so that
     // no path leads from it back to another first step (the PTX audit follows every path).
@@ -563,6 +564,10 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         if (k0 >= k_stop) break;
         step(k0, As1, Bs1, As0, Bs0);
     }
+#else
+    // One stage: one k-tile per trip (two would only double the unrolled loop body).
+    for (int k0 = k_begin; k0 < k_stop; k0 += BK) step(k0, As0, Bs0, As0, Bs0);
+#endif
 
 #if !SAFEMON_INJECT
     if (status != nullptr) {  // uniform over the block: the barriers below are reached by all
