@@ -84,11 +84,11 @@ log = structlog.get_logger("safemon.daemon")
 DRAIN_SWEEP_S = 0.1
 
 
-
 def _work_key(seq: int, weight_id: str | None) -> object:
     """The supervisor's key of one item of channel work: a weight by its id (its
     acknowledgement names the id), anything else by the sequence number its result echoes."""
     return ("weight", weight_id) if weight_id is not None else seq
+
 
 class Daemon:
     """One safemon daemon.
