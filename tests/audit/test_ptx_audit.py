@@ -83,7 +83,7 @@ def test_ftz_from_cupys_flag_is_found_in_plain_float_arithmetic(tmp_path: Path) 
 # The two barriers of mmm.cu's k-loop: after the first k-tile's store, and at the end of
 # every k-tile (after the next k-tile's store into the other stage).
 MMM_BARRIERS = {
-    "prologue-barrier": "    __syncthreads();\n    // Two k-tiles per trip",
+    "prologue-barrier": "    __syncthreads();\n#if STAGES == 2\n    // Two k-tiles per trip",
     "step-barrier": "        __syncthreads();\n    };",
 }
 
