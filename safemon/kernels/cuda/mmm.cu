@@ -157,6 +157,28 @@ __device__ __forceinline__ float finite_acc(float acc, float v) {
     return out;
 }
 
+// Load src[at .. at + V) into out[0 .. V): a run of V consecutive elements of one matrix row,
+// of which those with `in_row` and q < `left` exist (`left`: elements from the run's start to
+// the row's end); the rest are zero padding. With `vector` (the row length is a multiple of V
+// and the base V-aligned, so `at` is too) a run whose start exists is whole and takes one
+// V-wide load; otherwise every element is loaded alone.
+template <int V>
+__device__ __forceinline__ void load_run(const float* __restrict__ src, long long at, bool in_row,
+                                         int left, bool vector, float* out) {
+    if (V > 1 && vector && in_row && left > 0) {
+        if (V == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src + at);
+            out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+        } else {
+            const float2 v = *reinterpret_cast<const float2*>(src + at);
+            out[0] = v.x; out[1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int q = 0; q < V; ++q) out[q] = (in_row && q < left) ? src[at + q] : 0.0f;
+    }
+}
+
 #if SAFEMON_INJECT
 // Fault-injection arguments (one struct per launch; blockIdx.z selects the injection).
 // target: 0 none, 1 operand a, 2 operand b, 3 accumulator, 4 ES word, 5 input A element, 6 input B element
@@ -288,9 +310,6 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #if STAGES == 2
     __shared__ __align__(16) float As1[BK][BM + A_PAD];
     __shared__ __align__(16) float Bs1[BK][BN_PADDED];
-#else
-    float (&As1)[BK][BM + A_PAD] = As0;
-    float (&Bs1)[BK][BN_PADDED] = Bs0;
 #endif
 #if USES_CRC
     __shared__ unsigned crc_table[256];
@@ -399,19 +418,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
             const int gr = row0 + e / BK, gk = k0 + e % BK;
             const long long at = (long long)gr * K + gk;
-            if (VA > 1 && vec_a && gr < M && gk < K) {
-                if (VA == 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(A + at);
-                    ra[r * VA] = v.x; ra[r * VA + 1] = v.y; ra[r * VA + 2] = v.z; ra[r * VA + 3] = v.w;
-                } else {
-                    const float2 v = *reinterpret_cast<const float2*>(A + at);
-                    ra[r * VA] = v.x; ra[r * VA + 1] = v.y;
-                }
-            } else {
-#pragma unroll
-                for (int q = 0; q < VA; ++q)
-                    ra[r * VA + q] = (gr < M && gk + q < K) ? A[at + q] : 0.0f;
-            }
+            load_run<VA>(A, at, gr < M, K - gk, vec_a, ra + r * VA);
 #pragma unroll
             for (int q = 0; q < VA; ++q) {
 #if SAFEMON_INJECT
@@ -427,19 +434,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
             const int gk = k0 + e / BN, gc = col0 + e % BN;
             const long long at = (long long)gk * N + gc;
-            if (VB > 1 && vec_b && gk < K && gc < N) {
-                if (VB == 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(B + at);
-                    rb[r * VB] = v.x; rb[r * VB + 1] = v.y; rb[r * VB + 2] = v.z; rb[r * VB + 3] = v.w;
-                } else {
-                    const float2 v = *reinterpret_cast<const float2*>(B + at);
-                    rb[r * VB] = v.x; rb[r * VB + 1] = v.y;
-                }
-            } else {
-#pragma unroll
-                for (int q = 0; q < VB; ++q)
-                    rb[r * VB + q] = (gk < K && gc + q < N) ? B[at + q] : 0.0f;
-            }
+            load_run<VB>(B, at, gk < K, N - gc, vec_b, rb + r * VB);
 #pragma unroll
             for (int q = 0; q < VB; ++q) {
 #if SAFEMON_INJECT
