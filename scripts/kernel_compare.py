@@ -19,10 +19,11 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
+from safemon.bench.overhead import variant_launcher
 from safemon.bench.timing import median_kernel_ms
 from safemon.kernels.catalog import auto_split, auto_tile, make_variant
 from safemon.kernels.compiler import KernelBuild, load_module
-from safemon.kernels.gpu import CUDA_DIR, KERNEL_NAME, build_for, reduce_slices
+from safemon.kernels.gpu import CUDA_DIR, KERNEL_NAME, build_for
 
 SHAPES = "4096x4096x4096,1024x1024x1024,64x4096x4096,1x4096x4096,256x1024x4096,80x80x80,97x61x113"
 SPECS = "unprotected/fma,ones/M/fma,ones/F/fma,ones/I/fma,unprotected/exact"
@@ -32,25 +33,6 @@ def parse_spec(text: str) -> tuple[str | None, str | None, str]:
     """`unprotected/fma` or `ones/M/fma` → make_variant's (checksum, level, mode)."""
     parts = text.split("/")
     return (None, None, parts[1]) if parts[0] == "unprotected" else (parts[0], parts[1], parts[2])
-
-
-def launcher(kernel, variant, a, b):  # type: ignore[no-untyped-def]
-    m, k = a.shape
-    n = b.shape[1]
-    gx, gy = variant.tile.grid(m, n)
-    slices = variant.slices(k)
-    c = cp.empty((m, n), dtype=cp.float32)
-    out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
-    es = cp.empty((max(1, gx * gy * variant.tile.threads * slices * variant.words),), dtype=cp.uint32)
-    args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0))
-
-    def run() -> tuple[object, object]:
-        kernel((gx, gy, slices), (variant.block_threads, 1, 1), args)
-        if slices > 1:
-            reduce_slices(out, c)
-        return c, es
-
-    return run
 
 
 def main() -> int:
@@ -81,8 +63,8 @@ def main() -> int:
             extra = tuple(tuple(d.split("=", 1)) for d in args.defines)
             new_build = KernelBuild(build.source, tuple(sorted(build.defines + extra)), build.options,
                                     build.include_dirs)
-            new = launcher(load_module(new_build).get_function(KERNEL_NAME), v, a, b)
-            old = launcher(load_module(old_build).get_function(KERNEL_NAME), v, a, b)
+            new = variant_launcher(cp, v, a, b, load_module(new_build).get_function(KERNEL_NAME))
+            old = variant_launcher(cp, v, a, b, load_module(old_build).get_function(KERNEL_NAME))
             c_new, es_new = (x.copy() for x in new())
             c_old, es_old = (x.copy() for x in old())
             same = bool(cp.array_equal(c_new.view(cp.uint32), c_old.view(cp.uint32))) and (

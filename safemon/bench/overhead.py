@@ -88,10 +88,14 @@ def device_info(cp: Any) -> dict[str, Any]:
     }
 
 
-def variant_launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], object]:
+def variant_launcher(
+    cp: Any, variant: Variant, a: Any, b: Any, kernel: Any = None
+) -> Callable[[], tuple[Any, Any]]:
     """The variant's kernels alone, on preallocated buffers: the MMM kernel over its K-slices,
     when split the reduction, and for an ABFT variant the check kernels of abft.cu (no input
-    checks: those are part of the API wall time)."""
+    checks: those are part of the API wall time). Each call returns the (c, es) buffers.
+    `kernel`: another compilation of the MMM kernel to launch instead of the variant's own
+    (scripts/kernel_compare.py times an earlier mmm.cu this way)."""
     from safemon.kernels.gpu import kernel_for, reduce_slices
 
     m, k = a.shape
@@ -102,7 +106,7 @@ def variant_launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], 
     c = cp.empty((m, n), dtype=cp.float32)
     out = c if slices == 1 else cp.empty((slices, m, n), dtype=cp.float32)
     es = cp.empty((max(1, gx * gy * t.threads * slices * variant.words),), dtype=cp.uint32)
-    kernel = kernel_for(variant)
+    kernel = kernel_for(variant) if kernel is None else kernel
     # RMT and ABFT report through a status block (checked.py); the input-check words stay 0.
     checks = variant.rmt != "none" or variant.abft
     status = cp.zeros(STATUS_WORDS, dtype=cp.uint32) if checks else None
@@ -111,7 +115,7 @@ def variant_launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], 
     args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k),
             np.uintp(0) if status is None else status)
 
-    def run() -> None:
+    def run() -> tuple[Any, Any]:
         kernel((gx, gy, slices), (variant.block_threads, 1, 1), args)
         if slices > 1:
             reduce_slices(out, c)
@@ -119,6 +123,7 @@ def variant_launcher(cp: Any, variant: Variant, a: Any, b: Any) -> Callable[[], 
             from safemon.kernels.abft import launch_abft
 
             launch_abft(a, b, c, variant, int(status.data.ptr))
+        return c, es
 
     return run
 
