@@ -12,8 +12,9 @@ must be C-contiguous (a device copy would hide a layout mistake the caller shoul
 and a CUDA array must live on one of the devices the deployment's channels use. NumPy
 arrays that are not contiguous are copied (the historical behaviour of `matmul`).
 
-What this does not do yet: device arrays are staged through host memory (one copy each
-way); the CUDA IPC pool of docs/PROTOCOL.md section 9 is not built.
+`as_host` stages a device array through host memory (one copy each way); `Client` does
+that only when a request cannot go through the CUDA IPC buffers of `safemon.device_io`
+(docs/PROTOCOL.md section 11), for which `check_device_array` checks the array in place.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy.typing as npt
 
 from safemon.errors import InvalidInputError
 
-__all__ = ["ArrayKind", "as_host"]
+__all__ = ["ArrayKind", "as_host", "check_device_array"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -78,6 +79,30 @@ def _check_device(name: str, device: int, devices: Collection[int]) -> None:
         raise InvalidInputError(
             f"{name} is on cuda:{device}; this deployment's channels use "
             f"{', '.join(f'cuda:{d}' for d in sorted(devices))}")
+
+
+def check_device_array(name: str, x: Any, devices: Collection[int] = ()) -> int:
+    """Check a CUDA CuPy array or torch tensor by the rules above, except finiteness (the
+    caller checks that on the device), without copying it; returns its device index.
+
+    Raises:
+        InvalidInputError: see the module docstring.
+    """
+    lib = _library(x)
+    if lib == "cupy":
+        _check_shape(name, tuple(x.shape), str(x.dtype))
+        if not x.flags.c_contiguous:
+            raise InvalidInputError(f"{name} must be C-contiguous (cupy.ascontiguousarray)")
+        device = int(x.device.id)
+    elif lib == "torch" and x.device.type == "cuda":
+        _check_shape(name, tuple(x.shape), str(x.dtype).removeprefix("torch."))
+        if not x.is_contiguous():
+            raise InvalidInputError(f"{name} must be contiguous (tensor.contiguous())")
+        device = int(x.device.index if x.device.index is not None else 0)
+    else:
+        raise InvalidInputError(f"{name} is not a CUDA array")
+    _check_device(name, device, devices)
+    return device
 
 
 def as_host(name: str, x: Any, devices: Collection[int] = ()) -> tuple[F32, ArrayKind]:

@@ -31,6 +31,7 @@ answer arrives in `control_timeout_s`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -44,9 +45,16 @@ import numpy.typing as npt
 import zmq
 
 from safemon import errors
-from safemon.arrays import as_host
+from safemon.arrays import as_host, check_device_array
 from safemon.config import Config, load_config
-from safemon.errors import InvalidInputError, ModelUnavailableError, SafemonError, VoteTimeoutError
+from safemon.device_io import ExchangeBuffers, StagedRequest
+from safemon.errors import (
+    DeviceInputError,
+    InvalidInputError,
+    ModelUnavailableError,
+    SafemonError,
+    VoteTimeoutError,
+)
 from safemon.models.activations import Activation, epilogue
 from safemon.models.layers import Layer, encode_model, validate_layers
 from safemon.transport import (
@@ -108,6 +116,11 @@ class Client:
         context: a zmq context; required for inproc:// endpoints (the daemon's own);
             None = a fresh one owned (and closed) by this client.
         control_timeout_s: bound on operator calls and weight registration.
+        device_io: send CUDA inputs through the CUDA IPC buffers (`safemon.device_io`)
+            instead of host memory, when the ingress is ipc:// (same host). If the daemon
+            answers `DeviceInputError` (its channels compute on the host, the effective
+            policy is 1oo1D, or they cannot open this process's handles) the request is
+            sent again through host memory and device I/O stays off for this client.
         per_layer_fallback: `run` sends a model layer by layer when the daemon cannot
             vote it as a whole (`ModelUnavailableError`, under an effective 1oo1D); see
             `run` for what that changes. Off by default: the caller opts in.
@@ -123,6 +136,7 @@ class Client:
         context: Context | None = None,
         control_timeout_s: float = 2.0,
         per_layer_fallback: bool = False,
+        device_io: bool = True,
     ) -> None:
         if config is None:
             config = load_config(os.environ.get("SAFEMON_CONFIG") or None)
@@ -144,6 +158,14 @@ class Client:
         #: compute time (s), i.e. the kernel time on the release's critical path.
         self.last_kernel_seconds: float | None = None
         self._devices = frozenset(ch.gpu or 0 for ch in config.channels or ())
+        #: Device-resident requests (CUDA IPC buffers, docs/PROTOCOL.md section 11): only on
+        #: an ipc:// ingress (the daemon is on this host); off once the daemon refused them.
+        self.device_io = device_io and config.endpoints.ingress.startswith("ipc://")
+        #: Why device-resident requests were turned off for this client (None: they are on
+        #: or were never on); `last_request_device` whether the last request used them.
+        self.device_io_off_reason: str | None = None
+        self.last_request_device = False
+        self._exchange: ExchangeBuffers | None = None
         self._ingress = self._connect(config.endpoints.ingress)
         self._control = self._connect(config.endpoints.control)
 
@@ -261,10 +283,18 @@ class Client:
         Raises:
             SafeStateError, VoteTimeoutError, DisagreementError, InvalidInputError.
         """
+        w = self._weights.get(weight_id)
+        end = time.monotonic() + timeout if isinstance(timeout, int | float) else 0.0
+        if w is not None:
+            done = self._device_request(
+                lambda ms, st: msgs.MatmulRequest(weight_id=weight_id, deadline_ms=ms, **st),
+                x, int(w.shape[1]), timeout, functools.partial(self._reregister_weight, weight_id))
+            if done is not None:
+                return done
         host, kind = as_host("x", x, self._devices)
         out = self._request(
-            lambda ms: msgs.MatmulRequest(weight_id=weight_id, deadline_ms=ms), (host,), timeout,
-            functools.partial(self._reregister_weight, weight_id))
+            lambda ms: msgs.MatmulRequest(weight_id=weight_id, deadline_ms=ms), (host,),
+            self._left(timeout, end), functools.partial(self._reregister_weight, weight_id))
         return kind.restore(out)
 
     def register_model(self, layers: Sequence[Layer]) -> str:
@@ -305,13 +335,22 @@ class Client:
             for a model id this client never registered and the daemon does not know),
             ModelUnavailableError (a VoteTimeoutError) without `per_layer_fallback`.
         """
-        host, kind = as_host("x", x, self._devices)
         end = time.monotonic() + timeout if isinstance(timeout, int | float) else 0.0
         self.last_run_per_layer = False
+        layers = self._models.get(model_id)
+        if layers is not None:
+            n_out = int(self._weights[layers[-1].weight_id].shape[1])
+            with contextlib.suppress(ModelUnavailableError):  # 1oo1D: per layer, below
+                done = self._device_request(
+                    lambda ms, st: msgs.ModelRequest(model_id=model_id, deadline_ms=ms, **st),
+                    x, n_out, timeout, functools.partial(self._reregister_model, model_id))
+                if done is not None:
+                    return done
+        host, kind = as_host("x", x, self._devices)
         try:
             out = self._request(
-                lambda ms: msgs.ModelRequest(model_id=model_id, deadline_ms=ms), (host,), timeout,
-                functools.partial(self._reregister_model, model_id))
+                lambda ms: msgs.ModelRequest(model_id=model_id, deadline_ms=ms), (host,),
+                self._left(timeout, end), functools.partial(self._reregister_model, model_id))
         except ModelUnavailableError:
             layers = self._models.get(model_id)
             if not self.per_layer_fallback or layers is None:
@@ -327,6 +366,68 @@ class Client:
                 c = self.matmul(out, layer.weight_id, timeout=remaining)
                 out = epilogue(c, layer.bias, Activation(layer.activation))
         return kind.restore(out)
+
+    @staticmethod
+    def _left(timeout: Any, end: float) -> Any:
+        """What is left of `timeout` (a number) at monotonic `end`; anything else as given
+        (`_request` rejects it)."""
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0:
+            return timeout
+        return max(end - time.monotonic(), 1e-6)
+
+    def _device_request(self, make_request: Callable[[float, dict[str, Any]],
+                                                      msgs.MatmulRequest | msgs.ModelRequest],
+                        x: Any, n_out: int, timeout: float,
+                        reregister: Callable[[Message], None]) -> Any:
+        """Send `x` (a CUDA CuPy array or torch tensor) as a device-resident request and
+        return the released output as the same kind on the same device; None when this
+        request must go through host memory instead (device I/O off, x not on a GPU, or the
+        daemon answered `DeviceInputError`, which also turns device I/O off)."""
+        if not self.device_io:
+            return None
+        library = type(x).__module__.split(".")[0]
+        if library not in ("cupy", "torch") or (library == "torch" and x.device.type != "cuda"):
+            self.last_request_device = False
+            return None
+        check_device_array("x", x, self._devices)
+        import cupy
+
+        xs = x
+        if library == "torch":
+            import torch
+
+            xs = cupy.from_dlpack(x.detach())
+            current = torch.cuda.current_stream(x.device)
+            if current.cuda_stream != 0:
+                # CuPy stages on the legacy default stream, which orders itself after torch's
+                # default stream but not after another one: wait for x to be complete.
+                current.synchronize()
+        if self._exchange is None:
+            self._exchange = ExchangeBuffers(len(self.config.channel_names))
+        staged = self._exchange.stage(xs, n_out)
+        device = int(xs.device.id)
+        try:
+            out = self._request(lambda ms: make_request(ms, staged.meta()), (), timeout,
+                                reregister, take=functools.partial(self._take, device, staged))
+        except DeviceInputError as exc:
+            self.device_io = False
+            self.device_io_off_reason = str(exc)
+            self.last_request_device = False
+            return None
+        self.last_request_device = True
+        if library == "torch":
+            from torch.utils.dlpack import from_dlpack
+
+            return from_dlpack(out)
+        return out
+
+    def _take(self, device: int, staged: StagedRequest, reply: Message) -> Any:
+        """The released output of a device-resident request's reply (None: malformed)."""
+        answer = msgs.Released.parse(reply.meta)
+        if reply.arrays or answer.slot is None or answer.digest is None:
+            return None
+        assert self._exchange is not None
+        return self._exchange.take(device, staged, answer.slot, answer.digest)
 
     def _reregister_weight(self, weight_id: str, reply: Message) -> None:
         w = self._weights.get(weight_id)
@@ -344,10 +445,11 @@ class Client:
 
     def _request(self, make_request: Callable[[float], msgs.MatmulRequest | msgs.ModelRequest],
                  arrays: tuple[npt.NDArray[Any], ...],
-                 timeout: float, reregister: Callable[[Message], None]
-                 ) -> npt.NDArray[np.float32]:
+                 timeout: float, reregister: Callable[[Message], None],
+                 take: Callable[[Message], Any] | None = None) -> Any:
         """Send one voted request; on an Unknown{Weight,Model}Error (a restarted daemon)
-        call `reregister` once and retry within the same timeout."""
+        call `reregister` once and retry within the same timeout. `take` turns a released
+        reply into the result (None: malformed); by default its one frame, copied."""
         if not isinstance(timeout, int | float) or not timeout > 0:
             raise InvalidInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
         end = time.monotonic() + timeout
@@ -364,11 +466,14 @@ class Client:
             if reply is None:
                 raise VoteTimeoutError(f"no answer from the daemon on "
                                        f"{self.config.endpoints.ingress} within {timeout} s")
-            if (reply.kind is Kind.REPLY and self._control_reply(reply).ok
-                    and len(reply.arrays) == 1):
-                ks = reply.meta.get("kernel_seconds")
-                self.last_kernel_seconds = float(ks) if isinstance(ks, int | float) else None
-                return np.array(reply.arrays[0], copy=True)
+            if reply.kind is Kind.REPLY and self._control_reply(reply).ok:
+                out = (take(reply) if take is not None
+                       else np.array(reply.arrays[0], copy=True) if len(reply.arrays) == 1
+                       else None)
+                if out is not None:
+                    ks = reply.meta.get("kernel_seconds")
+                    self.last_kernel_seconds = float(ks) if isinstance(ks, int | float) else None
+                    return out
             err = msgs.ErrorReply.parse(reply.meta) if reply.kind is Kind.ERROR else None
             if err is not None and err.error_type in ("UnknownWeightError", "UnknownModelError"):
                 reregister(reply)

@@ -12,6 +12,7 @@ __all__ = [
     "BusyError",
     "CompileError",
     "ConfigError",
+    "DeviceInputError",
     "DisagreementError",
     "InvalidInputError",
     "KernelCheckError",
@@ -32,6 +33,13 @@ class SafemonError(Exception):
 
 class InvalidInputError(SafemonError, ValueError):
     """An input was rejected before any computation (dtype, shape, layout, non-finite values)."""
+
+
+class DeviceInputError(InvalidInputError):
+    """The channels could not read a device-resident request's CUDA IPC buffers (a foreign,
+    stale or undersized handle, or a daemon on another host), or the request cannot be
+    served through them under the effective policy (1oo1D checks C against x on the host).
+    Nothing was released; `Client` then sends the same request through host memory."""
 
 
 class BackendUnavailableError(SafemonError, RuntimeError):

@@ -42,6 +42,11 @@ class RegisteredModel:
         return self.dims[0][0]
 
     @property
+    def n_out(self) -> int:
+        """Columns of the output (the last layer's N)."""
+        return self.dims[-1][1]
+
+    @property
     def max_dim(self) -> int:
         """The largest K or N of any layer (for `limits.max_dim`)."""
         return max(max(k, n) for k, n in self.dims)

@@ -226,6 +226,45 @@ def _round_trips(client: Any, raw: Any, x: npt.NDArray[np.float32], wid: str, cp
     return {"host": _stats(host), "to_app_gpu": _stats(to_app)}
 
 
+def _device_round_trips(client: Any, cp: Any, x: npt.NDArray[np.float32], wid: str,
+                        app_gpu: int, n: int, warmup: int, ref: npt.NDArray[np.float32],
+                        model: tuple[str, npt.NDArray[np.float32]] | None) -> dict[str, Any]:
+    """Round trips of device-resident requests (issue 16's CUDA IPC path): x on the app's
+    GPU in, the released C on the app's GPU out, no host round trip; the channels on other
+    GPUs read x and write their slot peer to peer. Records which path the client took
+    ("cuda-ipc", or "host" with the reason it fell back, e.g. under 1oo1D)."""
+    out: dict[str, Any] = {}
+    jobs: list[tuple[str, Callable[[Any], Any], npt.NDArray[np.float32], Any]] = [
+        ("matmul", lambda dx: client.matmul(dx, wid, timeout=30.0), x, ref)]
+    if model is not None:
+        mid, mx = model
+        jobs.append(("model", lambda dx: client.run(mid, dx, timeout=60.0), mx, None))
+    for name, call, host_x, expect in jobs:
+        with cp.cuda.Device(app_gpu):
+            dx = cp.asarray(host_x)
+            times: list[float] = []
+            device = True
+            first = None
+            for i in range(warmup + n):
+                t0 = time.perf_counter()
+                got = call(dx)
+                cp.cuda.get_current_stream().synchronize()
+                t1 = time.perf_counter()
+                device = device and client.last_request_device
+                if int(got.device.id) != app_gpu:
+                    raise SafemonError(f"the released result is on GPU {got.device.id}")
+                bits = got.get()
+                first = bits if first is None else first
+                want = expect if expect is not None else first
+                if not np.array_equal(bits.view(np.uint32), np.asarray(want).view(np.uint32)):
+                    raise SafemonError(f"device-resident {name} released other bits")
+                if i >= warmup:
+                    times.append(t1 - t0)
+        out[name] = {"round_trip": _stats(times),
+                     "path": "cuda-ipc" if device else f"host ({client.device_io_off_reason})"}
+    return out
+
+
 def _throughput(send: Callable[[], int], recv: Callable[[], Any], n: int, depth: int) -> float:
     """Released requests per second with `depth` kept in flight (n requests)."""
     sent = done = 0
@@ -254,20 +293,29 @@ def _send_model(raw: Any, x: npt.NDArray[np.float32], model_id: str) -> int:
     return int(raw._seq)
 
 
+def _register_model(client: Any, dims: tuple[int, int, int]
+                    ) -> tuple[str, npt.NDArray[np.float32]]:
+    """Register the benchmark MLP (`dims` = (batch, hidden, layers)); (model id, its x)."""
+    from safemon.bench.runtime import ModelShape, _model_operands
+    from safemon.models import Layer
+
+    layers, weights, x = _model_operands(ModelShape(*dims), np.random.default_rng(2027))
+    ids = {k: client.register_weight(w) for k, w in weights.items()}
+    mid = client.register_model([Layer(ids[ly.weight_id], ly.bias, ly.act)
+                                 for ly in layers])
+    return str(mid), x
+
+
 def _model(client: Any, raw: Any, n: int, warmup: int, depth: int,
            dims: tuple[int, int, int]) -> dict[str, Any]:
     """The whole-model benchmark of `safemon.bench.runtime` (a 4-layer MLP,
     4096 wide, batch 64, gelu, biases, by default; `dims` = (batch, hidden, layers); one
     vote per forward pass): sequential round trips (host x in, host output back) and
     released requests per second at `depth`."""
-    from safemon.bench.runtime import ModelShape, _model_operands
-    from safemon.models import Layer
+    from safemon.bench.runtime import ModelShape
 
     shape = ModelShape(*dims)
-    layers, weights, x = _model_operands(shape, np.random.default_rng(2027))
-    ids = {k: client.register_weight(w) for k, w in weights.items()}
-    mid = client.register_model([Layer(ids[ly.weight_id], ly.bias, ly.act)
-                                 for ly in layers])
+    mid, x = _register_model(client, dims)
     rtt: list[float] = []
     first: npt.NDArray[np.float32] | None = None
     for i in range(warmup + n):
@@ -427,6 +475,12 @@ def _run_one(d: Deployment, idx: int, work: Path, x: npt.NDArray[np.float32],
                     rec["model"] = _model(client, raw, requests, warmup, depth, with_model)
             finally:
                 raw.close()
+            if cp is not None:
+                say(f"[{d.label}] device-resident round trips (x and C on GPU {app_gpu})")
+                model = (None if with_model is None or data["policy"] == "1oo1D"
+                         else _register_model(client, with_model))
+                rec["device"] = _device_round_trips(client, cp, x, wid, app_gpu, requests,
+                                                    warmup, ref, model)
         if d.faults is not None:
             hardware = hardware_from_status(st)
             planned = deployment_config(d, work, "plan")["channels"]  # the GPUs, on numpy too

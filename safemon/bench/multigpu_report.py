@@ -53,6 +53,25 @@ def _models(ev: dict[str, Any], direct: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _device(ev: dict[str, Any]) -> list[str]:
+    rows = [r for r in ev["deployments"] if "device" in r]
+    if not rows:
+        return []
+    lines = ["", f"Device-resident requests (x on the app's GPU {ev['app_gpu']} in, the "
+             "released output on it out: the channels read x and write their output slot over "
+             "CUDA IPC, peer to peer from other GPUs; digests over ZeroMQ), one in flight:", "",
+             "| deployment | GPUs | matmul p50 / p99 µs | path | model p50 / p99 µs | path |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        mm = r["device"]["matmul"]
+        md = r["device"].get("model")
+        model = (f"{md['round_trip']['p50_us']:.0f} / {md['round_trip']['p99_us']:.0f} | "
+                 f"{md['path']}" if md else "— | —")
+        lines.append(f"| {r['label']} | {r['gpus']} | {mm['round_trip']['p50_us']:.0f} / "
+                     f"{mm['round_trip']['p99_us']:.0f} | {mm['path']} | {model} |")
+    return lines
+
+
 def _direct(direct: dict[str, Any]) -> list[str]:
     if not direct:
         return []
@@ -91,5 +110,6 @@ def markdown(ev: dict[str, Any]) -> str:
             f"{ev['when']}, {ev['requests']} timed requests per figure. Visible devices: {devs}. "
             f"Every deployment released the same C (bit for bit): "
             f"{ev['same_product_everywhere']}.", ""]
-    return "\n".join([*head, *_products(ev, direct), *_models(ev, direct), *_direct(direct),
+    return "\n".join([*head, *_products(ev, direct), *_models(ev, direct), *_device(ev),
+                      *_direct(direct),
                       *_copies_and_faults(ev)]) + "\n"

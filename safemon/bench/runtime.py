@@ -42,7 +42,12 @@ from safemon.errors import SafemonError
 
 __all__ = ["FORMAT", "ModelShape", "run_runtime_bench", "runtime_markdown"]
 
-FORMAT = "safemon.bench_runtime/1"
+FORMAT = "safemon.bench_runtime/2"
+
+#: How device arrays reach the channels: "cuda-ipc" (the client's exported buffers,
+#: digests over ZeroMQ: `safemon.device_io`) or "host" (copied through host memory, C and
+#: ES as frames), both measured against the same daemon in one run.
+PATHS = ("cuda-ipc", "host")
 
 Progress = Callable[[str], None]
 
@@ -112,7 +117,7 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
 
 def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
                    ops: dict[str, Any], mops: Any, warmup: int, model_requests: int,
-                   fault_requests: int, say: Progress) -> dict[str, Any]:
+                   fault_requests: int, say: Progress, paths: Sequence[str]) -> dict[str, Any]:
     import cupy as cp
 
     from safemon.models import Layer
@@ -128,43 +133,46 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
     cfg["limits"] = {"min_channel_gflops": 100.0}
     cfg_path = work / f"bench-{placement}.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
-    res: dict[str, Any] = {"placement": placement, "matmul": {}, "faults": {}}
+    res: dict[str, Any] = {"placement": placement, "runs": [], "faults": {}}
     say(f"starting a 2oo3 cupy daemon, {placement} channels")
     with running_daemon(cfg_path, work / f"daemon-{placement}.log", 240.0) as client:
         client.control_timeout_s = 60.0
         clean: dict[str, Any] = {}
-        wids: dict[str, str] = {}
-        for s in sizes:
-            x, w = ops[s.label]
-            wids[s.label] = client.register_weight(w)
-            dx = cp.asarray(x)
-            rtt, ks = [], []
-            say(f"{placement} {s.label}: {s.requests} device-resident round trips")
-            for i in range(warmup + s.requests):
-                t0 = time.perf_counter()
-                c = client.matmul(dx, wids[s.label], timeout=30.0)
-                t1 = time.perf_counter()
-                if i >= warmup:
-                    rtt.append(t1 - t0)
-                    ks.append(client.last_kernel_seconds or 0.0)
-            clean[s.label] = c.get()
-            res["matmul"][s.label] = {"round_trip": _stats(rtt), "kernel": _stats(ks),
-                                      "overhead": _stats([max(0.0, r - k) for r, k in zip(rtt, ks, strict=True)])}
+        wids = {s.label: client.register_weight(ops[s.label][1]) for s in sizes}
         layers, weights, x_host = mops
         ids = {k: client.register_weight(w) for k, w in weights.items()}
         mid = client.register_model([Layer(ids[ly.weight_id], ly.bias, ly.act) for ly in layers])
-        dx = cp.asarray(x_host)
-        rtt, ks = [], []
-        say(f"{placement} model: {model_requests} whole-model round trips")
-        for i in range(warmup + model_requests):
-            t0 = time.perf_counter()
-            out = client.run(mid, dx, timeout=60.0)
-            t1 = time.perf_counter()
-            if i >= warmup:
-                rtt.append(t1 - t0)
-                ks.append(client.last_kernel_seconds or 0.0)
-        clean["model"] = out.get()
-        res["model"] = {"round_trip": _stats(rtt), "kernel": _stats(ks)}
+        for path in paths:
+            client.device_io = path == "cuda-ipc"
+            for s in [*sizes, None]:
+                label = "model" if s is None else s.label
+                dx = cp.asarray(x_host if s is None else ops[s.label][0])
+                n = model_requests if s is None else s.requests
+                say(f"{placement} {label}: {n} device-resident round trips, {path}")
+                rtt, ks, on_device = [], [], True
+                for i in range(warmup + n):
+                    t0 = time.perf_counter()
+                    c = (client.run(mid, dx, timeout=60.0) if s is None
+                         else client.matmul(dx, wids[label], timeout=30.0))
+                    t1 = time.perf_counter()
+                    if i >= warmup:
+                        rtt.append(t1 - t0)
+                        ks.append(client.last_kernel_seconds or 0.0)
+                        on_device = on_device and client.last_request_device
+                got = c.get()
+                if label in clean and not np.array_equal(got.view(np.uint32),
+                                                         clean[label].view(np.uint32)):
+                    raise SafemonError(f"{placement} {label}: {path} released other bits than "
+                                       f"{paths[0]}")
+                clean[label] = got
+                if path == "cuda-ipc" and not on_device:
+                    raise SafemonError(f"{placement} {label}: requests fell back to host memory "
+                                       f"({client.device_io_off_reason})")
+                res["runs"].append({
+                    "path": path, "request": label, "round_trip": _stats(rtt),
+                    "kernel": _stats(ks),
+                    "overhead": _stats([max(0.0, r - k) for r, k in zip(rtt, ks, strict=True)])})
+        client.device_io = "cuda-ipc" in paths
         say(f"{placement}: bitflip-c injected into c1, {fault_requests} requests per kind")
         for label in [*wids, "model"]:
             wrong = errors = released = 0
@@ -202,8 +210,8 @@ def _model_operands(model: ModelShape, rng: np.random.Generator) -> Any:
 def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | None = None,
                       placements: Sequence[str] = ("process", "stream"), warmup: int = 10,
                       model_requests: int = 30, fault_requests: int = 5,
-                      progress: Progress | None = None, work_dir: Path | None = None
-                      ) -> dict[str, Any]:
+                      progress: Progress | None = None, work_dir: Path | None = None,
+                      paths: Sequence[str] = PATHS) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); returns the evidence dict.
 
     Raises:
@@ -218,6 +226,9 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
     for p in placements:
         if p not in ("process", "stream"):
             raise ValueError(f"unknown placement {p!r}; known: process, stream")
+    for p in paths:
+        if p not in PATHS:
+            raise ValueError(f"unknown path {p!r}; known: {', '.join(PATHS)}")
     model = model or ModelShape()
     rng = np.random.default_rng(2026)
     ops = {s.label: (rng.standard_normal((s.m, s.k), dtype=np.float32),
@@ -230,7 +241,7 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
                  "cpus": os.cpu_count(), "node": platform.node()},
         "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "policy": "2oo3", "transport": "ipc", "model": model.label, "warmup": warmup,
-        "staging": "host (device arrays are copied to and from host memory; no IPC pool)",
+        "paths": list(paths),
         "mps": "not measured",
     }
     ev["baselines"] = _baselines(cp, sizes, ops, model, mops, warmup, model_requests, say)
@@ -241,7 +252,8 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
         for p in placements:
             try:
                 ev["placements"].append(_run_placement(p, work, sizes, ops, mops, warmup,
-                                                       model_requests, fault_requests, say))
+                                                       model_requests, fault_requests, say,
+                                                       paths))
             except SafemonError as exc:  # recorded, never hidden: the report names it
                 say(f"{p}: failed: {exc}")
                 ev.setdefault("failed", {})[p] = str(exc)
@@ -257,22 +269,27 @@ def _us(v: float) -> str:
 def runtime_markdown(ev: dict[str, Any]) -> str:
     """The evidence as Markdown (µs; ratios against this run's baselines)."""
     b = ev["baselines"]
-    lines = [f"Device {ev['device']}, {ev['when']}, 2oo3 over {ev['transport']}; {ev['staging']}.",
-             "", "| placement | request | round trip p50 / p99 (µs) | kernel p50 | overhead p50 / p99 | "
-             "ratio p50 vs baseline | baseline |", "|---|---|---|---|---|---|---|"]
+    lines = [f"Device {ev['device']}, {ev['when']}, 2oo3 over {ev['transport']}; paths: "
+             f"{', '.join(ev['paths'])} (cuda-ipc: x and outputs in the client's CUDA IPC "
+             "buffers, digests over ZeroMQ; host: arrays copied through host memory).",
+             "", "| placement | path | request | round trip p50 / p99 (µs) | kernel p50 | "
+             "overhead p50 / p99 | ratio p50 vs baseline | baseline |",
+             "|---|---|---|---|---|---|---|---|"]
     for pl in ev["placements"]:
-        for label, r in pl["matmul"].items():
-            d = b["direct"][label]
-            lines.append(f"| {pl['placement']} | matmul {label} | {_us(r['round_trip']['p50_us'])} / "
-                         f"{_us(r['round_trip']['p99_us'])} | {_us(r['kernel']['p50_us'])} | "
-                         f"{_us(r['overhead']['p50_us'])} / {_us(r['overhead']['p99_us'])} | "
-                         f"{r['round_trip']['p50_us'] / d['p50_us']:.2f}× | direct kernel {_us(d['p50_us'])} |")
-        m = pl["model"]
-        for name, key in (("3 forwards back to back", "model_three_back_to_back"),
-                          ("cupy.matmul forward", "model_cupy_matmul")):
-            lines.append(f"| {pl['placement']} | {ev['model']} | {_us(m['round_trip']['p50_us'])} / "
-                         f"{_us(m['round_trip']['p99_us'])} | {_us(m['kernel']['p50_us'])} | — | "
-                         f"{m['round_trip']['p50_us'] / b[key]['p50_us']:.2f}× | {name} {_us(b[key]['p50_us'])} |")
+        for r in pl["runs"]:
+            head = (f"| {pl['placement']} | {r['path']} | {r['request']} | "
+                    f"{_us(r['round_trip']['p50_us'])} / {_us(r['round_trip']['p99_us'])} | "
+                    f"{_us(r['kernel']['p50_us'])} | ")
+            if r["request"] != "model":
+                d = b["direct"][r["request"]]
+                lines.append(head + f"{_us(r['overhead']['p50_us'])} / {_us(r['overhead']['p99_us'])} | "
+                             f"{r['round_trip']['p50_us'] / d['p50_us']:.2f}× | direct kernel "
+                             f"{_us(d['p50_us'])} |")
+                continue
+            for name, key in (("3 forwards back to back", "model_three_back_to_back"),
+                              ("cupy.matmul forward", "model_cupy_matmul")):
+                lines.append(head + f"— | {r['round_trip']['p50_us'] / b[key]['p50_us']:.2f}× | "
+                             f"{name} {_us(b[key]['p50_us'])} |")
     lines += ["", "Faults (bitflip-c injected into c1 before each request):", "",
               "| placement | request | injected | released | errors | wrong released |",
               "|---|---|---|---|---|---|"]

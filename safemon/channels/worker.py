@@ -50,8 +50,9 @@ import zmq
 from safemon.channels.faults import FaultState
 from safemon.channels.link import LINK_FIELD, link_ok
 from safemon.config import Config
+from safemon.device_io import ImportedBuffers
 from safemon.ecc import ProtectedArray
-from safemon.errors import KernelCheckError, SafemonError, UncorrectableError
+from safemon.errors import DeviceInputError, KernelCheckError, SafemonError, UncorrectableError
 from safemon.kernels.api import run_variant
 from safemon.kernels.backend import Backend, resolve_backend
 from safemon.kernels.catalog import TILES, make_variant
@@ -124,6 +125,7 @@ class ChannelWorker:
         self._peer: bytes | None = None  # the routing id of this incarnation's daemon
         self._parent_pid = parent_pid
         self.foreign_dropped = 0
+        self._imports = ImportedBuffers(clock=clock)  # device-resident requests' buffers
         self.log = log.bind(channel=name, epoch=epoch, incarnation=incarnation)
 
     # ---------------------------------------------------------------- public
@@ -149,6 +151,8 @@ class ChannelWorker:
             self.log.warning("channel_crash_injected")
         finally:
             sock.close(linger=0)
+            if len(self._imports):
+                self._imports.close_all()
 
     # ---------------------------------------------------------------- internals
 
@@ -279,6 +283,8 @@ class ChannelWorker:
             if now >= next_hb:
                 if not self._faults.hang:
                     self._heartbeat(sock)
+                if len(self._imports):
+                    self._imports.close_idle()  # a client that left: its buffers go
                 next_hb = now + interval
             timeout_ms = max(0, int((next_hb - self._clock()) * 1000))
             got = recv_message(sock, limits=self._limits, timeout_ms=timeout_ms)
@@ -370,12 +376,12 @@ class ChannelWorker:
         meta: dict[str, Any] = {"job": job, "variant": "", "ok": False, "kernel_seconds": 0.0}
         if "test_id" in msg.meta:
             meta["test_id"] = msg.meta["test_id"]
-        c: npt.NDArray[np.float32] | None = None
         arrays_out: tuple[Any, ...] = ()
         try:
-            if job == "model" and len(msg.arrays) == 3:
+            if job in ("live", "model") and "x_ipc" in msg.meta:
+                arrays_out = self._run_device(msg, meta)
+            elif job == "model" and len(msg.arrays) == 3:
                 arrays_out = self._run_model(msg, meta)
-                c = arrays_out[0]
             elif job == "selftest" and len(msg.arrays) == 2:
                 a, b = msg.arrays
                 weight: Any = self._to_device(b)
@@ -387,9 +393,8 @@ class ChannelWorker:
                 weight = self._weights[wid]
             else:
                 raise SafemonError(f"malformed {job!r} request ({len(msg.arrays)} frames)")
-            if not arrays_out:
+            if not arrays_out and "input_error" not in meta:
                 arrays_out = self._run_matmul(a, weight, job, meta)
-                c = arrays_out[0]
         except UncorrectableError as exc:
             meta["error"] = f"ecc_uncorrectable: {exc}"
         except KernelCheckError as exc:  # issue 15: an in-kernel check (RMT) failed: no release
@@ -404,7 +409,7 @@ class ChannelWorker:
             deadline_ms = msg.meta.get("deadline_ms")
             wait = float(deadline_ms) / 1000.0 if isinstance(deadline_ms, int | float) else 0.0
             self._stop.wait(wait + self.config.timing.request_deadline_s * 0.5)
-        corrupt = self._faults.corrupt_frame and c is not None
+        corrupt = self._faults.corrupt_frame and bool(arrays_out)
         self._faults.corrupt_frame = self._faults.corrupt_frame and not corrupt
         arrays: tuple[Any, ...] = arrays_out if meta["ok"] else ()
         if arrays and self._sm_frame is not None:
@@ -429,6 +434,67 @@ class ChannelWorker:
         meta["variant"] = variant.name
         meta["ok"] = True
         return c, es
+
+    def _run_device(self, msg: Message, meta: dict[str, Any]) -> tuple[npt.NDArray[np.uint64], ...]:
+        """Device-resident work (docs/PROTOCOL.md section 11): read x from the client's input
+        buffer, compute on this channel's device, write the output into this channel's slot
+        of the client's output buffer, and return only the digest frame: live [C, ES, x],
+        model [out, ES_0, h_1, ..., x]. When the buffers cannot be read or written, sets
+        `meta["input_error"]` (ok, no frame): the daemon votes on that answer too. Fills
+        `meta`'s variant, kernel_seconds and ok."""
+        from safemon.models import decode_model, run_model
+
+        model = msg.meta.get("job") == "model"
+        work = (msgs.ModelWork if model else msgs.WorkRequest).parse(msg.meta)
+        meta["variant"] = self._variant_text()
+        if (not self.backend.on_device or work.x_ipc is None or work.x_rows is None
+                or work.x_cols is None or work.out_ipc is None or work.out_offset is None):
+            meta["ok"] = True
+            meta["input_error"] = ("this channel computes on the host (numpy backend)"
+                                   if not self.backend.on_device else "incomplete device fields")
+            return ()
+        from safemon.kernels.compiler import import_cupy
+        from safemon.kernels.model_gpu import device_digests
+
+        cp = import_cupy()
+        t0 = time.perf_counter()
+        with self._stream:
+            x = cp.empty((work.x_rows, work.x_cols), dtype=cp.float32)
+            try:
+                self._imports.read(work.x_ipc, x, self._stream)
+            except DeviceInputError as exc:
+                meta["ok"] = True
+                meta["input_error"] = str(exc)[:400]
+                return ()
+            if model:
+                spec, biases = msg.arrays
+                shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
+                res = run_model(decode_model(spec, biases, shapes), self._weights, x,
+                                self.chan.variant, "cupy", self._model_fault)
+                out = res.out
+                (x_digest,) = device_digests([x])
+                digests = [*res.digest_frame().tolist(), x_digest]
+            else:
+                wid = getattr(work, "weight_id", None)
+                if not isinstance(wid, str) or wid not in self._weights:
+                    raise SafemonError(f"unknown weight id {wid!r}")
+                weight = self._weights[wid]
+                variant = self.chan.variant.to_variant(work.x_rows, int(weight.shape[1]))
+                r = run_variant(x, weight, variant, "cupy")
+                self._model_fault(0, r.c, r.es)  # injected data faults, as on the host path
+                out = r.c
+                digests = device_digests([r.c, r.es, x])
+                meta["variant"] = variant.name
+            try:
+                self._imports.write(work.out_ipc, work.out_offset, out, self._stream)
+            except DeviceInputError as exc:
+                meta["ok"] = True
+                meta["input_error"] = str(exc)[:400]
+                return ()
+            self._stream.synchronize()  # the slot holds the output before the answer leaves
+        meta["kernel_seconds"] = time.perf_counter() - t0
+        meta["ok"] = True
+        return (np.array(digests, dtype=np.uint64),)
 
     def _run_model(self, msg: Message, meta: dict[str, Any]
                    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint64]]:

@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--runtime", action="store_true",
                    help="device-resident (CuPy) requests and whole-model requests per channel "
                         "placement, with in-process baselines (safemon.bench.runtime)")
+    v.add_argument("--paths", default="cuda-ipc,host",
+                   help="--runtime: comma list of cuda-ipc (the client's CUDA IPC buffers, "
+                        "digests over ZeroMQ), host (arrays through host memory)")
     v.add_argument("--placements", default="process,stream",
                    help="--runtime: comma list of process, stream (default: %(default)s)")
     v.add_argument("--model", default="64x4096x4",
@@ -87,6 +90,7 @@ def _runtime(args: argparse.Namespace) -> int:
         ev = run_runtime_bench(
             sizes=sizes, model=ModelShape(batch, hidden, layers),
             placements=[p.strip() for p in args.placements.split(",") if p.strip()],
+            paths=[p.strip() for p in args.paths.split(",") if p.strip()],
             warmup=args.warmup, model_requests=args.model_requests,
             progress=lambda s: print(f"bench vote --runtime: {s}", file=sys.stderr, flush=True))
     except (ValueError, BackendUnavailableError) as exc:

@@ -38,6 +38,7 @@ from safemon.patterns import voter as vot
 from safemon.runtime import effects as fx
 from safemon.runtime import stimuli as st
 from safemon.runtime.control import ControlCommands
+from safemon.runtime.device_requests import DeviceIo, DeviceRequests, device_io_of
 from safemon.runtime.models import ModelRequests
 from safemon.runtime.support import (
     GoldenPatternLike,
@@ -56,7 +57,7 @@ from safemon.weight_id import weight_id_of
 __all__ = ["RuntimeCore"]
 
 
-class RuntimeCore(ModelRequests, ControlCommands):
+class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
     """The daemon's decisions (see the module docstring). Not thread-safe: the shell's loop
     thread calls `handle`; other threads may only read (`status`-style accessors).
 
@@ -96,6 +97,7 @@ class RuntimeCore(ModelRequests, ControlCommands):
         #: budget (the voter's deadline) is separate and never shorter than the config says.
         self._client_deadlines: list[tuple[float, int]] = []
         self._init_models()
+        self._init_device()
 
     # ================================================================== dispatch
 
@@ -251,15 +253,23 @@ class RuntimeCore(ModelRequests, ControlCommands):
                 request: msgs.MatmulRequest | msgs.ModelRequest, now: float) -> None:
         model = self.models.get(request.model_id) if isinstance(request, msgs.ModelRequest) else None
         wid = model.model_id if model is not None else str(getattr(request, "weight_id", ""))
-        x = np.ascontiguousarray(msg.arrays[0])
-        m, k = x.shape
+        io = self._device_io(request)
+        assert not isinstance(io, str)  # _validate_request refused it
+        x = None if io is not None else np.ascontiguousarray(msg.arrays[0])
+        m, k = (io.rows, io.cols) if io is not None else x.shape  # type: ignore[union-attr]
         n = model.max_dim if model is not None else self.weights[wid].shape[1]
         safe = self.controller.mode is Mode.SAFE
         policy = self.controller.policy
         voters = tuple(self.config.channel_names[: policy.channels]) if safe else self.controller.voting
         queued_s = max((self._queued_s(ch, now) for ch in voters), default=0.0)
-        refusal = admission.check_request(self.config, x.shape, n, self.voter.open_requests,
+        refusal = admission.check_request(self.config, (m, k), n, self.voter.open_requests,
                                           queued_s)
+        if refusal is None and io is not None and not safe and policy is Policy.ONE_OO_ONE_D:
+            # 1oo1D checks C against x and W on the host: it needs the bytes.
+            refusal = admission.Refusal(
+                "DeviceInputError", "device-resident requests need two or more voting "
+                "channels (1oo1D checks C against x on the host): send x as a frame",
+                "invalid_input")
         if refusal is None and model is not None and not safe and policy is Policy.ONE_OO_ONE_D:
             # 1oo1D's per-request check is the host ABFT test of C against x and W, which a
             # model's intermediate layers never reach: no trustworthy model output exists.
@@ -290,21 +300,25 @@ class RuntimeCore(ModelRequests, ControlCommands):
             self._queued[ch][seq] = (cost_s, now + budget_s)
         incs = {ch: self.processes.incarnation(ch) for ch in voters}
         self._live[seq] = Live(identity, msg.seq, now, x, wid, policy, incarnations=incs,
-                               model=model)
+                               model=model, device=io)
+        if io is not None:
+            self._remember_device(seq, self._live[seq])
         self._sent_to[seq] = (now + budget_s, incs)
         if client_s < budget_s:
             heapq.heappush(self._client_deadlines, (now + client_s, seq))
         self._voter(vot.Submit(seq, now, now + budget_s, voters, policy))
         if seq in self._live:
             for ch in voters:
+                where = {} if io is None else self._device_work_meta(io, ch)
+                x_frames = () if x is None else (x,)
                 if model is not None:
                     self._send(ch, Kind.REQUEST, seq, msgs.ModelWork(
-                        model_id=wid, deadline_ms=budget_s * 1000.0).to_meta(),
-                        (x, model.spec, model.biases), busy_until=now + budget_s)
+                        model_id=wid, deadline_ms=budget_s * 1000.0, **where).to_meta(),
+                        (*x_frames, model.spec, model.biases), busy_until=now + budget_s)
                     continue
                 self._send(ch, Kind.REQUEST, seq, msgs.WorkRequest(
-                    job="live", weight_id=wid, deadline_ms=budget_s * 1000.0).to_meta(), (x,),
-                    busy_until=now + budget_s)
+                    job="live", weight_id=wid, deadline_ms=budget_s * 1000.0, **where
+                    ).to_meta(), x_frames, busy_until=now + budget_s)
 
     def _queued_s(self, ch: str, now: float) -> float:
         """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
@@ -326,11 +340,27 @@ class RuntimeCore(ModelRequests, ControlCommands):
             for seq in [s for s, (_c, d) in q.items() if d < now]:
                 del q[seq]
 
+    def _device_io(self, request: msgs.MatmulRequest | msgs.ModelRequest) -> DeviceIo | str | None:
+        """The request's device buffers (None: x travels as a frame; a text: what is wrong
+        with them). The request's weight or model must be registered."""
+        model = self.models.get(request.model_id) if isinstance(request, msgs.ModelRequest) else None
+        if model is not None:
+            n_out = model.n_out
+        else:
+            n_out = int(self.weights[str(getattr(request, "weight_id", ""))].shape[1])
+        return device_io_of(request, n_out, len(self.config.channel_names))
+
     def _validate_request(self, request: msgs.MatmulRequest | msgs.ModelRequest,
                           msg: Message) -> tuple[str, str] | None:
-        if len(msg.arrays) != 1:
+        device = any(v is not None for v in (request.x_ipc, request.x_rows, request.x_cols,
+                                             request.x_digest, request.out_ipc,
+                                             request.out_slot_bytes))
+        if device and msg.arrays:
+            return ("InvalidInputError",
+                    f"a device-resident request carries no frame, got {len(msg.arrays)}")
+        if not device and len(msg.arrays) != 1:
             return "InvalidInputError", f"a request carries one array x, got {len(msg.arrays)}"
-        x = msg.arrays[0]
+        x = msg.arrays[0] if not device else None
         if isinstance(request, msgs.ModelRequest):
             model = self.models.get(request.model_id)
             if model is None:
@@ -342,6 +372,15 @@ class RuntimeCore(ModelRequests, ControlCommands):
                 return ("UnknownWeightError",
                         f"weight id {quote(request.weight_id)} is not registered with this daemon")
             k_in = self.weights[request.weight_id].shape[0]
+        if x is None:
+            io = self._device_io(request)
+            if isinstance(io, str):
+                return "InvalidInputError", io
+            assert io is not None
+            if io.cols != k_in:
+                return ("InvalidInputError", f"x is ({io.rows}, {io.cols}), the input needs "
+                        f"{k_in} columns: inner dimensions differ")
+            return None
         if x.dtype != np.float32 or x.ndim != 2 or x.size == 0:
             return "InvalidInputError", f"x must be a non-empty 2-D float32 array, got {x.dtype} {x.shape}"
         if x.shape[1] != k_in:
@@ -488,6 +527,9 @@ class RuntimeCore(ModelRequests, ControlCommands):
         elif isinstance(m, msgs.ScrubReport):
             if m.corrected >= 0 and m.uncorrectable >= 0 and name in self.scheduler.channels:
                 self._sched(sch.ScrubDone(name, m.corrected, m.uncorrectable, now))
+        elif (isinstance(m, msgs.Result) and m.job in ("live", "model")
+              and (live := self.device_request(msg.seq)) is not None):
+            self._on_device_result(name, msg, m, live, now)
         elif isinstance(m, msgs.Result) and m.job == "model":
             self._on_model_result(name, msg, now)
         elif isinstance(m, msgs.Result):
@@ -537,6 +579,7 @@ class RuntimeCore(ModelRequests, ControlCommands):
         live = self._live.get(msg.seq)
         error_text = m.error or "result without C and ES"
         if (ok and c is not None and live is not None and live.policy is Policy.ONE_OO_ONE_D
+                and live.x is not None
                 and not abft_passes(live.x, self.weights[live.weight_id], c)):
             ok, error_text = False, "channel_error: C failed the per-request checksum test"
         if ok and c is not None and es is not None:

@@ -82,13 +82,18 @@ class ModelRequests(Roles):
             live.results[name] = msg.arrays[0]
             if isinstance(ks, float) and ks >= 0:
                 live.kernel_seconds[name] = ks
-        self._model_digests.setdefault(msg.seq, {})[name] = tuple(int(d) for d in digests)
-        while len(self._model_digests) > MODEL_DIGESTS_KEPT:
-            self._model_digests.popitem(last=False)
+        self._keep_model_digests(msg.seq, name, tuple(int(d) for d in digests))
         out = msg.arrays[0]
         c_digest = f"{out.dtype.str}{out.shape}".encode() + digests[:1].tobytes()
         self._voter(vot.ChannelResult(msg.seq, name, now, True, c_digest, digests[1:].tobytes(),
                                       str(msg.meta.get("variant", ""))))
+
+    def _keep_model_digests(self, seq: int, name: str, frame: tuple[int, ...]) -> None:
+        """Keep `name`'s digest frame of model request `seq` (the newest
+        `MODEL_DIGESTS_KEPT` requests' frames are kept) to name a diverging layer."""
+        self._model_digests.setdefault(seq, {})[name] = frame
+        while len(self._model_digests) > MODEL_DIGESTS_KEPT:
+            self._model_digests.popitem(last=False)
 
     def _layer_note(self, seq: int) -> str:
         """", first diverging layer i" when two channels' per-layer digests of request `seq`

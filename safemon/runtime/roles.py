@@ -144,6 +144,9 @@ class Roles:
     def _release_ok(self, seq: int, live: Live, agreed: Sequence[str], channel: str) -> bool:
         return True
 
+    def _release_device(self, d: vot.Release, live: Live, now: float) -> None:  # pragma: no cover
+        raise NotImplementedError  # RuntimeCore's DeviceRequests base implements it
+
     # ------------------------------------------------------------ voter
 
     def _voter(self, event: vot.Event) -> None:
@@ -182,6 +185,9 @@ class Roles:
     def _released(self, d: vot.Release, now: float) -> None:
         live = self._live.pop(d.req_id, None)
         if live is None:
+            return
+        if live.device is not None:
+            self._release_device(d, live, now)
             return
         c = live.results[d.channel]
         if not self._release_ok(d.req_id, live, d.agreed, d.channel):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +19,9 @@ from safemon.model_registry import RegisteredModel
 from safemon.patterns import scheduler as sch
 from safemon.patterns.controller import FaultKind
 from safemon.states import Policy
+
+if TYPE_CHECKING:
+    from safemon.runtime.device_requests import DeviceIo
 
 __all__ = [
     "FAIL_ERRORS",
@@ -112,7 +115,8 @@ class Live:
     identity: bytes
     client_seq: int
     submitted: float
-    x: npt.NDArray[np.float32]
+    #: x as received; None for a device-resident request (x stays in the client's buffer)
+    x: npt.NDArray[np.float32] | None
     weight_id: str
     policy: Policy
     #: per voting channel, the incarnation the work was sent to: a fresh incarnation is
@@ -122,6 +126,8 @@ class Live:
     kernel_seconds: dict[str, float] = field(default_factory=dict)
     #: a whole-model request's model (None: a matmul request on `weight_id`)
     model: RegisteredModel | None = None
+    #: a device-resident request's buffers and answers (None: x and C travel as frames)
+    device: DeviceIo | None = None
 
 
 @dataclass

@@ -182,6 +182,16 @@ class MatmulRequest(Schema):
     ROUTE = "client → daemon (ingress)"
     weight_id: str
     deadline_ms: float | None = None
+    #: A device-resident request (docs/PROTOCOL.md section 11) sends no frame: x is in
+    #: the client's exported input buffer `x_ipc` (x_rows × x_cols float32, digest
+    #: `x_digest`), and every channel writes its output into slot i of `out_ipc`
+    #: (`out_slot_bytes` each, i the channel's position in the deployment).
+    x_ipc: str | None = None
+    x_rows: int | None = None
+    x_cols: int | None = None
+    x_digest: str | None = None
+    out_ipc: str | None = None
+    out_slot_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -206,11 +216,22 @@ class ModelRequest(Schema):
     ROUTE = "client → daemon (ingress)"
     model_id: str
     deadline_ms: float | None = None
+    #: A device-resident request (docs/PROTOCOL.md section 11) sends no frame: x is in
+    #: the client's exported input buffer `x_ipc` (x_rows × x_cols float32, digest
+    #: `x_digest`), and every channel writes its output into slot i of `out_ipc`
+    #: (`out_slot_bytes` each, i the channel's position in the deployment).
+    x_ipc: str | None = None
+    x_rows: int | None = None
+    x_cols: int | None = None
+    x_digest: str | None = None
+    out_ipc: str | None = None
+    out_slot_bytes: int | None = None
 
 
 @dataclass(frozen=True)
 class Released(Schema):
-    """One frame: the released C (M, N) float32."""
+    """One frame: the released C (M, N) float32. A device-resident request gets no frame:
+    `slot` names the output slot to take and `digest` the voted digest of its bytes."""
 
     KIND = Kind.REPLY
     ROUTE = "daemon → client"
@@ -218,6 +239,8 @@ class Released(Schema):
     outcome: str
     kernel_seconds: float | None = None
     vote_seconds: float | None = None
+    slot: int | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -267,6 +290,13 @@ class WorkRequest(Schema):
     weight_id: str
     deadline_ms: float
     test_id: int | None = None
+    #: Device-resident work: read x from `x_ipc`, write the output at byte `out_offset`
+    #: of `out_ipc`, answer digests only (docs/PROTOCOL.md section 11).
+    x_ipc: str | None = None
+    x_rows: int | None = None
+    x_cols: int | None = None
+    out_ipc: str | None = None
+    out_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +309,13 @@ class ModelWork(Schema):
     ROUTE = "daemon → channel"
     model_id: str
     deadline_ms: float
+    #: Device-resident work: read x from `x_ipc`, write the output at byte `out_offset`
+    #: of `out_ipc`, answer digests only (docs/PROTOCOL.md section 11).
+    x_ipc: str | None = None
+    x_rows: int | None = None
+    x_cols: int | None = None
+    out_ipc: str | None = None
+    out_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -320,7 +357,9 @@ class Heartbeat(Schema):
 @dataclass(frozen=True)
 class Result(Schema):
     """C, then ES; a GPU self-test adds the SM id of every block (uint32) and `sm_count`.
-    `ok=False` carries `error` and no frames."""
+    `ok=False` carries `error` and no frames. Device-resident work answers one uint64
+    frame of digests (docs/PROTOCOL.md section 11), or `input_error` and no frame when the
+    client's buffers could not be read (voted on like a result, never a channel fault)."""
 
     KIND = Kind.RESULT
     ROUTE = "channel → daemon"
@@ -331,6 +370,7 @@ class Result(Schema):
     test_id: int | None = None
     sm_count: int | None = None
     error: str | None = None
+    input_error: str | None = None
 
 
 @dataclass(frozen=True)

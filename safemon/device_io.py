@@ -1,0 +1,320 @@
+"""Device-resident requests: the CUDA IPC buffers between an app and its channels.
+
+On one host, a request whose x is a CUDA array need not cross host memory
+(docs/PROTOCOL.md section 11). The *client* owns two buffers per CUDA device, allocated
+with cudaMalloc and exported with cudaIpcGetMemHandle (`ExchangeBuffers`):
+
+- the **input** buffer: x is copied into it (device to device, on the caller's stream)
+  before each request, and its safemon-digest64 (`safemon.digest`) travels in the request;
+- the **output** buffer: one slot per configured channel; channel i writes its C (or a
+  model's output) into slot i and answers with digests only.
+
+The reply names the released channel's slot and the voted C digest; the client digests
+that slot on its own device and returns a copy only if the two agree, so the bytes the app
+gets are the bytes the channels voted on, whatever happened between them.
+
+A *channel* opens each handle once (`ImportedBuffers`: cudaIpcOpenMemHandle with lazy peer
+access, so a channel on another GPU reads and writes over NVLink or PCIe) and keeps at
+most `IMPORT_CAPACITY` open, closing the least recently used and any left unused for
+`IMPORT_IDLE_S`. Every copy is checked against the imported allocation's own size
+(cuMemGetAddressRange) first, so a foreign, stale or undersized handle is a
+`DeviceInputError`, never an out-of-bounds access.
+
+Why client-owned buffers (DESIGN.md planned a daemon-owned pool): the daemon then needs no
+CUDA context of its own (process channels keep the GPU work out of the voter's process),
+and a client that dies takes its allocations with it; what a channel still maps is closed
+within `IMPORT_IDLE_S` or at the next eviction, so a dead client's memory is held by at most
+`IMPORT_CAPACITY` imports per channel, for a bounded time.
+
+CuPy is imported lazily: nothing here runs on a host without a GPU.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from safemon.digest import DIGEST_NAME
+from safemon.errors import DeviceInputError, DisagreementError
+
+__all__ = [
+    "HANDLE_HEX_CHARS",
+    "IMPORT_CAPACITY",
+    "IMPORT_IDLE_S",
+    "ExchangeBuffers",
+    "ImportedBuffers",
+    "StagedRequest",
+    "digest_hex",
+    "parse_digest",
+]
+
+HANDLE_HEX_CHARS = 128
+"""A cudaIpcMemHandle_t is 64 bytes; it travels as 128 lower-case hex characters."""
+
+IMPORT_CAPACITY = 8
+"""Handles a channel keeps open at once (least recently used closed first)."""
+
+IMPORT_IDLE_S = 30.0
+"""A channel closes a handle no request has used for this long (seconds)."""
+
+_MIN_BUFFER_BYTES = 1 << 20
+_CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction (and device) from the pointers (UVA)
+
+
+def digest_hex(value: int) -> str:
+    """A 64-bit digest as the 16 hex characters that travel in meta."""
+    return f"{value & (2**64 - 1):016x}"
+
+
+def parse_digest(text: object) -> int | None:
+    """The digest in `text` (16 hex characters), or None if it is not one."""
+    if not isinstance(text, str) or len(text) != 16:
+        return None
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
+
+
+def valid_handle(text: object) -> bool:
+    """Whether `text` has the form of an exported handle (128 hex characters)."""
+    if not isinstance(text, str) or len(text) != HANDLE_HEX_CHARS:
+        return False
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _cupy() -> Any:
+    from safemon.kernels.compiler import import_cupy
+
+    return import_cupy()
+
+
+# ---------------------------------------------------------------- client side
+
+
+@dataclass(frozen=True)
+class StagedRequest:
+    """What a device-resident request carries (docs/PROTOCOL.md section 11)."""
+
+    x_ipc: str
+    x_rows: int
+    x_cols: int
+    x_digest: str
+    out_ipc: str
+    out_slot_bytes: int
+
+    def meta(self) -> dict[str, str | int]:
+        """The request meta keys of this staging."""
+        return {"x_ipc": self.x_ipc, "x_rows": self.x_rows, "x_cols": self.x_cols,
+                "x_digest": self.x_digest, "out_ipc": self.out_ipc,
+                "out_slot_bytes": self.out_slot_bytes}
+
+
+@dataclass
+class _Exported:
+    memory: Any  # cupy.cuda.Memory: its own cudaMalloc, so its pointer is the handle's base
+    handle: str
+
+
+class ExchangeBuffers:
+    """The client's exported input and output buffers, one pair per CUDA device. Not
+    thread-safe (one per `Client`). Buffers grow (a new allocation and handle) when a request
+    needs more; they are never shrunk while the client lives.
+
+    Args:
+        slots: output slots per request (the deployment's channel count).
+    """
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.slots = slots
+        self._inputs: dict[int, _Exported] = {}
+        self._outputs: dict[int, _Exported] = {}
+
+    def _buffer(self, table: dict[int, _Exported], device: int, nbytes: int) -> _Exported:
+        cp = _cupy()
+        buf = table.get(device)
+        if buf is None or buf.memory.size < nbytes:
+            size = max(_MIN_BUFFER_BYTES, 1 << (nbytes - 1).bit_length())
+            with cp.cuda.Device(device):
+                memory = cp.cuda.Memory(size)
+                handle = bytes(cp.cuda.runtime.ipcGetMemHandle(memory.ptr)).hex()
+            buf = table[device] = _Exported(memory, handle)
+        return buf
+
+    def stage(self, x: Any, out_cols: int, stream: Any = None) -> StagedRequest:
+        """Copy `x` (a C-contiguous float32 CuPy array, already checked) into the input
+        buffer of its device and reserve output slots of (rows, `out_cols`) float32.
+
+        Raises:
+            InvalidInputError: x holds NaN or infinity (checked on the device).
+        """
+        from safemon.errors import InvalidInputError
+        from safemon.kernels.model_gpu import device_digests
+
+        cp = _cupy()
+        device = int(x.device.id)
+        rows, cols = (int(d) for d in x.shape)
+        slot_bytes = rows * int(out_cols) * 4
+        inp = self._buffer(self._inputs, device, int(x.nbytes))
+        out = self._buffer(self._outputs, device, slot_bytes * self.slots)
+        with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
+            staged = cp.ndarray(x.shape, cp.float32, cp.cuda.MemoryPointer(inp.memory, 0))
+            staged[...] = x
+            finite = cp.isfinite(staged).all()
+            (digest,) = device_digests([staged])  # synchronises the stream: x is in place
+            if not bool(finite):
+                raise InvalidInputError("x contains NaN or infinity")
+        return StagedRequest(inp.handle, rows, cols, digest_hex(digest), out.handle, slot_bytes)
+
+    def take(self, device: int, staged: StagedRequest, slot: int, digest: str,
+             stream: Any = None) -> Any:
+        """A new CuPy array holding output slot `slot`, once its digest on the device equals
+        the voted `digest`.
+
+        Raises:
+            DisagreementError: the slot's bytes are not the ones the channels voted on
+                (nothing is returned).
+        """
+        from safemon.kernels.model_gpu import device_digests
+
+        cp = _cupy()
+        if not 0 <= slot < self.slots:
+            raise DisagreementError(f"the daemon released slot {slot} of {self.slots}")
+        out = self._outputs[device]
+        rows = staged.x_rows
+        cols = staged.out_slot_bytes // (4 * rows)
+        with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
+            view = cp.ndarray((rows, cols), cp.float32,
+                              cp.cuda.MemoryPointer(out.memory, slot * staged.out_slot_bytes))
+            result = view.copy()
+            (got,) = device_digests([result])
+        if digest_hex(got) != digest:
+            raise DisagreementError(
+                f"the released output in slot {slot} does not match the voted {DIGEST_NAME} "
+                f"({digest_hex(got)} against {digest}): nothing released")
+        return result
+
+
+# ---------------------------------------------------------------- channel side
+
+
+@dataclass
+class _Import:
+    pointer: int
+    size: int
+    used: float
+
+
+def _allocation_size(pointer: int) -> int:
+    """The size of the allocation `pointer` starts (cuMemGetAddressRange), in bytes."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    base = ctypes.c_uint64()
+    size = ctypes.c_size_t()
+    get = getattr(lib, "cuMemGetAddressRange_v2", None) or lib.cuMemGetAddressRange
+    rc = int(get(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(pointer)))
+    if rc != 0:
+        raise DeviceInputError(f"cuMemGetAddressRange of an imported buffer returned {rc}")
+    return int(size.value) - (pointer - int(base.value))
+
+
+class ImportedBuffers:
+    """A channel's open CUDA IPC imports, keyed by handle. Not thread-safe (the channel's
+    loop owns it).
+
+    Args:
+        capacity: imports kept open at once.
+        idle_s: `close_idle` closes imports unused this long.
+        clock: monotonic seconds (injected for tests).
+    """
+
+    def __init__(self, capacity: int = IMPORT_CAPACITY, idle_s: float = IMPORT_IDLE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.capacity = capacity
+        self.idle_s = idle_s
+        self._clock = clock
+        self._open: collections.OrderedDict[str, _Import] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def _get(self, handle: str) -> _Import:
+        found = self._open.get(handle)
+        if found is not None:
+            self._open.move_to_end(handle)
+            found.used = self._clock()
+            return found
+        if not valid_handle(handle):
+            raise DeviceInputError("not a CUDA IPC handle (128 hex characters)")
+        cp = _cupy()
+        rt = cp.cuda.runtime
+        try:
+            pointer = int(rt.ipcOpenMemHandle(bytes.fromhex(handle),
+                                              getattr(rt, "cudaIpcMemLazyEnablePeerAccess", 1)))
+        except cp.cuda.runtime.CUDARuntimeError as exc:
+            raise DeviceInputError(f"cannot open the CUDA IPC handle: {exc}") from None
+        try:
+            size = _allocation_size(pointer)
+        except DeviceInputError:
+            rt.ipcCloseMemHandle(pointer)
+            raise
+        while len(self._open) >= self.capacity:
+            self._close(next(iter(self._open)))
+        entry = self._open[handle] = _Import(pointer, size, self._clock())
+        return entry
+
+    def _close(self, handle: str) -> None:
+        entry = self._open.pop(handle)
+        _cupy().cuda.runtime.ipcCloseMemHandle(entry.pointer)
+
+    def read(self, handle: str, into: Any, stream: Any) -> None:
+        """Copy the first `into.nbytes` bytes of the buffer `handle` into the CuPy array
+        `into`, ordered on `stream` (not waited for).
+
+        Raises:
+            DeviceInputError: the handle cannot be opened or its buffer is too small.
+        """
+        entry = self._get(handle)
+        if into.nbytes > entry.size:
+            raise DeviceInputError(
+                f"the input buffer holds {entry.size} bytes; x needs {into.nbytes}")
+        _cupy().cuda.runtime.memcpyAsync(into.data.ptr, entry.pointer, into.nbytes,
+                                         _CUDA_MEMCPY_DEFAULT, stream.ptr)
+
+    def write(self, handle: str, offset: int, source: Any, stream: Any) -> None:
+        """Copy the CuPy array `source` to byte `offset` of the buffer `handle`, ordered on
+        `stream` (not waited for).
+
+        Raises:
+            DeviceInputError: the handle cannot be opened or the slot lies outside it.
+        """
+        entry = self._get(handle)
+        if offset < 0 or offset + source.nbytes > entry.size:
+            raise DeviceInputError(
+                f"output slot [{offset}, {offset + source.nbytes}) lies outside the "
+                f"{entry.size}-byte output buffer")
+        _cupy().cuda.runtime.memcpyAsync(entry.pointer + offset, source.data.ptr,
+                                         source.nbytes, _CUDA_MEMCPY_DEFAULT, stream.ptr)
+
+    def close_idle(self) -> int:
+        """Close every import unused for `idle_s`; returns how many were closed."""
+        horizon = self._clock() - self.idle_s
+        stale = [h for h, e in self._open.items() if e.used < horizon]
+        for h in stale:
+            self._close(h)
+        return len(stale)
+
+    def close_all(self) -> None:
+        """Close every import (the channel is leaving)."""
+        for h in list(self._open):
+            self._close(h)

@@ -1,0 +1,171 @@
+"""Device-resident requests through a real daemon on a GPU (docs/PROTOCOL.md section 11):
+x and the outputs move through the client's CUDA IPC buffers, only digests cross ZeroMQ,
+and every released output is bit-exact with the NumPy reference. Channels run as separate
+processes (CUDA IPC handles cannot be opened by the process that exported them)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from safemon.errors import InvalidInputError
+from safemon.models import Layer, reference_forward
+from safemon.transport import messages as msgs
+from safemon.transport.wire import Kind
+from tests.runtime.helpers import make_config, reference, same_bits, system, wait_for
+
+pytestmark = pytest.mark.gpu
+
+GENEROUS = {"request_deadline_s": 10.0, "dti_s": 5.0, "selftest_deadline_s": 4.5,
+            "ftti_s": 20.0, "heartbeat_timeout_s": 5.0, "heartbeat_interval_s": 0.1}
+
+
+def _cp() -> Any:
+    import cupy
+
+    return cupy
+
+
+def _config(tmp_path: Path, placement: str = "process", injection: bool = False) -> Any:
+    return make_config(tmp_path, "2oo3", placement=placement, transport="ipc",
+                       extra={"backend": "cupy", "timing": GENEROUS}, injection=injection)
+
+
+def _operands(m: int = 64, k: int = 96, n: int = 40, seed: int = 3) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k)).astype(np.float32),
+            rng.standard_normal((k, n)).astype(np.float32),
+            rng.standard_normal((n, 24)).astype(np.float32),
+            rng.standard_normal(n).astype(np.float32))
+
+
+def test_cupy_and_torch_requests_go_through_the_ipc_buffers_bit_exact(tmp_path: Path) -> None:
+    """matmul and a two-layer model with CuPy x (and torch x where torch is installed) use
+    the device path and release the reference's bits; repeated requests reuse the buffers."""
+    cp = _cp()
+    cfg = _config(tmp_path)
+    x, w1, w2, b1 = _operands()
+    with system(cfg) as (_daemon, client):
+        wid1, wid2 = client.register_weight(w1), client.register_weight(w2)
+        for _ in range(3):
+            got = client.matmul(cp.asarray(x), wid1, timeout=10.0)
+            assert client.last_request_device, client.device_io_off_reason
+            assert isinstance(got, cp.ndarray) and same_bits(got.get(), reference(x, w1, cfg))
+        layers = [Layer(wid1, b1, "gelu"), Layer(wid2)]
+        mid = client.register_model(layers)
+        out = client.run(mid, cp.asarray(x), timeout=10.0)
+        assert client.last_request_device
+        assert same_bits(out.get(), reference_forward([w1, w2], layers, x))
+        bigger = np.concatenate([x] * 40)  # 2560 rows: the buffers grow (new handles)
+        got = client.matmul(cp.asarray(bigger), wid1, timeout=10.0)
+        assert client.last_request_device and same_bits(got.get(), reference(bigger, w1, cfg))
+        torch = pytest.importorskip("torch")
+        t = client.run(mid, torch.from_numpy(x).to("cuda:0"), timeout=10.0)
+        assert client.last_request_device
+        assert isinstance(t, torch.Tensor) and t.device.type == "cuda"
+        assert same_bits(t.cpu().numpy(), out.get())
+
+
+def test_a_faulty_channel_is_outvoted_on_digests(tmp_path: Path) -> None:
+    """A bit flip injected into c1's C: 2oo3 releases the majority's slot, the reference's
+    bits, and c1 is the minority."""
+    cp = _cp()
+    cfg = _config(tmp_path, injection=True)
+    x, w1, _w2, _b1 = _operands(seed=4)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w1)
+        client.inject("c1", "bitflip-c")
+        got = client.matmul(cp.asarray(x), wid, timeout=10.0)
+        assert client.last_request_device and same_bits(got.get(), reference(x, w1, cfg))
+        assert wait_for(lambda: any(f["channel"] == "c1" for f in client.status()["faults"]), 10.0)
+
+
+def test_bad_device_requests_are_refused_and_fault_no_channel(tmp_path: Path) -> None:
+    """A foreign handle (64 random bytes) and an out_slot_bytes larger than the client's
+    buffer: DeviceInputError for the sender, every channel stays UP and the next request is
+    released. A non-finite x is refused in the client before anything is sent."""
+    cp = _cp()
+    cfg = _config(tmp_path)
+    x, w1, _w2, _b1 = _operands(seed=5)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w1)
+        client.matmul(cp.asarray(x), wid, timeout=10.0)  # the client's buffers exist now
+        staged = client._exchange.stage(cp.asarray(x), w1.shape[1])  # type: ignore[union-attr]
+        foreign = dict(staged.meta(), x_ipc=os.urandom(64).hex())
+        too_far = dict(staged.meta(), x_rows=4096)  # 1.5 MiB of x from a 1 MiB buffer
+        too_far["out_slot_bytes"] = too_far["x_rows"] * w1.shape[1] * 4
+        for meta in (foreign, too_far):
+            reply = client._call(client._ingress, Kind.REQUEST,
+                                 msgs.MatmulRequest(weight_id=wid, deadline_ms=5000.0, **meta).to_meta(),
+                                 (), 10.0)
+            assert reply is not None and reply.kind is Kind.ERROR
+            assert reply.meta["error_type"] == "DeviceInputError", reply.meta
+        bad = cp.asarray(x)
+        bad[0, 0] = cp.nan
+        with pytest.raises(InvalidInputError, match="NaN"):
+            client.matmul(bad, wid, timeout=10.0)
+        got = client.matmul(cp.asarray(x), wid, timeout=10.0)
+        assert client.last_request_device and same_bits(got.get(), reference(x, w1, cfg))
+        assert daemon.core is not None and daemon.core.controller.mode.value == "NORMAL"
+
+
+def test_in_one_process_the_client_falls_back_to_host_memory(tmp_path: Path) -> None:
+    """Stream channels live in the client's own process, where its handles cannot be
+    opened: every channel answers input_error alike, the client gets DeviceInputError,
+    resends through host memory (same bits) and keeps device I/O off; no channel fault."""
+    cp = _cp()
+    cfg = _config(tmp_path, placement="stream")
+    x, w1, _w2, _b1 = _operands(seed=6)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w1)
+        got = client.matmul(cp.asarray(x), wid, timeout=10.0)
+        assert same_bits(got.get(), reference(x, w1, cfg))
+        assert not client.last_request_device and not client.device_io
+        assert "could not read" in str(client.device_io_off_reason)
+        assert daemon.core is not None and daemon.core.controller.mode.value == "NORMAL"
+
+
+def test_a_client_killed_mid_request_leaves_the_daemon_serving(tmp_path: Path) -> None:
+    """A second process stages a request over CUDA IPC and dies before the answer: the
+    channels stay UP, nothing leaks into the next client's results, and that client's
+    requests are released bit-exact."""
+    cp = _cp()
+    cfg = _config(tmp_path)
+    x, w1, _w2, _b1 = _operands(seed=7)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w1)
+        path = tmp_path / "w.npy"
+        np.save(path, w1)
+        cfg_json = tmp_path / "config.json"
+        cfg_json.write_text(cfg.model_dump_json())
+        script = textwrap.dedent(f"""
+            import os, numpy as np, cupy as cp
+            from pathlib import Path
+            from safemon.client import Client
+            from safemon.config import Config
+            c = Client(Config.model_validate_json(Path({str(cfg_json)!r}).read_text()))
+            wid = c.register_weight(np.load({str(path)!r}))
+            x = cp.asarray(np.ones((512, {w1.shape[0]}), np.float32))
+            from safemon.device_io import ExchangeBuffers
+            from safemon.transport import messages as msgs
+            from safemon.transport.wire import Kind, encode
+            ex = ExchangeBuffers(3)
+            st = ex.stage(x, {w1.shape[1]})
+            meta = msgs.MatmulRequest(weight_id=wid, deadline_ms=5000.0, **st.meta()).to_meta()
+            c._ingress.send_multipart(encode(Kind.REQUEST, epoch=0, seq=1, channel="", meta=meta))
+            os._exit(9)
+        """)
+        done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
+                              timeout=120, capture_output=True, text=True)
+        assert done.returncode == 9, done.stderr[-2000:]
+        for _ in range(3):
+            got = client.matmul(cp.asarray(x), wid, timeout=10.0)
+            assert client.last_request_device and same_bits(got.get(), reference(x, w1, cfg))
+        assert daemon.core is not None and daemon.core.controller.mode.value == "NORMAL"

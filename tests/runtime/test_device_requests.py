@@ -1,0 +1,246 @@
+"""Device-resident requests in the sans-IO core (docs/PROTOCOL.md section 11): what is sent
+to each channel, the digest vote, the slot release, and the answers that refuse a request
+without blaming a channel. No GPU: the channels' digest frames are computed here with the
+NumPy reference (`safemon.digest.digest64`), as a CuPy channel computes them on its device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from safemon.device_io import digest_hex
+from safemon.digest import digest64
+from safemon.kernels.api import run_variant
+from safemon.models import Layer, encode_model, run_model
+from safemon.runtime import effects as fx
+from safemon.runtime import stimuli as st
+from safemon.runtime.core import RuntimeCore
+from safemon.states import ChannelState, Mode
+from safemon.transport.wire import Kind
+from tests.runtime.helpers import operands
+from tests.runtime.test_core import Clock, Processes, _core, _form, _msg, _of
+
+X_IPC = "ab" * 64
+OUT_IPC = "cd" * 64
+
+
+def _registered(tmp_path: Path, policy: str = "2oo3") -> tuple[RuntimeCore, Processes, Clock, Any, str,
+                                                               npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    core, procs, clock, cfg = _core(tmp_path, policy)
+    _form(core, procs, clock)
+    x, w = operands(11)
+    reg = core.handle(st.IngressMessage(b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w,)),
+                                        clock(), "reg"))
+    wid = ""
+    for send in _of(reg, fx.SendToChannel):
+        wid = str(send.meta["args"])
+        ack = _msg(Kind.EVENT, 2, {"event": "weight", "weight_id": wid, "ok": True}, channel=send.channel)
+        core.handle(st.ChannelMessage(send.channel, ack, clock(), "ack"))
+    return core, procs, clock, cfg, wid, x, w
+
+
+def _device_meta(wid: str, x: npt.NDArray[np.float32], n_out: int, **over: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"weight_id": wid, "x_ipc": X_IPC, "x_rows": x.shape[0],
+                            "x_cols": x.shape[1], "x_digest": digest_hex(digest64(x)),
+                            "out_ipc": OUT_IPC, "out_slot_bytes": x.shape[0] * n_out * 4}
+    meta.update(over)
+    return meta
+
+
+def _frame(x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], cfg: Any,
+           flip: bool = False) -> npt.NDArray[np.uint64]:
+    """What a channel answers: [d(C), d(ES), d(x)] of the variant's product."""
+    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1]), "numpy")
+    c = r.c.copy()
+    if flip:
+        c.view(np.uint32)[0, 0] ^= 1 << 20
+    return np.array([digest64(c), digest64(r.es), digest64(x)], dtype=np.uint64)
+
+
+def _answer(core: RuntimeCore, clock: Clock, work: fx.SendToChannel, frame: npt.NDArray[Any] | None,
+            **meta: Any) -> list[fx.Effect]:
+    m: dict[str, Any] = {"ok": True, "job": "live", "variant": "v", "kernel_seconds": 0.001, **meta}
+    arrays = () if frame is None else (frame,)
+    return core.handle(st.ChannelMessage(work.channel, _msg(Kind.RESULT, work.seq, m, arrays, work.channel),
+                                         clock(), f"res-{work.channel}"))
+
+
+def _ask(core: RuntimeCore, clock: Clock, meta: dict[str, Any],
+         arrays: tuple[npt.NDArray[Any], ...] = ()) -> list[fx.Effect]:
+    return core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 9, meta, arrays), clock(), "ask"))
+
+
+def _minority(effects: list[fx.Effect]) -> list[str]:
+    """The channels a `disagreement` log line of `effects` names as the minority."""
+    return [ch for e in _of(effects, fx.Log) if e.event == "disagreement"
+            for ch in e.fields["minority"]]
+
+
+def _work(effects: list[fx.Effect]) -> list[fx.SendToChannel]:
+    return [s for s in _of(effects, fx.SendToChannel) if s.meta.get("job") in ("live", "model")]
+
+
+def test_each_channel_gets_the_handles_and_its_own_slot_and_no_frame(tmp_path: Path) -> None:
+    """2oo3: every voter is told where x is and to write at its own slot's byte offset (its
+    position in the deployment times the slot size); x does not travel."""
+    core, _procs, clock, _cfg, wid, x, w = _registered(tmp_path)
+    sent = _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))
+    slot = x.shape[0] * w.shape[1] * 4
+    assert sorted((s.channel, s.meta["out_offset"]) for s in sent) == [
+        ("c0", 0), ("c1", slot), ("c2", 2 * slot)]
+    assert all(s.arrays == () and s.meta["x_ipc"] == X_IPC and s.meta["out_ipc"] == OUT_IPC
+               and (s.meta["x_rows"], s.meta["x_cols"]) == x.shape for s in sent)
+
+
+def test_agreeing_digests_release_a_slot_and_the_voted_digest_without_bytes(tmp_path: Path) -> None:
+    """Two equal digest frames release: the reply carries no frame, the slot of a channel
+    in the agreeing pair and the C digest they voted on; a bit flip in the third channel's
+    C makes it the minority (a disagreement fault), as with full arrays."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+    good = _frame(x, w, cfg)
+    assert not _of(_answer(core, clock, sent["c0"], good), fx.Reply)
+    [reply] = _of(_answer(core, clock, sent["c1"], good), fx.Reply)
+    assert reply.kind is Kind.REPLY and reply.arrays == () and reply.seq == 9
+    assert reply.meta["slot"] in (0, 1) and reply.meta["digest"] == digest_hex(int(good[0]))
+    late = _answer(core, clock, sent["c2"], _frame(x, w, cfg, flip=True))
+    assert _minority(late) == ["c2"] and not _of(late, fx.Reply)
+
+
+def test_a_late_agreeing_digest_is_not_a_channel_fault(tmp_path: Path) -> None:
+    """The third channel's digests arrive after the release: they reach the voter as
+    digests (not as a malformed result), so an agreeing latecomer stays UP."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+    good = _frame(x, w, cfg)
+    _answer(core, clock, sent["c0"], good)
+    _answer(core, clock, sent["c1"], good)
+    late = _answer(core, clock, sent["c2"], good)
+    assert not _minority(late) and not [e for e in _of(late, fx.Log) if e.level == "error"]
+    assert core.controller.mode is Mode.NORMAL
+    assert all(core.controller.channel_state(c) is ChannelState.UP for c in ("c0", "c1", "c2"))
+
+
+def test_a_channel_that_read_another_x_is_the_minority(tmp_path: Path) -> None:
+    """The x digest is voted with the ES: a channel whose copy of x differs disagrees even
+    when its C happened to agree, and is the 2oo3 minority."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+    good = _frame(x, w, cfg)
+    odd = good.copy()
+    odd[2] ^= np.uint64(1)
+    _answer(core, clock, sent["c0"], odd)
+    _answer(core, clock, sent["c1"], good)
+    done = _answer(core, clock, sent["c2"], good)
+    [reply] = _of(done, fx.Reply)
+    assert reply.meta["outcome"] == "released" and reply.meta["slot"] in (1, 2)
+    assert _minority(done) == ["c0"]
+
+
+def test_an_x_that_changed_before_every_channel_read_it_is_refused_without_a_fault(tmp_path: Path) -> None:
+    """All channels read the same x, but not the one the client digested (the shared buffer
+    changed): DeviceInputError, nothing released, every channel stays UP."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    meta = _device_meta(wid, x, w.shape[1], x_digest=digest_hex(digest64(x) ^ 1))
+    sent = {s.channel: s for s in _work(_ask(core, clock, meta))}
+    good = _frame(x, w, cfg)
+    _answer(core, clock, sent["c0"], good)
+    [reply] = _of(_answer(core, clock, sent["c1"], good), fx.Reply)
+    assert reply.kind is Kind.ERROR and reply.meta["error_type"] == "DeviceInputError"
+    assert "changed" in reply.meta["message"]
+    late = _answer(core, clock, sent["c2"], good)
+    assert not _minority(late) and core.controller.mode is Mode.NORMAL
+
+
+def test_unreadable_buffers_are_voted_on_so_one_bad_handle_faults_nobody(tmp_path: Path) -> None:
+    """Every channel answers input_error (a foreign handle): DeviceInputError, no fault.
+    A channel alone in failing to read them is the minority of a disagreement."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+    _answer(core, clock, sent["c0"], None, input_error="cannot open the CUDA IPC handle")
+    [reply] = _of(_answer(core, clock, sent["c1"], None, input_error="cannot open the CUDA IPC handle"),
+                  fx.Reply)
+    assert reply.meta["error_type"] == "DeviceInputError" and "cannot open" in reply.meta["message"]
+    late = _answer(core, clock, sent["c2"], None, input_error="cannot open the CUDA IPC handle")
+    assert not _minority(late) and core.controller.mode is Mode.NORMAL
+
+    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+    good = _frame(x, w, cfg)
+    _answer(core, clock, sent["c0"], good)
+    _answer(core, clock, sent["c1"], None, input_error="cannot open the CUDA IPC handle")
+    done = _answer(core, clock, sent["c2"], good)
+    [reply] = _of(done, fx.Reply)
+    assert reply.meta["outcome"] == "released" and reply.meta["slot"] in (0, 2)
+    assert _minority(done) == ["c1"]
+
+
+def test_a_malformed_digest_frame_is_a_channel_error(tmp_path: Path) -> None:
+    """ok with two digests instead of three is a failed result: the channel is blamed."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+    good = _frame(x, w, cfg)
+    failed = _answer(core, clock, sent["c0"], good[:2])
+    assert [e for e in _of(failed, fx.Publish)
+            if e.event_type == "fault" and e.payload["channel"] == "c0"
+            and "3 uint64 digests" in e.payload["detail"]]
+
+
+@pytest.mark.parametrize(("over", "frames", "needle"), [
+    ({"out_ipc": None}, (), "needs x_ipc"),
+    ({"x_ipc": "zz" * 64}, (), "CUDA IPC handles"),
+    ({"x_digest": "123"}, (), "16 hex"),
+    ({"out_slot_bytes": 4}, (), "out_slot_bytes"),
+    ({"x_cols": 5}, (), "inner dimensions"),
+    ({}, (np.zeros((8, 16), np.float32),), "no frame"),
+])
+def test_inconsistent_device_fields_are_refused_before_anything_is_sent(
+        tmp_path: Path, over: dict[str, Any], frames: tuple[Any, ...], needle: str) -> None:
+    """Each broken field is an InvalidInputError naming it; no channel hears of it."""
+    core, _procs, clock, _cfg, wid, x, w = _registered(tmp_path)
+    meta = {k: v for k, v in _device_meta(wid, x, w.shape[1], **over).items() if v is not None}
+    effects = _ask(core, clock, meta, frames)
+    [reply] = _of(effects, fx.Reply)
+    assert reply.meta["error_type"] == "InvalidInputError" and needle in reply.meta["message"]
+    assert not _work(effects)
+
+
+def test_1oo1d_refuses_device_requests_it_cannot_check(tmp_path: Path) -> None:
+    """1oo1D checks C against x on the host: a device request is DeviceInputError (the
+    client resends through host memory) and nothing runs."""
+    core, _procs, clock, _cfg, wid, x, w = _registered(tmp_path, "1oo1D")
+    effects = _ask(core, clock, _device_meta(wid, x, w.shape[1]))
+    [reply] = _of(effects, fx.Reply)
+    assert reply.meta["error_type"] == "DeviceInputError" and not _work(effects)
+
+
+def test_a_device_model_request_votes_its_layers_and_names_the_diverging_one(tmp_path: Path) -> None:
+    """A model over device buffers: channels answer the model digest frame plus d(x); a
+    channel whose layer-0 product differs is the minority and the log names layer 0."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    layers = [Layer(wid, None, "identity")]
+    spec, biases = encode_model(layers)
+    reg = core.handle(st.IngressMessage(b"c", _msg(Kind.CONTROL, 3, {"command": "register_model"},
+                                                   (spec, biases)), clock(), "model"))
+    mid = str(_of(reg, fx.Reply)[0].meta["outcome"])
+    meta = {k: v for k, v in _device_meta(wid, x, w.shape[1]).items() if k != "weight_id"}
+    effects = _ask(core, clock, {"job": "model", "model_id": mid, **meta})
+    sent = {s.channel: s for s in _work(effects)}
+    assert all(s.arrays[0].dtype == np.uint8 and len(s.arrays) == 2 for s in sent.values())
+
+    def frame(flip: bool) -> npt.NDArray[np.uint64]:
+        def hook(i: int, c: Any, _es: Any) -> None:
+            if flip and i == 0:
+                c.view(np.uint32)[0, 0] ^= 1 << 20
+        res = run_model(layers, {wid: w}, x, cfg.channels[0].variant, "numpy", hook)
+        return np.append(res.digest_frame(), np.uint64(digest64(x)))
+
+    _answer(core, clock, sent["c0"], frame(False), job="model")
+    [reply] = _of(_answer(core, clock, sent["c1"], frame(False), job="model"), fx.Reply)
+    assert reply.meta["outcome"] == "released" and reply.arrays == ()
+    late = _answer(core, clock, sent["c2"], frame(True), job="model")
+    logs = [e for e in _of(late, fx.Log) if e.event == "disagreement"]
+    assert logs and logs[0].fields["first_diverging_layer"] == "0"
