@@ -40,7 +40,8 @@ import yaml
 from safemon.bench.vote import VoteBenchSize, _bench_config, _stats, running_daemon
 from safemon.errors import SafemonError
 
-__all__ = ["FORMAT", "ModelShape", "run_runtime_bench", "runtime_markdown"]
+__all__ = ["FORMAT", "PATHS", "ModelShape", "channel_variant", "run_runtime_bench",
+           "runtime_markdown"]
 
 FORMAT = "safemon.bench_runtime/2"
 
@@ -75,14 +76,37 @@ def _timed(fn: Callable[[], Any], n: int, warmup: int, sync: Callable[[], None])
     return out
 
 
+def channel_variant(label: str) -> dict[str, Any]:
+    """The `VariantConfig` fields of a label "CHECKSUM/LEVEL/MODE" ("ones/M/fma") or
+    "unprotected/MODE"; "" is the daemon's default variant.
+
+    Raises:
+        ValueError: not of that form.
+    """
+    from safemon.config import VariantConfig
+
+    if not label:
+        return {}
+    parts = label.split("/")
+    if parts[0] == "unprotected" and len(parts) == 2:
+        fields: dict[str, Any] = {"checksum": None, "level": None, "mode": parts[1]}
+    elif len(parts) == 3:
+        fields = {"checksum": parts[0], "level": parts[1], "mode": parts[2]}
+    else:
+        raise ValueError(f"variant {label!r}: expected CHECKSUM/LEVEL/MODE or unprotected/MODE")
+    VariantConfig(**fields)  # ConfigError (a ValueError) for an unknown one
+    return fields
+
+
 def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], model: ModelShape,
-               mops: Any, warmup: int, model_requests: int, say: Progress) -> dict[str, Any]:
+               mops: Any, warmup: int, model_requests: int, say: Progress,
+               variant: dict[str, Any]) -> dict[str, Any]:
     from safemon.config import VariantConfig
     from safemon.kernels.api import run_variant
     from safemon.kernels.model_gpu import launch_epilogue
     from safemon.models import run_model
 
-    vc = VariantConfig()
+    vc = VariantConfig(**variant)
     sync = cp.cuda.get_current_stream().synchronize
     out: dict[str, Any] = {"direct": {}}
     for s in sizes:
@@ -117,7 +141,8 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
 
 def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
                    ops: dict[str, Any], mops: Any, warmup: int, model_requests: int,
-                   fault_requests: int, say: Progress, paths: Sequence[str]) -> dict[str, Any]:
+                   fault_requests: int, say: Progress, paths: Sequence[str],
+                   variant: dict[str, Any]) -> dict[str, Any]:
     import cupy as cp
 
     from safemon.models import Layer
@@ -126,7 +151,8 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
                         or ["16x16x16"])
     cfg["name"] = f"bench-rt-{placement}"
     cfg["endpoints"]["runtime_dir"] = str(work / f"rt-{placement}")
-    cfg["channels"] = [{"name": f"c{i}", "placement": placement} for i in range(3)]
+    cfg["channels"] = [{"name": f"c{i}", "placement": placement, "variant": variant}
+                       for i in range(3)]
     cfg["testing"] = {"fault_injection": True}
     # Item costs at 100 GFLOP/s (the default 0.05 prices a 4096-wide layer at 43 s, so a
     # model request queued behind the slowest channel's previous one would be refused).
@@ -211,7 +237,7 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
                       placements: Sequence[str] = ("process", "stream"), warmup: int = 10,
                       model_requests: int = 30, fault_requests: int = 5,
                       progress: Progress | None = None, work_dir: Path | None = None,
-                      paths: Sequence[str] = PATHS) -> dict[str, Any]:
+                      paths: Sequence[str] = PATHS, variant: str = "") -> dict[str, Any]:
     """Run the benchmark (see the module docstring); returns the evidence dict.
 
     Raises:
@@ -229,6 +255,7 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
     for p in paths:
         if p not in PATHS:
             raise ValueError(f"unknown path {p!r}; known: {', '.join(PATHS)}")
+    fields = channel_variant(variant)
     model = model or ModelShape()
     rng = np.random.default_rng(2026)
     ops = {s.label: (rng.standard_normal((s.m, s.k), dtype=np.float32),
@@ -242,9 +269,10 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
         "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "policy": "2oo3", "transport": "ipc", "model": model.label, "warmup": warmup,
         "paths": list(paths),
+        "variant": variant or "default (ones/I/exact)",
         "mps": "not measured",
     }
-    ev["baselines"] = _baselines(cp, sizes, ops, model, mops, warmup, model_requests, say)
+    ev["baselines"] = _baselines(cp, sizes, ops, model, mops, warmup, model_requests, say, fields)
     ev["placements"] = []
     with tempfile.TemporaryDirectory(prefix="safemon-bench-rt-") as tmp:
         work = Path(work_dir) if work_dir is not None else Path(tmp)
@@ -253,7 +281,7 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
             try:
                 ev["placements"].append(_run_placement(p, work, sizes, ops, mops, warmup,
                                                        model_requests, fault_requests, say,
-                                                       paths))
+                                                       paths, fields))
             except SafemonError as exc:  # recorded, never hidden: the report names it
                 say(f"{p}: failed: {exc}")
                 ev.setdefault("failed", {})[p] = str(exc)
@@ -269,7 +297,8 @@ def _us(v: float) -> str:
 def runtime_markdown(ev: dict[str, Any]) -> str:
     """The evidence as Markdown (µs; ratios against this run's baselines)."""
     b = ev["baselines"]
-    lines = [f"Device {ev['device']}, {ev['when']}, 2oo3 over {ev['transport']}; paths: "
+    lines = [f"Device {ev['device']}, {ev['when']}, 2oo3 over {ev['transport']}, channel "
+             f"variant {ev.get('variant', 'default')}; paths: "
              f"{', '.join(ev['paths'])} (cuda-ipc: x and outputs in the client's CUDA IPC "
              "buffers, digests over ZeroMQ; host: arrays copied through host memory).",
              "", "| placement | path | request | round trip p50 / p99 (µs) | kernel p50 | "

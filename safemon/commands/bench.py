@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--runtime", action="store_true",
                    help="device-resident (CuPy) requests and whole-model requests per channel "
                         "placement, with in-process baselines (safemon.bench.runtime)")
+    v.add_argument("--channel-variant", default="",
+                   help="--runtime: the channels' variant, CHECKSUM/LEVEL/MODE or "
+                        "unprotected/MODE (default: the daemon's, ones/I/exact)")
     v.add_argument("--paths", default="cuda-ipc,host",
                    help="--runtime: comma list of cuda-ipc (the client's CUDA IPC buffers, "
                         "digests over ZeroMQ), host (arrays through host memory)")
@@ -91,6 +94,7 @@ def _runtime(args: argparse.Namespace) -> int:
             sizes=sizes, model=ModelShape(batch, hidden, layers),
             placements=[p.strip() for p in args.placements.split(",") if p.strip()],
             paths=[p.strip() for p in args.paths.split(",") if p.strip()],
+            variant=args.channel_variant,
             warmup=args.warmup, model_requests=args.model_requests,
             progress=lambda s: print(f"bench vote --runtime: {s}", file=sys.stderr, flush=True))
     except (ValueError, BackendUnavailableError) as exc:

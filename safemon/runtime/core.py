@@ -88,6 +88,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         #: per channel, live work sent and not answered: seq -> (item cost s, budget end).
         self._queued: dict[str, dict[int, tuple[float, float]]] = {
             n: {} for n in config.channel_names}
+        #: (budget end, seq) of every request sent: when `_sent_to` and `_queued` forget it
+        #: (a heap, so that a tick costs O(log n) per request it expires, not a scan)
+        self._work_expiry: list[tuple[float, int]] = []
+        self._sent_expiry: list[tuple[float, int]] = []
         #: channels registered and waiting for their weights before they join the schedule
         self._awaiting_join: set[str] = set()
         #: weight id -> (clients waiting for register_weight's reply, channels still owing
@@ -304,6 +308,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         if io is not None:
             self._remember_device(seq, self._live[seq])
         self._sent_to[seq] = (now + budget_s, incs)
+        heapq.heappush(self._work_expiry, (now + budget_s, seq))
         if client_s < budget_s:
             heapq.heappush(self._client_deadlines, (now + client_s, seq))
         self._voter(vot.Submit(seq, now, now + budget_s, voters, policy))
@@ -333,12 +338,16 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 self.metrics.count_request("client_timeout")
                 self._answer_error(seq, "VoteTimeoutError",
                                    "the client's deadline passed before the vote completed")
-        horizon = now - 1.0  # the voter closed these at their deadline (voter Tick first)
-        for seq in [s for s, (d, _) in self._sent_to.items() if d < horizon]:
-            del self._sent_to[seq]
-        for q in self._queued.values():
-            for seq in [s for s, (_c, d) in q.items() if d < now]:
-                del q[seq]
+        # Work past its budget is no longer queued on a channel; the voter closed it at its
+        # deadline (voter Tick first), and `_sent_to` keeps it one second more for the
+        # DeadlineMiss of a replaced incarnation.
+        while self._work_expiry and self._work_expiry[0][0] < now:
+            end, seq = heapq.heappop(self._work_expiry)
+            for q in self._queued.values():
+                q.pop(seq, None)
+            heapq.heappush(self._sent_expiry, (end + 1.0, seq))
+        while self._sent_expiry and self._sent_expiry[0][0] < now:
+            self._sent_to.pop(heapq.heappop(self._sent_expiry)[1], None)
 
     def _device_io(self, request: msgs.MatmulRequest | msgs.ModelRequest) -> DeviceIo | str | None:
         """The request's device buffers (None: x travels as a frame; a text: what is wrong

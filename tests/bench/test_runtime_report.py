@@ -1,0 +1,41 @@
+"""`safemon bench vote --runtime` without a GPU: the channel-variant labels it accepts and
+the Markdown it renders from evidence (figures here are made up for the layout only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from safemon.bench.runtime import channel_variant, runtime_markdown
+
+
+def test_channel_variant_labels_map_to_config_fields() -> None:
+    """"ones/M/fma" and "unprotected/fma" give VariantConfig fields; "" the default;
+    anything else is a ValueError naming the form."""
+    assert channel_variant("ones/M/fma") == {"checksum": "ones", "level": "M", "mode": "fma"}
+    assert channel_variant("unprotected/fma") == {"checksum": None, "level": None, "mode": "fma"}
+    assert channel_variant("") == {}
+    with pytest.raises(ValueError, match="CHECKSUM/LEVEL/MODE"):
+        channel_variant("ones")
+    with pytest.raises(ValueError):
+        channel_variant("ones/Q/fma")
+
+
+def _stats(p50: float) -> dict[str, float]:
+    return {"p50_us": p50, "p99_us": 2 * p50, "n": 10}
+
+
+def test_the_report_has_a_row_per_path_and_request_with_its_baseline_ratio() -> None:
+    ev = {"device": "GPU", "when": "T", "transport": "ipc", "paths": ["cuda-ipc", "host"],
+          "variant": "ones/M/fma", "model": "mlp",
+          "baselines": {"direct": {"80x80x80": _stats(50.0)},
+                        "model_three_back_to_back": _stats(300.0),
+                        "model_cupy_matmul": _stats(100.0)},
+          "placements": [{"placement": "process", "faults": {"80x80x80": {
+              "injected": 5, "released": 5, "errors": 0, "wrong_released": 0}}, "runs": [
+              {"path": p, "request": r, "round_trip": _stats(500.0), "kernel": _stats(100.0),
+               "overhead": _stats(400.0)} for p in ("cuda-ipc", "host")
+              for r in ("80x80x80", "model")]}]}
+    text = runtime_markdown(ev)
+    assert "| process | cuda-ipc | 80x80x80 | 500 / 1,000 | 100 | 400 / 800 | 10.00× | direct kernel 50 |" in text
+    assert "| process | host | model | 500 / 1,000 | 100 | — | 5.00× | cupy.matmul forward 100 |" in text
+    assert "channel variant ones/M/fma" in text and "| process | 80x80x80 | 5 | 5 | 0 | 0 |" in text
