@@ -130,3 +130,26 @@ def test_1oo3d_on_gpus_1_to_3_isolates_each_faulty_gpu_and_releases_nothing_wron
                                                              "released-correct")
     assert (second.policy, second.voting, second.after[-1]) == ("1oo1D", ("ch2",),
                                                                 "released-correct")
+
+
+@pytest.mark.multigpu(2)
+def test_device_requests_cross_gpus_peer_to_peer_and_land_on_the_app_gpu(tmp_path: Path) -> None:
+    """1oo2D with one channel per GPU: a CuPy x on GPU 0 (then on GPU 1) goes through the
+    client's CUDA IPC buffers; the channel on the other GPU reads x and writes its slot peer
+    to peer; the released C is on x's GPU and equals the host path's bits."""
+    cp = _cp()
+    data = deployment_config(Deployment("1oo2d-2gpu", "1oo2d-2gpu"), tmp_path, "dev")
+    path = tmp_path / "dev.yaml"
+    path.write_text(yaml.safe_dump(data))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((64, 512), dtype=np.float32)
+    w = rng.standard_normal((512, 256), dtype=np.float32)
+    with _daemon(path, tmp_path / "dev.log", 300.0) as client:
+        wid = client.register_weight(w)
+        ref = client.matmul(x, wid, timeout=30.0)
+        for gpu in (0, 1):
+            with cp.cuda.Device(gpu):
+                got = client.matmul(cp.asarray(x), wid, timeout=30.0)
+            assert client.last_request_device, client.device_io_off_reason
+            assert got.device.id == gpu
+            assert cp.asnumpy(got).tobytes() == ref.tobytes()
