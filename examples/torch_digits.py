@@ -277,6 +277,8 @@ def evaluate(name: str, model: nn.Module, client: Client, config: Any, data: tup
     res["accuracy_clean_pytorch"] = accuracy(model, x_te, y_te, args.batch)
     res["accuracy_clean_protected"] = accuracy(protected, x_te, y_te, args.batch)
     res["latency_ms"] = timed(model, protected, x_te[:args.batch], args.reps, device)
+    # how the last request went: the client's CUDA IPC buffers, or host memory
+    res["device_path"] = "cuda-ipc" if client.last_request_device else "host"
     channel = config.channel_names[FAULTY_CHANNEL_INDEX]
     res["faults"] = faulty_pass(protected, client, channel, x_te, y_te, args.batch,
                                 config.channels[0].variant)
@@ -326,6 +328,7 @@ def layer_bench(client: Client, n: int, device: torch.device, reps: int,
     out["ratio_p50_protected_vs_client_matmul"] = base / out["client_matmul"]["p50"]
     out["ratio_p50_protected_vs_pytorch"] = base / out["pytorch"]["p50"]
     out["shape"], out["reps"] = [64, n, n], reps
+    out["device_path"] = "cuda-ipc" if client.last_request_device else "host"
     return out
 
 
@@ -342,7 +345,8 @@ def table(report: dict[str, Any]) -> str:
             f"with faults {r['accuracy_unprotected_with_faults']:.4f}",
             f"  latency batch {lat['batch']}: PyTorch p50 {lat['pytorch']['p50']:.3f} ms "
             f"p99 {lat['pytorch']['p99']:.3f} | safemon p50 {lat['safemon']['p50']:.3f} ms "
-            f"p99 {lat['safemon']['p99']:.3f} | ratio p50 {lat['ratio_p50']:.2f}x",
+            f"p99 {lat['safemon']['p99']:.3f} | ratio p50 {lat['ratio_p50']:.2f}x | path "
+            f"{r.get('device_path', '?')}",
             f"  wrong outputs released: {f['wrong_outputs_released']} of "
             f"{f['protected_outputs_released']} protected outputs checked bit for bit"]
     if "layer_bench" in report:
@@ -352,7 +356,7 @@ def table(report: dict[str, Any]) -> str:
             f"{b['client_run']['p50']:.3f}, client.matmul {b['client_matmul']['p50']:.3f}, "
             f"PyTorch {b['pytorch']['p50']:.3f}; protected/client.run "
             f"{b['ratio_p50_protected_vs_client_run']:.3f}x, protected/client.matmul "
-            f"{b['ratio_p50_protected_vs_client_matmul']:.3f}x")
+            f"{b['ratio_p50_protected_vs_client_matmul']:.3f}x; path {b.get('device_path', '?')}")
     return "\n".join(lines)
 
 

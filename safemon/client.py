@@ -8,8 +8,10 @@
     out = client.run(mid, x, timeout=0.5)        # the whole forward pass, one vote
 
 `x` may be a NumPy array, a CuPy array or a torch tensor (CPU or CUDA); the result comes
-back as the same kind on the same device (`safemon.arrays`; device arrays are staged
-through host memory for now).
+back as the same kind on the same device (`safemon.arrays`). On an ipc:// ingress a CUDA x
+goes through this client's CUDA IPC buffers and only digests cross ZeroMQ
+(`safemon.device_io`, docs/PROTOCOL.md section 11); otherwise, or when the daemon answers
+`DeviceInputError`, it is staged through host memory.
 
 `matmul` returns only a C that the voter released, or raises: `SafeStateError` (latched
 SAFE; an operator must `safemon reset`), `VoteTimeoutError` (no trustworthy result by the
