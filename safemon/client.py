@@ -280,10 +280,13 @@ class Client:
                 timeout + `REPLY_GRACE_S`.
 
         Returns:
-            (M, N) float32 of the same kind and on the same device as `x`.
+            (M, N) float32 of the same kind and on the same device as `x`. A CUDA `x` goes
+            through the CUDA IPC buffers (`device_io`) when this client registered the
+            weight; `last_request_device` says whether it did.
 
         Raises:
-            SafeStateError, VoteTimeoutError, DisagreementError, InvalidInputError.
+            SafeStateError, VoteTimeoutError, DisagreementError (also: the released
+            device output does not match the voted digest), InvalidInputError.
         """
         w = self._weights.get(weight_id)
         end = time.monotonic() + timeout if isinstance(timeout, int | float) else 0.0

@@ -24,7 +24,13 @@ Why client-owned buffers (DESIGN.md planned a daemon-owned pool): the daemon the
 CUDA context of its own (process channels keep the GPU work out of the voter's process),
 and a client that dies takes its allocations with it; what a channel still maps is closed
 within `IMPORT_IDLE_S` or at the next eviction, so a dead client's memory is held by at most
-`IMPORT_CAPACITY` imports per channel, for a bounded time.
+`IMPORT_CAPACITY` imports per channel, for a bounded time. A living client never frees a
+buffer it exported (a grown buffer's predecessor is kept until the client object goes):
+CUDA leaves an exporter's cudaFree before the importers' cudaIpcCloseMemHandle undefined.
+That still happens when a client process ends while channels hold its buffers open; a
+killed client did not disturb the channels in the GPU test
+(tests/runtime/test_device_io_gpu.py), and a channel that did fail there would be a channel
+fault (restart), never a release: every released slot is checked against the voted digest.
 
 CuPy is imported lazily: nothing here runs on a host without a GPU.
 """
@@ -140,6 +146,10 @@ class ExchangeBuffers:
         self.slots = slots
         self._inputs: dict[int, _Exported] = {}
         self._outputs: dict[int, _Exported] = {}
+        #: buffers replaced by bigger ones: kept, never freed while this object lives,
+        #: because channels may still have them open (CUDA leaves freeing an exported
+        #: allocation before its importers close it undefined)
+        self._retired: list[_Exported] = []
 
     def _buffer(self, table: dict[int, _Exported], device: int, nbytes: int) -> _Exported:
         cp = _cupy()
@@ -149,6 +159,8 @@ class ExchangeBuffers:
             with cp.cuda.Device(device):
                 memory = cp.cuda.Memory(size)
                 handle = bytes(cp.cuda.runtime.ipcGetMemHandle(memory.ptr)).hex()
+            if buf is not None:
+                self._retired.append(buf)
             buf = table[device] = _Exported(memory, handle)
         return buf
 
