@@ -20,7 +20,7 @@ most `IMPORT_CAPACITY` open, closing the least recently used and any left unused
 (cuMemGetAddressRange) first, so a foreign, stale or undersized handle is a
 `DeviceInputError`, never an out-of-bounds access.
 
-Why client-owned buffers (DESIGN.md planned a daemon-owned pool): the daemon then needs no
+Why client-owned buffers (the first plan had a daemon-owned pool): the daemon then needs no
 CUDA context of its own (process channels keep the GPU work out of the voter's process),
 and a client that dies takes its allocations with it; what a channel still maps is closed
 within `IMPORT_IDLE_S` or at the next eviction, so a dead client's memory is held by at most
