@@ -160,6 +160,7 @@ class Daemon:
         self._notifier = Notifier()
         self.loop_at: float | None = None
         self._link_key: bytes | None = None
+        self._link_tokens: dict[tuple[str, int], str] = {}
         self._zap_denied_seen = 0
         #: the last faults that led to a reaction, newest last (for `status`).
         self.fault_history: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
@@ -630,10 +631,16 @@ class Daemon:
                              steps=[(n, round(t - e.detected_at, 4)) for n, t in e.steps])
 
     def _link_token(self, name: str) -> str | None:
-        """The current incarnation's link token of channel `name` (None: no link checks)."""
+        """The current incarnation's link token of channel `name` (None: no link checks).
+        Kept per (channel, incarnation): every message to and from a channel needs it, and
+        an HMAC per message is measurable on the request path."""
         if self._link_key is None or self.supervisor is None:
             return None
-        return link_token(self._link_key, name, self.supervisor.incarnation(name))
+        key = (name, self.supervisor.incarnation(name))
+        token = self._link_tokens.get(key)
+        if token is None:
+            token = self._link_tokens[key] = link_token(self._link_key, *key)
+        return token
 
     def _send_channel(self, e: fx.SendToChannel) -> bool:
         sent = self._send_to(e.channel, e.kind, e.seq, dict(e.meta), e.arrays)
