@@ -33,7 +33,6 @@ answer arrives in `control_timeout_s`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -290,6 +289,7 @@ class Client:
         """
         w = self._weights.get(weight_id)
         end = time.monotonic() + timeout if isinstance(timeout, int | float) else 0.0
+        self.last_request_device = False
         if w is not None:
             done = self._device_request(
                 lambda ms, st: msgs.MatmulRequest(weight_id=weight_id, deadline_ms=ms, **st),
@@ -342,15 +342,16 @@ class Client:
         """
         end = time.monotonic() + timeout if isinstance(timeout, int | float) else 0.0
         self.last_run_per_layer = False
+        self.last_request_device = False
         layers = self._models.get(model_id)
         if layers is not None:
+            # (under 1oo1D the daemon answers DeviceInputError: host memory, then per layer)
             n_out = int(self._weights[layers[-1].weight_id].shape[1])
-            with contextlib.suppress(ModelUnavailableError):  # 1oo1D: per layer, below
-                done = self._device_request(
-                    lambda ms, st: msgs.ModelRequest(model_id=model_id, deadline_ms=ms, **st),
-                    x, n_out, timeout, functools.partial(self._reregister_model, model_id))
-                if done is not None:
-                    return done
+            done = self._device_request(
+                lambda ms, st: msgs.ModelRequest(model_id=model_id, deadline_ms=ms, **st),
+                x, n_out, timeout, functools.partial(self._reregister_model, model_id))
+            if done is not None:
+                return done
         host, kind = as_host("x", x, self._devices)
         try:
             out = self._request(
@@ -388,11 +389,10 @@ class Client:
         return the released output as the same kind on the same device; None when this
         request must go through host memory instead (device I/O off, x not on a GPU, or the
         daemon answered `DeviceInputError`, which also turns device I/O off)."""
-        if not self.device_io:
-            return None
+        self.last_request_device = False
         library = type(x).__module__.split(".")[0]
-        if library not in ("cupy", "torch") or (library == "torch" and x.device.type != "cuda"):
-            self.last_request_device = False
+        if (not self.device_io or library not in ("cupy", "torch")
+                or (library == "torch" and x.device.type != "cuda")):
             return None
         check_device_array("x", x, self._devices)
         import cupy
@@ -417,7 +417,6 @@ class Client:
         except DeviceInputError as exc:
             self.device_io = False
             self.device_io_off_reason = str(exc)
-            self.last_request_device = False
             return None
         self.last_request_device = True
         if library == "torch":

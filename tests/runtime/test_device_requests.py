@@ -244,3 +244,26 @@ def test_a_device_model_request_votes_its_layers_and_names_the_diverging_one(tmp
     late = _answer(core, clock, sent["c2"], frame(True), job="model")
     logs = [e for e in _of(late, fx.Log) if e.event == "disagreement"]
     assert logs and logs[0].fields["first_diverging_layer"] == "0"
+
+
+def test_host_arrays_never_take_the_device_path_and_inproc_clients_never_try(tmp_path: Path) -> None:
+    """Through a real daemon (NumPy backend): on an ipc:// ingress the client would use the
+    CUDA IPC buffers for CUDA arrays only, so a NumPy x goes as a frame and
+    `last_request_device` says so; an inproc:// client has device I/O off from the start."""
+    from safemon.client import Client
+    from tests.runtime.helpers import make_config, reference, same_bits, system
+
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc")
+    x, w = operands(12)
+    with system(cfg) as (_daemon, client):
+        assert client.device_io
+        wid = client.register_weight(w)
+        client.last_request_device = True  # stale from an earlier request: must be reset
+        assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
+        assert not client.last_request_device and client.device_io_off_reason is None
+        with Client(cfg) as other:  # a weight it did not register itself: host path too
+            other.last_request_device = True
+            assert same_bits(other.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
+            assert not other.last_request_device
+    with system(make_config(tmp_path, "1oo1D")) as (_daemon, client):
+        assert not client.device_io
