@@ -31,6 +31,8 @@ __all__ = [
     "ChannelCommand",
     "ControlCommand",
     "ControlReply",
+    "DeviceInput",
+    "DeviceWork",
     "ErrorReply",
     "Heartbeat",
     "Hello",
@@ -114,8 +116,11 @@ def _spec(cls: type[Schema]) -> _Spec:
     spec = _SPECS.get(cls.__qualname__)
     if spec is None:
         hints = typing.get_type_hints(cls)
+        # A schema's own fields first, then the shared keyword-only ones (DeviceInput,
+        # DeviceWork), which dataclasses would list first.
+        ordered = sorted(dataclasses.fields(cls), key=lambda f: f.kw_only is True)
         spec = tuple((f.name, _allowed(hints[f.name]), f.default is dataclasses.MISSING)
-                     for f in dataclasses.fields(cls))
+                     for f in ordered)
         _SPECS[cls.__qualname__] = spec
     return spec
 
@@ -149,6 +154,36 @@ def _fits(value: object, t: type) -> bool:
     return isinstance(value, t)
 
 
+# ---------------------------------------------------------------- device-resident fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceInput(Schema):
+    """The optional meta keys of a device-resident request (docs/PROTOCOL.md section 11):
+    it sends no frame; x is in the client's exported input buffer `x_ipc` (x_rows × x_cols
+    float32, digest `x_digest`), and every channel writes its output into slot i of
+    `out_ipc` (`out_slot_bytes` each, i the channel's position in the deployment)."""
+
+    x_ipc: str | None = None
+    x_rows: int | None = None
+    x_cols: int | None = None
+    x_digest: str | None = None
+    out_ipc: str | None = None
+    out_slot_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceWork(Schema):
+    """The optional meta keys of device-resident work: read x from `x_ipc`, write the
+    output at byte `out_offset` of `out_ipc`, answer digests only."""
+
+    x_ipc: str | None = None
+    x_rows: int | None = None
+    x_cols: int | None = None
+    out_ipc: str | None = None
+    out_offset: int | None = None
+
+
 # ---------------------------------------------------------------- client <-> daemon (ingress)
 
 
@@ -173,7 +208,7 @@ class RegisterWeight(Schema):
 
 
 @dataclass(frozen=True)
-class MatmulRequest(Schema):
+class MatmulRequest(DeviceInput):
     """One frame: x (M, K) float32, finite; x · W of the registered `weight_id`.
     `deadline_ms`: the client's own deadline (ms from receipt); anything but a positive
     finite number means none. Answered `Released` or `ErrorReply`."""
@@ -182,16 +217,6 @@ class MatmulRequest(Schema):
     ROUTE = "client → daemon (ingress)"
     weight_id: str
     deadline_ms: float | None = None
-    #: A device-resident request (docs/PROTOCOL.md section 11) sends no frame: x is in
-    #: the client's exported input buffer `x_ipc` (x_rows × x_cols float32, digest
-    #: `x_digest`), and every channel writes its output into slot i of `out_ipc`
-    #: (`out_slot_bytes` each, i the channel's position in the deployment).
-    x_ipc: str | None = None
-    x_rows: int | None = None
-    x_cols: int | None = None
-    x_digest: str | None = None
-    out_ipc: str | None = None
-    out_slot_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -207,7 +232,7 @@ class RegisterModel(Schema):
 
 
 @dataclass(frozen=True)
-class ModelRequest(Schema):
+class ModelRequest(DeviceInput):
     """One frame: x (M, K_0) float32, finite; the whole forward pass of the registered
     `model_id`. `deadline_ms` as in `MatmulRequest`. Answered `Released` or `ErrorReply`."""
 
@@ -216,16 +241,6 @@ class ModelRequest(Schema):
     ROUTE = "client → daemon (ingress)"
     model_id: str
     deadline_ms: float | None = None
-    #: A device-resident request (docs/PROTOCOL.md section 11) sends no frame: x is in
-    #: the client's exported input buffer `x_ipc` (x_rows × x_cols float32, digest
-    #: `x_digest`), and every channel writes its output into slot i of `out_ipc`
-    #: (`out_slot_bytes` each, i the channel's position in the deployment).
-    x_ipc: str | None = None
-    x_rows: int | None = None
-    x_cols: int | None = None
-    x_digest: str | None = None
-    out_ipc: str | None = None
-    out_slot_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -281,7 +296,7 @@ class ControlCommand(Schema):
 
 
 @dataclass(frozen=True)
-class WorkRequest(Schema):
+class WorkRequest(DeviceWork):
     """Two frames for a self-test (A, B), one (x) for live work on weight `weight_id`."""
 
     KIND = Kind.REQUEST
@@ -290,17 +305,10 @@ class WorkRequest(Schema):
     weight_id: str
     deadline_ms: float
     test_id: int | None = None
-    #: Device-resident work: read x from `x_ipc`, write the output at byte `out_offset`
-    #: of `out_ipc`, answer digests only (docs/PROTOCOL.md section 11).
-    x_ipc: str | None = None
-    x_rows: int | None = None
-    x_cols: int | None = None
-    out_ipc: str | None = None
-    out_offset: int | None = None
 
 
 @dataclass(frozen=True)
-class ModelWork(Schema):
+class ModelWork(DeviceWork):
     """Three frames for a whole-model job: x, the layer spec and the biases of `model_id`.
     Answered `Result(job="model")` with two frames: the output and the uint64 digest frame."""
 
@@ -309,13 +317,6 @@ class ModelWork(Schema):
     ROUTE = "daemon → channel"
     model_id: str
     deadline_ms: float
-    #: Device-resident work: read x from `x_ipc`, write the output at byte `out_offset`
-    #: of `out_ipc`, answer digests only (docs/PROTOCOL.md section 11).
-    x_ipc: str | None = None
-    x_rows: int | None = None
-    x_cols: int | None = None
-    out_ipc: str | None = None
-    out_offset: int | None = None
 
 
 @dataclass(frozen=True)
