@@ -38,7 +38,12 @@ from safemon.patterns import voter as vot
 from safemon.runtime import effects as fx
 from safemon.runtime import stimuli as st
 from safemon.runtime.control import ControlCommands
-from safemon.runtime.device_requests import DeviceIo, DeviceRequests, device_io_of
+from safemon.runtime.device_requests import (
+    DeviceIo,
+    DeviceRequests,
+    device_io_of,
+    is_device_request,
+)
 from safemon.runtime.models import ModelRequests
 from safemon.runtime.support import (
     GoldenPatternLike,
@@ -357,13 +362,11 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             n_out = model.n_out
         else:
             n_out = int(self.weights[str(getattr(request, "weight_id", ""))].shape[1])
-        return device_io_of(request, n_out, len(self.config.channel_names))
+        return device_io_of(request, n_out)
 
     def _validate_request(self, request: msgs.MatmulRequest | msgs.ModelRequest,
                           msg: Message) -> tuple[str, str] | None:
-        device = any(v is not None for v in (request.x_ipc, request.x_rows, request.x_cols,
-                                             request.x_digest, request.out_ipc,
-                                             request.out_slot_bytes))
+        device = is_device_request(request)
         if device and msg.arrays:
             return ("InvalidInputError",
                     f"a device-resident request carries no frame, got {len(msg.arrays)}")

@@ -32,7 +32,8 @@ from safemon.runtime.support import Live
 from safemon.transport import messages as msgs
 from safemon.transport.wire import Message
 
-__all__ = ["DEVICE_REQUESTS_KEPT", "INPUT_ERROR_DIGEST", "DeviceIo", "DeviceRequests", "device_io_of"]
+__all__ = ["DEVICE_REQUESTS_KEPT", "INPUT_ERROR_DIGEST", "DeviceIo", "DeviceRequests", "device_io_of",
+           "is_device_request"]
 
 INPUT_ERROR_DIGEST = b"device-input-unreadable"
 """The C digest the voter sees for a channel that could not read the client's buffers."""
@@ -48,21 +49,30 @@ class DeviceIo:
     x_digest: int
     out_ipc: str
     slot_bytes: int
+    #: columns of the output
+    n_out: int
     #: channel -> its output slot (its position in the deployment's channel list)
     slots: dict[str, int] = field(default_factory=dict)
-    #: channel -> (C digest, x digest) of its result; None: it could not read the buffers
-    answers: dict[str, tuple[int, int] | None] = field(default_factory=dict)
-    #: channel -> its input_error text
-    input_errors: dict[str, str] = field(default_factory=dict)
+    #: channel -> (C digest, x digest) of its result, or the input_error text of a channel
+    #: that could not read the buffers
+    answers: dict[str, tuple[int, int] | str] = field(default_factory=dict)
 
 
-def device_io_of(request: msgs.MatmulRequest | msgs.ModelRequest, n_out: int,
-                 n_channels: int) -> DeviceIo | str | None:
+def _device_keys(request: msgs.DeviceInput) -> tuple[object, ...]:
+    return (request.x_ipc, request.x_rows, request.x_cols, request.x_digest, request.out_ipc,
+            request.out_slot_bytes)
+
+
+def is_device_request(request: msgs.DeviceInput) -> bool:
+    """Whether `request` sets any device-resident field (it then carries no frame)."""
+    return any(k is not None for k in _device_keys(request))
+
+
+def device_io_of(request: msgs.MatmulRequest | msgs.ModelRequest, n_out: int) -> DeviceIo | str | None:
     """The request's `DeviceIo`; None for a request that carries x as a frame; a problem
     text when the device fields are incomplete or inconsistent (`n_out`: the output's
-    columns, `n_channels`: slots the output buffer must hold)."""
-    keys = (request.x_ipc, request.x_rows, request.x_cols, request.x_digest, request.out_ipc,
-            request.out_slot_bytes)
+    columns)."""
+    keys = _device_keys(request)
     if all(k is None for k in keys):
         return None
     if any(k is None for k in keys):
@@ -81,7 +91,7 @@ def device_io_of(request: msgs.MatmulRequest | msgs.ModelRequest, n_out: int,
                 f"float32 output needs {request.x_rows * n_out * 4}")
     assert request.x_ipc is not None and request.out_ipc is not None
     return DeviceIo(request.x_ipc, request.x_rows, request.x_cols, digest, request.out_ipc,
-                    request.out_slot_bytes)
+                    request.out_slot_bytes, n_out)
 
 
 #: Device-resident requests remembered after their release, so that a late channel's digests
@@ -122,8 +132,7 @@ class DeviceRequests(Roles):
         assert io is not None
         self._queued[name].pop(msg.seq, None)
         if m.ok and m.input_error is not None and not msg.arrays:
-            io.answers[name] = None
-            io.input_errors[name] = m.input_error
+            io.answers[name] = m.input_error
             self._voter(vot.ChannelResult(msg.seq, name, now, True, INPUT_ERROR_DIGEST, b"",
                                           m.variant))
             return
@@ -140,9 +149,8 @@ class DeviceRequests(Roles):
         values = tuple(int(d) for d in frame)
         if live.model is not None:
             self._keep_model_digests(msg.seq, name, values[:-1])
-        n_out = io.slot_bytes // (4 * io.rows)
         io.answers[name] = (values[0], values[-1])
-        c_digest = f"<f4({io.rows}, {n_out})".encode() + frame[:1].tobytes()
+        c_digest = f"<f4({io.rows}, {io.n_out})".encode() + frame[:1].tobytes()
         self._voter(vot.ChannelResult(msg.seq, name, now, True, c_digest, frame[1:].tobytes(),
                                       m.variant))
 
@@ -156,12 +164,11 @@ class DeviceRequests(Roles):
         buffers or read an x other than the one the client sent."""
         io = live.device
         assert io is not None
-        answer = io.answers.get(d.channel)
-        if answer is None:
-            text = io.input_errors.get(d.channel, "unreadable")
+        answer = io.answers[d.channel]
+        if isinstance(answer, str):
             self.metrics.count_request("invalid_input")
             self._error_to("ingress", live.identity, live.client_seq, "DeviceInputError",
-                           f"the channels could not read the request's device buffers: {text}")
+                           f"the channels could not read the request's device buffers: {answer}")
             return
         c_digest, x_digest = answer
         if x_digest != io.x_digest:
