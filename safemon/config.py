@@ -57,7 +57,14 @@ from pydantic import (
 from safemon.dims import Dims, parse_key
 from safemon.errors import ConfigError
 from safemon.kernels.backend import Backend
-from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_tile, make_variant
+from safemon.kernels.catalog import (
+    TILES,
+    TileConfig,
+    Variant,
+    auto_split,
+    auto_tile,
+    make_variant,
+)
 from safemon.patterns.controller import restart_problems
 from safemon.patterns.scheduler import timing_problems
 from safemon.states import Policy
@@ -148,7 +155,8 @@ class VariantConfig(_Model):
     """The protected-kernel variant of one channel (see `safemon.kernels.catalog`).
 
     `checksum` None means the unprotected kernel; `tile` "auto" picks `auto_tile(M, N)`
-    per request, a pure function of the shape so replicas agree. `rmt` "warp" runs the
+    per request, and the split-K factor is always `auto_split(M, N, K, tile)`: pure
+    functions of the shape, so replicas agree. `rmt` "warp" runs the
     intra-warp RMT build (docs/RMT.md): same C and ES, replica mismatch is a channel fault;
     `abft` adds the ABFT check of every C tile (a failure is a channel fault too).
     """
@@ -181,11 +189,18 @@ class VariantConfig(_Model):
             raise _FieldProblems([(field, str(exc))]) from None
         return self
 
-    def to_variant(self, m: int, n: int) -> Variant:
-        """The catalog `Variant` this channel runs for an M×N output (resolves tile "auto")."""
-        tile: TileConfig | str = auto_tile(m, n) if self.tile == "auto" else self.tile
-        return make_variant(self.checksum, self.level, self.mode, tile, rmt=self.rmt,
-                            abft=self.abft)
+    def tile_for(self, m: int, n: int) -> TileConfig:
+        """The tile this channel runs for an M×N output (resolves "auto")."""
+        return auto_tile(m, n) if self.tile == "auto" else TILES[self.tile]
+
+    def to_variant(self, m: int, n: int, k: int) -> Variant:
+        """The catalog `Variant` this channel runs for an (M, K)·(K, N) product: tile
+        "auto" resolved by `auto_tile(M, N)`, the split by `auto_split(M, N, K, tile)` (the
+        tile and split `protected_matmul` picks for the same shape, so that a channel runs
+        the kernel issue 14 tuned for it; C depends on the split, ES's shape too)."""
+        tile = self.tile_for(m, n)
+        return make_variant(self.checksum, self.level, self.mode, tile,
+                            auto_split(m, n, k, tile), rmt=self.rmt, abft=self.abft)
 
 
 class ChannelConfig(_Model):

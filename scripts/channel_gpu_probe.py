@@ -37,7 +37,7 @@ def main() -> int:
     w2 = rng.standard_normal((65, 10), dtype=np.float32)
     x = rng.standard_normal((20, 65), dtype=np.float32)
     pats = [p for p in load_patterns(cfg)
-            if p.variant == cfg.channels[0].variant.to_variant(p.a.shape[0], p.b.shape[1])]
+            if p.variant == cfg.channels[0].variant.to_variant(p.a.shape[0], p.b.shape[1], p.a.shape[1])]
 
     def selftests() -> None:
         for p in pats:
@@ -62,7 +62,7 @@ def main() -> int:
         print(f"store_weight {wid} {arr.shape} {time.perf_counter() - t:.3f} s")
     if weights_first:
         selftests()
-    v = cfg.channels[0].variant.to_variant(20, 64)
+    v = cfg.channels[0].variant.to_variant(20, 64, 65)
     prof = cProfile.Profile()
     for i in range(3):
         t = time.perf_counter()

@@ -47,7 +47,7 @@ def _worker(conn: Any, handles: tuple[str, str], shape: tuple[int, int, int], va
                   else cp.asarray(w_host))
     stream.synchronize()
     imports = ImportedBuffers()
-    v = vc.to_variant(m, n)
+    v = vc.to_variant(m, n, k)
     conn.send("ready")
     while True:
         cmd = conn.recv()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
-from safemon.config import DEFAULT_METRICS_PORT, Config, default_config, load_config
+from safemon.config import DEFAULT_METRICS_PORT, Config, VariantConfig, default_config, load_config
 from safemon.errors import ConfigError, SafemonError
 from safemon.kernels.catalog import TILES
 from safemon.states import Policy
@@ -388,9 +389,30 @@ def test_policy_chain_follows_the_degradations() -> None:
 
 def test_variant_auto_tile_resolves_by_output_size() -> None:
     ch = (load_config(env=XDG).channels or [])[0]
-    assert ch.variant.to_variant(80, 80).tile == TILES["small"]
-    assert ch.variant.to_variant(4096, 4096).tile == TILES["large"]
-    assert ch.variant.to_variant(80, 80).name == "ones/I/exact/small"
+    assert ch.variant.to_variant(80, 80, 80).tile == TILES["small"]
+    assert ch.variant.to_variant(4096, 4096, 4096).tile == TILES["large"]
+    assert ch.variant.to_variant(80, 80, 80).name == "ones/I/exact/small"
+
+
+@pytest.mark.parametrize("shape", [(80, 80, 80), (1, 4096, 4096), (64, 4096, 4096),
+                                   (256, 1024, 4096), (4096, 4096, 4096), (3, 16, 512)])
+def test_a_channel_runs_the_tile_and_split_protected_matmul_picks(
+        shape: tuple[int, int, int]) -> None:
+    """Channels and direct calls resolve a shape to the same variant, split-K included."""
+    from safemon.kernels.api import _variant_for
+
+    m, n, k = shape
+    vc = VariantConfig(checksum="ones", level="M", mode="fma")
+    direct = _variant_for(np.empty((m, k)), np.empty((k, n)), "ones", "M", "fma", None, None)
+    assert vc.to_variant(m, n, k) == direct
+    assert vc.tile_for(m, n) == direct.tile
+
+
+def test_a_long_k_is_split_and_a_short_one_is_not() -> None:
+    vc = VariantConfig()
+    assert vc.to_variant(64, 4096, 4096).name == "ones/I/exact/small/split4"
+    assert vc.to_variant(1, 4096, 4096).name == "ones/I/exact/skinny/split16"
+    assert vc.to_variant(64, 4096, 64).split == 1
 
 
 def test_unprotected_channels_are_allowed_where_the_vote_compares_c(tmp_path: Path) -> None:
@@ -398,4 +420,4 @@ def test_unprotected_channels_are_allowed_where_the_vote_compares_c(tmp_path: Pa
     text = "channels: [{name: a, variant: {checksum: null, level: null}}, {name: b}, {name: c}]\n"
     c = load_config(write(tmp_path, text), env=XDG)
     assert c.channels is not None
-    assert c.channels[0].variant.to_variant(16, 16).name == "unprotected/exact/small"
+    assert c.channels[0].variant.to_variant(16, 16, 16).name == "unprotected/exact/small"

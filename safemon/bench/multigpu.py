@@ -380,7 +380,7 @@ def _direct(cp: Any, x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], gpu
         dw = cp.asarray(w)
         for name, vc in (("unprotected", VariantConfig(checksum=None, level=None)),
                          ("ones/I exact", VariantConfig())):
-            variant = vc.to_variant(x.shape[0], w.shape[1])
+            variant = vc.to_variant(x.shape[0], w.shape[1], x.shape[1])
             times = []
             for i in range(warmup + n):
                 t0 = time.perf_counter()

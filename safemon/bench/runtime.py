@@ -111,7 +111,7 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
     out: dict[str, Any] = {"direct": {}}
     for s in sizes:
         x, w = (cp.asarray(a) for a in ops[s.label])
-        v = vc.to_variant(s.m, s.n)
+        v = vc.to_variant(s.m, s.n, s.k)
         say(f"baseline: direct protected kernel {s.label}")
         call = functools.partial(run_variant, x, w, v, "cupy")
         out["direct"][s.label] = _stats(_timed(call, s.requests, warmup, sync))

@@ -383,7 +383,7 @@ def run_vote_bench(
 
     for s in sizes:
         x, w = ops[s.label]
-        variant = variant_cfg.to_variant(s.m, s.n)
+        variant = variant_cfg.to_variant(s.m, s.n, s.k)
         dx, dw = (x, w)
         if resolved.on_device:
             dx, dw = cp.asarray(x), cp.asarray(w)

@@ -181,7 +181,7 @@ class ChannelWorker:
         v = self.chan.variant
         for m, n, k in self.config.patterns.shapes():  # the self-tests' own shapes first
             a = np.zeros((m, k), dtype=np.float32)
-            self._run(a, self._to_device(np.zeros((k, n), np.float32)), v.to_variant(m, n))
+            self._run(a, self._to_device(np.zeros((k, n), np.float32)), v.to_variant(m, n, k))
         a = np.ones((2, 3), dtype=np.float32)
         b = np.ones((3, 2), dtype=np.float32)
         weight: Any = self._to_device(b)
@@ -189,6 +189,11 @@ class ChannelWorker:
             weight = self._protect(b, name="warm-up")
         for tile in list(TILES) if v.tile == "auto" else [v.tile]:
             self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile, rmt=v.rmt, abft=v.abft))
+        # Products that `to_variant` splits over K also run splitk.cu's reduction: two
+        # k-tiles of the small tile in two slices compile it.
+        k2 = 2 * TILES["small"].bk
+        self._run(np.ones((2, k2), dtype=np.float32), self._to_device(np.ones((k2, 2), np.float32)),
+                  make_variant(v.checksum, v.level, v.mode, "small", 2, rmt=v.rmt, abft=v.abft))
         if self.backend.on_device:  # whole-model requests: the epilogue and digest kernels
             from safemon.kernels.compiler import import_cupy
             from safemon.kernels.model_gpu import device_digests, launch_epilogue
@@ -422,7 +427,8 @@ class ChannelWorker:
                     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint32]]:
         """One product (live or self-test) with the injected data faults applied; fills
         `meta`'s variant, kernel_seconds and ok."""
-        variant = self.chan.variant.to_variant(int(a.shape[0]), int(weight.shape[1]))
+        variant = self.chan.variant.to_variant(int(a.shape[0]), int(weight.shape[1]),
+                                               int(a.shape[1]))
         t0 = time.perf_counter()
         if job == "selftest" and self.backend.on_device:
             res = self._run_recording_sm(a, weight, variant, meta)
@@ -479,7 +485,8 @@ class ChannelWorker:
                 if not isinstance(wid, str) or wid not in self._weights:
                     raise SafemonError(f"unknown weight id {wid!r}")
                 weight = self._weights[wid]
-                variant = self.chan.variant.to_variant(work.x_rows, int(weight.shape[1]))
+                variant = self.chan.variant.to_variant(work.x_rows, int(weight.shape[1]),
+                                                       work.x_cols)
                 r = run_variant(x, weight, variant, "cupy")
                 self._model_fault(0, r.c, r.es)  # injected data faults, as on the host path
                 out = r.c

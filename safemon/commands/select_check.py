@@ -39,7 +39,7 @@ def check_deployment(args: argparse.Namespace, ev: Any, dims_list: list[str]) ->
     for ch in cfg.channels or []:
         for dims in dims_list:
             d = parse_dims(dims)
-            variant = ch.variant.to_variant(d.m, d.n)
+            variant = ch.variant.to_variant(d.m, d.n, d.k)
             cov = variant_coverage(variant.name, dims, ev.dc, ev.inkernel)
             ok = req.allowed and cov.selectable and (cov.selection_dc or 0.0) >= (req.min_dc or 0.0)
             checks.append({"channel": ch.name, "dims": dims, "variant": variant.name, "meets": ok,

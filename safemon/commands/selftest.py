@@ -53,7 +53,7 @@ def run_selftests(config: Any) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for ch in config.channels:
         mine = [p for p in patterns for (m, n, k) in config.patterns.shapes()
-                if p.variant == ch.variant.to_variant(m, n) and p.a.shape == (m, k)
+                if p.variant == ch.variant.to_variant(m, n, k) and p.a.shape == (m, k)
                 and p.b.shape == (k, n)]
         if not mine:
             raise PatternError(f"no golden pattern for channel {ch.name!r}")

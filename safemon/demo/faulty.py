@@ -56,7 +56,7 @@ DEMO_FAULTS: Final[tuple[str, ...]] = ("bitflip-c", "stuck", "crash", "hang")
 #: The fewest batches that leave every fault its own batches (inject, effect, clear).
 MIN_BATCHES: Final = 10
 
-VariantFor = Callable[[int, int], Variant]
+VariantFor = Callable[[int, int, int], Variant]
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class UnprotectedDevice:
 
     Args:
         model: supplies the weights by layer name.
-        variant_for: (M, N) → the kernel variant (a channel's `VariantConfig.to_variant`).
+        variant_for: (M, N, K) → the kernel variant (a channel's `VariantConfig.to_variant`).
     """
 
     def __init__(self, model: DigitsMLP, variant_for: VariantFor) -> None:
@@ -150,7 +150,7 @@ class UnprotectedDevice:
         # Straight to the reference kernel: an unprotected app does not reject the inf/NaN
         # an earlier corrupted layer produced, it computes on with them.
         with np.errstate(all="ignore"):
-            c, _ = reference_matmul(x, w, self._variant_for(x.shape[0], w.shape[1]))
+            c, _ = reference_matmul(x, w, self._variant_for(x.shape[0], w.shape[1], x.shape[1]))
         if weight_id == LAYERS[0]:  # data faults hit the first layer only (module docstring)
             self._faults.apply(c, np.empty(0, dtype=np.uint32))
         return c
@@ -238,7 +238,7 @@ def kernel_matmul(model: DigitsMLP, variant_for: VariantFor, backend: str = "num
 
     def mm(x: F32, weight_id: str) -> F32:
         w = model.weights[weight_id]
-        res = run_variant(x, w, variant_for(x.shape[0], w.shape[1]), backend=backend)
+        res = run_variant(x, w, variant_for(x.shape[0], w.shape[1], x.shape[1]), backend=backend)
         c: Any = res.c
         return c if isinstance(c, np.ndarray) else np.asarray(c.get(), dtype=np.float32)
 

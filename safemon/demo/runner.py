@@ -447,8 +447,8 @@ def run_demo(
     channel = names[1] if len(names) > 1 else names[0]
     vc = config.channels[0].variant
 
-    def variant_for(m: int, n: int) -> Any:
-        return vc.to_variant(m, n)
+    def variant_for(m: int, n: int, k: int) -> Any:
+        return vc.to_variant(m, n, k)
 
     say("loading the model (trained at first use)")
     model, x, y, _trained = load_or_train(cache)

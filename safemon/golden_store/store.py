@@ -92,7 +92,7 @@ def _sha256(path: Path) -> str:
 def _variants_for(dims: Dims, variants: Sequence[Variant | VariantConfig]) -> list[Variant]:
     out: list[Variant] = []
     for v in variants:
-        concrete = v if isinstance(v, Variant) else v.to_variant(dims[0], dims[1])
+        concrete = v if isinstance(v, Variant) else v.to_variant(dims[0], dims[1], dims[2])
         if concrete not in out:
             out.append(concrete)
     return out

@@ -162,15 +162,13 @@ def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: in
     return AbftResult(failed, col_res, col_tol, row_res, row_tol)
 
 
-def abft_passes(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig | None = None) -> bool:
-    """True when `c` passes `abft_check` for C = a·b (tile None: `auto_tile` of the shape,
-    split 1). False, never an exception, for a `c` of the wrong shape (a channel's result
-    that cannot be this product)."""
-    from safemon.kernels.catalog import auto_tile
-
+def abft_passes(a: F32, b: F32, c: npt.NDArray[Any], variant: Variant) -> bool:
+    """True when `c` passes `abft_check` for C = a·b computed by `variant` (its tile, and
+    its K-slices in the rounding bound). False, never an exception, for a `c` of the wrong
+    shape (a channel's result that cannot be this product)."""
     if c.ndim != 2 or c.shape != (a.shape[0], b.shape[1]) or a.shape[1] != b.shape[0]:
         return False
-    return abft_check(a, b, c, auto_tile(*c.shape) if tile is None else tile).ok
+    return abft_check(a, b, c, variant.tile, variant.slices(a.shape[1])).ok
 
 
 def abft_campaign_reference(a: F32, b: F32, golden_c: F32, tile: TileConfig) -> F64:

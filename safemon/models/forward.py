@@ -54,8 +54,8 @@ def reference_forward(weights: Sequence[F32], layers: Sequence[Layer], x: F32, *
     if h.ndim != 2 or h.shape[1] != weights[0].shape[0]:
         raise InvalidInputError(f"x must be (M, {weights[0].shape[0]}), got {h.shape}")
     for w, layer in zip(weights, layers, strict=True):
-        c, _es = reference_matmul(h, np.ascontiguousarray(w), vc.to_variant(h.shape[0],
-                                                                             w.shape[1]))
+        c, _es = reference_matmul(h, np.ascontiguousarray(w),
+                                  vc.to_variant(h.shape[0], w.shape[1], h.shape[1]))
         h = epilogue(c, layer.bias, layer.act)
     return h
 
@@ -116,30 +116,45 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
         from safemon.kernels.model_gpu import device_digests, launch_epilogue
 
         cp = import_cupy()
-        h = cp.ascontiguousarray(cp.asarray(x))
-        kept: list[Any] = []  # per layer ES and output, digested together at the end
-        for i, layer in enumerate(layers):
-            w = weights[layer.weight_id]
-            res = run_variant(h, w, variant.to_variant(int(h.shape[0]), int(w.shape[1])), "cupy")
-            c = res.c
-            if hook is not None:
-                hook(i, c, res.es)
-            bias = None if layer.bias is None else cp.asarray(layer.bias)
-            launch_epilogue(c, bias, layer.act)
-            kept += [res.es, c]
-            h = c
-        sums = device_digests(kept)  # one read-back for the whole forward pass
-        return ModelResult(h, sums[-1], tuple(sums[0::2]), tuple(sums[1::2]))
+        # Every layer is queued without a wait; the digests' read-back is the one wait of the
+        # pass, after which each layer's input checks are read (finished by then).
+        for settle_each in (False, True):
+            h = cp.ascontiguousarray(cp.asarray(x))
+            kept: list[Any] = []  # per layer ES and output, digested together at the end
+            pending = []
+            for i, layer in enumerate(layers):
+                w = weights[layer.weight_id]
+                res = run_variant(h, w, variant.to_variant(*_shape(h, w)), "cupy",
+                                  wait=settle_each)
+                pending.append(res)
+                if hook is not None:
+                    hook(i, res.c, res.es)
+                bias = None if layer.bias is None else cp.asarray(layer.bias)
+                launch_epilogue(res.c, bias, layer.act)
+                kept += [res.es, res.c]
+                h = res.c
+            sums = device_digests(kept)  # one read-back for the whole forward pass
+            # wait() raises for a failed check; it recomputes a layer whose ECC-protected
+            # weight it had to correct, and then the layers after it ran on poison: the pass
+            # runs again, settling each layer before the next (the weight is corrected now).
+            if all(res.wait().c is res.c for res in pending):
+                return ModelResult(h, sums[-1], tuple(sums[0::2]), tuple(sums[1::2]))
+        raise AssertionError("a settled pass recomputed a layer")  # pragma: no cover
     for i, layer in enumerate(layers):
         w = weights[layer.weight_id]
         res = run_variant(np.ascontiguousarray(h), w,
-                          variant.to_variant(int(h.shape[0]), int(w.shape[1])), "numpy")
+                          variant.to_variant(*_shape(h, w)), "numpy")
         if hook is not None:
             hook(i, res.c, res.es)
         h = epilogue(res.c, layer.bias, layer.act)
         es_d.append(digest64(res.es))
         h_d.append(digest64(h))
     return ModelResult(h, h_d[-1], tuple(es_d), tuple(h_d))
+
+
+def _shape(h: Any, w: Any) -> tuple[int, int, int]:
+    """(M, N, K) of the product h·w."""
+    return int(h.shape[0]), int(w.shape[1]), int(h.shape[1])
 
 
 def first_diverging_layer(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -391,8 +391,8 @@ def channel_pattern_shapes(
 
     # The cover shape is sized for the tile the variant picks at that shape; "auto" picks
     # by output size, so size with the tile of a large output and resolve again.
-    d = cover_dims(sm_count, channel.variant.to_variant(1024, 1024).tile)
-    d = cover_dims(sm_count, channel.variant.to_variant(d.m, d.n).tile)
+    d = cover_dims(sm_count, channel.variant.tile_for(1024, 1024))
+    d = cover_dims(sm_count, channel.variant.tile_for(d.m, d.n))
     shapes = [d]
     if "dims" in config.patterns.model_fields_set:
         shapes += [s for s in config.patterns.shapes() if s not in shapes]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,7 @@ from safemon import admission
 from safemon.config import Config
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.abft import abft_passes
+from safemon.kernels.catalog import Variant
 from safemon.metrics import Metrics
 from safemon.patterns import controller as ctl
 from safemon.patterns import scheduler as sch
@@ -585,6 +587,12 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                                          sm_count=sm_count, failing_sms=failing))
             self.metrics.set_sm_coverage(name, self.scheduler.sm_coverage(name))
 
+    def _variant_of(self, name: str, x: npt.NDArray[Any], w: npt.NDArray[Any]) -> Variant:
+        """The kernel variant channel `name` runs for x·w (its tile and split)."""
+        assert self.config.channels is not None
+        ch = next(c for c in self.config.channels if c.name == name)
+        return ch.variant.to_variant(int(x.shape[0]), int(w.shape[1]), int(x.shape[1]))
+
     def _on_result(self, name: str, msg: Message, m: msgs.Result, ok: bool, now: float) -> None:
         c, es = (msg.arrays[0], msg.arrays[1]) if ok else (None, None)
         self._queued[name].pop(msg.seq, None)
@@ -592,7 +600,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         error_text = m.error or "result without C and ES"
         if (ok and c is not None and live is not None and live.policy is Policy.ONE_OO_ONE_D
                 and live.x is not None
-                and not abft_passes(live.x, self.weights[live.weight_id], c)):
+                and not abft_passes(live.x, self.weights[live.weight_id], c,
+                                    self._variant_of(name, live.x, self.weights[live.weight_id]))):
             ok, error_text = False, "channel_error: C failed the per-request checksum test"
         if ok and c is not None and es is not None:
             if live is not None:

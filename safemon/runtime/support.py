@@ -156,13 +156,13 @@ def assign_patterns(config: Config, patterns: Sequence[GoldenPatternLike],
         shapes = channel_pattern_shapes(config, ch, sm_count)
         mine: list[GoldenPatternLike] = []
         for m, n, k in shapes:
-            v = ch.variant.to_variant(m, n)
+            v = ch.variant.to_variant(m, n, k)
             mine += [p for p in patterns
                      if p.variant == v and p.a.shape == (m, k) and p.b.shape == (k, n)]
         if not mine:
             raise PatternError(
                 f"no golden pattern for channel {ch.name!r} (variant "
-                f"{ch.variant.to_variant(*shapes[0][:2]).name}, dims {config.patterns.dims})"
+                f"{ch.variant.to_variant(*shapes[0]).name}, dims {config.patterns.dims})"
             )
         by_channel[ch.name] = mine
     n = min(len(v) for v in by_channel.values())

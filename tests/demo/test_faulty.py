@@ -22,7 +22,7 @@ from safemon.kernels.catalog import make_variant
 Trained = tuple[DigitsMLP, np.ndarray, np.ndarray]
 
 
-def variant_for(m: int, n: int):  # type: ignore[no-untyped-def]
+def variant_for(m: int, n: int, k: int):  # type: ignore[no-untyped-def]
     return make_variant("ones", "I", "exact", "small")
 
 

@@ -161,11 +161,12 @@ def test_non_finite_c_fails(value: float) -> None:
     assert not abft_check(a, b, c, SMALL).ok
 
 
-def test_abft_passes_refuses_a_wrong_shape_and_checks_with_the_auto_tile() -> None:
+def test_abft_passes_refuses_a_wrong_shape_and_checks_with_the_variant() -> None:
     a = np.ones((4, 3), np.float32)
     b = np.ones((3, 5), np.float32)
-    assert abft_passes(a, b, a @ b)
-    assert not abft_passes(a, b, np.ones((5, 4), np.float32))
+    v = make_variant(None, None, "exact", SMALL)
+    assert abft_passes(a, b, a @ b, v)
+    assert not abft_passes(a, b, np.ones((5, 4), np.float32), v)
     with pytest.raises(ValueError, match="shapes"):
         abft_check(a, b, np.ones((5, 4), np.float32), SMALL)
 

@@ -106,5 +106,5 @@ def test_rmt_sampling_hits_one_replica_except_block_faults_and_es_words() -> Non
 
 def test_channel_config_carries_rmt_into_the_variant() -> None:
     cfg = VariantConfig(checksum="ones", level="M", tile="auto", rmt="warp")
-    assert cfg.to_variant(64, 64).rmt == "warp"
-    assert VariantConfig().to_variant(64, 64).rmt == "none"
+    assert cfg.to_variant(64, 64, 64).rmt == "warp"
+    assert VariantConfig().to_variant(64, 64, 64).rmt == "none"

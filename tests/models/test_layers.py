@@ -81,7 +81,7 @@ def test_reference_forward_is_product_then_bias_then_activation_per_layer() -> N
     vc = VariantConfig()
     h = x
     for wi, ly in zip(w, layers, strict=True):
-        h = epilogue(run_variant(h, wi, vc.to_variant(3, wi.shape[1]), "numpy").c, ly.bias, ly.act)
+        h = epilogue(run_variant(h, wi, vc.to_variant(3, wi.shape[1], h.shape[1]), "numpy").c, ly.bias, ly.act)
     ref = reference_forward(w, layers, x)
     assert np.array_equal(ref.view(np.uint32), h.view(np.uint32))
     res = run_model(layers, {"a": w[0], "b": w[1]}, x, vc, "numpy")
@@ -95,3 +95,27 @@ def test_first_diverging_layer_reads_the_digest_frame() -> None:
     assert first_diverging_layer(a, a) is None
     assert first_diverging_layer(a, [8, 1, 2, 7, 4]) == 1
     assert first_diverging_layer(a, [8, 1, 5, 3, 4]) == 0
+
+
+def test_layers_with_a_long_k_run_the_split_protected_matmul_picks() -> None:
+    """A channel's layer runs the tile and split-K factor that `protected_matmul` picks for
+    its shape (issue 14's split-K reaches the runtime): (3, 512)·(512, 16) splits in four,
+    and the output equals the chain of direct `protected_matmul` calls bit for bit."""
+    from safemon.kernels.api import protected_matmul
+
+    rng = np.random.default_rng(11)
+    w = {"k": rng.standard_normal((512, 16)).astype(np.float32),
+         "o": rng.standard_normal((16, 4)).astype(np.float32)}
+    layers = [Layer("k", rng.standard_normal(16).astype(np.float32), "relu"), Layer("o", None, "identity")]
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    vc = VariantConfig()
+    assert vc.to_variant(3, 16, 512).split == 4
+    h = x
+    for ly in layers:
+        c = protected_matmul(h, w[ly.weight_id], checksum="ones", level="I", mode="exact",
+                             backend="numpy").c
+        h = epilogue(c, ly.bias, ly.act)
+    res = run_model(layers, w, x, vc, "numpy")
+    assert np.array_equal(res.out.view(np.uint32), h.view(np.uint32))
+    ref = reference_forward([w["k"], w["o"]], layers, x)
+    assert np.array_equal(ref.view(np.uint32), h.view(np.uint32))

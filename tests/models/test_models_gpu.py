@@ -92,6 +92,35 @@ def test_run_model_on_the_gpu_equals_numpy_digests_included() -> None:
     assert np.array_equal(ref.view(np.uint32), host.out.view(np.uint32))
 
 
+@pytest.mark.parametrize("variant", [VariantConfig(), VariantConfig(checksum="ones", level="M",
+                                                                     mode="fma")])
+def test_split_layers_and_a_corrected_weight_give_the_reference_forward(
+        variant: VariantConfig) -> None:
+    """Layers with a long K run split over K (64×4096×1024 and 1×…: `to_variant`'s split), on
+    ECC-protected weights one of which holds a flipped bit: the pass queues every layer
+    without a wait, finds the correction when it settles, and runs again; the output and
+    digests equal the NumPy backend's on the clean weights."""
+    from safemon.ecc import ProtectedArray
+
+    cp = _cp()
+    rng = np.random.default_rng(12)
+    dims = [1024, 512, 640, 24]
+    ws = [rng.standard_normal((dims[i], dims[i + 1])).astype(np.float32) for i in range(3)]
+    layers = [Layer(f"w{i}", rng.standard_normal(dims[i + 1]).astype(np.float32), a)
+              for i, a in enumerate(("relu", "gelu", "identity"))]
+    for m in (64, 1):
+        x = rng.standard_normal((m, dims[0])).astype(np.float32)
+        assert variant.to_variant(m, dims[1], dims[0]).split > 1
+        host = run_model(layers, {f"w{i}": w for i, w in enumerate(ws)}, x, variant, "numpy")
+        protected = {f"w{i}": ProtectedArray(cp.asarray(w), name=f"w{i}")
+                     for i, w in enumerate(ws)}
+        protected["w1"].verified().view(cp.uint8)[4001] ^= 0x10
+        dev = run_model(layers, protected, cp.asarray(x), variant, "cupy")
+        assert protected["w1"].corrected_total == 1
+        assert np.array_equal(dev.out.get().view(np.uint32), host.out.view(np.uint32))
+        assert dev.digest_frame().tolist() == host.digest_frame().tolist()
+
+
 def test_device_arrays_are_checked_before_anything_is_sent() -> None:
     """float64, non-contiguous and wrong-device CuPy arrays are InvalidInputErrors."""
     cp = _cp()

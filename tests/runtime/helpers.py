@@ -102,7 +102,7 @@ def system(config: Config, **kwargs: Any) -> Iterator[tuple[Daemon, Client]]:
 def reference(x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], config: Config) -> npt.NDArray[np.float32]:
     """The clean result the channels must agree on (the NumPy reference, same variant)."""
     assert config.channels is not None
-    v = config.channels[0].variant.to_variant(x.shape[0], w.shape[1])
+    v = config.channels[0].variant.to_variant(x.shape[0], w.shape[1], x.shape[1])
     c: npt.NDArray[np.float32] = run_variant(x, w, v, "numpy").c
     return c
 

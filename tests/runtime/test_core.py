@@ -91,7 +91,7 @@ def _pass_selftests(core: RuntimeCore, sent: list[fx.SendToChannel], clock: Cloc
         if s.kind is Kind.REQUEST and s.meta.get("job") == "selftest":
             a, b = s.arrays
             ch = next(c for c in core.config.channels or [] if c.name == s.channel)
-            r = run_variant(a, b, ch.variant.to_variant(a.shape[0], b.shape[1]), "numpy")
+            r = run_variant(a, b, ch.variant.to_variant(a.shape[0], b.shape[1], a.shape[1]), "numpy")
             reply = _msg(Kind.RESULT, s.seq, {"ok": True, "job": "selftest"}, (r.c, r.es), s.channel)
             out += core.handle(st.ChannelMessage(s.channel, reply, clock(), st.stimulus_id("t")))
     return out
@@ -152,7 +152,7 @@ def test_a_weight_is_acknowledged_then_a_request_is_voted_and_released(tmp_path:
     ask = core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 3, {"weight_id": wid}, (x,)),
                                         clock(), "ask"))
     [work] = [s for s in _of(ask, fx.SendToChannel) if s.meta.get("job") == "live"]
-    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1]), "numpy")  # type: ignore[index]
+    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1], x.shape[1]), "numpy")  # type: ignore[index]
     result = _msg(Kind.RESULT, work.seq, {"ok": True, "job": "live"}, (r.c, r.es), "c0")
     clock.now += 0.001
     done = core.handle(st.ChannelMessage("c0", result, clock(), "res"))
@@ -265,7 +265,7 @@ def test_a_disagreement_with_a_channel_already_out_of_the_vote_is_no_new_fault(
     procs.up.discard("c0")
     core.handle(st.ProcessLost("c0", "crash", clock(), "exited", clock(), "lost"))
     assert core.controller.voting == ("c1",) and core.controller.mode is Mode.DEGRADED
-    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1]), "numpy")  # type: ignore[index]
+    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1], x.shape[1]), "numpy")  # type: ignore[index]
     bad = r.c.copy()
     bad[0, 0] += 1.0
     clock.now += 0.001

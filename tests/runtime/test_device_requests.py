@@ -54,7 +54,7 @@ def _device_meta(wid: str, x: npt.NDArray[np.float32], n_out: int, **over: Any) 
 def _frame(x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], cfg: Any,
            flip: bool = False) -> npt.NDArray[np.uint64]:
     """What a channel answers: [d(C), d(ES), d(x)] of the variant's product."""
-    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1]), "numpy")
+    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1], x.shape[1]), "numpy")
     c = r.c.copy()
     if flip:
         c.view(np.uint32)[0, 0] ^= 1 << 20

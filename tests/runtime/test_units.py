@@ -51,14 +51,16 @@ def test_abft_accepts_clean_results_and_rejects_flipped_ones(tmp_path: Path) -> 
     for _ in range(20):
         x, w = (rng.standard_normal((8, 64)) * 100).astype(np.float32), rng.standard_normal((64, 5)).astype(np.float32)
         c = reference(x, w, cfg)
-        assert abft_ok(x, w, c)
+        v = cfg.channels[0].variant.to_variant(8, 5, 64)  # type: ignore[index]
+        assert abft_ok(x, w, c, v)
         bad = c.copy()
         flip_c(bad)
-        assert not abft_ok(x, w, bad)
+        assert not abft_ok(x, w, bad, v)
     x, w = operands()
     c = reference(x, w, cfg)
     c[1, 1] = np.inf
-    assert not abft_ok(x, w, c)
+    assert not abft_ok(x, w, c, cfg.channels[0].variant.to_variant(  # type: ignore[index]
+        x.shape[0], w.shape[1], x.shape[1]))
 
 
 def test_weight_ids_are_content_addresses() -> None:
