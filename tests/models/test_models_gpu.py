@@ -114,7 +114,7 @@ def test_split_layers_and_a_corrected_weight_give_the_reference_forward(
         host = run_model(layers, {f"w{i}": w for i, w in enumerate(ws)}, x, variant, "numpy")
         protected = {f"w{i}": ProtectedArray(cp.asarray(w), name=f"w{i}")
                      for i, w in enumerate(ws)}
-        protected["w1"].verified().view(cp.uint8)[4001] ^= 0x10
+        protected["w1"].verified().view(cp.uint8).reshape(-1)[4001] ^= 0x10
         dev = run_model(layers, protected, cp.asarray(x), variant, "cupy")
         assert protected["w1"].corrected_total == 1
         assert np.array_equal(dev.out.get().view(np.uint32), host.out.view(np.uint32))
