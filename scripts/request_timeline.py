@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-SITECUSTOMIZE = textwrap.dedent('''
+HOOK = textwrap.dedent('''
     import atexit, json, os, time
     _OUT = os.environ.get("SMTL_OUT")
     if _OUT:
@@ -93,6 +93,19 @@ SITECUSTOMIZE = textwrap.dedent('''
         import safemon.device_io as IO
         _span(IO.ExchangeBuffers, "stage", "stage")
         _span(IO.ExchangeBuffers, "take", "take")
+''')
+
+#: The child processes' sitecustomize: the hook, then the sitecustomize this one shadows
+#: (the machine's own, if any), so that nothing it sets up is lost.
+SITECUSTOMIZE = textwrap.dedent('''
+    import os, sys
+    import safemon_tl_hook
+    _here = os.path.dirname(os.path.abspath(__file__))
+    for _d in sys.path:
+        _c = os.path.join(_d, "sitecustomize.py")
+        if os.path.abspath(_d or ".") != _here and os.path.isfile(_c):
+            exec(compile(open(_c).read(), _c, "exec"), {"__name__": "sitecustomize", "__file__": _c})
+            break
 ''')
 
 
@@ -203,12 +216,13 @@ def main() -> int:
     events_dir.mkdir(parents=True, exist_ok=True)
     site = work / "site"
     site.mkdir(exist_ok=True)
+    (site / "safemon_tl_hook.py").write_text(HOOK)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(site), os.environ.get("PYTHONPATH", ""), str(Path(__file__).resolve().parents[1])])
     os.environ["SMTL_OUT"] = str(events_dir)
     sys.path.insert(0, str(site))
-    import sitecustomize
+    import safemon_tl_hook as hook  # this process: the client
 
     from safemon.bench.runtime import channel_variant
     from safemon.bench.vote import _bench_config, running_daemon
@@ -229,11 +243,11 @@ def main() -> int:
             x = cp.asarray(x)
         for _ in range(20):
             client.matmul(x, wid, timeout=10.0)
-        sitecustomize._rec.clear()  # type: ignore[attr-defined]
+        hook._rec.clear()
         for _ in range(args.requests):
             client.matmul(x, wid, timeout=10.0)
         assert args.host or client.last_request_device, client.device_io_off_reason
-    sitecustomize._dump()  # type: ignore[attr-defined]
+    hook._dump()
     stages = analyse(_load(events_dir), os.getpid())
     n_req = len(next(iter(stages.values()), []))
     print(f"{args.placement} {args.size} variant {args.variant or 'default'}: "
