@@ -172,7 +172,7 @@ class ExchangeBuffers:
             InvalidInputError: x holds NaN or infinity (checked on the device).
         """
         from safemon.errors import InvalidInputError
-        from safemon.kernels.model_gpu import device_digests
+        from safemon.kernels.model_gpu import copy_digest
 
         cp = _cupy()
         device = int(x.device.id)
@@ -182,10 +182,10 @@ class ExchangeBuffers:
         out = self._buffer(self._outputs, device, slot_bytes * self.slots)
         with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
             staged = cp.ndarray(x.shape, cp.float32, cp.cuda.MemoryPointer(inp.memory, 0))
-            staged[...] = x
-            finite = cp.isfinite(staged).all()
-            (digest,) = device_digests([staged])  # synchronises the stream: x is in place
-            if not bool(finite):
+            # One kernel copies x in, digests and finite-checks it; its read-back is the one
+            # wait of the staging (x is in place when it returns).
+            digest, nonfinite = copy_digest(x, staged)
+            if nonfinite:
                 raise InvalidInputError("x contains NaN or infinity")
         return StagedRequest(inp.handle, rows, cols, digest_hex(digest), out.handle, slot_bytes)
 
@@ -198,7 +198,7 @@ class ExchangeBuffers:
             DisagreementError: the slot's bytes are not the ones the channels voted on
                 (nothing is returned).
         """
-        from safemon.kernels.model_gpu import device_digests
+        from safemon.kernels.model_gpu import copy_digest
 
         cp = _cupy()
         if not 0 <= slot < self.slots:
@@ -209,8 +209,8 @@ class ExchangeBuffers:
         with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
             view = cp.ndarray((rows, cols), cp.float32,
                               cp.cuda.MemoryPointer(out.memory, slot * staged.out_slot_bytes))
-            result = view.copy()
-            (got,) = device_digests([result])
+            result = cp.empty((rows, cols), cp.float32)
+            got, _nonfinite = copy_digest(view, result)  # the copy is what is digested
         if digest_hex(got) != digest:
             raise DisagreementError(
                 f"the released output in slot {slot} does not match the voted {DIGEST_NAME} "

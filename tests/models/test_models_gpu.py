@@ -44,6 +44,27 @@ def test_digest_kernel_is_bit_exact_with_the_reference(n: int) -> None:
     assert device_digests([cp.asarray(f), cp.asarray(u)]) == [digest64(f), digest64(u)]
 
 
+@pytest.mark.parametrize("n", [1, 31, 1000, (1 << 20) + 3])
+def test_copy_digest_copies_digests_and_counts_non_finite_words(n: int) -> None:
+    """copy_digest equals digest64 of the source, copies it bit for bit, and counts its
+    NaN and infinity words (the client's staging and release check, device_io)."""
+    from safemon.kernels.model_gpu import copy_digest
+
+    cp = _cp()
+    rng = np.random.default_rng(n + 5)
+    f = rng.standard_normal(n).astype(np.float32)
+    bad = rng.choice(n, size=min(n, 7), replace=False)
+    f[bad] = np.array([np.nan, np.inf, -np.inf, np.nan, np.inf, -np.nan, np.inf],
+                      dtype=np.float32)[: bad.size]
+    src, dst = cp.asarray(f), cp.zeros(n, dtype=cp.float32)
+    assert copy_digest(src, dst) == (digest64(f), bad.size)
+    assert np.array_equal(dst.get().view(np.uint32), f.view(np.uint32))
+    u = rng.integers(0, 2**32, n, dtype=np.uint32)
+    assert copy_digest(cp.asarray(u))[0] == digest64(u)
+    with pytest.raises(ValueError, match="elements"):
+        copy_digest(src, cp.zeros(n + 1, dtype=cp.float32))
+
+
 def _special_values() -> np.ndarray:
     rng = np.random.default_rng(7)
     edge = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-40, 3e38, -3e38, 9.01, -9.01, 12.5, -12.5],

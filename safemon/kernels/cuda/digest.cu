@@ -4,6 +4,10 @@
 // S = sum_i mix((i << 32) | w_i) mod 2^64. Integer addition is associative, so the grid-
 // stride partial sums, the warp shuffles and the one atomicAdd per warp give the same S in
 // any order. The host applies the final mix(S + mix(n)) to the 8 bytes it reads back.
+//
+// safemon_copy_digest also copies the words to `dst` and counts the words that are a
+// float32 NaN or infinity (exponent bits all ones): the client's staging of a device-
+// resident request and its release check, one kernel each (safemon/device_io.py).
 
 extern "C" {
 
@@ -29,6 +33,38 @@ __global__ void safemon_digest_sum(const unsigned int* __restrict__ words,
     }
     if ((threadIdx.x & 31) == 0 && acc != 0ull) {
         atomicAdd(out, acc);
+    }
+}
+
+// out[0] += S of `src`; out[1] += the non-finite float32 words of `src`; dst (when not null)
+// receives a copy of the n words. out: two zero-initialised uint64 accumulators.
+__global__ void safemon_copy_digest(const unsigned int* __restrict__ src,
+                                    unsigned int* __restrict__ dst,
+                                    unsigned long long n,
+                                    unsigned long long* __restrict__ out) {
+    unsigned long long acc = 0ull;
+    unsigned long long bad = 0ull;
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         i < n; i += stride) {
+        unsigned int w = src[i];
+        if (dst != nullptr) {
+            dst[i] = w;
+        }
+        acc += safemon_mix64((i << 32) | (unsigned long long)w);
+        bad += ((w & 0x7F800000u) == 0x7F800000u) ? 1ull : 0ull;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        acc += __shfl_down_sync(0xFFFFFFFFu, acc, off);
+        bad += __shfl_down_sync(0xFFFFFFFFu, bad, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (acc != 0ull) {
+            atomicAdd(out, acc);
+        }
+        if (bad != 0ull) {
+            atomicAdd(out + 1, bad);
+        }
     }
 }
 
