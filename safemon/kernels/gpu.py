@@ -111,7 +111,7 @@ def _function(key: tuple[Any, ...], build: Callable[[], KernelBuild], name: str)
     call before this cache existed; the key here is a variant or a constant.
     """
     cp = import_cupy()
-    full = (cp.cuda.runtime.getDevice(), *key)
+    full = (cp.cuda.runtime.getDevice(), *key, name)  # one build may hold several kernels
     fn = _functions.get(full)
     if fn is None:
         fn = load_module(build()).get_function(name)
