@@ -152,6 +152,8 @@ class Daemon:
         self._hooks: list[subprocess.Popen[bytes]] = []
         self._sockets: dict[str, Socket] = {}
         self._chan_socks: dict[str, Socket] = {}
+        self._polled: tuple[Socket, ...] = ()  # what _poller_obj polls
+        self._poller_obj = zmq.Poller()
         self._zap: ZapAuthenticator | None = None
         self.log = log.bind(epoch=self.epoch)
         self._drain_deadline: float | None = None
@@ -435,13 +437,23 @@ class Daemon:
 
     # ================================================================== I/O in
 
-    def _poll_once(self, timeout_ms: int) -> None:
-        poller = zmq.Poller()
+    def _poller(self) -> zmq.Poller:
+        """The poller over ingress, control, the channels' and the connection guard's
+        sockets; rebuilt only when that set changed (a channel's new incarnation)."""
         guard = self._conn_guard
-        for s in (self._sockets["ingress"], self._sockets["control"], *self._chan_socks.values(),
-                  *(guard.monitors() if guard is not None else ())):
-            poller.register(s, zmq.POLLIN)
-        ready = dict(poller.poll(timeout_ms))
+        socks = (self._sockets["ingress"], self._sockets["control"], *self._chan_socks.values(),
+                 *(guard.monitors() if guard is not None else ()))
+        if len(socks) != len(self._polled) or any(a is not b for a, b in zip(socks, self._polled,
+                                                                             strict=True)):
+            poller = zmq.Poller()
+            for s in socks:
+                poller.register(s, zmq.POLLIN)
+            self._polled, self._poller_obj = socks, poller
+        return self._poller_obj
+
+    def _poll_once(self, timeout_ms: int) -> None:
+        guard = self._conn_guard
+        ready = dict(self._poller().poll(timeout_ms))
         if guard is not None:  # first: a flood of connections must close the listeners early
             guard.handle(self.clock())
         for name, s in list(self._chan_socks.items()):
