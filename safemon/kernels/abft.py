@@ -39,6 +39,7 @@ residual within float64 rounding of the tolerance, far below any float32 effect.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ __all__ = [
     "abft_build",
     "abft_campaign_reference",
     "abft_check",
+    "abft_k_slices",
     "abft_passes",
     "abft_tolerances",
     "gamma",
@@ -64,12 +66,23 @@ __all__ = [
 ABFT_SOURCE = Path(__file__).parent / "cuda" / "abft.cu"
 U32_F = 2.0**-24
 U64_F = 2.0**-53
-#: Extra float64 roundings of the device's warp reduction (5 shuffle levels) plus slack.
+#: Extra float64 roundings of the device's sums: a row sum of C takes ⌈BN/32⌉ + 5 (five
+#: shuffle levels), a checksum product k-per-slice + slices (`abft_k_slices`); both ≤ n + K + 7.
 F64_EXTRA = 7
-#: Threads per block of the check kernels (abft.cu's check kernel assumes 256).
+#: Threads per block of abft_vectors and the verify kernel (abft.cu assumes 256 for verify).
 ABFT_THREADS = 256
-#: Tile rows per column-check block and tile columns per row-check warp (abft.cu).
-ABFT_CHUNK = 4
+#: abft.cu's blocking: columns and tile rows per column block, rows and tile columns per row
+#: block, k per shared-memory stage.
+ABFT_COL_THREADS = 128
+ABFT_COL_Y = 16
+ABFT_ROW_R = 32
+ABFT_ROW_X = 32
+ABFT_KC = 32
+#: The products are split over K until each of the two kernels has about this many blocks
+#: (two per multiprocessor of a 132-SM H100; a constant, never read from the device) ...
+ABFT_TARGET_BLOCKS = 264
+#: ... keeping at least this many k per slice (so that slices + k per slice stay ≤ K + 7).
+ABFT_MIN_SLICE_K = 64
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -203,6 +216,16 @@ def abft_build() -> KernelBuild:
     return KernelBuild.make(ABFT_SOURCE, None, ("--fmad=true",))
 
 
+def abft_k_slices(blocks: int, k: int) -> tuple[int, int]:
+    """(slices, k per slice) of a checksum product whose grid has `blocks` blocks per K-slice:
+    a pure function of the shape (abft.cu adds the slices in order, so the decision does not
+    depend on the device)."""
+    want = max(1, min(-(-ABFT_TARGET_BLOCKS // max(blocks, 1)), k // ABFT_MIN_SLICE_K))
+    per = -(-k // want)
+    per = -(-per // ABFT_KC) * ABFT_KC  # whole shared-memory stages
+    return -(-k // per), per
+
+
 def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
     """Queue abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on the current
     stream; a failure sets words 6–7 of the status block at `status_ptr`. No waiting."""
@@ -214,18 +237,31 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     n = b.shape[1]
     t = variant.tile
     gx, gy = t.grid(m, n)
-    a_sum = cp.empty(gy * k, dtype=cp.float64)
-    a_abs = cp.empty_like(a_sum)
-    b_sum = cp.empty(gx * k, dtype=cp.float64)
-    b_abs = cp.empty_like(b_sum)
-    dims = (np.int32(m), np.int32(n), np.int32(k), np.int32(t.bm), np.int32(t.bn),
-            np.int32(gx), np.int32(gy))
+    col_grid = (-(-n // ABFT_COL_THREADS), -(-gy // ABFT_COL_Y))
+    row_grid = (-(-m // ABFT_ROW_R), -(-gx // ABFT_ROW_X))
+    col_slices, col_per = abft_k_slices(col_grid[0] * col_grid[1], k)
+    row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k)
+    sizes = [gy * k, gy * k, gx * k, gx * k, 2 * col_slices * gy * n, 2 * row_slices * m * gx]
+    work = cp.empty(sum(sizes), dtype=cp.float64)  # one allocation, cut in six
+    cuts = np.cumsum([0, *sizes])
+    a_sum, a_abs, b_sum, b_abs, col_part, row_part = (
+        work[lo:hi] for lo, hi in itertools.pairwise(cuts))
+    i32 = np.int32
     vec_blocks = max(1, min(4 * AUX_MAX_BLOCKS, -(-(gy + 32 * gx) * k // ABFT_THREADS)))
-    function_for(("abft_vectors",), abft_build, "safemon_abft_vectors")(
-        (vec_blocks, 1, 1), (ABFT_THREADS, 1, 1), (a, b, a_sum, a_abs, b_sum, b_abs, *dims))
-    col_blocks = -(-gy // ABFT_CHUNK) * -(-n // 32)
-    row_blocks = -(-m * -(-gx // ABFT_CHUNK) // (ABFT_THREADS // 32))
-    function_for(("abft_check",), abft_build, "safemon_abft_check")(
+    function_for(("abft",), abft_build, "safemon_abft_vectors")(
+        (vec_blocks, 1, 1), (ABFT_THREADS, 1, 1),
+        (a, b, a_sum, a_abs, b_sum, b_abs, i32(m), i32(n), i32(k), i32(t.bm), i32(t.bn),
+         i32(gx), i32(gy)))
+    function_for(("abft",), abft_build, "safemon_abft_cols")(
+        (*col_grid, col_slices), (ABFT_COL_THREADS, 1, 1),
+        (b, a_sum, a_abs, col_part, i32(n), i32(k), i32(gy), i32(col_per)))
+    function_for(("abft",), abft_build, "safemon_abft_rows")(
+        (*row_grid, row_slices), (256, 1, 1),
+        (a, b_sum, b_abs, row_part, i32(m), i32(k), i32(gx), i32(row_per)))
+    col_blocks = -(-gy * n // ABFT_THREADS)
+    row_blocks = -(-m * gx * 32 // ABFT_THREADS)
+    function_for(("abft",), abft_build, "safemon_abft_verify")(
         (col_blocks + row_blocks, 1, 1), (ABFT_THREADS, 1, 1),
-        (a, b, c, a_sum, a_abs, b_sum, b_abs, np.uintp(status_ptr), *dims,
-         np.int32(variant.slices(k)), np.int32(col_blocks)))
+        (c, col_part, row_part, np.uintp(status_ptr), i32(m), i32(n), i32(k), i32(t.bm),
+         i32(t.bn), i32(gx), i32(gy), i32(variant.slices(k)), i32(col_slices),
+         i32(row_slices), i32(col_blocks)))

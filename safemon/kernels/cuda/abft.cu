@@ -14,13 +14,25 @@
 // A failure sets status word 6 to 1 and word 7 to max(word 7, 0xFFFFFFFF − tile) with tile =
 // by·gx + bx, so word 7 names the lowest failing tile whatever the block order.
 //
-// Kernels (all on the stream of the MMM kernel, after it):
+// Kernels (all on the stream of the MMM kernel, after it; every sum in a fixed order, so a
+// decision never depends on scheduling):
 //   safemon_abft_vectors  a_sum/a_abs[by·K + k] = Σ_{r∈tile by} A[r,k] / |A[r,k]| (a thread
 //                         each), b_sum/b_abs[bx·K + k] = Σ_{c∈tile bx} B[k,c] / |B[k,c]| (a
 //                         warp each). blockDim.x must be a multiple of 32.
-//   safemon_abft_check    blocks [0, col_blocks): the column checks, a block per 32 columns
-//                         of ABFT_CHUNK tile rows; the rest: the row checks, a warp per
-//                         (r, ABFT_CHUNK tile columns). 256 threads per block.
+//   safemon_abft_cols     the column checksum products over K-slice z (blockIdx.z):
+//                         col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
+//                         a thread per column c and ABFT_COL_Y tile rows, the vectors staged in
+//                         shared memory ABFT_KC k at a time (B is read once per ABFT_COL_Y tile
+//                         rows). 128 threads.
+//   safemon_abft_rows     the row checksum products: row_part[z][r][bx] = (Σ_k A[r,k]·b_sum[bx,k],
+//                         Σ_k |A[r,k]|·b_abs[bx,k]), a block per 32 rows × ABFT_ROW_X tile columns
+//                         with A and the vectors staged in shared memory. 256 threads.
+//   safemon_abft_verify   the sums of C per tile column and tile row, the slices' products added
+//                         in z order, the tolerance and the flag: a thread per (by, c) in the
+//                         first col_blocks blocks, then a warp per (r, bx). 256 threads.
+// Rounding: a product term sees at most kslice + slices ≤ K + 7 float64 roundings in the
+// products (launch_abft keeps every slice ≥ 64 k), and a sum of C at most n (columns) or
+// ⌈BN/32⌉ + 5 ≤ n + 7 (rows): within the γ_{n+K+7} of the tolerance.
 
 #define ABFT_STATUS_FLAG 6
 #define ABFT_STATUS_TILE 7
@@ -84,117 +96,174 @@ extern "C" __global__ void safemon_abft_vectors(
     }
 }
 
-// Tiles per thread group: a column group handles ABFT_CHUNK tile rows (by) at once and a row
-// warp ABFT_CHUNK tile columns (bx), so each element of B (of A) is read gy/ABFT_CHUNK
-// (gx/ABFT_CHUNK) times instead of gy (gx) times.
-#define ABFT_CHUNK 4
+#define ABFT_KC 32          // k per shared-memory stage
+#define ABFT_COL_THREADS 128
+#define ABFT_COL_Y 16       // tile rows (by) per column block
+#define ABFT_ROW_R 32       // rows per row block (a lane each)
+#define ABFT_ROW_X 32       // tile columns per row block (8 warps × 4)
 
-extern "C" __global__ void __launch_bounds__(256) safemon_abft_check(
-    const float* __restrict__ A, const float* __restrict__ B, const float* __restrict__ C,
-    const double* __restrict__ a_sum, const double* __restrict__ a_abs,
-    const double* __restrict__ b_sum, const double* __restrict__ b_abs,
-    unsigned* __restrict__ status, int M, int N, int K, int BM, int BN, int gx, int gy,
-    int slices, int col_blocks) {
-    const double g32 = safemon_gamma((double)K + slices, 0x1p-24);
-    const double tiny = (double)K * slices * 0x1p-149;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;  // blockDim.x == 256
-    if ((int)blockIdx.x < col_blocks) {
-        // Column checks: a block covers 32 columns (lanes) of ABFT_CHUNK tile rows; its 8 warps
-        // split K and the rows, then reduce through shared memory.
-        __shared__ double part[4][ABFT_CHUNK][8][32];
-        const int col_groups = (N + 31) / 32;
-        const int by0 = (int)(blockIdx.x / col_groups) * ABFT_CHUNK;
-        const int c = (int)(blockIdx.x % col_groups) * 32 + lane;
-        double expect[ABFT_CHUNK], bound[ABFT_CHUNK], got[ABFT_CHUNK], got_abs[ABFT_CHUNK];
+extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols(
+    const float* __restrict__ B, const double* __restrict__ a_sum,
+    const double* __restrict__ a_abs, double* __restrict__ col_part, int N, int K, int gy,
+    int kslice) {
+    __shared__ double s_sum[ABFT_KC][ABFT_COL_Y];
+    __shared__ double s_abs[ABFT_KC][ABFT_COL_Y];
+    const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
+    const int by0 = blockIdx.y * ABFT_COL_Y;
+    const int z = blockIdx.z;
+    const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
+    double e[ABFT_COL_Y], bd[ABFT_COL_Y];
 #pragma unroll
-        for (int q = 0; q < ABFT_CHUNK; ++q) expect[q] = bound[q] = got[q] = got_abs[q] = 0.0;
+    for (int q = 0; q < ABFT_COL_Y; ++q) e[q] = bd[q] = 0.0;
+    for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
+        for (int i = threadIdx.x; i < ABFT_COL_Y * ABFT_KC; i += ABFT_COL_THREADS) {
+            const int q = i / ABFT_KC, kk = i % ABFT_KC;  // consecutive threads: consecutive k
+            const bool ok = by0 + q < gy && k0 + kk < k_end;
+            const long long at = (long long)(by0 + q) * K + k0 + kk;
+            s_sum[kk][q] = ok ? a_sum[at] : 0.0;
+            s_abs[kk][q] = ok ? a_abs[at] : 0.0;
+        }
+        __syncthreads();
+        const int kn = min(ABFT_KC, k_end - k0);
         if (c < N) {
-            for (int k = warp; k < K; k += 8) {
-                const double b = safemon_widen(B[(long long)k * N + c]);
+#pragma unroll 4
+            for (int kk = 0; kk < kn; ++kk) {
+                const double b = safemon_widen(B[(long long)(k0 + kk) * N + c]);
+                const double ab = fabs(b);
 #pragma unroll
-                for (int q = 0; q < ABFT_CHUNK; ++q)
-                    if (by0 + q < gy) {
-                        expect[q] = fma(a_sum[(long long)(by0 + q) * K + k], b, expect[q]);
-                        bound[q] = fma(a_abs[(long long)(by0 + q) * K + k], fabs(b), bound[q]);
-                    }
-            }
-#pragma unroll
-            for (int q = 0; q < ABFT_CHUNK; ++q) {
-                const int r_end = min(M, (by0 + q + 1) * BM);
-                for (int r = (by0 + q) * BM + warp; r < r_end; r += 8) {
-                    const double v = safemon_widen(C[(long long)r * N + c]);
-                    got[q] += v;
-                    got_abs[q] += fabs(v);
+                for (int q = 0; q < ABFT_COL_Y; ++q) {
+                    e[q] = fma(s_sum[kk][q], b, e[q]);
+                    bd[q] = fma(s_abs[kk][q], ab, bd[q]);
                 }
             }
         }
+        __syncthreads();
+    }
+    if (c >= N) return;
 #pragma unroll
-        for (int q = 0; q < ABFT_CHUNK; ++q) {
-            part[0][q][warp][lane] = expect[q];
-            part[1][q][warp][lane] = bound[q];
-            part[2][q][warp][lane] = got[q];
-            part[3][q][warp][lane] = got_abs[q];
+    for (int q = 0; q < ABFT_COL_Y; ++q) {
+        if (by0 + q < gy) {
+            const long long o = (((long long)z * gy + by0 + q) * N + c) * 2;
+            col_part[o] = e[q];
+            col_part[o + 1] = bd[q];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows(
+    const float* __restrict__ A, const double* __restrict__ b_sum,
+    const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K, int gx,
+    int kslice) {
+    __shared__ float s_a[ABFT_ROW_R][ABFT_KC + 1];  // +1: lanes read 32 rows, no conflict
+    __shared__ __align__(16) double s_sum[ABFT_KC][ABFT_ROW_X];
+    __shared__ __align__(16) double s_abs[ABFT_KC][ABFT_ROW_X];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r0 = blockIdx.x * ABFT_ROW_R, bx0 = blockIdx.y * ABFT_ROW_X;
+    const int z = blockIdx.z;
+    const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
+    double e[4] = {0.0, 0.0, 0.0, 0.0}, bd[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
+        for (int i = threadIdx.x; i < ABFT_ROW_R * ABFT_KC; i += 256) {
+            const int rr = i / ABFT_KC, kk = i % ABFT_KC;
+            const bool ok = r0 + rr < M && k0 + kk < k_end;
+            s_a[rr][kk] = ok ? A[(long long)(r0 + rr) * K + k0 + kk] : 0.0f;
+        }
+        for (int i = threadIdx.x; i < ABFT_ROW_X * ABFT_KC; i += 256) {
+            const int q = i / ABFT_KC, kk = i % ABFT_KC;
+            const bool ok = bx0 + q < gx && k0 + kk < k_end;
+            const long long at = (long long)(bx0 + q) * K + k0 + kk;
+            s_sum[kk][q] = ok ? b_sum[at] : 0.0;
+            s_abs[kk][q] = ok ? b_abs[at] : 0.0;
         }
         __syncthreads();
-        if (warp >= ABFT_CHUNK || c >= N || by0 + warp >= gy) return;
-        const int q = warp, by = by0 + q;
-        double e = 0.0, bd = 0.0, g = 0.0, ga = 0.0;
-        for (int w = 0; w < 8; ++w) {
-            e += part[0][q][w][lane];
-            bd += part[1][q][w][lane];
-            g += part[2][q][w][lane];
-            ga += part[3][q][w][lane];
+        const int kn = min(ABFT_KC, k_end - k0);
+#pragma unroll 4
+        for (int kk = 0; kk < kn; ++kk) {
+            const double a = safemon_widen(s_a[lane][kk]);
+            const double aa = fabs(a);
+            const double2 s01 = *reinterpret_cast<const double2*>(&s_sum[kk][warp * 4]);
+            const double2 s23 = *reinterpret_cast<const double2*>(&s_sum[kk][warp * 4 + 2]);
+            const double2 a01 = *reinterpret_cast<const double2*>(&s_abs[kk][warp * 4]);
+            const double2 a23 = *reinterpret_cast<const double2*>(&s_abs[kk][warp * 4 + 2]);
+            e[0] = fma(a, s01.x, e[0]);
+            e[1] = fma(a, s01.y, e[1]);
+            e[2] = fma(a, s23.x, e[2]);
+            e[3] = fma(a, s23.y, e[3]);
+            bd[0] = fma(aa, a01.x, bd[0]);
+            bd[1] = fma(aa, a01.y, bd[1]);
+            bd[2] = fma(aa, a23.x, bd[2]);
+            bd[3] = fma(aa, a23.y, bd[3]);
         }
-        const int terms = min(M, (by + 1) * BM) - by * BM;
+        __syncthreads();
+    }
+    const int r = r0 + lane;
+    if (r >= M) return;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int bx = bx0 + warp * 4 + q;
+        if (bx < gx) {
+            const long long o = (((long long)z * M + r) * gx + bx) * 2;
+            row_part[o] = e[q];
+            row_part[o + 1] = bd[q];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
+    const float* __restrict__ C, const double* __restrict__ col_part,
+    const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N, int K,
+    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices, int col_blocks) {
+    const double g32 = safemon_gamma((double)K + slices, 0x1p-24);
+    const double tiny = (double)K * slices * 0x1p-149;
+    if ((int)blockIdx.x < col_blocks) {
+        // A thread per (by, c): consecutive threads on consecutive columns (coalesced rows).
+        const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+        if (i >= (long long)gy * N) return;
+        const int by = (int)(i / N), c = (int)(i % N);
+        const int r_end = min(M, (by + 1) * BM);
+        double g = 0.0, ga = 0.0;
+        for (int r = by * BM; r < r_end; ++r) {
+            const double v = safemon_widen(C[(long long)r * N + c]);
+            g += v;
+            ga += fabs(v);
+        }
+        double e = 0.0, bd = 0.0;
+        for (int z = 0; z < col_slices; ++z) {
+            const long long o = (((long long)z * gy + by) * N + c) * 2;
+            e += col_part[o];
+            bd += col_part[o + 1];
+        }
+        const int terms = r_end - by * BM;
         const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
         const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
         if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)(by * gx + c / BN));
         return;
     }
-    // Row checks: a warp per (r, ABFT_CHUNK tile columns), lanes over k and over the columns.
-    const int bx_groups = (gx + ABFT_CHUNK - 1) / ABFT_CHUNK;
-    const long long w = (long long)(blockIdx.x - col_blocks) * 8 + warp;
-    if (w >= (long long)M * bx_groups) return;  // whole warps leave together
-    const int r = (int)(w / bx_groups), bx0 = (int)(w % bx_groups) * ABFT_CHUNK;
-    const float* a_row = A + (long long)r * K;
-    double expect[ABFT_CHUNK], bound[ABFT_CHUNK], got[ABFT_CHUNK], got_abs[ABFT_CHUNK];
-#pragma unroll
-    for (int q = 0; q < ABFT_CHUNK; ++q) expect[q] = bound[q] = got[q] = got_abs[q] = 0.0;
-    for (int k = lane; k < K; k += 32) {
-        const double a = safemon_widen(a_row[k]);
-#pragma unroll
-        for (int q = 0; q < ABFT_CHUNK; ++q)
-            if (bx0 + q < gx) {
-                expect[q] = fma(a, b_sum[(long long)(bx0 + q) * K + k], expect[q]);
-                bound[q] = fma(fabs(a), b_abs[(long long)(bx0 + q) * K + k], bound[q]);
-            }
+    // A warp per (r, bx): lanes over the tile's columns (coalesced), shuffle sums.
+    const int lane = threadIdx.x & 31;
+    const long long w = ((long long)(blockIdx.x - col_blocks) * blockDim.x + threadIdx.x) >> 5;
+    if (w >= (long long)M * gx) return;  // whole warps leave together
+    const int r = (int)(w / gx), bx = (int)(w % gx);
+    const int c_end = min(N, (bx + 1) * BN);
+    double g = 0.0, ga = 0.0;
+    for (int c = bx * BN + lane; c < c_end; c += 32) {
+        const double v = safemon_widen(C[(long long)r * N + c]);
+        g += v;
+        ga += fabs(v);
     }
 #pragma unroll
-    for (int q = 0; q < ABFT_CHUNK; ++q) {
-        const int c_end = min(N, (bx0 + q + 1) * BN);
-        for (int c = (bx0 + q) * BN + lane; c < c_end; c += 32) {
-            const double v = safemon_widen(C[(long long)r * N + c]);
-            got[q] += v;
-            got_abs[q] += fabs(v);
-        }
+    for (int off = 16; off > 0; off >>= 1) {
+        g += __shfl_xor_sync(0xFFFFFFFFu, g, off);
+        ga += __shfl_xor_sync(0xFFFFFFFFu, ga, off);
     }
-#pragma unroll
-    for (int q = 0; q < ABFT_CHUNK; ++q) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            expect[q] += __shfl_xor_sync(0xFFFFFFFFu, expect[q], off);
-            bound[q] += __shfl_xor_sync(0xFFFFFFFFu, bound[q], off);
-            got[q] += __shfl_xor_sync(0xFFFFFFFFu, got[q], off);
-            got_abs[q] += __shfl_xor_sync(0xFFFFFFFFu, got_abs[q], off);
-        }
+    if (lane != 0) return;
+    double e = 0.0, bd = 0.0;
+    for (int z = 0; z < row_slices; ++z) {
+        const long long o = (((long long)z * M + r) * gx + bx) * 2;
+        e += row_part[o];
+        bd += row_part[o + 1];
     }
-    if (lane >= ABFT_CHUNK || bx0 + lane >= gx) return;
-    double e = 0.0, bd = 0.0, g = 0.0, ga = 0.0;
-#pragma unroll
-    for (int q = 0; q < ABFT_CHUNK; ++q)
-        if (q == lane) { e = expect[q]; bd = bound[q]; g = got[q]; ga = got_abs[q]; }
-    const int bx = bx0 + lane;
-    const int terms = min(N, (bx + 1) * BN) - bx * BN;
+    const int terms = c_end - bx * BN;
     const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
     const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
     if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)((r / BM) * gx + bx));
