@@ -71,12 +71,11 @@ U64_F = 2.0**-53
 F64_EXTRA = 7
 #: Threads per block of abft_vectors and the verify kernel (abft.cu assumes 256 for verify).
 ABFT_THREADS = 256
-#: abft.cu's blocking: columns and tile rows per column block, rows and tile columns per row
-#: block, k per shared-memory stage.
+#: abft.cu's blocking: columns and most tile rows per column block, rows and tile columns per
+#: row block, k per shared-memory stage.
 ABFT_COL_THREADS = 128
-ABFT_COL_Y = 16
+ABFT_COL_Y_MAX = 16
 ABFT_ROW_R = 32
-ABFT_ROW_X = 32
 ABFT_KC = 32
 #: The products are split over K until each of the two kernels has about this many blocks
 #: (two per multiprocessor of a 132-SM H100; a constant, never read from the device) ...
@@ -237,8 +236,10 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     n = b.shape[1]
     t = variant.tile
     gx, gy = t.grid(m, n)
-    col_grid = (-(-n // ABFT_COL_THREADS), -(-gy // ABFT_COL_Y))
-    row_grid = (-(-m // ABFT_ROW_R), -(-gx // ABFT_ROW_X))
+    col_y = min(ABFT_COL_Y_MAX, 1 << (gy - 1).bit_length())  # the instance: Y ≥ gy, ≤ 16
+    col_grid = (-(-n // ABFT_COL_THREADS), -(-gy // col_y))
+    row_xw = 1 if gx <= 8 else 2 if gx <= 16 else 4  # tile columns per warp: the instance
+    row_grid = (-(-m // ABFT_ROW_R), -(-gx // (8 * row_xw)))
     col_slices, col_per = abft_k_slices(col_grid[0] * col_grid[1], k)
     row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k)
     sizes = [gy * k, gy * k, gx * k, gx * k, 2 * col_slices * gy * n, 2 * row_slices * m * gx]
@@ -252,10 +253,10 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
         (vec_blocks, 1, 1), (ABFT_THREADS, 1, 1),
         (a, b, a_sum, a_abs, b_sum, b_abs, i32(m), i32(n), i32(k), i32(t.bm), i32(t.bn),
          i32(gx), i32(gy)))
-    function_for(("abft",), abft_build, "safemon_abft_cols")(
+    function_for(("abft",), abft_build, f"safemon_abft_cols_{col_y}")(
         (*col_grid, col_slices), (ABFT_COL_THREADS, 1, 1),
         (b, a_sum, a_abs, col_part, i32(n), i32(k), i32(gy), i32(col_per)))
-    function_for(("abft",), abft_build, "safemon_abft_rows")(
+    function_for(("abft",), abft_build, f"safemon_abft_rows_{row_xw}")(
         (*row_grid, row_slices), (256, 1, 1),
         (a, b_sum, b_abs, row_part, i32(m), i32(k), i32(gx), i32(row_per)))
     col_blocks = -(-gy * n // ABFT_THREADS)

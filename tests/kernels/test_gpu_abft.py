@@ -45,16 +45,23 @@ def test_gpu_abft_clean_products_pass_and_c_is_unchanged(tile: str, mode: str) -
 
 
 @pytest.mark.parametrize("bit", [31, 30, 27, 23, 20, 10, 0])
-def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(bit: int) -> None:
+@pytest.mark.parametrize(("shape", "tile"), [
+    ((300, 260, 70), "small"),  # 16 tile rows per column block, 2 tile columns per warp
+    ((64, 2048, 1024), "small"),  # 2 tile rows, 4 per warp, both products split over K
+    ((5, 1024, 512), "skinny"),  # 1 tile row, 1 per warp
+    ((200, 600, 300), "large"),  # 2 tile rows, 1 per warp
+])
+def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(
+        bit: int, shape: tuple[int, int, int], tile: str) -> None:
     import cupy as cp
 
     from safemon.kernels.abft import launch_abft
     from safemon.kernels.checked import STATUS_WORDS, StatusReport
     from safemon.kernels.gpu import gpu_matmul
 
-    m, n, k = 300, 260, 70
+    m, n, k = shape
     a, b = _inputs(m, n, k)
-    v = make_variant(None, None, "exact", "small", abft=True)
+    v = make_variant(None, None, "exact", tile, abft=True)
     rng = np.random.default_rng(bit)
     for _ in range(10):
         i, j = int(rng.integers(0, m)), int(rng.integers(0, n))

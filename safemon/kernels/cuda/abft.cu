@@ -19,14 +19,15 @@
 //   safemon_abft_vectors  a_sum/a_abs[by·K + k] = Σ_{r∈tile by} A[r,k] / |A[r,k]| (a thread
 //                         each), b_sum/b_abs[bx·K + k] = Σ_{c∈tile bx} B[k,c] / |B[k,c]| (a
 //                         warp each). blockDim.x must be a multiple of 32.
-//   safemon_abft_cols     the column checksum products over K-slice z (blockIdx.z):
+//   safemon_abft_cols_Y   the column checksum products over K-slice z (blockIdx.z):
 //                         col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
-//                         a thread per column c and ABFT_COL_Y tile rows, the vectors staged in
-//                         shared memory ABFT_KC k at a time (B is read once per ABFT_COL_Y tile
+//                         a thread per column c and Y tile rows (Y = 1, 2, 4, 8, 16), the vectors
+//                         staged in shared memory ABFT_KC k at a time (B is read once per Y tile
 //                         rows). 128 threads.
-//   safemon_abft_rows     the row checksum products: row_part[z][r][bx] = (Σ_k A[r,k]·b_sum[bx,k],
-//                         Σ_k |A[r,k]|·b_abs[bx,k]), a block per 32 rows × ABFT_ROW_X tile columns
-//                         with A and the vectors staged in shared memory. 256 threads.
+//   safemon_abft_rows_XW  the row checksum products: row_part[z][r][bx] = (Σ_k A[r,k]·b_sum[bx,k],
+//                         Σ_k |A[r,k]|·b_abs[bx,k]), a block per 32 rows × 8·XW tile columns
+//                         (XW = 1, 2, 4 per warp) with A and the vectors staged in shared
+//                         memory. 256 threads.
 //   safemon_abft_verify   the sums of C per tile column and tile row, the slices' products added
 //                         in z order, the tolerance and the flag: a thread per (by, c) in the
 //                         first col_blocks blocks, then a warp per (r, bx). 256 threads.
@@ -98,25 +99,27 @@ extern "C" __global__ void safemon_abft_vectors(
 
 #define ABFT_KC 32          // k per shared-memory stage
 #define ABFT_COL_THREADS 128
-#define ABFT_COL_Y 16       // tile rows (by) per column block
+#define ABFT_COL_Y_MAX 16   // most tile rows (by) per column block
 #define ABFT_ROW_R 32       // rows per row block (a lane each)
-#define ABFT_ROW_X 32       // tile columns per row block (8 warps × 4)
 
-extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols(
+// Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
+// launch_abft picks the instance), each thread accumulating 2·Y doubles.
+template <int Y>
+__device__ __forceinline__ void safemon_abft_cols_impl(
     const float* __restrict__ B, const double* __restrict__ a_sum,
     const double* __restrict__ a_abs, double* __restrict__ col_part, int N, int K, int gy,
     int kslice) {
-    __shared__ double s_sum[ABFT_KC][ABFT_COL_Y];
-    __shared__ double s_abs[ABFT_KC][ABFT_COL_Y];
+    __shared__ __align__(16) double s_sum[ABFT_KC][Y < 2 ? 2 : Y];
+    __shared__ __align__(16) double s_abs[ABFT_KC][Y < 2 ? 2 : Y];
     const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
-    const int by0 = blockIdx.y * ABFT_COL_Y;
+    const int by0 = blockIdx.y * Y;
     const int z = blockIdx.z;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
-    double e[ABFT_COL_Y], bd[ABFT_COL_Y];
+    double e[Y], bd[Y];
 #pragma unroll
-    for (int q = 0; q < ABFT_COL_Y; ++q) e[q] = bd[q] = 0.0;
+    for (int q = 0; q < Y; ++q) e[q] = bd[q] = 0.0;
     for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
-        for (int i = threadIdx.x; i < ABFT_COL_Y * ABFT_KC; i += ABFT_COL_THREADS) {
+        for (int i = threadIdx.x; i < Y * ABFT_KC; i += ABFT_COL_THREADS) {
             const int q = i / ABFT_KC, kk = i % ABFT_KC;  // consecutive threads: consecutive k
             const bool ok = by0 + q < gy && k0 + kk < k_end;
             const long long at = (long long)(by0 + q) * K + k0 + kk;
@@ -130,10 +133,19 @@ extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols
             for (int kk = 0; kk < kn; ++kk) {
                 const double b = safemon_widen(B[(long long)(k0 + kk) * N + c]);
                 const double ab = fabs(b);
+                if (Y == 1) {
+                    e[0] = fma(s_sum[kk][0], b, e[0]);
+                    bd[0] = fma(s_abs[kk][0], ab, bd[0]);
+                } else {
 #pragma unroll
-                for (int q = 0; q < ABFT_COL_Y; ++q) {
-                    e[q] = fma(s_sum[kk][q], b, e[q]);
-                    bd[q] = fma(s_abs[kk][q], ab, bd[q]);
+                    for (int q = 0; q < Y; q += 2) {  // one 16-byte broadcast load per pair
+                        const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][q]);
+                        const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][q]);
+                        e[q] = fma(s.x, b, e[q]);
+                        e[q + 1] = fma(s.y, b, e[q + 1]);
+                        bd[q] = fma(t.x, ab, bd[q]);
+                        bd[q + 1] = fma(t.y, ab, bd[q + 1]);
+                    }
                 }
             }
         }
@@ -141,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols
     }
     if (c >= N) return;
 #pragma unroll
-    for (int q = 0; q < ABFT_COL_Y; ++q) {
+    for (int q = 0; q < Y; ++q) {
         if (by0 + q < gy) {
             const long long o = (((long long)z * gy + by0 + q) * N + c) * 2;
             col_part[o] = e[q];
@@ -150,25 +162,44 @@ extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows(
+#define SAFEMON_ABFT_COLS(Y)                                                                  \
+    extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols_##Y(    \
+        const float* __restrict__ B, const double* __restrict__ a_sum,                       \
+        const double* __restrict__ a_abs, double* __restrict__ col_part, int N, int K,       \
+        int gy, int kslice) {                                                                 \
+        safemon_abft_cols_impl<Y>(B, a_sum, a_abs, col_part, N, K, gy, kslice);               \
+    }
+SAFEMON_ABFT_COLS(1)
+SAFEMON_ABFT_COLS(2)
+SAFEMON_ABFT_COLS(4)
+SAFEMON_ABFT_COLS(8)
+SAFEMON_ABFT_COLS(16)
+
+// XW: tile columns per warp (1, 2 or 4; a block covers 8·XW), each thread accumulating
+// 2·XW doubles for its row.
+template <int XW>
+__device__ __forceinline__ void safemon_abft_rows_impl(
     const float* __restrict__ A, const double* __restrict__ b_sum,
     const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K, int gx,
     int kslice) {
+    constexpr int X = 8 * XW;
     __shared__ float s_a[ABFT_ROW_R][ABFT_KC + 1];  // +1: lanes read 32 rows, no conflict
-    __shared__ __align__(16) double s_sum[ABFT_KC][ABFT_ROW_X];
-    __shared__ __align__(16) double s_abs[ABFT_KC][ABFT_ROW_X];
+    __shared__ __align__(16) double s_sum[ABFT_KC][X];
+    __shared__ __align__(16) double s_abs[ABFT_KC][X];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = blockIdx.x * ABFT_ROW_R, bx0 = blockIdx.y * ABFT_ROW_X;
+    const int r0 = blockIdx.x * ABFT_ROW_R, bx0 = blockIdx.y * X;
     const int z = blockIdx.z;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
-    double e[4] = {0.0, 0.0, 0.0, 0.0}, bd[4] = {0.0, 0.0, 0.0, 0.0};
+    double e[XW], bd[XW];
+#pragma unroll
+    for (int q = 0; q < XW; ++q) e[q] = bd[q] = 0.0;
     for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
         for (int i = threadIdx.x; i < ABFT_ROW_R * ABFT_KC; i += 256) {
             const int rr = i / ABFT_KC, kk = i % ABFT_KC;
             const bool ok = r0 + rr < M && k0 + kk < k_end;
             s_a[rr][kk] = ok ? A[(long long)(r0 + rr) * K + k0 + kk] : 0.0f;
         }
-        for (int i = threadIdx.x; i < ABFT_ROW_X * ABFT_KC; i += 256) {
+        for (int i = threadIdx.x; i < X * ABFT_KC; i += 256) {
             const int q = i / ABFT_KC, kk = i % ABFT_KC;
             const bool ok = bx0 + q < gx && k0 + kk < k_end;
             const long long at = (long long)(bx0 + q) * K + k0 + kk;
@@ -181,26 +212,28 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows(
         for (int kk = 0; kk < kn; ++kk) {
             const double a = safemon_widen(s_a[lane][kk]);
             const double aa = fabs(a);
-            const double2 s01 = *reinterpret_cast<const double2*>(&s_sum[kk][warp * 4]);
-            const double2 s23 = *reinterpret_cast<const double2*>(&s_sum[kk][warp * 4 + 2]);
-            const double2 a01 = *reinterpret_cast<const double2*>(&s_abs[kk][warp * 4]);
-            const double2 a23 = *reinterpret_cast<const double2*>(&s_abs[kk][warp * 4 + 2]);
-            e[0] = fma(a, s01.x, e[0]);
-            e[1] = fma(a, s01.y, e[1]);
-            e[2] = fma(a, s23.x, e[2]);
-            e[3] = fma(a, s23.y, e[3]);
-            bd[0] = fma(aa, a01.x, bd[0]);
-            bd[1] = fma(aa, a01.y, bd[1]);
-            bd[2] = fma(aa, a23.x, bd[2]);
-            bd[3] = fma(aa, a23.y, bd[3]);
+            if (XW == 1) {
+                e[0] = fma(a, s_sum[kk][warp], e[0]);
+                bd[0] = fma(aa, s_abs[kk][warp], bd[0]);
+            } else {
+#pragma unroll
+                for (int q = 0; q < XW; q += 2) {  // one 16-byte broadcast load per pair
+                    const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][warp * XW + q]);
+                    const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][warp * XW + q]);
+                    e[q] = fma(a, s.x, e[q]);
+                    e[q + 1] = fma(a, s.y, e[q + 1]);
+                    bd[q] = fma(aa, t.x, bd[q]);
+                    bd[q + 1] = fma(aa, t.y, bd[q + 1]);
+                }
+            }
         }
         __syncthreads();
     }
     const int r = r0 + lane;
     if (r >= M) return;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        const int bx = bx0 + warp * 4 + q;
+    for (int q = 0; q < XW; ++q) {
+        const int bx = bx0 + warp * XW + q;
         if (bx < gx) {
             const long long o = (((long long)z * M + r) * gx + bx) * 2;
             row_part[o] = e[q];
@@ -208,6 +241,17 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows(
         }
     }
 }
+
+#define SAFEMON_ABFT_ROWS(XW)                                                                 \
+    extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows_##XW(                \
+        const float* __restrict__ A, const double* __restrict__ b_sum,                       \
+        const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K,       \
+        int gx, int kslice) {                                                                 \
+        safemon_abft_rows_impl<XW>(A, b_sum, b_abs, row_part, M, K, gx, kslice);              \
+    }
+SAFEMON_ABFT_ROWS(1)
+SAFEMON_ABFT_ROWS(2)
+SAFEMON_ABFT_ROWS(4)
 
 extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
     const float* __restrict__ C, const double* __restrict__ col_part,
