@@ -73,13 +73,14 @@ F64_EXTRA = 7
 ABFT_THREADS = 256
 #: abft.cu's blocking: columns and most tile rows per column block, rows and tile columns per
 #: row block, k per shared-memory stage.
-ABFT_COL_THREADS = 128
+ABFT_COL_THREADS = 256
 ABFT_COL_Y_MAX = 16
 ABFT_ROW_R = 32
 ABFT_KC = 32
-#: The products are split over K until each of the two kernels has about this many blocks
-#: (two per multiprocessor of a 132-SM H100; a constant, never read from the device) ...
-ABFT_TARGET_BLOCKS = 264
+#: The products are split over K until each has about this many blocks (eight per
+#: multiprocessor of a 132-SM H100, for loads enough in flight; a constant, never read from the
+#: device) ...
+ABFT_TARGET_BLOCKS = 1056
 #: ... keeping at least this many k per slice (so that slices + k per slice stay ≤ K + 7).
 ABFT_MIN_SLICE_K = 64
 
@@ -253,12 +254,12 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
         (vec_blocks, 1, 1), (ABFT_THREADS, 1, 1),
         (a, b, a_sum, a_abs, b_sum, b_abs, i32(m), i32(n), i32(k), i32(t.bm), i32(t.bn),
          i32(gx), i32(gy)))
-    function_for(("abft",), abft_build, f"safemon_abft_cols_{col_y}")(
-        (*col_grid, col_slices), (ABFT_COL_THREADS, 1, 1),
-        (b, a_sum, a_abs, col_part, i32(n), i32(k), i32(gy), i32(col_per)))
-    function_for(("abft",), abft_build, f"safemon_abft_rows_{row_xw}")(
-        (*row_grid, row_slices), (256, 1, 1),
-        (a, b_sum, b_abs, row_part, i32(m), i32(k), i32(gx), i32(row_per)))
+    products = col_grid[0] * col_grid[1] * col_slices + row_grid[0] * row_grid[1] * row_slices
+    function_for(("abft",), abft_build, f"safemon_abft_products_{col_y}_{row_xw}")(
+        (products, 1, 1), (256, 1, 1),
+        (a, b, a_sum, a_abs, b_sum, b_abs, col_part, row_part, i32(m), i32(n), i32(k), i32(gx),
+         i32(gy), i32(col_per), i32(row_per), i32(col_grid[0]), i32(col_grid[1]),
+         i32(col_slices), i32(row_grid[0]), i32(row_grid[1])))
     col_blocks = -(-gy * n // ABFT_THREADS)
     row_blocks = -(-m * gx * 32 // ABFT_THREADS)
     function_for(("abft",), abft_build, "safemon_abft_verify")(

@@ -19,15 +19,14 @@
 //   safemon_abft_vectors  a_sum/a_abs[by·K + k] = Σ_{r∈tile by} A[r,k] / |A[r,k]| (a thread
 //                         each), b_sum/b_abs[bx·K + k] = Σ_{c∈tile bx} B[k,c] / |B[k,c]| (a
 //                         warp each). blockDim.x must be a multiple of 32.
-//   safemon_abft_cols_Y   the column checksum products over K-slice z (blockIdx.z):
+//   safemon_abft_products_Y_XW   both checksum products, each split over K-slices z, in one
+//                         launch (256 threads):
 //                         col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
 //                         a thread per column c and Y tile rows (Y = 1, 2, 4, 8, 16), the vectors
 //                         staged in shared memory ABFT_KC k at a time (B is read once per Y tile
-//                         rows). 128 threads.
-//   safemon_abft_rows_XW  the row checksum products: row_part[z][r][bx] = (Σ_k A[r,k]·b_sum[bx,k],
-//                         Σ_k |A[r,k]|·b_abs[bx,k]), a block per 32 rows × 8·XW tile columns
-//                         (XW = 1, 2, 4 per warp) with A and the vectors staged in shared
-//                         memory. 256 threads.
+//                         rows); row_part[z][r][bx] = (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·
+//                         b_abs[bx,k]), a block per 32 rows × 8·XW tile columns (XW = 1, 2, 4 per
+//                         warp) with A and the vectors staged in shared memory.
 //   safemon_abft_verify   the sums of C per tile column and tile row, the slices' products added
 //                         in z order, the tolerance and the flag: a thread per (by, c) in the
 //                         first col_blocks blocks, then a warp per (r, bx). 256 threads.
@@ -98,22 +97,21 @@ extern "C" __global__ void safemon_abft_vectors(
 }
 
 #define ABFT_KC 32          // k per shared-memory stage
-#define ABFT_COL_THREADS 128
+#define ABFT_COL_THREADS 256
 #define ABFT_COL_Y_MAX 16   // most tile rows (by) per column block
 #define ABFT_ROW_R 32       // rows per row block (a lane each)
 
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
 // launch_abft picks the instance), each thread accumulating 2·Y doubles.
 template <int Y>
-__device__ __forceinline__ void safemon_abft_cols_impl(
+__device__ __forceinline__ void safemon_abft_cols(
     const float* __restrict__ B, const double* __restrict__ a_sum,
     const double* __restrict__ a_abs, double* __restrict__ col_part, int N, int K, int gy,
-    int kslice) {
+    int kslice, int block_x, int block_y, int z) {
     __shared__ __align__(16) double s_sum[ABFT_KC][Y < 2 ? 2 : Y];
     __shared__ __align__(16) double s_abs[ABFT_KC][Y < 2 ? 2 : Y];
-    const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
-    const int by0 = blockIdx.y * Y;
-    const int z = blockIdx.z;
+    const int c = block_x * ABFT_COL_THREADS + threadIdx.x;
+    const int by0 = block_y * Y;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
     double e[Y], bd[Y];
 #pragma unroll
@@ -162,33 +160,19 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     }
 }
 
-#define SAFEMON_ABFT_COLS(Y)                                                                  \
-    extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols_##Y(    \
-        const float* __restrict__ B, const double* __restrict__ a_sum,                       \
-        const double* __restrict__ a_abs, double* __restrict__ col_part, int N, int K,       \
-        int gy, int kslice) {                                                                 \
-        safemon_abft_cols_impl<Y>(B, a_sum, a_abs, col_part, N, K, gy, kslice);               \
-    }
-SAFEMON_ABFT_COLS(1)
-SAFEMON_ABFT_COLS(2)
-SAFEMON_ABFT_COLS(4)
-SAFEMON_ABFT_COLS(8)
-SAFEMON_ABFT_COLS(16)
-
 // XW: tile columns per warp (1, 2 or 4; a block covers 8·XW), each thread accumulating
 // 2·XW doubles for its row.
 template <int XW>
-__device__ __forceinline__ void safemon_abft_rows_impl(
+__device__ __forceinline__ void safemon_abft_rows(
     const float* __restrict__ A, const double* __restrict__ b_sum,
     const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K, int gx,
-    int kslice) {
+    int kslice, int block_x, int block_y, int z) {
     constexpr int X = 8 * XW;
     __shared__ float s_a[ABFT_ROW_R][ABFT_KC + 1];  // +1: lanes read 32 rows, no conflict
     __shared__ __align__(16) double s_sum[ABFT_KC][X];
     __shared__ __align__(16) double s_abs[ABFT_KC][X];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = blockIdx.x * ABFT_ROW_R, bx0 = blockIdx.y * X;
-    const int z = blockIdx.z;
+    const int r0 = block_x * ABFT_ROW_R, bx0 = block_y * X;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
     double e[XW], bd[XW];
 #pragma unroll
@@ -242,16 +226,33 @@ __device__ __forceinline__ void safemon_abft_rows_impl(
     }
 }
 
-#define SAFEMON_ABFT_ROWS(XW)                                                                 \
-    extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows_##XW(                \
-        const float* __restrict__ A, const double* __restrict__ b_sum,                       \
-        const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K,       \
-        int gx, int kslice) {                                                                 \
-        safemon_abft_rows_impl<XW>(A, b_sum, b_abs, row_part, M, K, gx, kslice);              \
+// Both checksum products in one launch: the first cg.x·cg.y·cg.z blocks compute the column
+// products (block (x, y, z) of that grid, x fastest), the rest the row products (grid rg).
+#define SAFEMON_ABFT_PRODUCTS(Y, XW)                                                          \
+    extern "C" __global__ void __launch_bounds__(256) safemon_abft_products_##Y##_##XW(      \
+        const float* __restrict__ A, const float* __restrict__ B,                            \
+        const double* __restrict__ a_sum, const double* __restrict__ a_abs,                  \
+        const double* __restrict__ b_sum, const double* __restrict__ b_abs,                  \
+        double* __restrict__ col_part, double* __restrict__ row_part, int M, int N, int K,    \
+        int gx, int gy, int col_kslice, int row_kslice, int cgx, int cgy, int cgz, int rgx,  \
+        int rgy) {                                                                            \
+        int b = (int)blockIdx.x;                                                              \
+        if (b < cgx * cgy * cgz) {                                                            \
+            safemon_abft_cols<Y>(B, a_sum, a_abs, col_part, N, K, gy, col_kslice, b % cgx,   \
+                                 (b / cgx) % cgy, b / (cgx * cgy));                           \
+            return;                                                                           \
+        }                                                                                     \
+        b -= cgx * cgy * cgz;                                                                 \
+        safemon_abft_rows<XW>(A, b_sum, b_abs, row_part, M, K, gx, row_kslice, b % rgx,      \
+                              (b / rgx) % rgy, b / (rgx * rgy));                              \
     }
-SAFEMON_ABFT_ROWS(1)
-SAFEMON_ABFT_ROWS(2)
-SAFEMON_ABFT_ROWS(4)
+#define SAFEMON_ABFT_PRODUCTS_XW(Y) \
+    SAFEMON_ABFT_PRODUCTS(Y, 1) SAFEMON_ABFT_PRODUCTS(Y, 2) SAFEMON_ABFT_PRODUCTS(Y, 4)
+SAFEMON_ABFT_PRODUCTS_XW(1)
+SAFEMON_ABFT_PRODUCTS_XW(2)
+SAFEMON_ABFT_PRODUCTS_XW(4)
+SAFEMON_ABFT_PRODUCTS_XW(8)
+SAFEMON_ABFT_PRODUCTS_XW(16)
 
 extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
     const float* __restrict__ C, const double* __restrict__ col_part,
