@@ -69,7 +69,7 @@ U64_F = 2.0**-53
 #: Extra float64 roundings of the device's sums: a row sum of C takes ⌈BN/32⌉ + 5 (five
 #: shuffle levels), a checksum product k-per-slice + slices (`abft_k_slices`); both ≤ n + K + 7.
 F64_EXTRA = 7
-#: Threads per block of abft_vectors and the verify kernel (abft.cu assumes 256 for verify).
+#: Threads per block of the A vectors and the verify kernels (abft.cu assumes 256 for verify).
 ABFT_THREADS = 256
 #: abft.cu's blocking: columns and most tile rows per column block, rows and tile columns per
 #: row block, k per shared-memory stage.
@@ -230,7 +230,7 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     """Queue abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on the current
     stream; a failure sets words 6–7 of the status block at `status_ptr`. No waiting."""
     from safemon.kernels.compiler import import_cupy
-    from safemon.kernels.gpu import AUX_MAX_BLOCKS, function_for
+    from safemon.kernels.gpu import function_for
 
     cp = import_cupy()
     m, k = a.shape
@@ -249,17 +249,18 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     a_sum, a_abs, b_sum, b_abs, col_part, row_part = (
         work[lo:hi] for lo, hi in itertools.pairwise(cuts))
     i32 = np.int32
-    vec_blocks = max(1, min(4 * AUX_MAX_BLOCKS, -(-(gy + 32 * gx) * k // ABFT_THREADS)))
-    function_for(("abft",), abft_build, "safemon_abft_vectors")(
-        (vec_blocks, 1, 1), (ABFT_THREADS, 1, 1),
-        (a, b, a_sum, a_abs, b_sum, b_abs, i32(m), i32(n), i32(k), i32(t.bm), i32(t.bn),
-         i32(gx), i32(gy)))
-    products = col_grid[0] * col_grid[1] * col_slices + row_grid[0] * row_grid[1] * row_slices
-    function_for(("abft",), abft_build, f"safemon_abft_products_{col_y}_{row_xw}")(
-        (products, 1, 1), (256, 1, 1),
-        (a, b, a_sum, a_abs, b_sum, b_abs, col_part, row_part, i32(m), i32(n), i32(k), i32(gx),
-         i32(gy), i32(col_per), i32(row_per), i32(col_grid[0]), i32(col_grid[1]),
-         i32(col_slices), i32(row_grid[0]), i32(row_grid[1])))
+    if ABFT_COL_THREADS % t.bn:  # the column kernel sums whole tiles of B's rows per block
+        raise ValueError(f"abft.cu needs a tile width dividing {ABFT_COL_THREADS}, not {t.bn}")
+    function_for(("abft",), abft_build, "safemon_abft_a_vectors")(
+        (-(-k // ABFT_THREADS), gy, 1), (ABFT_THREADS, 1, 1),
+        (a, a_sum, a_abs, i32(m), i32(k), i32(t.bm)))
+    function_for(("abft",), abft_build, f"safemon_abft_cols_{col_y}")(
+        (*col_grid, col_slices), (ABFT_COL_THREADS, 1, 1),
+        (b, a_sum, a_abs, col_part, b_sum, b_abs, i32(n), i32(k), i32(t.bn), i32(gx), i32(gy),
+         i32(col_per)))
+    function_for(("abft",), abft_build, f"safemon_abft_rows_{row_xw}")(
+        (*row_grid, row_slices), (256, 1, 1),
+        (a, b_sum, b_abs, row_part, i32(m), i32(k), i32(gx), i32(row_per)))
     col_blocks = -(-gy * n // ABFT_THREADS)
     row_blocks = -(-m * gx * 32 // ABFT_THREADS)
     function_for(("abft",), abft_build, "safemon_abft_verify")(

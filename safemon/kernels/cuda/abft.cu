@@ -14,22 +14,23 @@
 // A failure sets status word 6 to 1 and word 7 to max(word 7, 0xFFFFFFFF − tile) with tile =
 // by·gx + bx, so word 7 names the lowest failing tile whatever the block order.
 //
-// Kernels (all on the stream of the MMM kernel, after it; every sum in a fixed order, so a
-// decision never depends on scheduling):
-//   safemon_abft_vectors  a_sum/a_abs[by·K + k] = Σ_{r∈tile by} A[r,k] / |A[r,k]| (a thread
-//                         each), b_sum/b_abs[bx·K + k] = Σ_{c∈tile bx} B[k,c] / |B[k,c]| (a
-//                         warp each). blockDim.x must be a multiple of 32.
-//   safemon_abft_products_Y_XW   both checksum products, each split over K-slices z, in one
-//                         launch (256 threads):
-//                         col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
-//                         a thread per column c and Y tile rows (Y = 1, 2, 4, 8, 16), the vectors
-//                         staged in shared memory ABFT_KC k at a time (B is read once per Y tile
-//                         rows); row_part[z][r][bx] = (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·
-//                         b_abs[bx,k]), a block per 32 rows × 8·XW tile columns (XW = 1, 2, 4 per
-//                         warp) with A and the vectors staged in shared memory.
-//   safemon_abft_verify   the sums of C per tile column and tile row, the slices' products added
-//                         in z order, the tolerance and the flag: a thread per (by, c) in the
-//                         first col_blocks blocks, then a warp per (r, bx). 256 threads.
+// Kernels (all on the stream of the MMM kernel, after it, in this order; every sum in a fixed
+// order, so a decision never depends on scheduling):
+//   safemon_abft_a_vectors  a_sum/a_abs[by·K + k] = Σ_{r∈tile by} A[r,k] / |A[r,k]|.
+//   safemon_abft_cols_Y     the column checksum products over K-slice z (blockIdx.z):
+//                           col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
+//                           a thread per column c and Y tile rows (Y = 1, 2, 4, 8, 16), the
+//                           vectors staged in shared memory ABFT_KC k at a time; the first
+//                           tile-row group's blocks also write b_sum/b_abs[bx·K + k] =
+//                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads. 256 threads.
+//   safemon_abft_rows_XW    the row checksum products: row_part[z][r][bx] =
+//                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]), a block per 32
+//                           rows × 8·XW tile columns (XW = 1, 2, 4 per warp), A and the vectors
+//                           staged in shared memory. 256 threads.
+//   safemon_abft_verify     the sums of C per tile column and tile row, the slices' products
+//                           added in z order, the tolerance and the flag: a thread per (by, c)
+//                           in the first col_blocks blocks, then a warp per (r, bx). 256 threads.
+// B is read once (cols), A twice (a_vectors, rows), C once per direction (verify).
 // Rounding: a product term sees at most kslice + slices ≤ K + 7 float64 roundings in the
 // products (launch_abft keeps every slice ≥ 64 k), and a sum of C at most n (columns) or
 // ⌈BN/32⌉ + 5 ≤ n + 7 (rows): within the γ_{n+K+7} of the tolerance.
@@ -52,48 +53,22 @@ __device__ __forceinline__ void safemon_abft_flag(unsigned* status, unsigned til
     atomicMax(&status[ABFT_STATUS_TILE], 0xFFFFFFFFu - tile);
 }
 
-extern "C" __global__ void safemon_abft_vectors(
-    const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ a_sum,
-    double* __restrict__ a_abs, double* __restrict__ b_sum, double* __restrict__ b_abs, int M,
-    int N, int K, int BM, int BN, int gx, int gy) {
-    // A part: a thread per (by, k), consecutive threads on consecutive k (coalesced rows).
-    const long long na = (long long)gy * K;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < na; i += stride) {
-        const int by = (int)(i / K), k = (int)(i % K);
-        const int r_end = min(M, (by + 1) * BM);
-        double s = 0.0, s_abs = 0.0;
-        for (int r = by * BM; r < r_end; ++r) {
-            const double v = safemon_widen(A[(long long)r * K + k]);
-            s += v;
-            s_abs += fabs(v);
-        }
-        a_sum[i] = s;
-        a_abs[i] = s_abs;
+// a_sum/a_abs[by·K + k]: a thread per k (consecutive threads on consecutive k, coalesced
+// rows), blockIdx.y = by, the tile's rows summed in order.
+extern "C" __global__ void safemon_abft_a_vectors(
+    const float* __restrict__ A, double* __restrict__ a_sum, double* __restrict__ a_abs, int M,
+    int K, int BM) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x, by = blockIdx.y;
+    if (k >= K) return;
+    const int r_end = min(M, (by + 1) * BM);
+    double s = 0.0, s_abs = 0.0;
+    for (int r = by * BM; r < r_end; ++r) {
+        const double v = safemon_widen(A[(long long)r * K + k]);
+        s += v;
+        s_abs += fabs(v);
     }
-    // B part: a warp per (bx, k), lanes over the tile's columns (coalesced), shuffle sums.
-    const int lane = threadIdx.x & 31;
-    const long long nb = (long long)gx * K;
-    for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5; j < nb;
-         j += stride >> 5) {
-        const int bx = (int)(j / K), k = (int)(j % K);
-        const int c_end = min(N, (bx + 1) * BN);
-        double s = 0.0, s_abs = 0.0;
-        for (int c = bx * BN + lane; c < c_end; c += 32) {
-            const double v = safemon_widen(B[(long long)k * N + c]);
-            s += v;
-            s_abs += fabs(v);
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
-            s_abs += __shfl_xor_sync(0xFFFFFFFFu, s_abs, off);
-        }
-        if (lane == 0) {
-            b_sum[j] = s;
-            b_abs[j] = s_abs;
-        }
-    }
+    a_sum[(long long)by * K + k] = s;
+    a_abs[(long long)by * K + k] = s_abs;
 }
 
 #define ABFT_KC 32          // k per shared-memory stage
@@ -102,16 +77,23 @@ extern "C" __global__ void safemon_abft_vectors(
 #define ABFT_ROW_R 32       // rows per row block (a lane each)
 
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
-// launch_abft picks the instance), each thread accumulating 2·Y doubles.
+// launch_abft picks the instance), each thread accumulating 2·Y doubles. The blocks of the
+// first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[bx·K + k] for their columns
+// and K-slice: per k a warp shuffle sum, then the tile's BN/32 warps in order (BN divides the
+// block's 256 columns), so B is read once for both.
 template <int Y>
-__device__ __forceinline__ void safemon_abft_cols(
+__device__ __forceinline__ void safemon_abft_cols_impl(
     const float* __restrict__ B, const double* __restrict__ a_sum,
-    const double* __restrict__ a_abs, double* __restrict__ col_part, int N, int K, int gy,
-    int kslice, int block_x, int block_y, int z) {
+    const double* __restrict__ a_abs, double* __restrict__ col_part, double* __restrict__ b_sum,
+    double* __restrict__ b_abs, int N, int K, int BN, int gx, int gy, int kslice) {
     __shared__ __align__(16) double s_sum[ABFT_KC][Y < 2 ? 2 : Y];
     __shared__ __align__(16) double s_abs[ABFT_KC][Y < 2 ? 2 : Y];
-    const int c = block_x * ABFT_COL_THREADS + threadIdx.x;
-    const int by0 = block_y * Y;
+    __shared__ double s_warp[ABFT_KC][ABFT_COL_THREADS / 32][2];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
+    const int by0 = blockIdx.y * Y;
+    const bool with_b = blockIdx.y == 0;
+    const int z = blockIdx.z;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
     double e[Y], bd[Y];
 #pragma unroll
@@ -126,28 +108,56 @@ __device__ __forceinline__ void safemon_abft_cols(
         }
         __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
-        if (c < N) {
 #pragma unroll 4
-            for (int kk = 0; kk < kn; ++kk) {
-                const double b = safemon_widen(B[(long long)(k0 + kk) * N + c]);
-                const double ab = fabs(b);
-                if (Y == 1) {
-                    e[0] = fma(s_sum[kk][0], b, e[0]);
-                    bd[0] = fma(s_abs[kk][0], ab, bd[0]);
-                } else {
+        for (int kk = 0; kk < kn; ++kk) {
+            // Every lane takes part (the shuffles need the whole warp); past N it adds zeros.
+            const double b = c < N ? safemon_widen(B[(long long)(k0 + kk) * N + c]) : 0.0;
+            const double ab = fabs(b);
+            if (Y == 1) {
+                e[0] = fma(s_sum[kk][0], b, e[0]);
+                bd[0] = fma(s_abs[kk][0], ab, bd[0]);
+            } else {
 #pragma unroll
-                    for (int q = 0; q < Y; q += 2) {  // one 16-byte broadcast load per pair
-                        const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][q]);
-                        const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][q]);
-                        e[q] = fma(s.x, b, e[q]);
-                        e[q + 1] = fma(s.y, b, e[q + 1]);
-                        bd[q] = fma(t.x, ab, bd[q]);
-                        bd[q + 1] = fma(t.y, ab, bd[q + 1]);
-                    }
+                for (int q = 0; q < Y; q += 2) {  // one 16-byte broadcast load per pair
+                    const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][q]);
+                    const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][q]);
+                    e[q] = fma(s.x, b, e[q]);
+                    e[q + 1] = fma(s.y, b, e[q + 1]);
+                    bd[q] = fma(t.x, ab, bd[q]);
+                    bd[q + 1] = fma(t.y, ab, bd[q + 1]);
+                }
+            }
+            if (with_b) {
+                double ws = b, wa = ab;
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    ws += __shfl_xor_sync(0xFFFFFFFFu, ws, off);
+                    wa += __shfl_xor_sync(0xFFFFFFFFu, wa, off);
+                }
+                if (lane == 0) {
+                    s_warp[kk][warp][0] = ws;
+                    s_warp[kk][warp][1] = wa;
                 }
             }
         }
         __syncthreads();
+        if (with_b) {
+            const int per_tile = BN / 32, tiles = ABFT_COL_THREADS / BN;
+            for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
+                const int t = i / kn, kk = i % kn;
+                double ws = 0.0, wa = 0.0;
+                for (int w = 0; w < per_tile; ++w) {
+                    ws += s_warp[kk][t * per_tile + w][0];
+                    wa += s_warp[kk][t * per_tile + w][1];
+                }
+                const int bx = blockIdx.x * tiles + t;
+                if (bx < gx) {
+                    b_sum[(long long)bx * K + k0 + kk] = ws;
+                    b_abs[(long long)bx * K + k0 + kk] = wa;
+                }
+            }
+            __syncthreads();  // s_warp and the staged vectors are rewritten next stage
+        }
     }
     if (c >= N) return;
 #pragma unroll
@@ -160,19 +170,35 @@ __device__ __forceinline__ void safemon_abft_cols(
     }
 }
 
+#define SAFEMON_ABFT_COLS(Y)                                                                  \
+    extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols_##Y(    \
+        const float* __restrict__ B, const double* __restrict__ a_sum,                       \
+        const double* __restrict__ a_abs, double* __restrict__ col_part,                     \
+        double* __restrict__ b_sum, double* __restrict__ b_abs, int N, int K, int BN, int gx, \
+        int gy, int kslice) {                                                                 \
+        safemon_abft_cols_impl<Y>(B, a_sum, a_abs, col_part, b_sum, b_abs, N, K, BN, gx, gy,  \
+                                  kslice);                                                    \
+    }
+SAFEMON_ABFT_COLS(1)
+SAFEMON_ABFT_COLS(2)
+SAFEMON_ABFT_COLS(4)
+SAFEMON_ABFT_COLS(8)
+SAFEMON_ABFT_COLS(16)
+
 // XW: tile columns per warp (1, 2 or 4; a block covers 8·XW), each thread accumulating
 // 2·XW doubles for its row.
 template <int XW>
-__device__ __forceinline__ void safemon_abft_rows(
+__device__ __forceinline__ void safemon_abft_rows_impl(
     const float* __restrict__ A, const double* __restrict__ b_sum,
     const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K, int gx,
-    int kslice, int block_x, int block_y, int z) {
+    int kslice) {
     constexpr int X = 8 * XW;
     __shared__ float s_a[ABFT_ROW_R][ABFT_KC + 1];  // +1: lanes read 32 rows, no conflict
     __shared__ __align__(16) double s_sum[ABFT_KC][X];
     __shared__ __align__(16) double s_abs[ABFT_KC][X];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = block_x * ABFT_ROW_R, bx0 = block_y * X;
+    const int r0 = blockIdx.x * ABFT_ROW_R, bx0 = blockIdx.y * X;
+    const int z = blockIdx.z;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
     double e[XW], bd[XW];
 #pragma unroll
@@ -226,33 +252,16 @@ __device__ __forceinline__ void safemon_abft_rows(
     }
 }
 
-// Both checksum products in one launch: the first cg.x·cg.y·cg.z blocks compute the column
-// products (block (x, y, z) of that grid, x fastest), the rest the row products (grid rg).
-#define SAFEMON_ABFT_PRODUCTS(Y, XW)                                                          \
-    extern "C" __global__ void __launch_bounds__(256) safemon_abft_products_##Y##_##XW(      \
-        const float* __restrict__ A, const float* __restrict__ B,                            \
-        const double* __restrict__ a_sum, const double* __restrict__ a_abs,                  \
-        const double* __restrict__ b_sum, const double* __restrict__ b_abs,                  \
-        double* __restrict__ col_part, double* __restrict__ row_part, int M, int N, int K,    \
-        int gx, int gy, int col_kslice, int row_kslice, int cgx, int cgy, int cgz, int rgx,  \
-        int rgy) {                                                                            \
-        int b = (int)blockIdx.x;                                                              \
-        if (b < cgx * cgy * cgz) {                                                            \
-            safemon_abft_cols<Y>(B, a_sum, a_abs, col_part, N, K, gy, col_kslice, b % cgx,   \
-                                 (b / cgx) % cgy, b / (cgx * cgy));                           \
-            return;                                                                           \
-        }                                                                                     \
-        b -= cgx * cgy * cgz;                                                                 \
-        safemon_abft_rows<XW>(A, b_sum, b_abs, row_part, M, K, gx, row_kslice, b % rgx,      \
-                              (b / rgx) % rgy, b / (rgx * rgy));                              \
+#define SAFEMON_ABFT_ROWS(XW)                                                                 \
+    extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows_##XW(                \
+        const float* __restrict__ A, const double* __restrict__ b_sum,                       \
+        const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K,       \
+        int gx, int kslice) {                                                                 \
+        safemon_abft_rows_impl<XW>(A, b_sum, b_abs, row_part, M, K, gx, kslice);              \
     }
-#define SAFEMON_ABFT_PRODUCTS_XW(Y) \
-    SAFEMON_ABFT_PRODUCTS(Y, 1) SAFEMON_ABFT_PRODUCTS(Y, 2) SAFEMON_ABFT_PRODUCTS(Y, 4)
-SAFEMON_ABFT_PRODUCTS_XW(1)
-SAFEMON_ABFT_PRODUCTS_XW(2)
-SAFEMON_ABFT_PRODUCTS_XW(4)
-SAFEMON_ABFT_PRODUCTS_XW(8)
-SAFEMON_ABFT_PRODUCTS_XW(16)
+SAFEMON_ABFT_ROWS(1)
+SAFEMON_ABFT_ROWS(2)
+SAFEMON_ABFT_ROWS(4)
 
 extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
     const float* __restrict__ C, const double* __restrict__ col_part,
