@@ -49,6 +49,31 @@ def _old_launch(path: Path, a: Any, b: Any, c: Any, variant: Any, status_ptr: in
          i32(variant.slices(k)), i32(col_blocks)))
 
 
+def _cases(a: Any, b: Any, plain: Any, checked: Any, old: str | None) -> dict[str, Any]:
+    """The timed calls of one size: each queues its work and returns its status block."""
+    import cupy as cp
+
+    from safemon.kernels.checked import STATUS_WORDS, launch_checked
+    from safemon.kernels.gpu import gpu_matmul
+
+    def run_plain() -> Any:
+        return launch_checked(a, b, plain).status
+
+    def run_new() -> Any:
+        return launch_checked(a, b, checked).status
+
+    def run_old() -> Any:
+        status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+        c, _ = gpu_matmul(a, b, plain, status=status)
+        _old_launch(Path(old or ""), a, b, c, checked, int(status.data.ptr))
+        return status
+
+    cases = {"unprotected": run_plain, "abft (current)": run_new}
+    if old:
+        cases["abft (previous)"] = run_old
+    return cases
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="64x4096x4096:small:4,4096x4096x4096:large:1")
@@ -58,8 +83,7 @@ def main() -> int:
     import cupy as cp
 
     from safemon.kernels.catalog import make_variant
-    from safemon.kernels.checked import STATUS_WORDS, launch_checked, read_status
-    from safemon.kernels.gpu import gpu_matmul
+    from safemon.kernels.checked import read_status
 
     for spec in args.sizes.split(","):
         size, tile, split = spec.split(":")
@@ -70,21 +94,7 @@ def main() -> int:
         plain = make_variant(None, None, "fma", tile, int(split))
         checked = make_variant(None, None, "fma", tile, int(split), abft=True)
 
-        def run_plain() -> Any:
-            return launch_checked(a, b, plain).status
-
-        def run_new() -> Any:
-            return launch_checked(a, b, checked).status
-
-        def run_old() -> Any:
-            status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-            c, _ = gpu_matmul(a, b, plain, status=status)
-            _old_launch(Path(args.old), a, b, c, checked, int(status.data.ptr))
-            return status
-
-        cases = {"unprotected": run_plain, "abft (current)": run_new}
-        if args.old:
-            cases["abft (previous)"] = run_old
+        cases = _cases(a, b, plain, checked, args.old)
         got = {}
         for name, fn in cases.items():
             times = []
