@@ -75,11 +75,12 @@ ABFT_THREADS = 256
 #: row block, k per shared-memory stage.
 ABFT_COL_THREADS = 256
 ABFT_COL_Y_MAX = 16
-ABFT_ROW_R = 32
+ABFT_ROW_R = 64
 ABFT_KC = 32
-#: The products are split over K until each has about this many blocks (eight per
-#: multiprocessor of a 132-SM H100, for loads enough in flight; a constant, never read from the
-#: device) ...
+#: The products are split over K until each has about this many blocks divided by its
+#: instance's outputs per thread (Y or 2·XW): eight light blocks per multiprocessor of a
+#: 132-SM H100, for loads enough in flight, fewer heavy ones (their partial sums cost the
+#: verify kernel reads); a constant, never read from the device ...
 ABFT_TARGET_BLOCKS = 1056
 #: ... keeping at least this many k per slice (so that slices + k per slice stay ≤ K + 7).
 ABFT_MIN_SLICE_K = 64
@@ -216,11 +217,12 @@ def abft_build() -> KernelBuild:
     return KernelBuild.make(ABFT_SOURCE, None, ("--fmad=true",))
 
 
-def abft_k_slices(blocks: int, k: int) -> tuple[int, int]:
-    """(slices, k per slice) of a checksum product whose grid has `blocks` blocks per K-slice:
-    a pure function of the shape (abft.cu adds the slices in order, so the decision does not
-    depend on the device)."""
-    want = max(1, min(-(-ABFT_TARGET_BLOCKS // max(blocks, 1)), k // ABFT_MIN_SLICE_K))
+def abft_k_slices(blocks: int, k: int, per_thread: int = 1) -> tuple[int, int]:
+    """(slices, k per slice) of a checksum product whose grid has `blocks` blocks per K-slice
+    of threads computing `per_thread` outputs each: a pure function of the shape (abft.cu adds
+    the slices in order, so the decision does not depend on the device)."""
+    target = max(264, ABFT_TARGET_BLOCKS // max(per_thread, 1))
+    want = max(1, min(-(-target // max(blocks, 1)), k // ABFT_MIN_SLICE_K))
     per = -(-k // want)
     per = -(-per // ABFT_KC) * ABFT_KC  # whole shared-memory stages
     return -(-k // per), per
@@ -241,8 +243,8 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     col_grid = (-(-n // ABFT_COL_THREADS), -(-gy // col_y))
     row_xw = 1 if gx <= 8 else 2 if gx <= 16 else 4  # tile columns per warp: the instance
     row_grid = (-(-m // ABFT_ROW_R), -(-gx // (8 * row_xw)))
-    col_slices, col_per = abft_k_slices(col_grid[0] * col_grid[1], k)
-    row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k)
+    col_slices, col_per = abft_k_slices(col_grid[0] * col_grid[1], k, col_y)
+    row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k, 2 * row_xw)
     sizes = [gy * k, gy * k, gx * k, gx * k, 2 * col_slices * gy * n, 2 * row_slices * m * gx]
     work = cp.empty(sum(sizes), dtype=cp.float64)  # one allocation, cut in six
     cuts = np.cumsum([0, *sizes])

@@ -185,15 +185,17 @@ def test_numpy_backend_runs_the_check_for_an_abft_variant() -> None:
     assert isinstance(KernelCheckError("abft", 3), RuntimeError)
 
 
+@pytest.mark.parametrize("per_thread", [1, 2, 8, 16])
 @pytest.mark.parametrize("blocks", [1, 7, 64, 128, 264, 5000])
 @pytest.mark.parametrize("k", [1, 31, 64, 70, 128, 200, 1000, 4096, 65536])
-def test_abft_k_slices_cover_k_within_the_rounding_budget(blocks: int, k: int) -> None:
+def test_abft_k_slices_cover_k_within_the_rounding_budget(
+        blocks: int, k: int, per_thread: int) -> None:
     """abft.cu's K-split of the checksum products: the slices cover K with none empty, and a
     product term sees at most k-per-slice + slices ≤ K + 7 float64 roundings (the F64_EXTRA
     slack of the tolerance)."""
     from safemon.kernels.abft import ABFT_KC, F64_EXTRA, abft_k_slices
 
-    slices, per = abft_k_slices(blocks, k)
+    slices, per = abft_k_slices(blocks, k, per_thread)
     assert slices >= 1 and per % ABFT_KC == 0
     assert (slices - 1) * per < k <= slices * per
     assert min(per, k) + slices <= k + F64_EXTRA

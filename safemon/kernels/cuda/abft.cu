@@ -24,9 +24,9 @@
 //                           tile-row group's blocks also write b_sum/b_abs[bx·K + k] =
 //                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads. 256 threads.
 //   safemon_abft_rows_XW    the row checksum products: row_part[z][r][bx] =
-//                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]), a block per 32
-//                           rows × 8·XW tile columns (XW = 1, 2, 4 per warp), A and the vectors
-//                           staged in shared memory. 256 threads.
+//                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]), a block per 64
+//                           rows (two per lane) × 8·XW tile columns (XW = 1, 2, 4 per warp), A
+//                           and the vectors staged in shared memory. 256 threads.
 //   safemon_abft_verify     the sums of C per tile column and tile row, the slices' products
 //                           added in z order, the tolerance and the flag: a thread per (by, c)
 //                           in the first col_blocks blocks, then a warp per (r, bx). 256 threads.
@@ -74,7 +74,7 @@ extern "C" __global__ void safemon_abft_a_vectors(
 #define ABFT_KC 32          // k per shared-memory stage
 #define ABFT_COL_THREADS 256
 #define ABFT_COL_Y_MAX 16   // most tile rows (by) per column block
-#define ABFT_ROW_R 32       // rows per row block (a lane each)
+#define ABFT_ROW_R 64       // rows per row block (two per lane)
 
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
 // launch_abft picks the instance), each thread accumulating 2·Y doubles. The blocks of the
@@ -171,7 +171,7 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
 }
 
 #define SAFEMON_ABFT_COLS(Y)                                                                  \
-    extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_cols_##Y(    \
+    extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS, 2) safemon_abft_cols_##Y( \
         const float* __restrict__ B, const double* __restrict__ a_sum,                       \
         const double* __restrict__ a_abs, double* __restrict__ col_part,                     \
         double* __restrict__ b_sum, double* __restrict__ b_abs, int N, int K, int BN, int gx, \
@@ -200,9 +200,11 @@ __device__ __forceinline__ void safemon_abft_rows_impl(
     const int r0 = blockIdx.x * ABFT_ROW_R, bx0 = blockIdx.y * X;
     const int z = blockIdx.z;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
-    double e[XW], bd[XW];
+    double e[2][XW], bd[2][XW];  // rows r0 + lane and r0 + 32 + lane
 #pragma unroll
-    for (int q = 0; q < XW; ++q) e[q] = bd[q] = 0.0;
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < XW; ++q) e[h][q] = bd[h][q] = 0.0;
     for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
         for (int i = threadIdx.x; i < ABFT_ROW_R * ABFT_KC; i += 256) {
             const int rr = i / ABFT_KC, kk = i % ABFT_KC;
@@ -218,36 +220,50 @@ __device__ __forceinline__ void safemon_abft_rows_impl(
         }
         __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
-#pragma unroll 4
+#pragma unroll 2
         for (int kk = 0; kk < kn; ++kk) {
-            const double a = safemon_widen(s_a[lane][kk]);
-            const double aa = fabs(a);
+            double a[2], aa[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                a[h] = safemon_widen(s_a[h * 32 + lane][kk]);
+                aa[h] = fabs(a[h]);
+            }
             if (XW == 1) {
-                e[0] = fma(a, s_sum[kk][warp], e[0]);
-                bd[0] = fma(aa, s_abs[kk][warp], bd[0]);
+                const double sv = s_sum[kk][warp], tv = s_abs[kk][warp];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    e[h][0] = fma(a[h], sv, e[h][0]);
+                    bd[h][0] = fma(aa[h], tv, bd[h][0]);
+                }
             } else {
 #pragma unroll
                 for (int q = 0; q < XW; q += 2) {  // one 16-byte broadcast load per pair
-                    const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][warp * XW + q]);
-                    const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][warp * XW + q]);
-                    e[q] = fma(a, s.x, e[q]);
-                    e[q + 1] = fma(a, s.y, e[q + 1]);
-                    bd[q] = fma(aa, t.x, bd[q]);
-                    bd[q + 1] = fma(aa, t.y, bd[q + 1]);
+                    const double2 sv = *reinterpret_cast<const double2*>(&s_sum[kk][warp * XW + q]);
+                    const double2 tv = *reinterpret_cast<const double2*>(&s_abs[kk][warp * XW + q]);
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        e[h][q] = fma(a[h], sv.x, e[h][q]);
+                        e[h][q + 1] = fma(a[h], sv.y, e[h][q + 1]);
+                        bd[h][q] = fma(aa[h], tv.x, bd[h][q]);
+                        bd[h][q + 1] = fma(aa[h], tv.y, bd[h][q + 1]);
+                    }
                 }
             }
         }
         __syncthreads();
     }
-    const int r = r0 + lane;
-    if (r >= M) return;
 #pragma unroll
-    for (int q = 0; q < XW; ++q) {
-        const int bx = bx0 + warp * XW + q;
-        if (bx < gx) {
-            const long long o = (((long long)z * M + r) * gx + bx) * 2;
-            row_part[o] = e[q];
-            row_part[o + 1] = bd[q];
+    for (int h = 0; h < 2; ++h) {
+        const int r = r0 + h * 32 + lane;
+        if (r >= M) continue;
+#pragma unroll
+        for (int q = 0; q < XW; ++q) {
+            const int bx = bx0 + warp * XW + q;
+            if (bx < gx) {
+                const long long o = (((long long)z * M + r) * gx + bx) * 2;
+                row_part[o] = e[h][q];
+                row_part[o + 1] = bd[h][q];
+            }
         }
     }
 }
