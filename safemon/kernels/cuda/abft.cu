@@ -76,6 +76,21 @@ extern "C" __global__ void safemon_abft_a_vectors(
 #define ABFT_COL_Y_MAX 16   // most tile rows (by) per column block
 #define ABFT_ROW_R 64       // rows per row block (two per lane)
 
+// Stage vectors q0 .. q0+count−1 (of `total`, each K long) at k0 .. k_end into shared
+// [ABFT_KC][W] arrays, zeros past the ends; consecutive threads load consecutive k.
+template <int W, int THREADS>
+__device__ __forceinline__ void safemon_abft_stage(
+    double (*s_sum)[W], double (*s_abs)[W], const double* __restrict__ v_sum,
+    const double* __restrict__ v_abs, int q0, int count, int total, int K, int k0, int k_end) {
+    for (int i = threadIdx.x; i < count * ABFT_KC; i += THREADS) {
+        const int q = i / ABFT_KC, kk = i % ABFT_KC;
+        const bool ok = q0 + q < total && k0 + kk < k_end;
+        const long long at = (long long)(q0 + q) * K + k0 + kk;
+        s_sum[kk][q] = ok ? v_sum[at] : 0.0;
+        s_abs[kk][q] = ok ? v_abs[at] : 0.0;
+    }
+}
+
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
 // launch_abft picks the instance), each thread accumulating 2·Y doubles. The blocks of the
 // first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[bx·K + k] for their columns
@@ -86,8 +101,9 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     const float* __restrict__ B, const double* __restrict__ a_sum,
     const double* __restrict__ a_abs, double* __restrict__ col_part, double* __restrict__ b_sum,
     double* __restrict__ b_abs, int N, int K, int BN, int gx, int gy, int kslice) {
-    __shared__ __align__(16) double s_sum[ABFT_KC][Y < 2 ? 2 : Y];
-    __shared__ __align__(16) double s_abs[ABFT_KC][Y < 2 ? 2 : Y];
+    constexpr int W = Y < 2 ? 2 : Y;  // 16-byte rows for the double2 loads
+    __shared__ __align__(16) double s_sum[ABFT_KC][W];
+    __shared__ __align__(16) double s_abs[ABFT_KC][W];
     __shared__ double s_warp[ABFT_KC][ABFT_COL_THREADS / 32][2];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
@@ -99,13 +115,8 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
 #pragma unroll
     for (int q = 0; q < Y; ++q) e[q] = bd[q] = 0.0;
     for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
-        for (int i = threadIdx.x; i < Y * ABFT_KC; i += ABFT_COL_THREADS) {
-            const int q = i / ABFT_KC, kk = i % ABFT_KC;  // consecutive threads: consecutive k
-            const bool ok = by0 + q < gy && k0 + kk < k_end;
-            const long long at = (long long)(by0 + q) * K + k0 + kk;
-            s_sum[kk][q] = ok ? a_sum[at] : 0.0;
-            s_abs[kk][q] = ok ? a_abs[at] : 0.0;
-        }
+        safemon_abft_stage<W, ABFT_COL_THREADS>(s_sum, s_abs, a_sum, a_abs, by0, Y, gy, K, k0,
+                                                k_end);
         __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
 #pragma unroll 4
@@ -211,13 +222,7 @@ __device__ __forceinline__ void safemon_abft_rows_impl(
             const bool ok = r0 + rr < M && k0 + kk < k_end;
             s_a[rr][kk] = ok ? A[(long long)(r0 + rr) * K + k0 + kk] : 0.0f;
         }
-        for (int i = threadIdx.x; i < X * ABFT_KC; i += 256) {
-            const int q = i / ABFT_KC, kk = i % ABFT_KC;
-            const bool ok = bx0 + q < gx && k0 + kk < k_end;
-            const long long at = (long long)(bx0 + q) * K + k0 + kk;
-            s_sum[kk][q] = ok ? b_sum[at] : 0.0;
-            s_abs[kk][q] = ok ? b_abs[at] : 0.0;
-        }
+        safemon_abft_stage<X, 256>(s_sum, s_abs, b_sum, b_abs, bx0, X, gx, K, k0, k_end);
         __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
 #pragma unroll 2
