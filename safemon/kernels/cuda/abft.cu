@@ -284,21 +284,6 @@ SAFEMON_ABFT_ROWS(1)
 SAFEMON_ABFT_ROWS(2)
 SAFEMON_ABFT_ROWS(4)
 
-// One column or row check: the slices' (expected, bound) pairs at part[first + z·stride]
-// added in z order, the tolerance for `terms` summed elements of C, the flag on failure.
-__device__ __forceinline__ void safemon_abft_judge(
-    const double* __restrict__ part, long long first, long long stride, int slices, double g,
-    double ga, int terms, int K, double g32, double tiny, unsigned* status, unsigned tile) {
-    double e = 0.0, bd = 0.0;
-    for (int z = 0; z < slices; ++z) {
-        e += part[first + z * stride];
-        bd += part[first + z * stride + 1];
-    }
-    const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
-    const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
-    if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, tile);
-}
-
 extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
     const float* __restrict__ C, const double* __restrict__ col_part,
     const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N, int K,
@@ -317,9 +302,16 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
             g += v;
             ga += fabs(v);
         }
-        safemon_abft_judge(col_part, ((long long)by * N + c) * 2, (long long)gy * N * 2,
-                           col_slices, g, ga, r_end - by * BM, K, g32, tiny, status,
-                           (unsigned)(by * gx + c / BN));
+        double e = 0.0, bd = 0.0;
+        for (int z = 0; z < col_slices; ++z) {
+            const long long o = (((long long)z * gy + by) * N + c) * 2;
+            e += col_part[o];
+            bd += col_part[o + 1];
+        }
+        const int terms = r_end - by * BM;
+        const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
+        const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
+        if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)(by * gx + c / BN));
         return;
     }
     // A warp per (r, bx): lanes over the tile's columns (coalesced), shuffle sums.
@@ -340,7 +332,14 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
         ga += __shfl_xor_sync(0xFFFFFFFFu, ga, off);
     }
     if (lane != 0) return;
-    safemon_abft_judge(row_part, ((long long)r * gx + bx) * 2, (long long)M * gx * 2, row_slices,
-                       g, ga, c_end - bx * BN, K, g32, tiny, status,
-                       (unsigned)((r / BM) * gx + bx));
+    double e = 0.0, bd = 0.0;
+    for (int z = 0; z < row_slices; ++z) {
+        const long long o = (((long long)z * M + r) * gx + bx) * 2;
+        e += row_part[o];
+        bd += row_part[o + 1];
+    }
+    const int terms = c_end - bx * BN;
+    const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
+    const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
+    if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)((r / BM) * gx + bx));
 }
