@@ -83,6 +83,13 @@ log = structlog.get_logger("safemon.daemon")
 #: ingress socket with ShuttingDownError before it closes it (seconds).
 DRAIN_SWEEP_S = 0.1
 
+#: The longest the loop goes without running its timers (seconds): the core's tick, the
+#: supervisor's restarts and liveness checks, new incarnations' sockets, link hellos. They
+#: also run whenever the core or the supervisor has something due (`next_wakeup`), but
+#: not on every message: a busy loop used to spend a third of its time ticking. A channel
+#: process that exits is noticed within this period, busy or idle.
+TIMER_PERIOD_S = 0.05
+
 
 def _work_key(seq: int, weight_id: str | None) -> object:
     """The supervisor's key of one item of channel work: a weight by its id (its
@@ -157,6 +164,7 @@ class Daemon:
         self._zap: ZapAuthenticator | None = None
         self.log = log.bind(epoch=self.epoch)
         self._drain_deadline: float | None = None
+        self._timers_ran_at = float("-inf")  # when `_advance` last ran (self.clock())
         self._sock_incarnation: dict[str, int] = {}
         # systemd and health probes (safemon/systemd.py, safemon/health.py)
         self._notifier = Notifier()
@@ -334,17 +342,33 @@ class Daemon:
                     return
                 if self._notifier.watchdog_due(now):
                     self._notifier.watchdog(now)
-                self._poll_once(self._timeout_ms(now))
-                self._advance(self.clock())
+                timers_at = self._timers_at()
+                if now >= timers_at:
+                    self._advance(now)
+                    timers_at = self._timers_at()
+                self._poll_once(self._timeout_ms(now, timers_at))
         finally:
             self._shutdown()
 
-    def _timeout_ms(self, now: float) -> int:
+    def _timers_at(self) -> float:
+        """When `_advance` must run next: the core's or the supervisor's next wakeup, and
+        at the latest `TIMER_PERIOD_S` after it last ran."""
         assert self.core is not None and self.supervisor is not None
-        wake = [w for w in (self.core.next_wakeup(), self.supervisor.next_wakeup(),
-                            self._drain_deadline) if w is not None]
-        until = min(wake) - now if wake else 0.05
-        return max(0, min(50, int(until * 1000) + 1))
+        at = self._timers_ran_at + TIMER_PERIOD_S
+        for w in (self.core.next_wakeup(), self.supervisor.next_wakeup()):
+            if w is not None and w < at:
+                at = w
+        return at
+
+    def _timeout_ms(self, now: float, timers_at: float) -> int:
+        """The poll's timeout: until the timers, the drain deadline or the connection
+        guard's reopening are due (whole ms, rounded up, at most 50)."""
+        until = timers_at
+        reopen = self._conn_guard.next_wakeup() if self._conn_guard is not None else None
+        for w in (self._drain_deadline, reopen):
+            if w is not None and w < until:
+                until = w
+        return max(0, min(50, int((until - now) * 1000) + 1))
 
     def _finish_drain(self) -> None:
         now = self.clock()
@@ -455,7 +479,11 @@ class Daemon:
         guard = self._conn_guard
         ready = dict(self._poller().poll(timeout_ms))
         if guard is not None:  # first: a flood of connections must close the listeners early
-            guard.handle(self.clock())
+            events = any(m in ready for m in guard.monitors())
+            reopen = guard.next_wakeup()
+            now = self.clock()
+            if events or (reopen is not None and now >= reopen):
+                guard.handle(now, events=events)
         for name, s in list(self._chan_socks.items()):
             while s in ready and self._chan_socks.get(name) is s:
                 got = recv_message(s, limits=self._limits, timeout_ms=0, counter=self._rejects,
@@ -723,6 +751,7 @@ class Daemon:
         acknowledgements), then the supervisor's restarts and liveness, sockets of new
         incarnations, link hellos, finished hooks."""
         assert self.core is not None and self.supervisor is not None
+        self._timers_ran_at = now
         self._feed(st.TimerTick(now, st.stimulus_id("tick")))
         if self._zap is not None and self.metrics is not None:
             denied = self._zap.denied  # counted (and logged) by the ZAP thread

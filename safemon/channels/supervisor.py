@@ -257,7 +257,9 @@ class Supervisor:
         return out
 
     def next_wakeup(self) -> float | None:
-        """The earliest time `tick` has something to do (restarts and heartbeat expiries)."""
+        """The earliest time `tick` has something to do: restarts, kills, registration and
+        heartbeat expiries. (A process that exits is an event no time predicts: the
+        daemon ticks at least every `safemon.daemon.TIMER_PERIOD_S` to notice it.)"""
         times = [s.restart_at for n, s in self._slots.items()
                  if s.restart_at is not None and not self._still_stopping(n)]
         times += [deadline if not killed else deadline + STOP_GRACE_S
@@ -265,6 +267,8 @@ class Supervisor:
         timeout = self.config.timing.heartbeat_timeout_s
         times += [self._silent_since(s.last_seen, s) + timeout for s in self._slots.values()
                   if s.watching and s.last_seen is not None]
+        times += [s.started_at + self.startup_timeout_s for s in self._slots.values()
+                  if s.watching and s.handle is not None and s.last_seen is None]
         return min(times) if times else None
 
     # -------------------------------------------------------------- internals

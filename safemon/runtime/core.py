@@ -170,6 +170,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         wake = [w for w in (self.voter.next_deadline(), self.scheduler.next_wakeup(),
                             *(d.next_deadline() for d in self._deliveries.values()))
                 if w is not None]
+        # A request answered before its client's deadline leaves its entry in the heap;
+        # dropped here, so that it does not wake the loop for nothing.
+        while self._client_deadlines and self._client_deadlines[0][1] not in self._live:
+            heapq.heappop(self._client_deadlines)
         if self._client_deadlines:
             wake.append(self._client_deadlines[0][0])
         return min(wake) if wake else None

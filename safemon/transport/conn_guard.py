@@ -111,12 +111,20 @@ class ConnectionGuard:
         """The monitor sockets, to register for POLLIN in the owner's poller."""
         return [lis.monitor for lis in self._listeners]
 
-    def handle(self, now: float) -> None:
-        """Read every pending monitor event, then close or reopen the listeners.
+    def next_wakeup(self) -> float | None:
+        """When closed listeners may be bound again at the earliest (monotonic seconds;
+        None while they accept): `handle` must run then even if no monitor event came."""
+        if self.accepting or self.closed_at is None:
+            return None
+        return self.closed_at + self.hold_s
 
-        `now` is monotonic seconds. Call it whenever a monitor socket is readable and on
-        every loop turn (a reopen waits for time to pass, not for an event)."""
-        for lis in self._listeners:
+    def handle(self, now: float, *, events: bool = True) -> None:
+        """Read every pending monitor event (skipped when `events` is False: none of the
+        monitor sockets is readable), then close or reopen the listeners.
+
+        `now` is monotonic seconds. Call it whenever a monitor socket is readable and at
+        `next_wakeup` (a reopen waits for time to pass, not for an event)."""
+        for lis in self._listeners if events else ():
             while True:
                 try:
                     ev = recv_monitor_message(lis.monitor, flags=zmq.NOBLOCK)

@@ -335,6 +335,10 @@ def send_message(
     sock.send_multipart(parts, flags=flags, copy=copy)
 
 
+#: ZMQ_POLLIN as a plain int (`zmq.POLLIN` is an enum flag: `&` with it builds an enum).
+_POLLIN = int(zmq.POLLIN)
+
+
 def _is_curve_server(sock: Socket) -> bool:
     return bool(sock.getsockopt(zmq.MECHANISM) == zmq.CURVE and sock.getsockopt(zmq.CURVE_SERVER))
 
@@ -370,15 +374,28 @@ def recv_message(
     if timeout_ms < 0:
         raise ValueError("timeout_ms must be >= 0 (unbounded waits are not offered)")
     deadline = time.monotonic() + timeout_ms / 1000.0
-    routed = sock.getsockopt(zmq.TYPE) == zmq.ROUTER
-    authenticated = _is_curve_server(sock)
-    if copy and authenticated:
+    authenticated = _is_curve_server(sock) if copy else None
+    if authenticated:
         raise ValueError("copy=True is not offered on a CURVE server socket")
+    routed = None
     while True:
-        remaining_ms = max(0, round((deadline - time.monotonic()) * 1000))
-        if not sock.poll(remaining_ms, zmq.POLLIN):
-            return None
-        frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+        # ZMQ_EVENTS first: a message already queued (the common case in a busy loop, and
+        # every call with timeout 0 after a poll said "readable") is taken without building
+        # a poller; only an empty queue waits in `poll`.
+        if not int(sock.getsockopt(zmq.EVENTS)) & _POLLIN:
+            remaining_ms = max(0, round((deadline - time.monotonic()) * 1000))
+            if remaining_ms == 0 or not sock.poll(remaining_ms, zmq.POLLIN):
+                return None
+        try:
+            frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:  # readable a moment ago, not now: wait again within the deadline
+            if time.monotonic() >= deadline:
+                return None
+            continue
+        if routed is None:  # asked once per call, and only when a message came
+            routed = sock.getsockopt(zmq.TYPE) == zmq.ROUTER
+            if authenticated is None:
+                authenticated = _is_curve_server(sock)
         if copy:
             frames = [zmq.Frame(f.bytes) for f in frames]
         try:

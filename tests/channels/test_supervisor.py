@@ -165,3 +165,19 @@ def test_a_due_restart_waits_for_the_old_incarnation_without_blocking(tmp_path: 
     sup.tick(1.0 + STOP_GRACE_S + 0.01)
     assert len(launcher.started) == 4 and launcher.started[3].name == "c1"
     assert sup.incarnation("c1") == 1
+
+
+def test_a_channel_that_never_registers_is_a_wakeup_at_its_startup_timeout(tmp_path: Path) -> None:
+    """The daemon runs the supervisor's tick when `next_wakeup` says so: a started channel
+    that has not registered is due at its startup timeout (and reported lost then), and
+    stops being a wakeup once it registers."""
+    cfg = make_config(tmp_path, "1oo1D")
+    sup = Supervisor(cfg, FakeLauncher(), epoch=5, startup_timeout_s=2.0)
+    sup.start_all(10.0)
+    assert sup.next_wakeup() == 12.0
+    assert sup.tick(11.9) == []
+    assert sup.tick(12.01) == [Lost("c0", "heartbeat_lost", 12.01, "never registered")]
+    sup2 = Supervisor(cfg, FakeLauncher(), epoch=5, startup_timeout_s=2.0)
+    sup2.start_all(10.0)
+    sup2.on_register("c0", 0, 10.5)
+    assert sup2.next_wakeup() == 10.5 + cfg.timing.heartbeat_timeout_s

@@ -242,6 +242,32 @@ def test_the_core_wakes_at_a_clients_own_deadline_and_at_a_weights_ack_deadline(
     assert reply.seq == 3 and reply.meta["error_type"] == "VoteTimeoutError"
 
 
+def test_an_answered_requests_client_deadline_wakes_nobody(tmp_path: Path) -> None:
+    """A request released before its client's own deadline leaves no wakeup behind: the
+    shell runs its timers only when `next_wakeup` says so, and an answered request's
+    stale deadline used to make that once per request."""
+    core, procs, clock, cfg = _core(tmp_path)
+    _form(core, procs, clock)
+    core.scheduler.next_wakeup = lambda: None  # type: ignore[method-assign]
+    x, w = operands(2)
+    reg = core.handle(st.IngressMessage(b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w,)),
+                                        clock(), "reg-w"))
+    wid = str(_of(reg, fx.SendToChannel)[0].meta["args"])
+    core.handle(st.ChannelMessage("c0", _msg(Kind.EVENT, 2, {"event": "weight", "weight_id": wid,
+                                                             "ok": True}, channel="c0"), clock(), "ack"))
+    ask = core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 3, {"weight_id": wid, "deadline_ms": 50.0},
+                                                   (x,)), clock(), "ask"))
+    client_deadline = clock() + 0.05
+    assert core.next_wakeup() == pytest.approx(client_deadline)  # the client's, still open
+    [work] = [s for s in _of(ask, fx.SendToChannel) if s.meta.get("job") == "live"]
+    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1], x.shape[1]), "numpy")  # type: ignore[index]
+    clock.now += 0.001
+    done = core.handle(st.ChannelMessage("c0", _msg(Kind.RESULT, work.seq, {"ok": True, "job": "live"},
+                                                    (r.c, r.es), "c0"), clock(), "res"))
+    assert _of(done, fx.Reply)[0].meta["outcome"] == "released"
+    assert core.next_wakeup() is None
+
+
 def test_a_disagreement_with_a_channel_already_out_of_the_vote_is_no_new_fault(
         tmp_path: Path) -> None:
     """1oo2D: a request is in flight on c0 and c1 when c0 is lost (isolated; c1 votes alone,

@@ -37,6 +37,37 @@ def test_clean_requests_release_the_reference_result(tmp_path: Path) -> None:
         assert daemon.registry.get_sample_value("safemon_requests_total", {"outcome": "released"}) == 5
 
 
+def test_the_loop_runs_its_timers_when_due_not_on_every_message(tmp_path: Path) -> None:
+    """The daemon's timers (the core's tick, the supervisor's checks) run only when the
+    core or the supervisor has something due, or `TIMER_PERIOD_S` after they last ran: a
+    busy loop used to tick after every message. Each run is checked against what was due
+    just before it; the requests are all released meanwhile."""
+    from safemon.daemon import TIMER_PERIOD_S, Daemon
+
+    cfg = make_config(tmp_path, "2oo3")
+    x, w = operands()
+    runs: list[tuple[float, float, float | None, float | None]] = []
+    advance = Daemon._advance
+
+    def watched(self: Daemon, now: float) -> None:
+        assert self.core is not None and self.supervisor is not None
+        runs.append((now, self._timers_ran_at, self.core.next_wakeup(),
+                     self.supervisor.next_wakeup()))
+        advance(self, now)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Daemon, "_advance", watched)
+        with system(cfg) as (_daemon, client):
+            wid = client.register_weight(w)
+            ref = reference(x, w, cfg)
+            for _ in range(60):
+                assert same_bits(client.matmul(x, wid, timeout=2.0), ref)
+    assert runs
+    for now, ran_at, core_wake, sup_wake in runs:
+        due = [t for t in (core_wake, sup_wake) if t is not None and t <= now]
+        assert due or now - ran_at >= TIMER_PERIOD_S, (now, ran_at, core_wake, sup_wake)
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fault", FAULT_KINDS)
 def test_no_wrong_result_is_ever_released(tmp_path: Path, policy: str, fault: str) -> None:

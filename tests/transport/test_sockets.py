@@ -274,6 +274,36 @@ def test_no_unbounded_receive_is_offered(ctx: zmq.Context[zmq.Socket[bytes]]) ->
     assert recv_message(sock, limits=LIMITS, timeout_ms=0) is None
 
 
+def test_queued_messages_are_taken_without_waiting_and_a_late_one_is_waited_for(
+    ctx: zmq.Context[zmq.Socket[bytes]],
+) -> None:
+    """timeout 0 takes every message already queued (the daemon drains a readable socket
+    that way) and then answers None; a positive timeout waits for a message sent later,
+    including after a rejected one."""
+    import threading
+
+    server = make_socket(ctx, zmq.ROUTER, "inproc://queued", bind=True)
+    client = make_socket(ctx, zmq.DEALER, "inproc://queued", bind=False)
+    for seq in (1, 2, 3):
+        send_message(client, payload(seq))
+    assert wait_readable(server)
+    got = [recv_message(server, limits=LIMITS, timeout_ms=0) for _ in range(4)]
+    assert [g.message.seq if g is not None else None for g in got] == [1, 2, 3, None]
+    late = threading.Timer(0.2, lambda: (client.send_multipart([b"not json"]),
+                                         send_message(client, payload(4))))
+    late.start()
+    counter = RejectCounter()
+    try:
+        check(4, recv_message(server, limits=LIMITS, timeout_ms=WAIT_MS, counter=counter))
+    finally:
+        late.join()
+    assert counter[RejectReason.MALFORMED] == 1
+
+
+def wait_readable(sock: zmq.Socket[bytes]) -> bool:
+    return bool(sock.poll(WAIT_MS, zmq.POLLIN))
+
+
 def test_factory_uses_only_the_context_it_is_given(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
     sock = make_socket(ctx, zmq.PAIR, "inproc://mine", bind=True)
     assert sock.context is ctx
