@@ -10,7 +10,10 @@ client's staging and release check. The clock is CLOCK_MONOTONIC, which Linux sh
 across processes, so one request's events line up on one time axis. Sends `--requests`
 sequential `Client.matmul` calls with a CuPy x (the CUDA IPC path), then prints, per
 stage, the median and p90 of its duration over the requests, and the sum of the medians
-against the round trip's median. The instrumentation adds a few µs per event.
+against the round trip's median, and the parts of the channels' GPU steps (reading x,
+`run_variant`, the status wait, the digests, the slot write; wall time, waits included).
+The instrumentation adds a few µs per event. `--host` runs the NumPy host path without a
+GPU (the device stages then read 0).
 """
 
 from __future__ import annotations
@@ -93,6 +96,28 @@ HOOK = textwrap.dedent('''
         import safemon.device_io as IO
         _span(IO.ExchangeBuffers, "stage", "stage")
         _span(IO.ExchangeBuffers, "take", "take")
+
+        # The channel's GPU step, part by part (wall time, waits included): reading x from
+        # the client's buffer, the product (with `wait`, the status read), the digests'
+        # read-back, the write into the slot. The channel's module imports `run_variant`
+        # after this hook ran, so it gets the wrapped one.
+        def _fspan(mod, name, label):
+            inner = getattr(mod, name)
+
+            def wrapped(*a, **kw):
+                _rec.append((_now(), "begin", label, 0, "", "", 0.0))
+                try:
+                    return inner(*a, **kw)
+                finally:
+                    _rec.append((_now(), "end", label, 0, "", "", 0.0))
+            setattr(mod, name, wrapped)
+
+        import safemon.kernels.api as API, safemon.kernels.model_gpu as MG
+        _span(IO.ImportedBuffers, "read", "ch: read x")
+        _span(IO.ImportedBuffers, "write", "ch: write slot")
+        _span(API.MatmulResult, "wait", "ch: status wait")
+        _fspan(API, "run_variant", "ch: run_variant")
+        _fspan(MG, "device_digests", "ch: digests")
 ''')
 
 #: The child processes' sitecustomize: the hook, then the sitecustomize this one shadows
@@ -200,6 +225,22 @@ def _one(win: list[tuple], cpid: int, acc: dict[str, list[float]]) -> dict[str, 
     return acc
 
 
+def channel_spans(events: dict[int, list[tuple]], client_pid: int) -> dict[str, list[float]]:
+    """Durations (µs) of the labelled spans ("ch: ...") in every process but the client's,
+    pairing each begin with the next end of its label in the same process."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for pid, evs in events.items():
+        if pid == client_pid:
+            continue
+        open_at: dict[str, list[int]] = defaultdict(list)
+        for e in sorted(evs):
+            if e[1] == "begin" and str(e[2]).startswith("ch: "):
+                open_at[e[2]].append(e[0])
+            elif e[1] == "end" and open_at.get(e[2]):
+                out[e[2]].append((e[0] - open_at[e[2]].pop()) * 1e-3)
+    return dict(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--placement", default="process")
@@ -260,6 +301,13 @@ def main() -> int:
             total += p50
         print(f"  {name:58s} {p50:9.1f} {p90:9.1f}")
     print(f"  {'sum of the stage medians on the critical path':58s} {total:9.1f}")
+    spans = channel_spans(_load(events_dir), os.getpid())
+    if spans:
+        print("  parts of the channels' GPU steps (all channels; µs, p50 / p90):")
+        for name, vals in spans.items():
+            print(f"    {name:56s} {statistics.median(vals):9.1f} "
+                  f"{sorted(vals)[int(0.9 * (len(vals) - 1))]:9.1f}")
+        stages.update({f"span {k}": v for k, v in spans.items()})
     (work / "timeline.json").write_text(json.dumps(stages))
     return 0
 
