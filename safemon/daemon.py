@@ -346,6 +346,7 @@ class Daemon:
                 if now >= timers_at:
                     self._advance(now)
                     timers_at = self._timers_at()
+                    now = self.clock()  # the timers' work took time
                 self._poll_once(self._timeout_ms(now, timers_at))
         finally:
             self._shutdown()

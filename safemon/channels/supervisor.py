@@ -231,8 +231,9 @@ class Supervisor:
         for name, slot in self._slots.items():
             if slot.restart_at is not None and now >= slot.restart_at:
                 # The old incarnation must be gone before the new one binds its address: it
-                # is asked to stop (and killed after STOP_GRACE_S by the reaping above); the
-                # daemon ticks every few ms, so the start follows its exit without blocking.
+                # is asked to stop (and killed after STOP_GRACE_S by the reaping above);
+                # `next_wakeup` asks the old one whether it is alive on every loop turn, so
+                # the start follows its exit without blocking.
                 self._kill(slot, now)
                 if self._still_stopping(name, now):
                     continue
@@ -258,8 +259,9 @@ class Supervisor:
 
     def next_wakeup(self) -> float | None:
         """The earliest time `tick` has something to do: restarts, kills, registration and
-        heartbeat expiries. (A process that exits is an event no time predicts: the
-        daemon ticks at least every `safemon.daemon.TIMER_PERIOD_S` to notice it.)"""
+        heartbeat expiries, and at once for a watched process that has exited (each call
+        asks every watched process whether it is alive, so that a crash is noticed on the
+        daemon's next loop turn however busy the loop is)."""
         times = [s.restart_at for n, s in self._slots.items()
                  if s.restart_at is not None and not self._still_stopping(n)]
         times += [deadline if not killed else deadline + STOP_GRACE_S
@@ -269,6 +271,8 @@ class Supervisor:
                   if s.watching and s.last_seen is not None]
         times += [s.started_at + self.startup_timeout_s for s in self._slots.values()
                   if s.watching and s.handle is not None and s.last_seen is None]
+        times += [s.started_at for s in self._slots.values()  # in the past: due now
+                  if s.watching and s.handle is not None and not s.handle.alive()]
         return min(times) if times else None
 
     # -------------------------------------------------------------- internals

@@ -112,9 +112,11 @@ class ConnectionGuard:
         return [lis.monitor for lis in self._listeners]
 
     def next_wakeup(self) -> float | None:
-        """When closed listeners may be bound again at the earliest (monotonic seconds;
-        None while they accept): `handle` must run then even if no monitor event came."""
-        if self.accepting or self.closed_at is None:
+        """When closed listeners may be bound again at the earliest (monotonic seconds):
+        `handle` must run then even if no monitor event came. None while they accept, and
+        while the count is above `reopen_at`: only a disconnection (a monitor event, which
+        wakes the owner's poll) can lower it, so no time is due."""
+        if self.accepting or self.closed_at is None or self.connections > self.reopen_at:
             return None
         return self.closed_at + self.hold_s
 

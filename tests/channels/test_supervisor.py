@@ -181,3 +181,19 @@ def test_a_channel_that_never_registers_is_a_wakeup_at_its_startup_timeout(tmp_p
     sup2.start_all(10.0)
     sup2.on_register("c0", 0, 10.5)
     assert sup2.next_wakeup() == 10.5 + cfg.timing.heartbeat_timeout_s
+
+
+def test_a_watched_process_that_exited_is_due_at_once(tmp_path: Path) -> None:
+    """A crash is an event no time predicts: `next_wakeup` asks each watched process whether
+    it is alive, so that the daemon's next loop turn runs `tick`, which reports it."""
+    cfg = make_config(tmp_path, "1oo1D")
+    launcher = FakeLauncher()
+    sup = Supervisor(cfg, launcher, epoch=5)
+    sup.start_all(10.0)
+    sup.on_register("c0", 0, 10.1)
+    assert sup.next_wakeup() == 10.1 + cfg.timing.heartbeat_timeout_s
+    launcher.started[0].running = False
+    wake = sup.next_wakeup()
+    assert wake is not None and wake <= 10.2
+    assert sup.tick(10.2) == [Lost("c0", "crash", 10.2, "incarnation 0 exited")]
+    assert sup.next_wakeup() is None  # reported once; no longer watched

@@ -41,6 +41,12 @@ def test_the_guard_closes_at_the_bound_and_is_due_again_after_the_hold(tmp_path:
         _settle(guard, now=10.0)
         assert not guard.accepting and guard.times_closed == 1
         assert guard.next_wakeup() == 10.5
+        # Connections counted after the close (accepted before the unbind, their
+        # disconnections never reported) keep the count above reopen_at: then no time is
+        # due, only a monitor event can change it (a due time would make the loop spin).
+        guard._listeners[0].fds.update({1001, 1002})
+        assert guard.next_wakeup() is None
+        guard._listeners[0].fds.clear()
         for peer in peers:
             peer.close(linger=0)
         guard.handle(10.2, events=False)  # before the hold: still closed
