@@ -20,6 +20,9 @@ steadier figure there; round trips on such a machine mostly measure contention.
 the client, the daemon and the channels alike). Trees are run in turn for `--rounds`
 rounds, so that a comparison is made in one run; medians over rounds are printed per tree.
 Linux only (/proc).
+
+Also counted, through a `sitecustomize` put first on the daemon's PYTHONPATH: how often the
+daemon ran its timers (`Daemon._advance`) per request, during the timed requests.
 """
 
 from __future__ import annotations
@@ -35,6 +38,31 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+
+#: The daemon's sitecustomize: counts `Daemon._advance` calls into a file named by
+#: SMPROBE_TIMERS (rewritten on each call: the count when the daemon stops).
+TIMER_HOOK = """
+import os
+_out = os.environ.get("SMPROBE_TIMERS")
+if _out:
+    import sys
+    if sys.argv[1:2] == ["run"] or "safemon" in sys.argv[0]:
+        try:
+            import safemon.daemon as _d
+        except Exception:
+            _d = None
+        if _d is not None and hasattr(_d.Daemon, "_advance"):
+            _inner = _d.Daemon._advance
+            _n = [0]
+
+            def _advance(self, now):
+                _n[0] += 1
+                if _n[0] % 16 == 0:
+                    with open(_out, "w") as f:
+                        f.write(str(_n[0]))
+                return _inner(self, now)
+            _d.Daemon._advance = _advance
+"""
 
 VARIANTS = {
     "unprotected": {"checksum": None, "level": None},
@@ -98,6 +126,8 @@ def measure(size: int, requests: int, variant: str) -> dict[str, float]:
         (daemon,) = _children(os.getpid())
         procs = {"client": os.getpid(), "daemon": daemon}
         procs.update({f"channel{i}": p for i, p in enumerate(sorted(_children(daemon)))})
+        timers = Path(os.environ.get("SMPROBE_TIMERS", "/nonexistent"))
+        timers_before = int(timers.read_text()) if timers.exists() else 0
         before = {k: _thread_cpu_s(p) for k, p in procs.items()}
         times = []
         for _ in range(requests):
@@ -105,8 +135,10 @@ def measure(size: int, requests: int, variant: str) -> dict[str, float]:
             client.matmul(x, wid)
             times.append(time.perf_counter() - t0)
         after = {k: _thread_cpu_s(p) for k, p in procs.items()}
+        timers_after = int(timers.read_text()) if timers.exists() else 0
     times.sort()
     out = {f"{k}_cpu_us": (after[k] - before[k]) / requests * 1e6 for k in procs}
+    out["timer_runs_per_request"] = (timers_after - timers_before) / requests
     out["round_trip_p50_us"] = times[len(times) // 2] * 1e6
     out["round_trip_p90_us"] = times[int(len(times) * 0.9)] * 1e6
     return out
@@ -127,10 +159,13 @@ def main() -> int:
         print(json.dumps(measure(args.size, args.requests, args.variant)))
         return 0
     trees = [str(HERE), *[str(Path(t).resolve()) for t in args.tree]]
+    site = Path(tempfile.mkdtemp(prefix="smprobe-site-"))
+    (site / "sitecustomize.py").write_text(TIMER_HOOK)
     rounds: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
     for r in range(args.rounds):
         for tree in trees:
-            env = dict(os.environ, PYTHONPATH=tree)
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), tree]),
+                       SMPROBE_TIMERS=str(site / f"timers-{r}-{trees.index(tree)}"))
             res = subprocess.run(
                 [sys.executable, __file__, "--one", "--size", str(args.size),
                  "--requests", str(args.requests), "--variant", args.variant],
@@ -147,7 +182,8 @@ def main() -> int:
     print("|---|" + "---:|" * len(keys))
     for tree in trees:
         med = {k: statistics.median(r[k] for r in rounds[tree]) for k in keys}
-        print(f"| {tree} | " + " | ".join(f"{med[k]:,.0f}" for k in keys) + " |")
+        print(f"| {tree} | " + " | ".join(
+            f"{med[k]:,.2f}" if k.startswith("timer") else f"{med[k]:,.0f}" for k in keys) + " |")
     if args.out:
         Path(args.out).write_text(json.dumps({"size": args.size, "variant": args.variant,
                                               "requests": args.requests, "rounds": rounds},
