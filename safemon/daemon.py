@@ -85,9 +85,9 @@ DRAIN_SWEEP_S = 0.1
 
 #: The longest the loop goes without running its timers (seconds): the core's tick, the
 #: supervisor's restarts and liveness checks, new incarnations' sockets, link hellos. They
-#: also run whenever the core or the supervisor has something due (`next_wakeup`), but
-#: not on every message: a busy loop used to spend a third of its time ticking. A channel
-#: process that exits is noticed within this period, busy or idle.
+#: also run whenever the core or the supervisor has something due (`next_wakeup`, which
+#: counts a channel process that exited as due), but not after every poll as they used to
+#: (docs/RUNTIME.md, "When the timers run").
 TIMER_PERIOD_S = 0.05
 
 
