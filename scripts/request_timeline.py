@@ -79,16 +79,16 @@ HOOK = textwrap.dedent('''
                 if hasattr(mod, name):
                     setattr(mod, name, locals()[name])
 
-        def _span(cls, name, label):
-            inner = getattr(cls, name)
+        def _span(owner, name, label):
+            inner = getattr(owner, name)
 
-            def wrapped(self, *a, **kw):
+            def wrapped(*a, **kw):  # a method (self in a) or a module's function
                 _rec.append((_now(), "begin", label, 0, "", "", 0.0))
                 try:
-                    return inner(self, *a, **kw)
+                    return inner(*a, **kw)
                 finally:
                     _rec.append((_now(), "end", label, 0, "", "", 0.0))
-            setattr(cls, name, wrapped)
+            setattr(owner, name, wrapped)
 
         # (A channel runs as `python -m safemon.channels.worker`, i.e. as __main__: its
         # class is not this module's, so its GPU step is read from the result's
@@ -101,23 +101,12 @@ HOOK = textwrap.dedent('''
         # the client's buffer, the product (with `wait`, the status read), the digests'
         # read-back, the write into the slot. The channel's module imports `run_variant`
         # after this hook ran, so it gets the wrapped one.
-        def _fspan(mod, name, label):
-            inner = getattr(mod, name)
-
-            def wrapped(*a, **kw):
-                _rec.append((_now(), "begin", label, 0, "", "", 0.0))
-                try:
-                    return inner(*a, **kw)
-                finally:
-                    _rec.append((_now(), "end", label, 0, "", "", 0.0))
-            setattr(mod, name, wrapped)
-
         import safemon.kernels.api as API, safemon.kernels.model_gpu as MG
         _span(IO.ImportedBuffers, "read", "ch: read x")
         _span(IO.ImportedBuffers, "write", "ch: write slot")
         _span(API.MatmulResult, "wait", "ch: status wait")
-        _fspan(API, "run_variant", "ch: run_variant")
-        _fspan(MG, "device_digests", "ch: digests")
+        _span(API, "run_variant", "ch: run_variant")
+        _span(MG, "device_digests", "ch: digests")
 ''')
 
 #: The child processes' sitecustomize: the hook, then the sitecustomize this one shadows
