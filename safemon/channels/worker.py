@@ -487,11 +487,29 @@ class ChannelWorker:
                 weight = self._weights[wid]
                 variant = self.chan.variant.to_variant(work.x_rows, int(weight.shape[1]),
                                                        work.x_cols)
-                r = run_variant(x, weight, variant, "cupy")
-                self._model_fault(0, r.c, r.es)  # injected data faults, as on the host path
-                out = r.c
-                digests = device_digests([r.c, r.es, x])
+                # One wait for the whole step: the product is queued with its checks
+                # pending, the output queued into the client's slot, and the digests'
+                # read-back waits for all of it. The status block is read after that (the
+                # stream is idle by then). A product whose ECC-protected weight had to be
+                # corrected comes back recomputed: its slot and digests are then redone.
+                pending = run_variant(x, weight, variant, "cupy", wait=False)
+                self._model_fault(0, pending.c, pending.es)  # injected data faults
+                try:
+                    self._imports.write(work.out_ipc, work.out_offset, pending.c, self._stream)
+                except DeviceInputError as exc:
+                    meta["ok"] = True
+                    meta["input_error"] = str(exc)[:400]
+                    return ()
+                digests = device_digests([pending.c, pending.es, x])
+                r = pending.wait()  # raises when a check failed: nothing is released
+                if r.c is not pending.c:
+                    self._model_fault(0, r.c, r.es)
+                    self._imports.write(work.out_ipc, work.out_offset, r.c, self._stream)
+                    digests = device_digests([r.c, r.es, x])
                 meta["variant"] = variant.name
+                meta["kernel_seconds"] = time.perf_counter() - t0
+                meta["ok"] = True
+                return (np.array(digests, dtype=np.uint64),)
             try:
                 self._imports.write(work.out_ipc, work.out_offset, out, self._stream)
             except DeviceInputError as exc:
