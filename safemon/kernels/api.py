@@ -24,7 +24,7 @@ from safemon.errors import (
 )
 from safemon.kernels.backend import Backend, resolve_backend
 from safemon.kernels.catalog import TileConfig, Variant, auto_split, auto_tile, make_variant
-from safemon.kernels.checked import launch_checked, read_status
+from safemon.kernels.checked import StatusReport, launch_checked, read_status
 
 __all__ = ["MatmulResult", "matmul", "protected_matmul", "run_variant"]
 
@@ -55,10 +55,11 @@ class MatmulResult:
         """True while the input checks of this result have not been read back."""
         return self.status is not None
 
-    def wait(self) -> MatmulResult:
+    def wait(self, report: StatusReport | None = None) -> MatmulResult:
         """Read the status block (one host synchronisation) and return the settled result.
 
-        When B is a device `ProtectedArray` whose check found bad words, B is corrected with
+        `report` is this result's status block as a caller already read it
+        (`queue_status_reads(...).reports()`, which waits); None reads it here. When B is a device `ProtectedArray` whose check found bad words, B is corrected with
         `verified()` and the product computed again. A settled result returns itself.
 
         Raises:
@@ -68,7 +69,8 @@ class MatmulResult:
         """
         if self.status is None:
             return self
-        report = read_status(self.status)
+        if report is None:
+            report = read_status(self.status)
         if report.ok:
             return MatmulResult(self.c, self.es, self.variant, self.backend)
         assert self._inputs is not None  # a pending result always keeps its inputs

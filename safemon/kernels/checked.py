@@ -18,7 +18,8 @@ between:
    (`STATUS_ABFT`) and word 7 (`STATUS_ABFT_TILE`, encoded like word 5) when a tile fails.
 
 `read_status` then copies the 32-byte block to the host: the one host synchronisation of a
-call. `failed_check` names the check that failed. The ECC check only counts; the caller
+call. A caller with a read-back of its own (a channel's digests) queues the copies first
+(`queue_status_reads`) and pays one synchronisation for both. `failed_check` names the check that failed. The ECC check only counts; the caller
 corrects with `ProtectedArray.verified()` and computes again (`safemon.kernels.api`).
 Until issue 14's second session the finite check was a separate kernel (finite.cu) that
 read every input word once more before the product; `safemon.kernels.gpu.all_finite` keeps
@@ -28,6 +29,7 @@ it for callers that check an array alone.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +49,10 @@ __all__ = [
     "STATUS_RMT_TILE",
     "STATUS_WORDS",
     "CheckedLaunch",
+    "QueuedStatusReads",
     "StatusReport",
     "launch_checked",
+    "queue_status_reads",
     "read_status",
 ]
 
@@ -162,34 +166,59 @@ def launch_checked(
     return CheckedLaunch(c, es, status, b_protected is not None)
 
 
-_host_blocks = threading.local()
+_host_rows = threading.local()
 
 
-def _host_block(cp: Any) -> npt.NDArray[np.uint32]:
-    """This thread's page-locked (STATUS_WORDS,) uint32 buffer for the read-back: a copy
-    into pinned memory is one DMA, where a fresh pageable array costs an allocation and a
-    staged copy. Reused only after the previous read finished (`read_status` waits)."""
-    block: npt.NDArray[np.uint32] | None = getattr(_host_blocks, "block", None)
-    if block is None:
-        mem = cp.cuda.alloc_pinned_memory(4 * STATUS_WORDS)
-        block = np.frombuffer(mem, dtype=np.uint32, count=STATUS_WORDS)
-        _host_blocks.block = block
-        _host_blocks.mem = mem  # keeps the pinned allocation alive with the view
+def _host_block(cp: Any, n: int) -> npt.NDArray[np.uint32]:
+    """This thread's page-locked (n, STATUS_WORDS) uint32 rows for read-backs: a copy into
+    pinned memory is one DMA, where a fresh pageable array costs an allocation and a
+    staged copy. The rows are reused by this thread's next read; a larger request gets a
+    larger block, and the smaller one is kept alive (a copy queued into it by a caller that
+    never collected its reports may still be in flight)."""
+    block: npt.NDArray[np.uint32] | None = getattr(_host_rows, "block", None)
+    if block is None or block.shape[0] < n:
+        rows = max(n, 4 if block is None else 2 * block.shape[0])
+        mem = cp.cuda.alloc_pinned_memory(4 * STATUS_WORDS * rows)
+        block = np.frombuffer(mem, dtype=np.uint32, count=STATUS_WORDS * rows).reshape(
+            rows, STATUS_WORDS)
+        _host_rows.block = block
+        _host_rows.mems = [*getattr(_host_rows, "mems", []), mem]  # keeps them alive
     return block
+
+
+@dataclass(frozen=True)
+class QueuedStatusReads:
+    """Copies of status blocks queued into page-locked rows (`queue_status_reads`)."""
+
+    rows: npt.NDArray[np.uint32]
+    stream: Any
+
+    def reports(self) -> list[StatusReport]:
+        """Wait for the stream (at once when a later read-back already waited for it) and
+        decode each block, in the order the blocks were given."""
+        self.stream.synchronize()
+        return [_OK if not row.any() else StatusReport.from_words(row.copy())
+                for row in self.rows]
+
+
+def queue_status_reads(statuses: Sequence[Any]) -> QueuedStatusReads:
+    """Queue a copy of each device status block to the host on the current stream; no
+    wait. A caller that queues these before its own read-back (digests) pays one host
+    synchronisation for both; `reports()` then decodes them. The rows belong to this
+    thread and are reused by its next read: collect the reports first."""
+    cp = import_cupy()
+    stream = cp.cuda.get_current_stream()
+    rows = _host_block(cp, len(statuses))[:len(statuses)]
+    for row, status in zip(rows, statuses, strict=True):
+        cp.cuda.runtime.memcpyAsync(row.ctypes.data, status.data.ptr, 4 * STATUS_WORDS,
+                                    cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+    return QueuedStatusReads(rows, stream)
 
 
 def read_status(status: Any) -> StatusReport:
     """Copy the status block to the host on the current stream and wait for it (the one
     host synchronisation of a checked call)."""
-    cp = import_cupy()
-    stream = cp.cuda.get_current_stream()
-    host = _host_block(cp)
-    cp.cuda.runtime.memcpyAsync(host.ctypes.data, status.data.ptr, 4 * STATUS_WORDS,
-                                cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-    stream.synchronize()
-    if not host.any():
-        return _OK
-    return StatusReport.from_words(host.copy())
+    return queue_status_reads([status]).reports()[0]
 
 
 _OK = StatusReport(False, False, 0)
