@@ -16,9 +16,11 @@ gets are the bytes the channels voted on, whatever happened between them.
 A *channel* opens each handle once (`ImportedBuffers`: cudaIpcOpenMemHandle with lazy peer
 access, so a channel on another GPU reads and writes over NVLink or PCIe) and keeps at
 most `IMPORT_CAPACITY` open, closing the least recently used and any left unused for
-`IMPORT_IDLE_S`. Every copy is checked against the imported allocation's own size
-(cuMemGetAddressRange) first, so a foreign, stale or undersized handle is a
-`DeviceInputError`, never an out-of-bounds access.
+`IMPORT_IDLE_S`. Every range a channel reads or writes is checked against the imported
+allocation's own size (cuMemGetAddressRange) first, so a foreign, stale or undersized
+handle is a `DeviceInputError`, never an out-of-bounds access. A channel's kernels read x
+from the input buffer and write the output into its slot directly (`view`), so its step has
+no copy-engine work between its kernels (measured: scripts/channel_step_probe.py).
 
 Why client-owned buffers (the first plan had a daemon-owned pool): the daemon then needs no
 CUDA context of its own (process channels keep the GPU work out of the voter's process),
@@ -40,6 +42,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -245,13 +248,15 @@ class ImportedBuffers:
     loop owns it).
 
     Args:
-        capacity: imports kept open at once.
+        capacity: imports kept open at once (at least 2).
         idle_s: `close_idle` closes imports unused this long.
         clock: monotonic seconds (injected for tests).
     """
 
     def __init__(self, capacity: int = IMPORT_CAPACITY, idle_s: float = IMPORT_IDLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if capacity < 2:
+            raise ValueError(f"capacity {capacity}: a request uses two imports at once")
         self.capacity = capacity
         self.idle_s = idle_s
         self._clock = clock
@@ -289,34 +294,57 @@ class ImportedBuffers:
         entry = self._open.pop(handle)
         _cupy().cuda.runtime.ipcCloseMemHandle(entry.pointer)
 
-    def read(self, handle: str, into: Any, stream: Any) -> None:
-        """Copy the first `into.nbytes` bytes of the buffer `handle` into the CuPy array
-        `into`, ordered on `stream` (not waited for).
+    def pointer(self, handle: str, offset: int, nbytes: int) -> int:
+        """The device address of bytes [offset, offset + nbytes) of the buffer `handle`,
+        opening it if needed.
 
         Raises:
-            DeviceInputError: the handle cannot be opened or its buffer is too small.
+            DeviceInputError: the handle cannot be opened or the range lies outside it.
         """
         entry = self._get(handle)
-        if into.nbytes > entry.size:
+        if offset < 0 or offset + nbytes > entry.size:
             raise DeviceInputError(
-                f"the input buffer holds {entry.size} bytes; x needs {into.nbytes}")
-        _cupy().cuda.runtime.memcpyAsync(into.data.ptr, entry.pointer, into.nbytes,
+                f"bytes [{offset}, {offset + nbytes}) lie outside the {entry.size}-byte "
+                "imported buffer")
+        return entry.pointer + offset
+
+    def view(self, handle: str, offset: int, shape: tuple[int, ...]) -> Any:
+        """A float32 CuPy array of `shape` over the buffer `handle` from byte `offset`
+        (C order, no copy): a channel's kernels read x from it and write their output into
+        it directly. Valid until the import is closed: by `close_idle`, `close_all`, or
+        eviction when a later `pointer` opens another handle at capacity (the two most
+        recently used, a request's input and output buffers, are never evicted then).
+
+        Raises:
+            DeviceInputError: as `pointer`.
+        """
+        cp = _cupy()
+        nbytes = 4 * math.prod(shape)
+        ptr = self.pointer(handle, offset, nbytes)
+        mem = cp.cuda.UnownedMemory(ptr, nbytes, self)
+        return cp.ndarray(shape, dtype=cp.float32, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+    def read(self, handle: str, into: Any, stream: Any) -> None:
+        """Copy the first `into.nbytes` bytes of the buffer `handle` into the CuPy array
+        `into` with the copy engine, ordered on `stream` (not waited for).
+
+        Raises:
+            DeviceInputError: as `pointer`.
+        """
+        ptr = self.pointer(handle, 0, into.nbytes)
+        _cupy().cuda.runtime.memcpyAsync(into.data.ptr, ptr, into.nbytes,
                                          _CUDA_MEMCPY_DEFAULT, stream.ptr)
 
     def write(self, handle: str, offset: int, source: Any, stream: Any) -> None:
-        """Copy the CuPy array `source` to byte `offset` of the buffer `handle`, ordered on
-        `stream` (not waited for).
+        """Copy the CuPy array `source` to byte `offset` of the buffer `handle` with the
+        copy engine, ordered on `stream` (not waited for).
 
         Raises:
-            DeviceInputError: the handle cannot be opened or the slot lies outside it.
+            DeviceInputError: as `pointer`.
         """
-        entry = self._get(handle)
-        if offset < 0 or offset + source.nbytes > entry.size:
-            raise DeviceInputError(
-                f"output slot [{offset}, {offset + source.nbytes}) lies outside the "
-                f"{entry.size}-byte output buffer")
-        _cupy().cuda.runtime.memcpyAsync(entry.pointer + offset, source.data.ptr,
-                                         source.nbytes, _CUDA_MEMCPY_DEFAULT, stream.ptr)
+        ptr = self.pointer(handle, offset, source.nbytes)
+        _cupy().cuda.runtime.memcpyAsync(ptr, source.data.ptr, source.nbytes,
+                                         _CUDA_MEMCPY_DEFAULT, stream.ptr)
 
     def close_idle(self) -> int:
         """Close every import unused for `idle_s`; returns how many were closed."""

@@ -100,10 +100,12 @@ def test_copies_go_to_the_imported_pointer_plus_offset(rt: FakeRuntime) -> None:
     imp.read(_handle(1), _array(256, ptr=0x50), STREAM)
     imp.write(_handle(2), 4096, _array(128, ptr=0x60), STREAM)
     assert rt.copies == [(0x50, 0x1000_0000, 256), (0x2000_0000 + 4096, 0x60, 128)]
+    assert imp.pointer(_handle(2), 64, 64) == 0x2000_0000 + 64  # what `view` wraps
 
 
 @pytest.mark.parametrize(("op", "needle"), [
-    (lambda imp: imp.read(_handle(1), _array((1 << 20) + 4), STREAM), "holds 1048576 bytes"),
+    (lambda imp: imp.read(_handle(1), _array((1 << 20) + 4), STREAM), "outside the 1048576-byte"),
+    (lambda imp: imp.pointer(_handle(1), 8, 1 << 20), "outside"),
     (lambda imp: imp.write(_handle(1), (1 << 20) - 64, _array(128), STREAM), "outside"),
     (lambda imp: imp.write(_handle(1), -4, _array(4), STREAM), "outside"),
     (lambda imp: imp.read("zz" * 64, _array(4), STREAM), "not a CUDA IPC handle"),

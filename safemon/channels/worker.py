@@ -448,8 +448,6 @@ class ChannelWorker:
         model [out, ES_0, h_1, ..., x]. When the buffers cannot be read or written, sets
         `meta["input_error"]` (ok, no frame): the daemon votes on that answer too. Fills
         `meta`'s variant, kernel_seconds and ok."""
-        from safemon.models import decode_model, run_model
-
         model = msg.meta.get("job") == "model"
         work = (msgs.ModelWork if model else msgs.WorkRequest).parse(msg.meta)
         meta["variant"] = self._variant_text()
@@ -459,67 +457,82 @@ class ChannelWorker:
             meta["input_error"] = ("this channel computes on the host (numpy backend)"
                                    if not self.backend.on_device else "incomplete device fields")
             return ()
-        from safemon.kernels.compiler import import_cupy
-        from safemon.kernels.model_gpu import device_digests
-
-        cp = import_cupy()
         t0 = time.perf_counter()
-        with self._stream:
-            x = cp.empty((work.x_rows, work.x_cols), dtype=cp.float32)
-            try:
-                self._imports.read(work.x_ipc, x, self._stream)
-            except DeviceInputError as exc:
-                meta["ok"] = True
-                meta["input_error"] = str(exc)[:400]
-                return ()
-            if model:
-                spec, biases = msg.arrays
-                shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
-                res = run_model(decode_model(spec, biases, shapes), self._weights, x,
-                                self.chan.variant, "cupy", self._model_fault)
-                out = res.out
-                (x_digest,) = device_digests([x])
-                digests = [*res.digest_frame().tolist(), x_digest]
-            else:
-                wid = getattr(work, "weight_id", None)
-                if not isinstance(wid, str) or wid not in self._weights:
-                    raise SafemonError(f"unknown weight id {wid!r}")
-                weight = self._weights[wid]
-                variant = self.chan.variant.to_variant(work.x_rows, int(weight.shape[1]),
-                                                       work.x_cols)
-                # One wait for the whole step: the product is queued with its checks
-                # pending, the output queued into the client's slot, and the digests'
-                # read-back waits for all of it. The status block is read after that (the
-                # stream is idle by then). A product whose ECC-protected weight had to be
-                # corrected comes back recomputed: its slot and digests are then redone.
-                pending = run_variant(x, weight, variant, "cupy", wait=False)
-                self._model_fault(0, pending.c, pending.es)  # injected data faults
-                try:
-                    self._imports.write(work.out_ipc, work.out_offset, pending.c, self._stream)
-                except DeviceInputError as exc:
-                    meta["ok"] = True
-                    meta["input_error"] = str(exc)[:400]
-                    return ()
-                digests = device_digests([pending.c, pending.es, x])
-                r = pending.wait()  # raises when a check failed: nothing is released
-                if r.c is not pending.c:
-                    self._model_fault(0, r.c, r.es)
-                    self._imports.write(work.out_ipc, work.out_offset, r.c, self._stream)
-                    digests = device_digests([r.c, r.es, x])
-                meta["variant"] = variant.name
-                meta["kernel_seconds"] = time.perf_counter() - t0
-                meta["ok"] = True
-                return (np.array(digests, dtype=np.uint64),)
-            try:
-                self._imports.write(work.out_ipc, work.out_offset, out, self._stream)
-            except DeviceInputError as exc:
-                meta["ok"] = True
-                meta["input_error"] = str(exc)[:400]
-                return ()
-            self._stream.synchronize()  # the slot holds the output before the answer leaves
+        try:
+            with self._stream:
+                if model:
+                    digests = self._device_model(msg, work)
+                else:
+                    digests = self._device_product(work, meta)
+        except DeviceInputError as exc:  # the client's buffers could not be read or written
+            meta["ok"] = True
+            meta["input_error"] = str(exc)[:400]
+            return ()
         meta["kernel_seconds"] = time.perf_counter() - t0
         meta["ok"] = True
         return (np.array(digests, dtype=np.uint64),)
+
+    # A device step waits once, and its kernels run with no copy-engine work between them
+    # (which channels time-sliced on one GPU pay for dearly: scripts/channel_step_probe.py).
+    # Queued in order on this channel's stream: x from the client's input buffer, the
+    # product (or every layer), the output into the client's slot, the digests, and the
+    # read-backs of the digests and of the status blocks; the read-back is the wait. A
+    # product whose ECC-protected weight had to be corrected comes back recomputed, and its
+    # slot and digests are redone. The slot holds the output before the answer leaves: its
+    # copy was queued before the read-back.
+
+    def _device_product(self, work: Any, meta: dict[str, Any]) -> list[int]:
+        """One device-resident product; returns the digests [C, ES, x]. x is read, and C
+        written, by copy kernels that digest the words they copy (`DigestBatch.add_copy`)."""
+        from safemon.kernels.checked import queue_status_reads
+        from safemon.kernels.compiler import import_cupy
+        from safemon.kernels.model_gpu import DigestBatch
+
+        wid = getattr(work, "weight_id", None)
+        if not isinstance(wid, str) or wid not in self._weights:
+            raise SafemonError(f"unknown weight id {wid!r}")
+        weight = self._weights[wid]
+        n = int(weight.shape[1])
+        variant = self.chan.variant.to_variant(work.x_rows, n, work.x_cols)
+        meta["variant"] = variant.name
+        source = self._imports.view(work.x_ipc, 0, (work.x_rows, work.x_cols))
+        slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, n))
+        x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
+        batch = DigestBatch(3)
+        batch.add_copy(source, x)
+        pending = run_variant(x, weight, variant, "cupy", wait=False)
+        self._model_fault(0, pending.c, pending.es)  # injected data faults
+        batch.add_copy(pending.c, slot)
+        batch.add(pending.es)
+        batch.queue_read()
+        reads = queue_status_reads([pending.status])
+        (x_d, _), (c_d, _), (es_d, _) = batch.values()
+        r = pending.wait(reads.reports()[0])  # raises when a check failed: nothing released
+        if r.c is not pending.c:
+            self._model_fault(0, r.c, r.es)
+            again = DigestBatch(2)
+            again.add_copy(r.c, slot)
+            again.add(r.es)
+            (c_d, _), (es_d, _) = again.values()
+        return [c_d, es_d, x_d]
+
+    def _device_model(self, msg: Message, work: Any) -> list[int]:
+        """One device-resident whole-model request; returns its digest frame with the
+        digest of x last. x is copied in first, before any kernel; the pass copies its
+        output into the slot (`run_model`'s out_into)."""
+        from safemon.kernels.compiler import import_cupy
+        from safemon.models import decode_model, run_model
+
+        spec, biases = msg.arrays
+        shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
+        layers = decode_model(spec, biases, shapes)
+        out_cols = int(shapes[layers[-1].weight_id][1])
+        slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, out_cols))
+        x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
+        self._imports.read(work.x_ipc, x, self._stream)
+        res = run_model(layers, self._weights, x, self.chan.variant, "cupy", self._model_fault,
+                        out_into=slot, extra_digests=[x])
+        return [*res.digest_frame().tolist(), *res.extra_digests]
 
     def _run_model(self, msg: Message, meta: dict[str, Any]
                    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint64]]:

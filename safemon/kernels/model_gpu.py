@@ -3,8 +3,9 @@
 (`cuda/digest.cu`). Their NumPy references are `safemon.models.activations.epilogue` and
 `safemon.digest.digest64`; the GPU tests hold each pair bit for bit.
 
-Everything is queued on CuPy's current stream; only `device_digests` and `copy_digest`
-wait (one read-back of 8 or 16 bytes per array, into page-locked memory).
+Everything is queued on CuPy's current stream; only `DigestBatch.values` (and
+`device_digests` and `copy_digest`, which use it) waits: one read-back of 16 bytes per
+digest, into page-locked memory.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from safemon.digest import finish
 from safemon.kernels.compiler import KernelBuild, import_cupy
 from safemon.kernels.gpu import AUX_MAX_BLOCKS, AUX_THREADS, function_for
 from safemon.models.activations import Activation
 
-__all__ = ["copy_digest", "device_digests", "digest_build", "epilogue_build",
+__all__ = ["DigestBatch", "copy_digest", "device_digests", "digest_build", "epilogue_build",
            "launch_epilogue", "nvcc_builds"]
 
 CUDA_DIR = Path(__file__).parent / "cuda"
@@ -63,61 +65,139 @@ def launch_epilogue(h: Any, bias: Any | None, activation: Activation) -> None:
 _pinned = threading.local()
 
 
-def _read_u64(cp: Any, sums: Any) -> list[int]:
-    """Copy the uint64 CuPy array `sums` into this thread's page-locked buffer on the
-    current stream, wait for it, and return the values (one DMA and one wait, where a
-    pageable `get()` costs a staging copy too)."""
-    n = int(sums.size)
-    host = getattr(_pinned, "block", None)
+def _pinned_u64(cp: Any, n: int) -> npt.NDArray[np.uint64]:
+    """This thread's page-locked uint64 buffer of at least `n` words, reused by its next
+    read-back. A larger request gets a larger buffer; the smaller one is kept alive (a
+    copy queued into it by a caller that never collected its values may be in flight)."""
+    host: npt.NDArray[np.uint64] | None = getattr(_pinned, "block", None)
     if host is None or host.size < n:
-        mem = cp.cuda.alloc_pinned_memory(8 * max(n, 64))
-        host = np.frombuffer(mem, dtype=np.uint64, count=max(n, 64))
-        _pinned.block, _pinned.mem = host, mem  # the view keeps no reference to mem
-    stream = cp.cuda.get_current_stream()
-    cp.cuda.runtime.memcpyAsync(host.ctypes.data, sums.data.ptr, 8 * n,
-                                cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
-    stream.synchronize()
-    return [int(v) for v in host[:n]]
+        words = max(n, 64, 0 if host is None else 2 * host.size)
+        mem = cp.cuda.alloc_pinned_memory(8 * words)
+        host = np.frombuffer(mem, dtype=np.uint64, count=words)
+        _pinned.block = host
+        _pinned.mems = [*getattr(_pinned, "mems", []), mem]  # the view keeps no reference
+    return host
+
+
+def _check_words(name: str, a: Any) -> None:
+    if a.dtype.itemsize != 4 or not a.flags.c_contiguous:
+        raise ValueError(f"digest of {name}: a {a.dtype} array (C-contiguous 4-byte "
+                         "elements only)")
+
+
+class DigestBatch:
+    """safemon-digest64s queued on CuPy's current stream into one zeroed device buffer and
+    read back with one copy: `add` digests an array, `add_copy` also copies it (one
+    `safemon_copy_digest` kernel: a copy by the SMs, not the copy engine, so a channel's
+    step has no copy between its kernels), `queue_read` queues the read-back into this
+    thread's page-locked buffer, `values` waits and finishes the digests.
+
+    Args:
+        capacity: the most digests this batch takes (the device buffer holds two uint64
+            words per digest: the word sum and the count of non-finite float32 words).
+
+    The page-locked buffer belongs to the thread: collect `values` before the thread's next
+    read-back.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._cp = import_cupy()
+        self._sums = self._cp.zeros(2 * max(capacity, 1), dtype=self._cp.uint64)
+        self._sizes: list[int] = []
+        self._host: npt.NDArray[np.uint64] | None = None
+        self._stream: Any = None
+
+    def _slot(self, n: int) -> Any:
+        if self._host is not None:
+            raise ValueError("digests added after queue_read")
+        i = len(self._sizes)
+        if 2 * i >= int(self._sums.size):
+            raise ValueError(f"a DigestBatch of {self._sums.size // 2} digests is full")
+        self._sizes.append(n)
+        return self._sums[2 * i:2 * i + 2]
+
+    def add(self, a: Any) -> int:
+        """Queue the digest of the CuPy array `a` (C-contiguous, 4-byte elements); returns
+        its index in `values`.
+
+        Raises:
+            ValueError: another element size, a non-contiguous array, or a full batch.
+        """
+        _check_words("an array", a)
+        n = int(a.size)
+        acc = self._slot(n)
+        if n:
+            kernel = function_for(("digest",), digest_build, "safemon_digest_sum")
+            kernel((_blocks(n), 1, 1), (AUX_THREADS, 1, 1), (a, np.uint64(n), acc))
+        return len(self._sizes) - 1
+
+    def add_copy(self, src: Any, dst: Any | None) -> int:
+        """Queue the copy of `src` into `dst` (CuPy arrays of equal size, C-contiguous,
+        4-byte elements) with the digest and the non-finite count of the words copied;
+        `dst` None only digests and counts. Returns the entry's index.
+
+        Raises:
+            ValueError: as `add`, or sizes that differ.
+        """
+        _check_words("src", src)
+        n = int(src.size)
+        if dst is not None:
+            _check_words("dst", dst)
+            if int(dst.size) != n:
+                raise ValueError(f"copy_digest: src has {n} elements, dst {int(dst.size)}")
+        acc = self._slot(n)
+        if n:
+            kernel = function_for(("digest",), digest_build, "safemon_copy_digest")
+            kernel((_blocks(n), 1, 1), (AUX_THREADS, 1, 1),
+                   (src, dst if dst is not None else np.uintp(0), np.uint64(n), acc))
+        return len(self._sizes) - 1
+
+    def queue_read(self) -> None:
+        """Queue the read-back on the current stream (no wait)."""
+        if self._host is not None:
+            return
+        n = 2 * len(self._sizes)
+        self._stream = self._cp.cuda.get_current_stream()
+        self._host = _pinned_u64(self._cp, n)
+        if n:
+            rt = self._cp.cuda.runtime
+            rt.memcpyAsync(self._host.ctypes.data, self._sums.data.ptr, 8 * n,
+                           rt.memcpyDeviceToHost, self._stream.ptr)
+
+    def values(self) -> list[tuple[int, int]]:
+        """(digest, non-finite words) per entry, in the order added; queues the read-back
+        if not yet queued, then waits for the stream (the one host synchronisation). The
+        non-finite count is counted by `add_copy` only (0 for `add`)."""
+        self.queue_read()
+        self._stream.synchronize()
+        assert self._host is not None
+        words = [int(v) for v in self._host[:2 * len(self._sizes)]]
+        return [(finish(words[2 * i], n), words[2 * i + 1])
+                for i, n in enumerate(self._sizes)]
 
 
 def device_digests(arrays: Sequence[Any]) -> list[int]:
     """safemon-digest64 of each CuPy array (4-byte elements, C-contiguous), computed on the
-    device: one kernel per array into one uint64 buffer, one read-back of 8 bytes each."""
-    cp = import_cupy()
-    sums = cp.zeros(len(arrays), dtype=cp.uint64)
-    kernel = function_for(("digest",), digest_build, "safemon_digest_sum")
-    for i, a in enumerate(arrays):
-        if a.dtype.itemsize != 4 or not a.flags.c_contiguous:
-            raise ValueError(f"digest of a {a.dtype} array (C-contiguous 4-byte elements only)")
-        n = int(a.size)
-        if n:
-            kernel((_blocks(n), 1, 1), (AUX_THREADS, 1, 1),
-                   (a, np.uint64(n), sums[i:i + 1]))
-    host = _read_u64(cp, sums)
-    return [finish(s, int(a.size)) for s, a in zip(host, arrays, strict=True)]
+    device: one kernel per array into one buffer, one read-back and one wait.
+
+    Raises:
+        ValueError: another element size or a non-contiguous array.
+    """
+    batch = DigestBatch(len(arrays))
+    for a in arrays:
+        batch.add(a)
+    return [d for d, _ in batch.values()]
 
 
 def copy_digest(src: Any, dst: Any | None = None) -> tuple[int, int]:
     """(safemon-digest64 of `src`, the number of its float32 NaN or infinity words),
     copying `src` into `dst` on the way when given: one kernel (`safemon_copy_digest`) and
-    one 16-byte read-back. `src` and `dst` are C-contiguous CuPy arrays of 4-byte elements
-    and equal size on the current device.
+    one read-back. `src` and `dst` are C-contiguous CuPy arrays of 4-byte elements and
+    equal size on the current device.
 
     Raises:
         ValueError: another element size, a non-contiguous array, or sizes that differ.
     """
-    cp = import_cupy()
-    for name, a in (("src", src), ("dst", dst)):
-        if a is not None and (a.dtype.itemsize != 4 or not a.flags.c_contiguous):
-            raise ValueError(f"copy_digest {name}: a {a.dtype} array (C-contiguous 4-byte "
-                             "elements only)")
-    n = int(src.size)
-    if dst is not None and int(dst.size) != n:
-        raise ValueError(f"copy_digest: src has {n} elements, dst {int(dst.size)}")
-    sums = cp.zeros(2, dtype=cp.uint64)
-    if n:
-        kernel = function_for(("digest",), digest_build, "safemon_copy_digest")
-        kernel((_blocks(n), 1, 1), (AUX_THREADS, 1, 1),
-               (src, dst if dst is not None else np.uintp(0), np.uint64(n), sums))
-    s, bad = _read_u64(cp, sums)
-    return finish(s, n), bad
+    batch = DigestBatch(1)
+    batch.add_copy(src, dst)
+    return batch.values()[0]

@@ -78,12 +78,14 @@ class ModelResult:
         out_digest: safemon-digest64 of `out`.
         es_digests: per layer, the digest of that layer's ES array.
         h_digests: per layer, the digest of that layer's output h_{i+1}.
+        extra_digests: the digests of `run_model`'s `extra_digests`, in order.
     """
 
     out: Any
     out_digest: int
     es_digests: tuple[int, ...]
     h_digests: tuple[int, ...]
+    extra_digests: tuple[int, ...] = ()
 
     def digest_frame(self) -> npt.NDArray[np.uint64]:
         """[out, es_0, h_0, es_1, h_1, ...] as uint64: what the channel sends to be voted."""
@@ -97,13 +99,23 @@ class ModelResult:
 #: the backend's arrays; may modify them in place (the channel's fault injection).
 LayerHook = Callable[[int, Any, Any], None]
 
-
 def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
-              variant: VariantConfig, backend: str, hook: LayerHook | None = None
-              ) -> ModelResult:
+              variant: VariantConfig, backend: str, hook: LayerHook | None = None, *,
+              out_into: Any = None, extra_digests: Sequence[Any] = ()) -> ModelResult:
     """Run the whole forward pass on this channel's backend ("numpy" or "cupy"; for CuPy
     on the current device and stream, `x` and the weights already there or uploaded by
     the kernel's checks). `weights` maps ids to resident weights (arrays or ECC-protected).
+
+    On CuPy the pass waits once: every layer, the digests (one `DigestBatch`), the copy of
+    the output into `out_into` and the copies of the status blocks are queued, and the
+    read-back waits for all of it.
+
+    Args:
+        out_into: an array of the output's shape (the backend's kind) that receives a copy
+            of the output before the pass returns: a channel's slot in the client's
+            buffer. On CuPy the copy is a kernel queued after the layers.
+        extra_digests: arrays (4-byte elements) whose digests join the pass's read-back,
+            in `ModelResult.extra_digests` (a channel's x).
 
     Raises:
         InvalidInputError, KernelCheckError, UncorrectableError: as `run_variant`.
@@ -112,15 +124,16 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
     es_d: list[int] = []
     h_d: list[int] = []
     if backend == "cupy":
+        from safemon.kernels.checked import queue_status_reads
         from safemon.kernels.compiler import import_cupy
-        from safemon.kernels.model_gpu import device_digests, launch_epilogue
+        from safemon.kernels.model_gpu import DigestBatch, launch_epilogue
 
         cp = import_cupy()
-        # Every layer is queued without a wait; the digests' read-back is the one wait of the
-        # pass, after which each layer's input checks are read (finished by then).
+        # Every layer is queued without a wait, then the digests, the output's copy and the
+        # read-backs of the digests and of the layers' status blocks: the one wait.
         for settle_each in (False, True):
             h = cp.ascontiguousarray(cp.asarray(x))
-            kept: list[Any] = []  # per layer ES and output, digested together at the end
+            kept: list[Any] = []  # per layer ES and output, digested after the last layer
             pending = []
             for i, layer in enumerate(layers):
                 w = weights[layer.weight_id]
@@ -133,12 +146,26 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
                 launch_epilogue(res.c, bias, layer.act)
                 kept += [res.es, res.c]
                 h = res.c
-            sums = device_digests(kept)  # one read-back for the whole forward pass
+            batch = DigestBatch(len(kept) + 1 + len(extra_digests))
+            for a in kept:
+                batch.add(a)
+            if out_into is not None:
+                batch.add_copy(h, out_into)
+            for a in extra_digests:
+                batch.add(a)
+            batch.queue_read()
+            reads = queue_status_reads([res.status for res in pending if res.pending])
+            sums = [d for d, _ in batch.values()]  # the one wait of the pass
+            reports = iter(reads.reports())
             # wait() raises for a failed check; it recomputes a layer whose ECC-protected
             # weight it had to correct, and then the layers after it ran on poison: the pass
             # runs again, settling each layer before the next (the weight is corrected now).
-            if all(res.wait().c is res.c for res in pending):
-                return ModelResult(h, sums[-1], tuple(sums[0::2]), tuple(sums[1::2]))
+            # (all() stops at the first recomputed layer: the ones after it read poison.)
+            if all(res.wait(next(reports) if res.pending else None).c is res.c
+                   for res in pending):
+                ours = sums[:len(kept)]
+                return ModelResult(h, ours[-1], tuple(ours[0::2]), tuple(ours[1::2]),
+                                   tuple(sums[len(sums) - len(extra_digests):]))
         raise AssertionError("a settled pass recomputed a layer")  # pragma: no cover
     for i, layer in enumerate(layers):
         w = weights[layer.weight_id]
@@ -149,7 +176,10 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
         h = epilogue(res.c, layer.bias, layer.act)
         es_d.append(digest64(res.es))
         h_d.append(digest64(h))
-    return ModelResult(h, h_d[-1], tuple(es_d), tuple(h_d))
+    if out_into is not None:
+        out_into[...] = h
+    return ModelResult(h, h_d[-1], tuple(es_d), tuple(h_d),
+                       tuple(digest64(a) for a in extra_digests))
 
 
 def _shape(h: Any, w: Any) -> tuple[int, int, int]:

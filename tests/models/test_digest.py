@@ -49,3 +49,16 @@ def test_digest_refuses_eight_byte_elements() -> None:
     """float64 / uint64 arrays are refused with ValueError (the words are 32-bit)."""
     with pytest.raises(ValueError, match="4-byte"):
         dg.digest64(np.zeros(3, dtype=np.float64))
+
+
+def test_finish_on_python_ints_equals_the_numpy_mix() -> None:
+    """`finish` (Python ints) equals mix(S + mix(n)) computed with the NumPy `mix64` that
+    `word_sum` uses, at the edges of the uint64 range and at random values."""
+    rng = np.random.default_rng(3)
+    cases = [(0, 0), ((1 << 64) - 1, 1), ((1 << 64) - 1, (1 << 32) - 1), (1 << 63, 12345)]
+    cases += [(int(s), int(n)) for s, n in zip(rng.integers(0, 2**64, 50, dtype=np.uint64),
+                                                rng.integers(0, 2**32, 50), strict=True)]
+    for s, n in cases:
+        nn = dg.mix64(np.array([n], dtype=np.uint64))
+        want = int(dg.mix64(np.array([s], dtype=np.uint64) + nn)[0])
+        assert dg.finish(s, n) == want, (s, n)

@@ -119,3 +119,24 @@ def test_layers_with_a_long_k_run_the_split_protected_matmul_picks() -> None:
     assert np.array_equal(res.out.view(np.uint32), h.view(np.uint32))
     ref = reference_forward([w["k"], w["o"]], layers, x)
     assert np.array_equal(ref.view(np.uint32), h.view(np.uint32))
+
+
+def test_the_output_is_copied_out_and_extra_digests_follow_the_frame() -> None:
+    """`run_model(out_into=..., extra_digests=...)` on NumPy: the output lands in
+    `out_into` bit for bit; the extra arrays' digests land in `extra_digests`, in order;
+    the digest frame is unchanged."""
+    from safemon.digest import digest64
+
+    rng = np.random.default_rng(12)
+    w = {"a": rng.standard_normal((6, 5)).astype(np.float32)}
+    layers = [Layer("a", None, "gelu")]
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    extra = np.arange(7, dtype=np.float32)
+    slot = np.full((2, 5), np.nan, dtype=np.float32)
+    res = run_model(layers, w, x, VariantConfig(), "numpy", out_into=slot,
+                    extra_digests=[x, extra])
+    plain = run_model(layers, w, x, VariantConfig(), "numpy")
+    assert np.array_equal(slot.view(np.uint32), res.out.view(np.uint32))
+    assert res.extra_digests == (digest64(x), digest64(extra))
+    assert res.digest_frame().tolist() == plain.digest_frame().tolist()
+    assert plain.extra_digests == ()

@@ -73,6 +73,34 @@ def _special_values() -> np.ndarray:
     return np.concatenate([edge, grid, rng.standard_normal(100_000).astype(np.float32) * 4])
 
 
+def test_a_digest_batch_reads_every_entry_back_in_order_with_one_wait() -> None:
+    """DigestBatch: plain digests, a digesting copy and a count-only entry, read back
+    together, equal digest64 (and the non-finite counts); the copy is bit for bit; a
+    full batch and an entry added after the read is queued are refused."""
+    from safemon.kernels.model_gpu import DigestBatch
+
+    cp = _cp()
+    rng = np.random.default_rng(16)
+    f = rng.standard_normal(777).astype(np.float32)
+    f[[3, 500]] = [np.inf, np.nan]
+    u = rng.integers(0, 2**32, 65, dtype=np.uint32)
+    dst = cp.zeros(777, dtype=cp.float32)
+    batch = DigestBatch(4)
+    batch.add(cp.asarray(u))
+    batch.add_copy(cp.asarray(f), dst)
+    batch.add_copy(cp.asarray(u), None)
+    batch.add(cp.zeros(0, dtype=cp.float32))
+    with pytest.raises(ValueError, match="full"):
+        batch.add(cp.asarray(u))
+    batch.queue_read()
+    with pytest.raises(ValueError, match="after queue_read"):
+        batch.add(cp.asarray(u))
+    u_bad = int(np.count_nonzero((u & 0x7F800000) == 0x7F800000))
+    assert batch.values() == [(digest64(u), 0), (digest64(f), 2), (digest64(u), u_bad),
+                              (digest64(np.zeros(0, np.float32)), 0)]
+    assert np.array_equal(dst.get().view(np.uint32), f.view(np.uint32))
+
+
 @pytest.mark.parametrize("act", list(Activation))
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_epilogue_kernel_is_bit_exact_with_the_reference(act: Activation, with_bias: bool) -> None:
@@ -136,10 +164,64 @@ def test_split_layers_and_a_corrected_weight_give_the_reference_forward(
         protected = {f"w{i}": ProtectedArray(cp.asarray(w), name=f"w{i}")
                      for i, w in enumerate(ws)}
         protected["w1"].verified().view(cp.uint8).reshape(-1)[4001] ^= 0x10
-        dev = run_model(layers, protected, cp.asarray(x), variant, "cupy")
+        x_dev = cp.asarray(x)
+        slot = cp.full((m, dims[-1]), np.nan, dtype=cp.float32)  # as a channel's slot
+        dev = run_model(layers, protected, x_dev, variant, "cupy", out_into=slot,
+                        extra_digests=[x_dev])
         assert protected["w1"].corrected_total == 1
         assert np.array_equal(dev.out.get().view(np.uint32), host.out.view(np.uint32))
+        assert np.array_equal(slot.get().view(np.uint32), host.out.view(np.uint32))
         assert dev.digest_frame().tolist() == host.digest_frame().tolist()
+        assert dev.extra_digests == (digest64(x),)
+
+
+def test_a_non_finite_input_stops_a_pass_that_waits_once() -> None:
+    """A NaN in x of a 2-layer pass: the status blocks read with the digests' read-back
+    report it (InvalidInputError naming a), also with an output copy and extra digests
+    queued; a clean x after it in the same thread reads its own, clean, status blocks."""
+    cp = _cp()
+    rng = np.random.default_rng(14)
+    ws = {"w0": cp.asarray(rng.standard_normal((40, 24), dtype=np.float32)),
+          "w1": cp.asarray(rng.standard_normal((24, 8), dtype=np.float32))}
+    layers = [Layer("w0", None, "relu"), Layer("w1", None, "identity")]
+    x = rng.standard_normal((5, 40), dtype=np.float32)
+    bad = x.copy()
+    bad[3, 7] = np.nan
+    slot = cp.zeros((5, 8), dtype=cp.float32)
+    with pytest.raises(InvalidInputError, match="finite check of a"):
+        run_model(layers, ws, cp.asarray(bad), VariantConfig(), "cupy", out_into=slot,
+                  extra_digests=[slot])
+    x_dev = cp.asarray(x)
+    ok = run_model(layers, ws, x_dev, VariantConfig(), "cupy", out_into=slot,
+                   extra_digests=[x_dev])
+    host = run_model(layers, {k: v.get() for k, v in ws.items()}, x, VariantConfig(), "numpy")
+    assert ok.digest_frame().tolist() == host.digest_frame().tolist()
+    assert ok.extra_digests == (digest64(x),)
+    assert np.array_equal(slot.get().view(np.uint32), host.out.view(np.uint32))
+
+
+def test_queued_status_reads_decode_each_block_in_order() -> None:
+    """Three checked launches (clean, NaN in A, NaN in B) whose status copies are queued
+    together: one wait, and each report belongs to its own launch; again after a
+    read_status of this thread reused the first row."""
+    from safemon.kernels.catalog import make_variant
+    from safemon.kernels.checked import launch_checked, queue_status_reads, read_status
+
+    cp = _cp()
+    rng = np.random.default_rng(15)
+    a = rng.standard_normal((33, 50), dtype=np.float32)
+    b = rng.standard_normal((50, 20), dtype=np.float32)
+    a_bad, b_bad = a.copy(), b.copy()
+    a_bad[1, 2] = np.inf
+    b_bad[4, 5] = np.nan
+    v = make_variant("ones", "I", "exact", "small")
+    for _ in range(2):
+        launches = [launch_checked(cp.asarray(aa), cp.asarray(bb), v)
+                    for aa, bb in ((a, b), (a_bad, b), (a, b_bad))]
+        reads = queue_status_reads([la.status for la in launches])
+        got = [(r.ok, r.a_nonfinite, r.b_nonfinite) for r in reads.reports()]
+        assert got == [(True, False, False), (False, True, False), (False, False, True)]
+        assert not read_status(launches[1].status).ok  # row 0 again, for the next round
 
 
 def test_device_arrays_are_checked_before_anything_is_sent() -> None:
