@@ -10,8 +10,8 @@ client's staging and release check. The clock is CLOCK_MONOTONIC, which Linux sh
 across processes, so one request's events line up on one time axis. Sends `--requests`
 sequential `Client.matmul` calls with a CuPy x (the CUDA IPC path), then prints, per
 stage, the median and p90 of its duration over the requests, and the sum of the medians
-against the round trip's median, and the parts of the channels' GPU steps (reading x,
-`run_variant`, the status wait, the digests, the slot write; wall time, waits included).
+against the round trip's median, and the parts of the channels' GPU steps (the buffer
+views, queuing `run_variant`, the read-back wait, the status decode; wall time).
 The instrumentation adds a few µs per event. `--host` runs the NumPy host path without a
 GPU (the device stages then read 0).
 """
@@ -97,16 +97,15 @@ HOOK = textwrap.dedent('''
         _span(IO.ExchangeBuffers, "stage", "stage")
         _span(IO.ExchangeBuffers, "take", "take")
 
-        # The channel's GPU step, part by part (wall time, waits included): reading x from
-        # the client's buffer, the product (with `wait`, the status read), the digests'
-        # read-back, the write into the slot. The channel's module imports `run_variant`
-        # after this hook ran, so it gets the wrapped one.
+        # The channel's GPU step, part by part (wall time, waits included): the views of
+        # the client's buffers, queuing the product, the read-back of digests and status
+        # blocks (the wait), decoding the status. The channel's module imports these after
+        # this hook ran, so it gets the wrapped ones.
         import safemon.kernels.api as API, safemon.kernels.model_gpu as MG
-        _span(IO.ImportedBuffers, "read", "ch: read x")
-        _span(IO.ImportedBuffers, "write", "ch: write slot")
-        _span(API.MatmulResult, "wait", "ch: status wait")
-        _span(API, "run_variant", "ch: run_variant")
-        _span(MG, "device_digests", "ch: digests")
+        _span(IO.ImportedBuffers, "view", "ch: views of the client's buffers")
+        _span(API, "run_variant", "ch: run_variant (queued)")
+        _span(MG.DigestBatch, "values", "ch: read-back (the wait)")
+        _span(API.MatmulResult, "wait", "ch: status decode")
 ''')
 
 #: The child processes' sitecustomize: the hook, then the sitecustomize this one shadows
