@@ -18,9 +18,11 @@ access, so a channel on another GPU reads and writes over NVLink or PCIe) and ke
 most `IMPORT_CAPACITY` open, closing the least recently used and any left unused for
 `IMPORT_IDLE_S`. Every range a channel reads or writes is checked against the imported
 allocation's own size (cuMemGetAddressRange) first, so a foreign, stale or undersized
-handle is a `DeviceInputError`, never an out-of-bounds access. A channel's kernels read x
-from the input buffer and write the output into its slot directly (`view`), so its step has
-no copy-engine work between its kernels (measured: scripts/channel_step_probe.py).
+handle is a `DeviceInputError`, never an out-of-bounds access. For a product, a channel's
+copy kernels read x from the input buffer and write the output into its slot directly
+(`view`); for a whole-model request x is copied in first (`read`) and the output written by a
+kernel. Either way no copy runs between the step's kernels (measured:
+scripts/channel_step_probe.py).
 
 Why client-owned buffers (the first plan had a daemon-owned pool): the daemon then needs no
 CUDA context of its own (process channels keep the GPU work out of the voter's process),
@@ -294,9 +296,9 @@ class ImportedBuffers:
         entry = self._open.pop(handle)
         _cupy().cuda.runtime.ipcCloseMemHandle(entry.pointer)
 
-    def pointer(self, handle: str, offset: int, nbytes: int) -> int:
+    def pointer(self, handle: str, offset: int, nbytes: int, what: str = "the range") -> int:
         """The device address of bytes [offset, offset + nbytes) of the buffer `handle`,
-        opening it if needed.
+        opening it if needed; `what` names the range in the error.
 
         Raises:
             DeviceInputError: the handle cannot be opened or the range lies outside it.
@@ -304,14 +306,15 @@ class ImportedBuffers:
         entry = self._get(handle)
         if offset < 0 or offset + nbytes > entry.size:
             raise DeviceInputError(
-                f"bytes [{offset}, {offset + nbytes}) lie outside the {entry.size}-byte "
-                "imported buffer")
+                f"{what}: bytes [{offset}, {offset + nbytes}) lie outside the "
+                f"{entry.size}-byte imported buffer")
         return entry.pointer + offset
 
-    def view(self, handle: str, offset: int, shape: tuple[int, ...]) -> Any:
+    def view(self, handle: str, offset: int, shape: tuple[int, ...],
+             what: str = "the range") -> Any:
         """A float32 CuPy array of `shape` over the buffer `handle` from byte `offset`
-        (C order, no copy): a channel's kernels read x from it and write their output into
-        it directly. Valid until the import is closed: by `close_idle`, `close_all`, or
+        (C order, no copy): a channel's product reads x from it, and its output is written
+        into it directly. Valid until the import is closed: by `close_idle`, `close_all`, or
         eviction when a later `pointer` opens another handle at capacity (the two most
         recently used, a request's input and output buffers, are never evicted then).
 
@@ -320,29 +323,29 @@ class ImportedBuffers:
         """
         cp = _cupy()
         nbytes = 4 * math.prod(shape)
-        ptr = self.pointer(handle, offset, nbytes)
+        ptr = self.pointer(handle, offset, nbytes, what)
         mem = cp.cuda.UnownedMemory(ptr, nbytes, self)
         return cp.ndarray(shape, dtype=cp.float32, memptr=cp.cuda.MemoryPointer(mem, 0))
 
     def read(self, handle: str, into: Any, stream: Any) -> None:
-        """Copy the first `into.nbytes` bytes of the buffer `handle` into the CuPy array
+        """Copy the first `into.nbytes` bytes of the buffer `handle` (x) into the CuPy array
         `into` with the copy engine, ordered on `stream` (not waited for).
 
         Raises:
             DeviceInputError: as `pointer`.
         """
-        ptr = self.pointer(handle, 0, into.nbytes)
+        ptr = self.pointer(handle, 0, into.nbytes, "x")
         _cupy().cuda.runtime.memcpyAsync(into.data.ptr, ptr, into.nbytes,
                                          _CUDA_MEMCPY_DEFAULT, stream.ptr)
 
     def write(self, handle: str, offset: int, source: Any, stream: Any) -> None:
-        """Copy the CuPy array `source` to byte `offset` of the buffer `handle` with the
-        copy engine, ordered on `stream` (not waited for).
+        """Copy the CuPy array `source` to byte `offset` of the buffer `handle` (an output
+        slot) with the copy engine, ordered on `stream` (not waited for).
 
         Raises:
             DeviceInputError: as `pointer`.
         """
-        ptr = self.pointer(handle, offset, source.nbytes)
+        ptr = self.pointer(handle, offset, source.nbytes, "the output slot")
         _cupy().cuda.runtime.memcpyAsync(ptr, source.data.ptr, source.nbytes,
                                          _CUDA_MEMCPY_DEFAULT, stream.ptr)
 

@@ -15,7 +15,9 @@ slot. Two orders are timed, alternating per iteration:
 - `one read-back`: the status block's copy is queued before the digests, whose read-back
   is the only wait;
 - `copies last`: the digests' kernels first, then the slot copy, the digests' and the status
-  block's copies to the host, one wait (no copy between kernels but the read of x);
+  block's copies to the host, one wait (no copy between kernels but the read of x); the
+  digests are finished on the host as the others' are (not before commit "plot", so its
+  figures in evidence/h100-2026-11-23-step calls 4 and 5 lack that host work);
 - `kernel copies`: x read and the slot written by `safemon_copy_digest` kernels, which also
   digest x and C on the way; ES digested; both read-backs; one wait (no copy engine until
   the read-backs): the channel's step now (`DigestBatch`, safemon/channels/worker.py).
@@ -41,6 +43,7 @@ def _worker(rank: int, size: tuple[int, int, int], iters: int, label: str,
 
     from safemon.bench.runtime import channel_variant
     from safemon.config import VariantConfig
+    from safemon.digest import finish
     from safemon.ecc import ProtectedArray
     from safemon.kernels.api import Backend, run_variant
     from safemon.kernels.checked import queue_status_reads
@@ -108,6 +111,7 @@ def _worker(rank: int, size: tuple[int, int, int], iters: int, label: str,
         reads = queue_status_reads([p.status])
         t = time.perf_counter()
         p.wait(reads.reports()[0])
+        [finish(int(v), int(a.size)) for v, a in zip(pinned[:3], (p.c, p.es, x), strict=True)]
         return t
 
     def kernel_copies() -> float:  # what the channel's step does now (worker.py)

@@ -104,9 +104,9 @@ def test_copies_go_to_the_imported_pointer_plus_offset(rt: FakeRuntime) -> None:
 
 
 @pytest.mark.parametrize(("op", "needle"), [
-    (lambda imp: imp.read(_handle(1), _array((1 << 20) + 4), STREAM), "outside the 1048576-byte"),
+    (lambda imp: imp.read(_handle(1), _array((1 << 20) + 4), STREAM), "x: .* outside the 1048576-byte"),
     (lambda imp: imp.pointer(_handle(1), 8, 1 << 20), "outside"),
-    (lambda imp: imp.write(_handle(1), (1 << 20) - 64, _array(128), STREAM), "outside"),
+    (lambda imp: imp.write(_handle(1), (1 << 20) - 64, _array(128), STREAM), "output slot: .*outside"),
     (lambda imp: imp.write(_handle(1), -4, _array(4), STREAM), "outside"),
     (lambda imp: imp.read("zz" * 64, _array(4), STREAM), "not a CUDA IPC handle"),
     (lambda imp: imp.read("ab" * 10, _array(4), STREAM), "not a CUDA IPC handle"),
@@ -130,3 +130,10 @@ def test_digests_and_handles_travel_as_fixed_width_hex() -> None:
     assert parse_digest(digest_hex(123456789)) == 123456789
     assert parse_digest("123") is None and parse_digest("g" * 16) is None and parse_digest(5) is None
     assert valid_handle("0a" * 64) and not valid_handle("0a" * 63) and not valid_handle(None)
+
+
+def test_fewer_than_two_imports_are_refused() -> None:
+    """A request uses two imports at once (input and output); capacity 1 could evict one
+    while a kernel still uses it."""
+    with pytest.raises(ValueError, match="two imports"):
+        ImportedBuffers(capacity=1)

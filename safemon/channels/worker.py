@@ -465,15 +465,21 @@ class ChannelWorker:
                 else:
                     digests = self._device_product(work, meta)
         except DeviceInputError as exc:  # the client's buffers could not be read or written
+            self._stream.synchronize()  # nothing queued may still use an import
             meta["ok"] = True
             meta["input_error"] = str(exc)[:400]
             return ()
+        except Exception:
+            self._stream.synchronize()  # likewise, before the error is answered
+            raise
         meta["kernel_seconds"] = time.perf_counter() - t0
         meta["ok"] = True
         return (np.array(digests, dtype=np.uint64),)
 
-    # A device step waits once, and its kernels run with no copy-engine work between them
-    # (which channels time-sliced on one GPU pay for dearly: scripts/channel_step_probe.py).
+    # A device step waits once, and its kernels run with no host or peer copy between them
+    # (which channels time-sliced on one GPU pay for dearly: scripts/channel_step_probe.py;
+    # the small memsets of the status and digest buffers aside). With a data fault armed
+    # (campaigns) the product is settled before the fault is injected, one more wait.
     # Queued in order on this channel's stream: x from the client's input buffer, the
     # product (or every layer), the output into the client's slot, the digests, and the
     # read-backs of the digests and of the status blocks; the read-back is the wait. A
@@ -495,21 +501,26 @@ class ChannelWorker:
         n = int(weight.shape[1])
         variant = self.chan.variant.to_variant(work.x_rows, n, work.x_cols)
         meta["variant"] = variant.name
-        source = self._imports.view(work.x_ipc, 0, (work.x_rows, work.x_cols))
-        slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, n))
+        source = self._imports.view(work.x_ipc, 0, (work.x_rows, work.x_cols), "x")
+        slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, n),
+                                  "the output slot")
         x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
         batch = DigestBatch(3)
         batch.add_copy(source, x)
         pending = run_variant(x, weight, variant, "cupy", wait=False)
-        self._model_fault(0, pending.c, pending.es)  # injected data faults
+        if self._data_fault_armed():
+            # An injected data fault hits the checked product, as on the host path (its
+            # hook reads C back anyway): settle first, then inject.
+            pending = pending.wait()
+            self._model_fault(0, pending.c, pending.es)
         batch.add_copy(pending.c, slot)
         batch.add(pending.es)
         batch.queue_read()
-        reads = queue_status_reads([pending.status])
+        reads = queue_status_reads([pending.status] if pending.pending else [])
         (x_d, _), (c_d, _), (es_d, _) = batch.values()
-        r = pending.wait(reads.reports()[0])  # raises when a check failed: nothing released
-        if r.c is not pending.c:
-            self._model_fault(0, r.c, r.es)
+        # Raises when a check failed: nothing is released.
+        r = pending.wait(reads.reports()[0] if pending.pending else None)
+        if r.c is not pending.c:  # recomputed on the corrected weight
             again = DigestBatch(2)
             again.add_copy(r.c, slot)
             again.add(r.es)
@@ -527,11 +538,12 @@ class ChannelWorker:
         shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
         layers = decode_model(spec, biases, shapes)
         out_cols = int(shapes[layers[-1].weight_id][1])
-        slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, out_cols))
+        slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, out_cols),
+                                  "the output slot")
         x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
         self._imports.read(work.x_ipc, x, self._stream)
         res = run_model(layers, self._weights, x, self.chan.variant, "cupy", self._model_fault,
-                        out_into=slot, extra_digests=[x])
+                        out_into=slot, extra_digests=[x], settle=self._data_fault_armed())
         return [*res.digest_frame().tolist(), *res.extra_digests]
 
     def _run_model(self, msg: Message, meta: dict[str, Any]
@@ -560,10 +572,15 @@ class ChannelWorker:
         meta["ok"] = True
         return np.array(out, dtype=np.float32, order="C", copy=True), res.digest_frame()
 
-    def _model_fault(self, layer: int, c: Any, es: Any) -> None:
+    def _data_fault_armed(self) -> bool:
+        """An injected data fault (stuck bit, flipped bit of C or ES) waits for a result."""
         f = self._faults
-        if layer != 0 or not (f.stuck_armed or f.bitflip_c or f.bitflip_es):
+        return bool(f.stuck_armed or f.bitflip_c or f.bitflip_es)
+
+    def _model_fault(self, layer: int, c: Any, es: Any) -> None:
+        if layer != 0 or not self._data_fault_armed():
             return
+        f = self._faults
         if isinstance(c, np.ndarray):
             f.apply(c, es)
             return

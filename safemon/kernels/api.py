@@ -59,7 +59,8 @@ class MatmulResult:
         """Read the status block (one host synchronisation) and return the settled result.
 
         `report` is this result's status block as a caller already read it
-        (`queue_status_reads(...).reports()`, which waits); None reads it here. When B is a device `ProtectedArray` whose check found bad words, B is corrected with
+        (`queue_status_reads(...).reports()`, which waits); None reads it here. When B is a
+        device `ProtectedArray` whose check found bad words, B is corrected with
         `verified()` and the product computed again. A settled result returns itself.
 
         Raises:

@@ -19,7 +19,8 @@ between:
 
 `read_status` then copies the 32-byte block to the host: the one host synchronisation of a
 call. A caller with a read-back of its own (a channel's digests) queues the copies first
-(`queue_status_reads`) and pays one synchronisation for both. `failed_check` names the check that failed. The ECC check only counts; the caller
+(`queue_status_reads`) and pays one synchronisation for both. `StatusReport` says which
+check failed. The ECC check only counts; the caller
 corrects with `ProtectedArray.verified()` and computes again (`safemon.kernels.api`).
 Until issue 14's second session the finite check was a separate kernel (finite.cu) that
 read every input word once more before the product; `safemon.kernels.gpu.all_finite` keeps

@@ -99,27 +99,39 @@ class ModelResult:
 #: the backend's arrays; may modify them in place (the channel's fault injection).
 LayerHook = Callable[[int, Any, Any], None]
 
+
 def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
               variant: VariantConfig, backend: str, hook: LayerHook | None = None, *,
-              out_into: Any = None, extra_digests: Sequence[Any] = ()) -> ModelResult:
+              out_into: Any = None, extra_digests: Sequence[Any] = (),
+              settle: bool = False) -> ModelResult:
     """Run the whole forward pass on this channel's backend ("numpy" or "cupy"; for CuPy
     on the current device and stream, `x` and the weights already there or uploaded by
     the kernel's checks). `weights` maps ids to resident weights (arrays or ECC-protected).
 
     On CuPy the pass waits once: every layer, the digests (one `DigestBatch`), the copy of
     the output into `out_into` and the copies of the status blocks are queued, and the
-    read-back waits for all of it.
+    read-back waits for all of it. A pass whose ECC-protected weight had to be corrected
+    runs again, waiting once per layer.
 
     Args:
-        out_into: an array of the output's shape (the backend's kind) that receives a copy
-            of the output before the pass returns: a channel's slot in the client's
-            buffer. On CuPy the copy is a kernel queued after the layers.
+        hook: called per layer with its C and ES before the epilogue (fault injection).
+        out_into: an array of the output's (M, N_L) shape, the backend's kind, that
+            receives a copy of the output: a channel's slot in the client's buffer. On CuPy
+            the copy is a kernel queued after the layers. Its contents are unspecified
+            when the pass raises.
         extra_digests: arrays (4-byte elements) whose digests join the pass's read-back,
             in `ModelResult.extra_digests` (a channel's x).
+        settle: wait for each layer's checks before the next (CuPy), so that `hook` sees
+            checked results (a channel with an injected fault armed).
 
     Raises:
-        InvalidInputError, KernelCheckError, UncorrectableError: as `run_variant`.
+        InvalidInputError, KernelCheckError, UncorrectableError: as `run_variant`;
+            InvalidInputError also for an `out_into` of another shape.
     """
+    if out_into is not None:
+        want = (int(x.shape[0]), int(weights[layers[-1].weight_id].shape[1]))
+        if tuple(out_into.shape) != want:
+            raise InvalidInputError(f"out_into must be {want}, not {tuple(out_into.shape)}")
     h = x
     es_d: list[int] = []
     h_d: list[int] = []
@@ -131,7 +143,7 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
         cp = import_cupy()
         # Every layer is queued without a wait, then the digests, the output's copy and the
         # read-backs of the digests and of the layers' status blocks: the one wait.
-        for settle_each in (False, True):
+        for settle_each in ((True,) if settle else (False, True)):
             h = cp.ascontiguousarray(cp.asarray(x))
             kept: list[Any] = []  # per layer ES and output, digested after the last layer
             pending = []

@@ -140,3 +140,11 @@ def test_the_output_is_copied_out_and_extra_digests_follow_the_frame() -> None:
     assert res.extra_digests == (digest64(x), digest64(extra))
     assert res.digest_frame().tolist() == plain.digest_frame().tolist()
     assert plain.extra_digests == ()
+
+
+def test_an_out_into_of_another_shape_is_refused_before_anything_runs() -> None:
+    """`out_into` must have the output's shape (a transposed slot is not accepted)."""
+    w = {"a": np.ones((6, 5), dtype=np.float32)}
+    with pytest.raises(InvalidInputError, match=r"out_into must be \(2, 5\)"):
+        run_model([Layer("a")], w, np.ones((2, 6), dtype=np.float32), VariantConfig(),
+                  "numpy", out_into=np.zeros((5, 2), dtype=np.float32))

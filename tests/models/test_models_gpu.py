@@ -99,6 +99,11 @@ def test_a_digest_batch_reads_every_entry_back_in_order_with_one_wait() -> None:
     assert batch.values() == [(digest64(u), 0), (digest64(f), 2), (digest64(u), u_bad),
                               (digest64(np.zeros(0, np.float32)), 0)]
     assert np.array_equal(dst.get().view(np.uint32), f.view(np.uint32))
+    many = [cp.asarray(rng.integers(0, 2**32, 9, dtype=np.uint32)) for _ in range(40)]
+    big = DigestBatch(40)  # 80 words: more than the first page-locked buffer holds
+    for arr in many:
+        big.add(arr)
+    assert [d for d, _ in big.values()] == [digest64(arr.get()) for arr in many]
 
 
 @pytest.mark.parametrize("act", list(Activation))
@@ -198,6 +203,13 @@ def test_a_non_finite_input_stops_a_pass_that_waits_once() -> None:
     assert ok.digest_frame().tolist() == host.digest_frame().tolist()
     assert ok.extra_digests == (digest64(x),)
     assert np.array_equal(slot.get().view(np.uint32), host.out.view(np.uint32))
+    seen: list[bool] = []  # settle=True: the hook sees checked results, the pass is the same
+
+    def hook(i: int, c: Any, es: Any) -> None:
+        seen.append(bool(cp.isfinite(c).all()))
+
+    settled = run_model(layers, ws, x_dev, VariantConfig(), "cupy", hook, settle=True)
+    assert seen == [True, True] and settled.digest_frame().tolist() == host.digest_frame().tolist()
 
 
 def test_queued_status_reads_decode_each_block_in_order() -> None:
@@ -217,10 +229,10 @@ def test_queued_status_reads_decode_each_block_in_order() -> None:
     v = make_variant("ones", "I", "exact", "small")
     for _ in range(2):
         launches = [launch_checked(cp.asarray(aa), cp.asarray(bb), v)
-                    for aa, bb in ((a, b), (a_bad, b), (a, b_bad))]
+                    for aa, bb in ((a, b), (a_bad, b), (a, b_bad)) * 2]  # > 4 rows: grows
         reads = queue_status_reads([la.status for la in launches])
         got = [(r.ok, r.a_nonfinite, r.b_nonfinite) for r in reads.reports()]
-        assert got == [(True, False, False), (False, True, False), (False, False, True)]
+        assert got == [(True, False, False), (False, True, False), (False, False, True)] * 2
         assert not read_status(launches[1].status).ok  # row 0 again, for the next round
 
 

@@ -7,7 +7,8 @@
 //
 // safemon_copy_digest also copies the words to `dst` and counts the words that are a
 // float32 NaN or infinity (exponent bits all ones): the client's staging of a device-
-// resident request and its release check, one kernel each (safemon/device_io.py).
+// resident request and its release check, one kernel each (safemon/device_io.py), and a
+// channel's read of x and write of its output slot (DigestBatch, safemon/kernels/model_gpu.py).
 
 extern "C" {
 
