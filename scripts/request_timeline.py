@@ -106,6 +106,12 @@ HOOK = textwrap.dedent('''
         _span(API, "run_variant", "ch: run_variant (queued)")
         _span(MG.DigestBatch, "values", "ch: read-back (the wait)")
         _span(API.MatmulResult, "wait", "ch: status decode")
+        import safemon.kernels.checked as CK
+        _span(MG.DigestBatch, "__init__", "ch: digest batch (zeroed buffer)")
+        _span(MG.DigestBatch, "add_copy", "ch: digesting copy queued")
+        _span(MG.DigestBatch, "add", "ch: digest queued")
+        _span(MG.DigestBatch, "queue_read", "ch: digests' read-back queued")
+        _span(CK, "queue_status_reads", "ch: status read-back queued")
 ''')
 
 #: The child processes' sitecustomize: the hook, then the sitecustomize this one shadows
