@@ -464,14 +464,13 @@ class ChannelWorker:
                     digests = self._device_model(msg, work)
                 else:
                     digests = self._device_product(work, meta)
-        except DeviceInputError as exc:  # the client's buffers could not be read or written
+        except Exception as exc:
             self._stream.synchronize()  # nothing queued may still use an import
-            meta["ok"] = True
+            if not isinstance(exc, DeviceInputError):
+                raise
+            meta["ok"] = True  # the client's buffers could not be read or written
             meta["input_error"] = str(exc)[:400]
             return ()
-        except Exception:
-            self._stream.synchronize()  # likewise, before the error is answered
-            raise
         meta["kernel_seconds"] = time.perf_counter() - t0
         meta["ok"] = True
         return (np.array(digests, dtype=np.uint64),)

@@ -29,7 +29,6 @@ it for callers that check an array alone.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ import numpy.typing as npt
 
 from safemon.kernels.catalog import Variant
 from safemon.kernels.compiler import import_cupy
+from safemon.kernels.pinned import PinnedBuffer
 
 __all__ = [
     "STATUS_A",
@@ -167,24 +167,8 @@ def launch_checked(
     return CheckedLaunch(c, es, status, b_protected is not None)
 
 
-_host_rows = threading.local()
-
-
-def _host_block(cp: Any, n: int) -> npt.NDArray[np.uint32]:
-    """This thread's page-locked (n, STATUS_WORDS) uint32 rows for read-backs: a copy into
-    pinned memory is one DMA, where a fresh pageable array costs an allocation and a
-    staged copy. The rows are reused by this thread's next read; a larger request gets a
-    larger block, and the smaller one is kept alive (a copy queued into it by a caller that
-    never collected its reports may still be in flight)."""
-    block: npt.NDArray[np.uint32] | None = getattr(_host_rows, "block", None)
-    if block is None or block.shape[0] < n:
-        rows = max(n, 4 if block is None else 2 * block.shape[0])
-        mem = cp.cuda.alloc_pinned_memory(4 * STATUS_WORDS * rows)
-        block = np.frombuffer(mem, dtype=np.uint32, count=STATUS_WORDS * rows).reshape(
-            rows, STATUS_WORDS)
-        _host_rows.block = block
-        _host_rows.mems = [*getattr(_host_rows, "mems", []), mem]  # keeps them alive
-    return block
+#: Page-locked rows for status read-backs, 4 blocks' worth to start.
+_HOST_ROWS = PinnedBuffer(np.uint32, 4 * STATUS_WORDS)
 
 
 @dataclass(frozen=True)
@@ -206,10 +190,12 @@ def queue_status_reads(statuses: Sequence[Any]) -> QueuedStatusReads:
     """Queue a copy of each device status block to the host on the current stream; no
     wait. A caller that queues these before its own read-back (digests) pays one host
     synchronisation for both; `reports()` then decodes them. The rows belong to this
-    thread and are reused by its next read: collect the reports first."""
+    thread and are reused by its next read (`safemon.kernels.pinned`): collect the
+    reports first."""
     cp = import_cupy()
     stream = cp.cuda.get_current_stream()
-    rows = _host_block(cp, len(statuses))[:len(statuses)]
+    n = len(statuses)
+    rows = _HOST_ROWS.get(cp, n * STATUS_WORDS)[:n * STATUS_WORDS].reshape(n, STATUS_WORDS)
     for row, status in zip(rows, statuses, strict=True):
         cp.cuda.runtime.memcpyAsync(row.ctypes.data, status.data.ptr, 4 * STATUS_WORDS,
                                     cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)

@@ -10,7 +10,6 @@ digest, into page-locked memory.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy.typing as npt
 from safemon.digest import finish
 from safemon.kernels.compiler import KernelBuild, import_cupy
 from safemon.kernels.gpu import AUX_MAX_BLOCKS, AUX_THREADS, function_for
+from safemon.kernels.pinned import PinnedBuffer
 from safemon.models.activations import Activation
 
 __all__ = ["DigestBatch", "copy_digest", "device_digests", "digest_build", "epilogue_build",
@@ -62,21 +62,8 @@ def launch_epilogue(h: Any, bias: Any | None, activation: Activation) -> None:
             np.int32(activation.code)))
 
 
-_pinned = threading.local()
-
-
-def _pinned_u64(cp: Any, n: int) -> npt.NDArray[np.uint64]:
-    """This thread's page-locked uint64 buffer of at least `n` words, reused by its next
-    read-back. A larger request gets a larger buffer; the smaller one is kept alive (a
-    copy queued into it by a caller that never collected its values may be in flight)."""
-    host: npt.NDArray[np.uint64] | None = getattr(_pinned, "block", None)
-    if host is None or host.size < n:
-        words = max(n, 64, 0 if host is None else 2 * host.size)
-        mem = cp.cuda.alloc_pinned_memory(8 * words)
-        host = np.frombuffer(mem, dtype=np.uint64, count=words)
-        _pinned.block = host
-        _pinned.mems = [*getattr(_pinned, "mems", []), mem]  # the view keeps no reference
-    return host
+#: Page-locked words for the digests' read-backs.
+_HOST_WORDS = PinnedBuffer(np.uint64, 64)
 
 
 def _check_words(name: str, a: Any) -> None:
@@ -107,14 +94,21 @@ class DigestBatch:
         self._host: npt.NDArray[np.uint64] | None = None
         self._stream: Any = None
 
-    def _slot(self, n: int) -> Any:
+    def _enqueue(self, kernel: str, src: Any, *args: Any) -> int:
+        """Launch `kernel` of digest.cu over `src` into the next entry's two words (args
+        between `src` and the count); returns the entry's index."""
         if self._host is not None:
             raise ValueError("digests added after queue_read")
         i = len(self._sizes)
         if 2 * i >= int(self._sums.size):
             raise ValueError(f"a DigestBatch of {self._sums.size // 2} digests is full")
+        n = int(src.size)
         self._sizes.append(n)
-        return self._sums[2 * i:2 * i + 2]
+        if n:
+            function_for(("digest",), digest_build, kernel)(
+                (_blocks(n), 1, 1), (AUX_THREADS, 1, 1),
+                (src, *args, np.uint64(n), self._sums[2 * i:2 * i + 2]))
+        return i
 
     def add(self, a: Any) -> int:
         """Queue the digest of the CuPy array `a` (C-contiguous, 4-byte elements); returns
@@ -124,12 +118,7 @@ class DigestBatch:
             ValueError: another element size, a non-contiguous array, or a full batch.
         """
         _check_words("an array", a)
-        n = int(a.size)
-        acc = self._slot(n)
-        if n:
-            kernel = function_for(("digest",), digest_build, "safemon_digest_sum")
-            kernel((_blocks(n), 1, 1), (AUX_THREADS, 1, 1), (a, np.uint64(n), acc))
-        return len(self._sizes) - 1
+        return self._enqueue("safemon_digest_sum", a)
 
     def add_copy(self, src: Any, dst: Any | None) -> int:
         """Queue the copy of `src` into `dst` (CuPy arrays of equal size, C-contiguous,
@@ -140,17 +129,13 @@ class DigestBatch:
             ValueError: as `add`, or sizes that differ.
         """
         _check_words("src", src)
-        n = int(src.size)
         if dst is not None:
             _check_words("dst", dst)
-            if int(dst.size) != n:
-                raise ValueError(f"copy_digest: src has {n} elements, dst {int(dst.size)}")
-        acc = self._slot(n)
-        if n:
-            kernel = function_for(("digest",), digest_build, "safemon_copy_digest")
-            kernel((_blocks(n), 1, 1), (AUX_THREADS, 1, 1),
-                   (src, dst if dst is not None else np.uintp(0), np.uint64(n), acc))
-        return len(self._sizes) - 1
+            if int(dst.size) != int(src.size):
+                raise ValueError(f"copy_digest: src has {int(src.size)} elements, "
+                                 f"dst {int(dst.size)}")
+        return self._enqueue("safemon_copy_digest", src,
+                             dst if dst is not None else np.uintp(0))
 
     def queue_read(self) -> None:
         """Queue the read-back on the current stream (no wait)."""
@@ -158,7 +143,7 @@ class DigestBatch:
             return
         n = 2 * len(self._sizes)
         self._stream = self._cp.cuda.get_current_stream()
-        self._host = _pinned_u64(self._cp, n)
+        self._host = _HOST_WORDS.get(self._cp, n)
         if n:
             rt = self._cp.cuda.runtime
             rt.memcpyAsync(self._host.ctypes.data, self._sums.data.ptr, 8 * n,

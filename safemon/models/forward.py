@@ -163,8 +163,7 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
                 batch.add(a)
             if out_into is not None:
                 batch.add_copy(h, out_into)
-            for a in extra_digests:
-                batch.add(a)
+            extra_at = [batch.add(a) for a in extra_digests]
             batch.queue_read()
             reads = queue_status_reads([res.status for res in pending if res.pending])
             sums = [d for d, _ in batch.values()]  # the one wait of the pass
@@ -177,7 +176,7 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
                    for res in pending):
                 ours = sums[:len(kept)]
                 return ModelResult(h, ours[-1], tuple(ours[0::2]), tuple(ours[1::2]),
-                                   tuple(sums[len(sums) - len(extra_digests):]))
+                                   tuple(sums[i] for i in extra_at))
         raise AssertionError("a settled pass recomputed a layer")  # pragma: no cover
     for i, layer in enumerate(layers):
         w = weights[layer.weight_id]
