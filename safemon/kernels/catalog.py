@@ -127,13 +127,14 @@ TILES: dict[str, TileConfig] = {
     # Throughput: 256 threads, 8×8 register tile per thread.
     "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8),
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
-    # Asynchronous copies: 1.1-1.44× faster on the H100 (evidence/h100-2026-11-23-async/).
+    # Asynchronous copies: 1.10-1.44× faster on the H100 (evidence/h100-2026-11-23-async/).
     "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8, async_copy=True),
     # Inference rows (batch 1..8 against a weight matrix, issue 14): 8 rows pad a single row
     # 8-fold instead of 32-fold (the fastest of the candidates measured in
     # evidence/h100-2026-11-22-speed2/sweep.txt). 16-wide k-tiles copied asynchronously, two
-    # stages deep, beat the earlier 32-wide ones loaded through registers by 1.16-1.28×
-    # (evidence/h100-2026-11-23-async/; 32-wide stages do not fit static shared memory).
+    # stages deep, beat the earlier 32-wide ones loaded through registers by 1.11-1.28× at
+    # 1 and 8×4096×4096 (evidence/h100-2026-11-23-async/; 32-wide stages do not fit static
+    # shared memory).
     "skinny": TileConfig("skinny", bm=8, bn=256, bk=16, tm=4, tn=4, async_copy=True),
 }
 
@@ -162,7 +163,7 @@ def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
 
     `level` is the variant's level ("I", "M", "I+M", ...; None unprotected). A fold at every
     MAC (I) keeps `wide` on register staging (mmm.cu), where `small` measured as fast or
-    faster. Measured on the H100 (evidence/h100-2026-11-23-async/choose.txt), against the
+    faster. Measured on the H100 (evidence/h100-2026-11-23-async/choose/choose.txt), against the
     previous rule (large only from 264 blocks, else small): unprotected 64×4096×4096 1.22×,
     256×4096×4096 1.39×, 2048³ 1.60× faster; level I at 2048³ 1.05× slower.
     """

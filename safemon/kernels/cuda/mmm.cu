@@ -98,11 +98,12 @@
 // flight while this one's MACs run. The same elements, zero-padded the same way, reach shared
 // memory, and the fused finite check reads each thread's own copies back, so C, ES and the
 // status block are those of the register-staged loop (tested bit for bit against the
-// reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.1-1.44x and
-// `skinny` (with BK = 16, the largest k-tile whose stages fit) 1.16-1.28x faster; on `large`
-// 8 % slower, and with a fold at every MAC (level I) on a wide-fragment tile 5-11 % slower,
-// so those keep the register-staged loop, as does the fault-injection build (its input
-// injections flip loaded words in registers).
+// reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.10-1.44x and
+// `skinny` (with BK = 16, the widest k-tile whose stages fit) 1.11-1.28x faster at
+// 1 and 8 x 4096 x 4096 (0.96-1.05x at 4 x 1000 x 768); but `large` 0.91-0.99x, `small`
+// 0.81-1.01x and a fold at every MAC (level I) on `wide` 0.93-0.95x the speed of register
+// staging: those keep the register-staged loop, as does the fault-injection build (its
+// input injections flip loaded words in registers).
 #ifndef TILE_ASYNC
 #define TILE_ASYNC 0
 #endif
