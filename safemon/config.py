@@ -154,7 +154,7 @@ class _Model(BaseModel):
 class VariantConfig(_Model):
     """The protected-kernel variant of one channel (see `safemon.kernels.catalog`).
 
-    `checksum` None means the unprotected kernel; `tile` "auto" picks `auto_tile(M, N)`
+    `checksum` None means the unprotected kernel; `tile` "auto" picks `auto_tile(M, N, K, level)`
     per request, and the split-K factor is always `auto_split(M, N, K, tile)`: pure
     functions of the shape, so replicas agree. `rmt` "warp" runs the
     intra-warp RMT build (docs/RMT.md): same C and ES, replica mismatch is a channel fault;
@@ -189,16 +189,16 @@ class VariantConfig(_Model):
             raise _FieldProblems([(field, str(exc))]) from None
         return self
 
-    def tile_for(self, m: int, n: int) -> TileConfig:
-        """The tile this channel runs for an M×N output (resolves "auto")."""
-        return auto_tile(m, n) if self.tile == "auto" else TILES[self.tile]
+    def tile_for(self, m: int, n: int, k: int) -> TileConfig:
+        """The tile this channel runs for an (M, K)·(K, N) product (resolves "auto")."""
+        return auto_tile(m, n, k, self.level) if self.tile == "auto" else TILES[self.tile]
 
     def to_variant(self, m: int, n: int, k: int) -> Variant:
         """The catalog `Variant` this channel runs for an (M, K)·(K, N) product: tile
-        "auto" resolved by `auto_tile(M, N)`, the split by `auto_split(M, N, K, tile)` (the
+        "auto" resolved by `auto_tile(M, N, K, level)`, the split by `auto_split(M, N, K, tile)` (the
         tile and split `protected_matmul` picks for the same shape, so that a channel runs
         the kernel issue 14 tuned for it; C depends on the split, ES's shape too)."""
-        tile = self.tile_for(m, n)
+        tile = self.tile_for(m, n, k)
         return make_variant(self.checksum, self.level, self.mode, tile,
                             auto_split(m, n, k, tile), rmt=self.rmt, abft=self.abft)
 

@@ -150,7 +150,7 @@ def bench(out: Path, reps: int) -> None:
         rng = np.random.default_rng(0)
         a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
         b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
-        tile = auto_tile(m, n)
+        tile = auto_tile(m, n, k)
         split = auto_split(m, n, k, tile)
         base = None
         for v0 in variants(tile.name, "fma"):

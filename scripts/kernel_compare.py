@@ -21,7 +21,7 @@ import numpy as np
 
 from safemon.bench.overhead import variant_launcher
 from safemon.bench.timing import median_kernel_ms
-from safemon.kernels.catalog import auto_split, auto_tile, make_variant
+from safemon.kernels.catalog import TILES, auto_split, auto_tile, make_variant
 from safemon.kernels.compiler import KernelBuild, load_module
 from safemon.kernels.gpu import CUDA_DIR, KERNEL_NAME, build_for
 
@@ -43,7 +43,13 @@ def main() -> int:
     ap.add_argument("--shapes", default=SHAPES, help="comma-separated MxNxK")
     ap.add_argument("--specs", default=SPECS, help="comma-separated, e.g. unprotected/fma,ones/M/fma")
     ap.add_argument("-D", dest="defines", action="append", default=[],
-                    help="NAME=VALUE added to the new build's defines (to try a setting)")
+                    help="NAME=VALUE set in the new build's defines, replacing a define of the "
+                         "same name (to try a setting)")
+    ap.add_argument("-B", dest="baseline_defines", action="append", default=[],
+                    help="NAME=VALUE set in the baseline build's defines (e.g. BK=32 for a tile "
+                         "whose k-tile width changed)")
+    ap.add_argument("--tile", default=None,
+                    help="a tile name for every shape instead of auto_tile's (split: auto_split)")
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     specs = [parse_spec(s) for s in args.specs.split(",")]
@@ -56,12 +62,15 @@ def main() -> int:
         blas_us = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), args.repeats, 3) * 1e3
         print(f"{m}x{n}x{k}: cupy.matmul kernel {blas_us:.1f} us", flush=True)
         for spec in specs:
-            tile = auto_tile(m, n)
+            tile = auto_tile(m, n, k, spec[1]) if args.tile is None else TILES[args.tile]
             v = make_variant(*spec, tile, auto_split(m, n, k, tile))
             build = build_for(v)
-            old_build = KernelBuild(args.baseline, build.defines, build.options, (CUDA_DIR,))
-            extra = tuple(tuple(d.split("=", 1)) for d in args.defines)
-            new_build = KernelBuild(build.source, tuple(sorted(build.defines + extra)), build.options,
+            old_defines = {**dict(build.defines), **dict(d.split("=", 1) for d in args.baseline_defines)}
+            old_build = KernelBuild(args.baseline, tuple(sorted(old_defines.items())), build.options,
+                                    (CUDA_DIR,))
+            extra = dict(d.split("=", 1) for d in args.defines)
+            defines = {**dict(build.defines), **extra}
+            new_build = KernelBuild(build.source, tuple(sorted(defines.items())), build.options,
                                     build.include_dirs)
             new = variant_launcher(cp, v, a, b, load_module(new_build).get_function(KERNEL_NAME))
             old = variant_launcher(cp, v, a, b, load_module(old_build).get_function(KERNEL_NAME))

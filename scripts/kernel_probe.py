@@ -36,7 +36,7 @@ def main() -> None:
         flop = 2.0 * m * n * k
         base = median_ms(lambda: cp.matmul(a, b), reps)
         row = {"dims": f"{m}x{n}x{k}", "cublas_ms": base, "cublas_tflops": flop / base / 1e9}
-        tile = auto_tile(m, n)
+        tile = auto_tile(m, n, k)
         specs = [(None, None, "fma"), (None, None, "exact"), ("ones", "I", "fma"), ("ones", "M", "fma"),
                  ("xor", "I", "fma"), ("twos", "I", "fma"), ("fletcher", "I", "fma"), ("crc32c", "I", "fma"),
                  ("crc32c", "M", "fma"), ("ones_fletcher", "I", "fma")]

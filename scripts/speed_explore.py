@@ -7,6 +7,9 @@ functions by own time.
 shapes for each tile with its automatic split, unprotected fma (what a tile change would buy).
 `python3 scripts/speed_explore.py sweep`: the same for candidate skinny-M tiles (not in the
 catalog) at several splits, next to cupy.matmul's kernel, to choose tiles and split rules.
+`python3 scripts/speed_explore.py choose`: small, wide and large with their splits per shape
+and variant kind (unprotected, a middle-loop fold, a fold at every MAC), auto_tile's pick
+marked with `*`: the data behind `auto_tile`.
 """
 
 from __future__ import annotations
@@ -96,5 +99,36 @@ def sweep() -> None:
         sys.stdout.flush()
 
 
+#: Shapes for `choose`: row counts around the tile boundaries, inference widths, squares.
+CHOOSE_SHAPES = [(16, 4096, 4096), (32, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096),
+                 (256, 4096, 4096), (512, 4096, 4096), (256, 1024, 4096), (64, 1024, 1024),
+                 (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (2048, 4096, 1024),
+                 (4096, 4096, 4096)]
+CHOOSE_SPECS = [(None, None, "fma"), ("ones", "M", "fma"), ("ones", "I", "exact")]
+
+
+def choose() -> None:
+    """Kernel medians of small, wide and large (each with its automatic split) per shape and
+    variant kind, the tile auto_tile picks marked: the data behind the tile rule."""
+    from safemon.kernels.catalog import auto_tile
+
+    rng = np.random.default_rng(0)
+    for m, n, k in CHOOSE_SHAPES:
+        a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+        b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
+        blas = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), 20, 3) * 1e3
+        print(f"{m}x{n}x{k} cupy.matmul kernel {blas:8.1f} us")
+        for spec in CHOOSE_SPECS:
+            cells = []
+            for name in ("small", "wide", "large"):
+                tile = TILES[name]
+                v = make_variant(*spec, tile, auto_split(m, n, k, tile))
+                us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 20, 3) * 1e3
+                mark = "*" if auto_tile(m, n, k, v.level) == tile else " "
+                cells.append(f"{name}{mark}/{v.slices(k):<2d} {us:8.1f}")
+            label = "unprotected" if spec[0] is None else f"{spec[0]}/{spec[1]}"
+            print(f"  {label + '/' + spec[2]:18s} " + "   ".join(cells), flush=True)
+
+
 if __name__ == "__main__":
-    {"profile": profile, "tiles": tiles, "sweep": sweep}[sys.argv[1]]()
+    {"profile": profile, "tiles": tiles, "sweep": sweep, "choose": choose}[sys.argv[1]]()

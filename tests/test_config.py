@@ -405,7 +405,7 @@ def test_a_channel_runs_the_tile_and_split_protected_matmul_picks(
     vc = VariantConfig(checksum="ones", level="M", mode="fma")
     direct = _variant_for(np.empty((m, k)), np.empty((k, n)), "ones", "M", "fma", None, None)
     assert vc.to_variant(m, n, k) == direct
-    assert vc.tile_for(m, n) == direct.tile
+    assert vc.tile_for(m, n, k) == direct.tile
 
 
 def test_a_long_k_is_split_and_a_short_one_is_not() -> None:

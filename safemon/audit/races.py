@@ -62,6 +62,8 @@ def _classify(ins: Instruction, facts: RegisterFacts) -> tuple[bool, bool, froze
         return None
     addr = ins.address()
     space = ins.space()
+    if op == "cp" and any(p in ins.parts for p in ("commit_group", "wait_group", "wait_all")):
+        return None  # bookkeeping of asynchronous copies: no address of its own
     if op == "cp":
         space = "shared" if "shared" in ins.parts else space
         addr = Instruction(ins.line, ins.text, "x", ins.operands[:1]).address()

@@ -153,7 +153,8 @@ def run_bench(
     """Time every standard variant at every size and mode; return validated evidence.
 
     Args:
-        dims_list: sizes; the tile at each is `auto_tile(M, N)`.
+        dims_list: sizes; the tile at each is `auto_tile(M, N, K)` (one tile for every variant of
+            a size, so that overheads compare the same tiling).
         modes: arithmetic modes ("fma", "exact").
         variant_filter: keep only variants for which it returns True (None: all standard).
         repeats: timed runs per median; at sizes of ≥ 2**36 MACs (4096³) a tenth of it,
@@ -206,7 +207,7 @@ def _bench_dims(
     cp: Any, dims: Dims, modes: Sequence[str], variant_filter: Callable[[Variant], bool] | None,
     reps: int, warmup: int, rng: np.random.Generator, progress: Callable[[str], None] | None,
 ) -> list[dict[str, Any]]:
-    tile = auto_tile(dims.m, dims.n)
+    tile = auto_tile(dims.m, dims.n, dims.k)
     split = auto_split(dims.m, dims.n, dims.k, tile)
     a = cp.asarray(rng.standard_normal((dims.m, dims.k), dtype=np.float32))
     b = cp.asarray(rng.standard_normal((dims.k, dims.n), dtype=np.float32))
@@ -252,7 +253,7 @@ def _ecc_mmm(
 
     out = []
     for dims in dims_list:
-        v = make_variant("ones", "I", "fma", auto_tile(dims.m, dims.n))
+        v = make_variant("ones", "I", "fma", auto_tile(dims.m, dims.n, dims.k, "I"))
         if progress is not None:
             progress(f"ecc+mmm {dims.label}")
         a = cp.asarray(rng.standard_normal((dims.m, dims.k), dtype=np.float32))

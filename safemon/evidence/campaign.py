@@ -277,8 +277,9 @@ def run_input_campaign(
 
 
 def default_tile(dims: Dims) -> TileConfig:
-    """The tile a campaign or a benchmark uses at `dims`: the library's own `auto_tile`."""
-    return auto_tile(dims.m, dims.n)
+    """The tile a campaign or a benchmark uses at `dims`: the library's own `auto_tile` (for
+    variants without a fold at every MAC, so that every variant of one run shares it)."""
+    return auto_tile(dims.m, dims.n, dims.k)
 
 
 # ---- NumPy backend ---------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def _variant_of_shape(
     """`_variant_for` by value: a pure function, cached (a call then pays one look-up, not
     two `make_variant` validations and the tile and split arithmetic). Errors are raised,
     never cached."""
-    chosen = make_variant(checksum, level, mode, auto_tile(m, n) if tile is None else tile,
+    chosen = make_variant(checksum, level, mode, auto_tile(m, n, k, level) if tile is None else tile,
                           rmt=rmt, abft=abft)
     return make_variant(checksum, level, mode, chosen.tile,
                         auto_split(m, n, k, chosen.tile) if split is None else split, rmt, abft)

@@ -83,6 +83,9 @@ class TileConfig:
     bk: int
     tm: int
     tn: int
+    #: Copy k-tiles into shared memory asynchronously (`cp.async`, mmm.cu's TILE_ASYNC): an
+    #: implementation choice of the kernel that changes neither C nor ES.
+    async_copy: bool = False
 
     def __post_init__(self) -> None:
         for field in ("bm", "bn", "bk", "tm", "tn"):
@@ -124,28 +127,45 @@ TILES: dict[str, TileConfig] = {
     # Throughput: 256 threads, 8×8 register tile per thread.
     "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8),
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
-    "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8),
+    # Asynchronous copies: 1.10-1.44× faster on the H100 (evidence/h100-2026-11-23-async/).
+    "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8, async_copy=True),
     # Inference rows (batch 1..8 against a weight matrix, issue 14): 8 rows pad a single row
-    # 8-fold instead of 32-fold; 32-wide k-tiles give each of the 128 threads long runs of
-    # coalesced B loads between barriers (the fastest of the candidates measured in
-    # evidence/h100-2026-11-22-speed2/sweep.txt).
-    "skinny": TileConfig("skinny", bm=8, bn=256, bk=32, tm=4, tn=4),
+    # 8-fold instead of 32-fold (the fastest of the candidates measured in
+    # evidence/h100-2026-11-22-speed2/sweep.txt). 16-wide k-tiles copied asynchronously, two
+    # stages deep, beat the earlier 32-wide ones loaded through registers by 1.11-1.28× at
+    # 1 and 8×4096×4096 (evidence/h100-2026-11-23-async/; 32-wide stages do not fit static
+    # shared memory).
+    "skinny": TileConfig("skinny", bm=8, bn=256, bk=16, tm=4, tn=4, async_copy=True),
 }
 
 #: Outputs with at most this many elements use the "small" tile when `tile=None`.
 AUTO_SMALL_MAX_ELEMENTS = 256 * 256
 #: Outputs of at most `skinny`'s BM rows and at least this many columns use "skinny".
 AUTO_SKINNY_MIN_N = 256
+#: `large` needs at least this many rows (fewer pad its 128-row tile by half or more) and
+#: this many blocks before any split.
+AUTO_LARGE_MIN_ROWS = 128
+AUTO_LARGE_MIN_BLOCKS = 32
+#: Outputs between `wide`'s and `large`'s use `wide` (split over K) from this K on, `small`
+#: below it (short products fill the GPU better with small's many blocks).
+AUTO_WIDE_MIN_K = 1024
 
 
-def auto_tile(m: int, n: int) -> TileConfig:
-    """The tile `tile=None` picks: a pure function of the output shape, so replicas agree.
+def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
+    """The tile `tile=None` picks for an (M, K)·(K, N) product: a pure function of the shape
+    and the variant's level, so replicas agree.
 
-    `skinny` for at most 8 rows and at least `AUTO_SKINNY_MIN_N` columns; `small` for small
-    outputs; `wide` for flat ones (at most 32 rows); `large` when its grid fills the GPU
-    (at least `SPLIT_TARGET_BLOCKS` blocks), else `small`, which the split then fills (on the
-    H100, small with its split beat large with its split at 64×4096×4096, 256×1024×4096 and
-    1024³: evidence/h100-2026-11-22-speed2/sweep.txt).
+    In order: `skinny` for at most 8 rows and at least `AUTO_SKINNY_MIN_N` columns; `small`
+    for outputs of at most `AUTO_SMALL_MAX_ELEMENTS`; `wide` for flat ones (at most 32
+    rows); `large` from `AUTO_LARGE_MIN_ROWS` rows when its grid has at least
+    `AUTO_LARGE_MIN_BLOCKS` blocks; else `wide` when K ≥ `AUTO_WIDE_MIN_K` and the level
+    folds nothing at every MAC, else `small` (the split then fills the GPU).
+
+    `level` is the variant's level ("I", "M", "I+M", ...; None unprotected). A fold at every
+    MAC (I) keeps `wide` on register staging (mmm.cu), where `small` measured as fast or
+    faster. Measured on the H100 (evidence/h100-2026-11-23-async/choose/choose.txt), against the
+    previous rule (large only from 264 blocks, else small): unprotected 64×4096×4096 1.22×,
+    256×4096×4096 1.39×, 2048³ 1.60× faster; level I at 2048³ 1.05× slower.
     """
     if m <= TILES["skinny"].bm and n >= AUTO_SKINNY_MIN_N:
         return TILES["skinny"]
@@ -154,7 +174,12 @@ def auto_tile(m: int, n: int) -> TileConfig:
     if m <= TILES["wide"].bm:
         return TILES["wide"]
     gx, gy = TILES["large"].grid(m, n)
-    return TILES["large"] if gx * gy >= SPLIT_TARGET_BLOCKS else TILES["small"]
+    if m >= AUTO_LARGE_MIN_ROWS and gx * gy >= AUTO_LARGE_MIN_BLOCKS:
+        return TILES["large"]
+    every_mac = level is not None and "I" in level.split("+")
+    if k >= AUTO_WIDE_MIN_K and not every_mac:
+        return TILES["wide"]
+    return TILES["small"]
 
 
 #: Split-K: a product whose grid holds fewer threads than this is split over K until it holds

@@ -81,6 +81,8 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
         "SIG_T": SIG_CODES[levels.get("T")],
         "SAFEMON_INJECT": int(inject),
     }
+    if t.async_copy:  # only then, so the other tiles keep their exact cache keys and code
+        defines["TILE_ASYNC"] = 1
     if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
         defines["RMT_WARP"] = 1
     if inject and variant.abft:  # the campaign model of abft.cu (verdict bit 3)
@@ -320,6 +322,8 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(build_for(make_variant(None, None, "exact", "small", rmt="warp")))
     builds.append(build_for(make_variant("ones", "F", "fma", "skinny", rmt="warp")))
     builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="warp"), inject=True))
+    # Register staging with fewer A elements per k-tile than threads (skinny, RMT).
+    builds.append(build_for(make_variant("xor", "T", "exact", "skinny", rmt="warp"), inject=True))
     builds.append(build_for(make_variant("ones", "M", "fma", "large", abft=True), inject=True))
     builds.append(build_for(make_variant(None, None, "fma", "wide", rmt="warp", abft=True),
                             inject=True))

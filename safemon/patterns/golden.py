@@ -46,7 +46,7 @@ import numpy.typing as npt
 from safemon.dims import Dims, as_dims
 from safemon.errors import PatternError
 from safemon.kernels.api import run_variant
-from safemon.kernels.catalog import Variant
+from safemon.kernels.catalog import TILES, Variant
 
 if TYPE_CHECKING:
     from safemon.config import ChannelConfig, Config
@@ -390,9 +390,10 @@ def channel_pattern_shapes(
     from safemon.patterns.sm_coverage import cover_dims
 
     # The cover shape is sized for the tile the variant picks at that shape; "auto" picks
-    # by output size, so size with the tile of a large output and resolve again.
-    d = cover_dims(sm_count, channel.variant.tile_for(1024, 1024))
-    d = cover_dims(sm_count, channel.variant.tile_for(d.m, d.n))
+    # by shape, so size with `small`'s cover and resolve again (auto resolves small's cover
+    # shape to small: a short K and too few rows for large).
+    d = cover_dims(sm_count, TILES["small"])
+    d = cover_dims(sm_count, channel.variant.tile_for(d.m, d.n, d.k))
     shapes = [d]
     if "dims" in config.patterns.model_fields_set:
         shapes += [s for s in config.patterns.shapes() if s not in shapes]

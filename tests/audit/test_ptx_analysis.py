@@ -83,3 +83,38 @@ def test_thread_private_needs_disjoint_bytes_for_every_other_thread() -> None:
 def test_unterminated_entry_is_a_parse_error() -> None:
     with pytest.raises(PtxParseError):
         parse_ptx(".visible .entry k(\n)\n{\n\tret;\n")
+
+
+ASYNC = """
+.visible .entry k(
+\t.param .u64 k_param_0
+)
+{
+\t.reg .b32 %r<9>;
+\t.reg .b64 %rd<3>;
+\t.shared .align 4 .b8 buf[1024];
+\tld.param.u64 %rd1, [k_param_0];
+\tmov.u32 %r1, %tid.x;
+\tshl.b32 %r2, %r1, 2;
+\tmov.u32 %r3, buf;
+\tadd.s32 %r4, %r3, %r2;
+\tcp.async.ca.shared.global [%r4], [%rd1], 4, 4;
+\tcp.async.commit_group;
+\tcp.async.wait_group 0;
+\tBARRIER
+\tld.shared.u32 %r6, [%r4+4];
+\tcp.async.commit_group;
+\tcp.async.wait_group 0;
+\tret;
+}
+"""
+
+
+@pytest.mark.parametrize(("barrier", "races"), [(True, 0), (False, 1)])
+def test_async_copy_is_a_shared_write_and_its_bookkeeping_is_not(barrier: bool, races: int) -> None:
+    """An async copy into shared memory races with another thread's read of its symbol in the
+    same barrier interval; commit_group and wait_group, which name no address, are no
+    accesses (before they were read as writes to any shared symbol)."""
+    text = ASYNC.replace("BARRIER", "bar.sync 0;" if barrier else "")
+    findings, _ = audit_ptx_text(text, "hand", exact=True)
+    assert sum(f.check == "race" for f in findings) == races

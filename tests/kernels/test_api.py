@@ -100,13 +100,25 @@ def test_cupy_backend_without_a_device_raises_clearly() -> None:
     assert safemon.protected_matmul(a, b, backend="auto").backend == "numpy"
 
 
-def test_auto_tile_is_a_function_of_the_output_shape() -> None:
-    assert auto_tile(80, 80).name == "small"
-    assert auto_tile(18, 230400).name == "wide"
-    assert auto_tile(4096, 4096).name == "large"  # a large grid that fills the GPU
-    assert auto_tile(1024, 1024).name == "small"  # 64 large blocks: small, then split
-    assert auto_tile(1, 4096).name == auto_tile(8, 300).name == "skinny"
-    assert auto_tile(9, 40000).name == "wide" and auto_tile(1, 200).name == "small"
+def test_auto_tile_is_a_function_of_the_shape_and_the_level() -> None:
+    assert auto_tile(80, 80, 80).name == "small"
+    assert auto_tile(18, 230400, 64).name == "wide"
+    assert auto_tile(4096, 4096, 4096).name == "large"  # a large grid that fills the GPU
+    assert auto_tile(1024, 1024, 1024).name == "large"  # 64 large blocks, then split
+    assert auto_tile(128, 4096, 4096).name == "large"  # 32 large blocks: the fewest
+    assert auto_tile(127, 4096, 4096).name == "wide"  # too few rows for large
+    assert auto_tile(64, 4096, 4096).name == auto_tile(256, 1024, 4096).name == "wide"
+    assert auto_tile(64, 4096, 1023).name == "small"  # K too short for wide
+    assert auto_tile(512, 512, 512).name == "small"  # 16 large blocks, short K
+    assert auto_tile(1, 4096, 4096).name == auto_tile(8, 300, 5).name == "skinny"
+    assert auto_tile(9, 40000, 3).name == "wide" and auto_tile(1, 200, 7).name == "small"
+    # A fold at every MAC keeps wide on register staging, where small is as fast: small.
+    for level in ("I", "I+M"):
+        assert auto_tile(64, 4096, 4096, level).name == "small"
+        assert auto_tile(4096, 4096, 4096, level).name == "large"
+        assert auto_tile(18, 230400, 64, level).name == "wide"
+    for level in ("M", "E", "F", "T"):
+        assert auto_tile(64, 4096, 4096, level).name == "wide"
 
 
 def test_catalog_has_the_seed_set() -> None:

@@ -35,7 +35,7 @@ def _inputs(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
     cases = []
     for dims in SEED_SIZES:
-        tile = auto_tile(dims[0], dims[1])
+        tile = auto_tile(*dims)
         for mode in ("exact", "fma"):
             for v in standard_variants(mode, tile):
                 cases.append((dims, v))
@@ -44,7 +44,7 @@ def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
         for spec in [("ones", "I"), ("crc32c", "I"), ("fletcher", "E")]:
             cases.append(((97, 61, 113), make_variant(*spec, "exact", tile)))
     for c, lv, mode in BIG_SPECS:
-        cases.append((BIG, make_variant(c, lv, mode, auto_tile(BIG[0], BIG[1]))))
+        cases.append((BIG, make_variant(c, lv, mode, auto_tile(*BIG, lv))))
     return cases
 
 
@@ -206,7 +206,7 @@ def _special_cases() -> list[tuple[str, tuple[int, int, int], Variant]]:
     out = []
     for family in FAMILIES:
         for dims in SPECIAL_DIMS:
-            tile = auto_tile(dims[0], dims[1])
+            tile = auto_tile(*dims)
             for mode in ("exact", "fma"):
                 for v in [*standard_variants(mode, tile), make_variant(None, None, mode, tile)]:
                     out.append((family, dims, v))

@@ -25,7 +25,7 @@ def _inputs(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarr
             rng.standard_normal((k, n)).astype(np.float32))
 
 
-@pytest.mark.parametrize("tile", ["small", "large", "wide"])
+@pytest.mark.parametrize("tile", ["small", "large", "wide", "skinny"])
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s[0]}-{s[1]}-{s[2]}")
 def test_gpu_rmt_equals_reference_and_status_is_clean(tile: str, spec: tuple) -> None:
     import cupy as cp

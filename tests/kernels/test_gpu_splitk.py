@@ -35,14 +35,14 @@ def _inputs(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _auto(m: int, n: int, k: int, spec: tuple[Any, Any, str]) -> Variant:
-    tile = auto_tile(m, n)
+    tile = auto_tile(m, n, k, spec[1])
     return make_variant(spec[0], spec[1], spec[2], tile, auto_split(m, n, k, tile))
 
 
 def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
     cases = [(d, _auto(*d, spec)) for d in INFERENCE for spec in INFERENCE_SPECS]
     for d in ODD:
-        tile = auto_tile(d[0], d[1])
+        tile = auto_tile(*d)
         split = auto_split(*d, tile)
         for mode in ("exact", "fma"):
             cases += [(d, v) for v in standard_variants(mode, tile, split)]

@@ -56,7 +56,7 @@ def test_auto_split_is_a_pure_function_of_shape_and_tile() -> None:
     down (one more slice would exceed it); big outputs, short K and the seed's sizes are not
     split."""
     for m, n, k in [(1, 4096, 4096), (64, 4096, 4096), (256, 1024, 4096)]:
-        tile = auto_tile(m, n)
+        tile = auto_tile(m, n, k)
         s = auto_split(m, n, k, tile)
         gx, gy = tile.grid(m, n)
         want = SPLIT_TARGET_BLOCKS_OF.get(tile, SPLIT_TARGET_THREADS // tile.threads)
@@ -65,7 +65,7 @@ def test_auto_split_is_a_pure_function_of_shape_and_tile() -> None:
         assert capped or gx * gy * (s + 1) > want
         assert s == auto_split(m, n, k, tile)
     for m, n, k in [(4096, 4096, 4096), (80, 80, 80), (18, 230400, 64), (160, 160, 160)]:
-        assert auto_split(m, n, k, auto_tile(m, n)) == 1
+        assert auto_split(m, n, k, auto_tile(m, n, k)) == 1
 
 
 def test_auto_split_rounds_down_where_the_first_rule_ran_over_one_wave() -> None:
@@ -171,7 +171,7 @@ def test_protected_matmul_picks_and_records_the_automatic_split() -> None:
 
     a, b = _rand((2, 600), 5), _rand((600, 40), 6)
     r = safemon.protected_matmul(a, b, checksum="ones", level="M", backend="numpy")
-    tile = auto_tile(2, 40)
+    tile = auto_tile(2, 40, 600, "M")
     assert r.variant.split == auto_split(2, 40, 600, tile) > 1
     c, es = reference_matmul(a, b, make_variant("ones", "M", "exact", tile, r.variant.split))
     assert _same_bits(r.c, c) and np.array_equal(r.es, es)

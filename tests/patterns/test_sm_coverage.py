@@ -137,8 +137,8 @@ def test_each_channel_self_tests_at_the_covering_shape_of_its_own_tile() -> None
     by_name = {ch.name: channel_pattern_shapes(cfg, ch, 132) for ch in cfg.channels}
     assert by_name == {"s": [(small.m, small.n, small.k)], "l": [(large.m, large.n, large.k)]}
     for ch in cfg.channels:
-        (m, n, _), = by_name[ch.name]
-        gx, gy = ch.variant.tile_for(m, n).grid(m, n)
+        (m, n, k), = by_name[ch.name]
+        gx, gy = ch.variant.tile_for(m, n, k).grid(m, n)
         assert gx * gy >= 2 * 132
     assert pattern_shapes(cfg, 132) == [by_name["s"][0], by_name["l"][0]]
 

@@ -86,21 +86,45 @@
 // while keeping rows 16-byte aligned for the float4 fragment reads.
 #define A_PAD 4
 // Wide register tiles (TN = 8: `large`, `wide`) load their k-tiles with vector loads and
-// swizzle the B tile; the others load element by element into a plain B tile. Measured on the
+// swizzle the B tile; the others load element by element into a plain B tile (B runs are
+// vector copies when the copies are asynchronous, below). Register staging, measured on the
 // H100 (evidence/h100-2026-11-23-kernel/): on `large` both gain (4096³ unprotected 1.11×
 // faster), on `small` and `skinny` both lose (skinny 1×4096×4096 1.9× slower with either).
 // `wide` follows `large` without its own measurement.
 #define WIDE_FRAGMENTS (TN >= 8)
+// Asynchronous k-tile copies (`cp.async`, sm_80 and later) for the tiles whose catalog entry
+// asks for them (TILE_ASYNC: `skinny`, `wide`): the k-tiles go from global to shared memory
+// without passing through registers, ASYNC_STAGES deep, so the next tiles' loads are in
+// flight while this one's MACs run. The same elements, zero-padded the same way, reach shared
+// memory, and the fused finite check reads each thread's own copies back, so C, ES and the
+// status block are those of the register-staged loop (tested bit for bit against the
+// reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.10-1.44x and
+// `skinny` (with BK = 16, the widest k-tile whose stages fit) 1.11-1.28x faster at
+// 1 and 8 x 4096 x 4096 (0.96-1.05x at 4 x 1000 x 768); but `large` 0.91-0.99x, `small`
+// 0.81-1.01x and a fold at every MAC (level I) on `wide` 0.93-0.95x the speed of register
+// staging: those keep the register-staged loop, as does the fault-injection build (its
+// input injections flip loaded words in registers).
+#ifndef TILE_ASYNC
+#define TILE_ASYNC 0
+#endif
+#ifndef ASYNC_COPY
+#define ASYNC_COPY (TILE_ASYNC && !SAFEMON_INJECT && !(WIDE_FRAGMENTS && SIG_I != SIG_NONE))
+#endif
 // Column swizzle of the B tile: 4 padding words after every 32 columns. A quarter-warp reading
 // float4 fragments at tx*TN with TN = 8 would otherwise hit each bank twice; with the pad the
 // eight 16-byte reads of a phase fall on 32 different banks. Groups of 4 columns stay
 // contiguous and 16-byte aligned (TN and the vector width divide 32).
 #define B_COL(n) ((n) + (WIDE_FRAGMENTS ? ((n) >> 5) * 4 : 0))
 #define BN_PADDED B_COL(BN)
-#define A_LOADS ((BM * BK) / BLOCK_THREADS)
-#define B_LOADS ((BK * BN) / BLOCK_THREADS)
+// Elements of a k-tile each thread loads (rounded up: when a tile has fewer elements than
+// the block has threads, as A of `skinny` in an RMT build, the threads past the end load
+// nothing; A_PARTIAL / B_PARTIAL say so).
+#define A_LOADS ((BM * BK + BLOCK_THREADS - 1) / BLOCK_THREADS)
+#define B_LOADS ((BK * BN + BLOCK_THREADS - 1) / BLOCK_THREADS)
+#define A_PARTIAL ((BM * BK) % BLOCK_THREADS != 0)
+#define B_PARTIAL ((BK * BN) % BLOCK_THREADS != 0)
 #define VA (!WIDE_FRAGMENTS ? 1 : A_LOADS % 4 == 0 && BK % 4 == 0 ? 4 : A_LOADS % 2 == 0 && BK % 2 == 0 ? 2 : 1)
-#define VB (!WIDE_FRAGMENTS ? 1 : B_LOADS % 4 == 0 ? 4 : B_LOADS % 2 == 0 ? 2 : 1)
+#define VB (!(WIDE_FRAGMENTS || ASYNC_COPY) ? 1 : B_LOADS % 4 == 0 ? 4 : B_LOADS % 2 == 0 ? 2 : 1)
 // Shared-memory stages: two (the next k-tile is stored while this one is read, one barrier per
 // k-tile) when both fit in 40 KiB of static shared memory, else one (two barriers per k-tile);
 // one in the ABFT campaign build, whose verdict needs the shared memory. The next k-tile is
@@ -119,9 +143,21 @@
 // thread and k-tile need the registers more than further blocks per SM.
 #define MIN_BLOCKS (BLOCK_THREADS >= 512 || B_LOADS > 32 ? 1 : 512 / BLOCK_THREADS)
 
+#if ASYNC_COPY
+// Three stages when they fit the 48 KiB of static shared memory (`wide`), else two
+// (`skinny`: 17.2 KB each).
+#ifndef ASYNC_STAGES
+#define ASYNC_STAGES (3 * STAGE_BYTES <= 49152 ? 3 : 2)
+#endif
+#undef STAGES
+#define STAGES ASYNC_STAGES
+static_assert(!SAFEMON_INJECT, "the injection build flips loaded words in registers");
+static_assert(ASYNC_STAGES == 2 || ASYNC_STAGES == 3, "the k loop is written for 2 or 3 stages");
+#endif
+
 static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
-static_assert((BM * BK) % BLOCK_THREADS == 0 && (BK * BN) % BLOCK_THREADS == 0,
-              "tile loads must split evenly");
+static_assert((!A_PARTIAL || BM * BK < BLOCK_THREADS) && (!B_PARTIAL || BK * BN < BLOCK_THREADS),
+              "tile loads must split evenly, or take one element per thread");
 static_assert(BLOCK_THREADS % 32 == 0 || !RMT_WARP, "RMT pairs lanes of whole warps");
 
 // The multiply-accumulate, written in PTX so that its IEEE semantics do not depend on compiler
@@ -178,6 +214,27 @@ __device__ __forceinline__ void load_run(const float* __restrict__ src, long lon
         for (int q = 0; q < V; ++q) out[q] = (in_row && q < left) ? src[at + q] : 0.0f;
     }
 }
+
+#if ASYNC_COPY
+// cp.async of `bytes` (4, 8 or 16) from global `src` to shared `dst`; with `valid` false
+// nothing is read and the bytes are zero-filled (src-size 0). 16-byte copies bypass L1 (.cg).
+template <int BYTES>
+__device__ __forceinline__ void async_copy(float* dst, const float* src, bool valid) {
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    const int size = valid ? BYTES : 0;
+    if (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(size)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(to), "l"(src),
+                     "n"(BYTES), "r"(size)
+                     : "memory");
+}
+__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most N of this thread's committed copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+#endif
 
 #if SAFEMON_INJECT
 // Fault-injection arguments (one struct per launch; blockIdx.z selects the injection).
@@ -307,9 +364,13 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     // that a k-tile's reads and the next k-tile's stores touch different shared symbols.
     __shared__ __align__(16) float As0[BK][BM + A_PAD];  // transposed: As[k][m]
     __shared__ __align__(16) float Bs0[BK][BN_PADDED];   // Bs[k][B_COL(n)]
-#if STAGES == 2
+#if STAGES >= 2
     __shared__ __align__(16) float As1[BK][BM + A_PAD];
     __shared__ __align__(16) float Bs1[BK][BN_PADDED];
+#endif
+#if STAGES >= 3
+    __shared__ __align__(16) float As2[BK][BM + A_PAD];
+    __shared__ __align__(16) float Bs2[BK][BN_PADDED];
 #endif
 #if USES_CRC
     __shared__ unsigned crc_table[256];
@@ -407,8 +468,9 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 
     // Vector loads need K (N) a multiple of the width and A (B) aligned to it; otherwise every
     // element is loaded alone. Either way the same elements, zero-padded, reach shared memory.
-    const bool vec_a = K % VA == 0 && (reinterpret_cast<unsigned long long>(A) % (4 * VA)) == 0;
     const bool vec_b = N % VB == 0 && (reinterpret_cast<unsigned long long>(B) % (4 * VB)) == 0;
+#if !ASYNC_COPY
+    const bool vec_a = K % VA == 0 && (reinterpret_cast<unsigned long long>(A) % (4 * VA)) == 0;
     float ra[A_LOADS], rb[B_LOADS];  // the next k-tile, between global and shared memory
     // Load the k-tile at k0 from global memory into ra/rb (zero outside A and B), through
     // the fused finite check (production) or the input injection (campaign build).
@@ -416,6 +478,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #pragma unroll
         for (int r = 0; r < A_LOADS / VA; ++r) {
             const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
+            if (A_PARTIAL && e >= BM * BK) break;
             const int gr = row0 + e / BK, gk = k0 + e % BK;
             const long long at = (long long)gr * K + gk;
             load_run<VA>(A, at, gr < M, K - gk, vec_a, ra + r * VA);
@@ -432,6 +495,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #pragma unroll
         for (int r = 0; r < B_LOADS / VB; ++r) {
             const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
+            if (B_PARTIAL && e >= BK * BN) break;
             const int gk = k0 + e / BN, gc = col0 + e % BN;
             const long long at = (long long)gk * N + gc;
             load_run<VB>(B, at, gk < K, N - gc, vec_b, rb + r * VB);
@@ -451,12 +515,14 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #pragma unroll
         for (int r = 0; r < A_LOADS / VA; ++r) {
             const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
+            if (A_PARTIAL && e >= BM * BK) break;
 #pragma unroll
             for (int q = 0; q < VA; ++q) As[e % BK + q][e / BK] = ra[r * VA + q];
         }
 #pragma unroll
         for (int r = 0; r < B_LOADS / VB; ++r) {
             const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
+            if (B_PARTIAL && e >= BK * BN) break;
             float* dst = &Bs[e / BN][B_COL(e % BN)];
             if (VB == 4) {
                 *reinterpret_cast<float4*>(dst) =
@@ -467,14 +533,10 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             }
         }
     };
+#endif
 
-    // One k-tile: run its MACs and folds from (As, Bs), then load the next k-tile and store
-    // it into (As_next, Bs_next) (the same arrays with one stage, after a barrier), and wait
-    // for every thread.
-    auto step = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED],
-                    float (&As_next)[BK][BM + A_PAD], float (&Bs_next)[BK][BN_PADDED]) {
-        const bool has_next = k0 + BK < k_stop;  // block-uniform
-
+    // One k-tile's MACs and folds, from (As, Bs).
+    auto macs = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED]) {
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             float a[TM], b[TN];
@@ -536,6 +598,110 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #pragma unroll
             for (int j = 0; j < TN; ++j) sig_t.fold(__float_as_uint(acc[i][j]), table);
 #endif
+    };
+
+#if ASYNC_COPY
+    // Queue the copies of the k-tile at k0 into (As, Bs), one commit group per k-tile (an
+    // empty one past k_stop, so that every thread counts the same groups). A is stored
+    // transposed, one word per copy; a B run of VB words is one copy when it may be loaded as
+    // a vector (vec_b), else one copy per word.
+    auto issue_tile = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED]) {
+        if (k0 < k_stop) {
+#pragma unroll
+            for (int r = 0; r < A_LOADS / VA; ++r) {
+                const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
+                if (A_PARTIAL && e >= BM * BK) break;
+                const int gr = row0 + e / BK, gk = k0 + e % BK;
+#pragma unroll
+                for (int q = 0; q < VA; ++q) {
+                    const bool valid = gr < M && gk + q < K;
+                    async_copy<4>(&As[e % BK + q][e / BK],
+                                  valid ? A + ((long long)gr * K + gk + q) : A, valid);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < B_LOADS / VB; ++r) {
+                const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
+                if (B_PARTIAL && e >= BK * BN) break;
+                const int gk = k0 + e / BN, gc = col0 + e % BN;
+                float* dst = &Bs[e / BN][B_COL(e % BN)];
+                if (vec_b) {  // the run is whole or wholly outside B
+                    const bool valid = gk < K && gc < N;
+                    async_copy<4 * VB>(dst, valid ? B + ((long long)gk * N + gc) : B, valid);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < VB; ++q) {
+                        const bool valid = gk < K && gc + q < N;
+                        async_copy<4>(dst + q, valid ? B + ((long long)gk * N + gc + q) : B, valid);
+                    }
+                }
+            }
+        }
+        async_commit();
+    };
+    // The fused finite check of the words this thread copied into (As, Bs), once its copies
+    // of that k-tile have landed (padding words are zero, hence finite).
+    auto check_tile = [&](float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED]) {
+#pragma unroll
+        for (int r = 0; r < A_LOADS / VA; ++r) {
+            const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
+            if (A_PARTIAL && e >= BM * BK) break;
+#pragma unroll
+            for (int q = 0; q < VA; ++q) finite_a = finite_acc(finite_a, As[e % BK + q][e / BK]);
+        }
+#pragma unroll
+        for (int r = 0; r < B_LOADS / VB; ++r) {
+            const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
+            if (B_PARTIAL && e >= BK * BN) break;
+#pragma unroll
+            for (int q = 0; q < VB; ++q)
+                finite_b = finite_acc(finite_b, Bs[e / BN][B_COL(e % BN) + q]);
+        }
+    };
+    // One k-tile from (As, Bs): wait for this thread's copies of it, meet every thread (their
+    // copies have landed, and they are done with the stage read one k-tile ago, which is
+    // (As_far, Bs_far)), queue the k-tile STAGES − 1 ahead into that stage, check this
+    // thread's copies and run the MACs. The copies queued here are read only after the next
+    // STAGES − 1 barriers, each preceded by its wait.
+    auto async_step = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED],
+                          float (&As_far)[BK][BM + A_PAD], float (&Bs_far)[BK][BN_PADDED]) {
+        async_wait<STAGES - 2>();
+        __syncthreads();
+        issue_tile(k0 + (STAGES - 1) * BK, As_far, Bs_far);
+        check_tile(As, Bs);
+        macs(k0, As, Bs);
+    };
+    issue_tile(k_begin, As0, Bs0);
+#if STAGES == 3
+    issue_tile(k_begin + BK, As1, Bs1);
+    // Three k-tiles per trip, so that each step's stages are fixed arrays (k-tile t is read
+    // from stage t mod 3); the exits are `break`s, as in the register-staged loop below.
+    for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
+        async_step(k0, As0, Bs0, As2, Bs2);
+        k0 += BK;
+        if (k0 >= k_stop) break;
+        async_step(k0, As1, Bs1, As0, Bs0);
+        k0 += BK;
+        if (k0 >= k_stop) break;
+        async_step(k0, As2, Bs2, As1, Bs1);
+    }
+#else
+    for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
+        async_step(k0, As0, Bs0, As1, Bs1);
+        k0 += BK;
+        if (k0 >= k_stop) break;
+        async_step(k0, As1, Bs1, As0, Bs0);
+    }
+#endif
+    async_wait<0>();  // only empty groups can remain; nothing is left in flight at exit
+#else
+    // One k-tile: run its MACs and folds from (As, Bs), then load the next k-tile and store
+    // it into (As_next, Bs_next) (the same arrays with one stage, after a barrier), and wait
+    // for every thread.
+    auto step = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED],
+                    float (&As_next)[BK][BM + A_PAD], float (&Bs_next)[BK][BN_PADDED]) {
+        const bool has_next = k0 + BK < k_stop;  // block-uniform
+        macs(k0, As, Bs);
         if (has_next) {
             if (STAGES == 1) __syncthreads();  // every thread is done reading the only stage
             load_tile(k0 + BK);
@@ -563,6 +729,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     // One stage: one k-tile per trip (two would only double the unrolled loop body).
     for (int k0 = k_begin; k0 < k_stop; k0 += BK) step(k0, As0, Bs0, As0, Bs0);
 #endif
+#endif  // ASYNC_COPY
 
 #if !SAFEMON_INJECT
     if (status != nullptr) {  // uniform over the block: the barriers below are reached by all
