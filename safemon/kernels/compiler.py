@@ -9,6 +9,7 @@ so a syntax error fails CI on a machine without a GPU.
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,19 @@ class KernelBuild:
     ) -> KernelBuild:
         defs = tuple(sorted((k, str(v)) for k, v in (defines or {}).items()))
         return cls(source, defs, tuple(options), (source.parent,))
+
+    def code(self) -> str:
+        """The source NVRTC compiles: the `.cu` text, then one comment line with the SHA-256
+        of every header (`.cuh`, `.h`) in the include directories. CuPy's on-disk kernel
+        cache keys on the code string and the options only, so without that line a process
+        would load the binary built from an earlier version of a header (the signature folds,
+        the CRC table) as long as the `.cu` file itself is unchanged."""
+        h = hashlib.sha256()
+        for d in self.include_dirs:
+            for f in sorted(Path(d).glob("*")):
+                if f.suffix in (".cuh", ".h"):
+                    h.update(f.name.encode() + b"\0" + f.read_bytes())
+        return f"{self.source.read_text()}\n// safemon headers sha256 {h.hexdigest()}\n"
 
     def flags(self) -> list[str]:
         """Compiler flags common to NVRTC and nvcc (defines, includes, options)."""
@@ -130,8 +144,7 @@ def load_module(build: KernelBuild) -> Any:
         mod = _modules.get(key)
         if mod is not None:
             return mod
-        code = build.source.read_text()
-        mod = cupy.RawModule(code=code, options=tuple(build.flags()), backend="nvrtc")
+        mod = cupy.RawModule(code=build.code(), options=tuple(build.flags()), backend="nvrtc")
         try:
             mod.compile()
         except Exception as exc:
