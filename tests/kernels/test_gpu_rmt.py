@@ -11,12 +11,20 @@ from safemon.evidence.inkernel import run_inkernel_campaign
 from safemon.faults.launch import RMT_DETECTED, TARGETS, injection_rows, run_injections
 from safemon.kernels.catalog import make_variant
 from safemon.kernels.reference import reference_matmul
+from tests.kernels.warm import warm_kernels
 
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(20, 20, 20), (80, 80, 80), (97, 61, 113), (8, 900, 8), (300, 260, 70), (33, 517, 129)]
 SPECS = [(None, None, "exact"), ("ones", "M", "exact"), ("crc32c", "E", "fma"),
          ("ones_fletcher", "I", "exact"), ("xor", "T", "fma")]
+TILES = ["small", "large", "wide", "skinny"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled_in_parallel() -> None:
+    """The tile × spec RMT builds, compiled in worker processes first (tests/kernels/warm.py)."""
+    warm_kernels(make_variant(s[0], s[1], s[2], t, rmt="warp") for t in TILES for s in SPECS)
 
 
 def _inputs(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -25,7 +33,7 @@ def _inputs(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarr
             rng.standard_normal((k, n)).astype(np.float32))
 
 
-@pytest.mark.parametrize("tile", ["small", "large", "wide", "skinny"])
+@pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s[0]}-{s[1]}-{s[2]}")
 def test_gpu_rmt_equals_reference_and_status_is_clean(tile: str, spec: tuple) -> None:
     import cupy as cp
