@@ -408,6 +408,20 @@ def test_a_channel_runs_the_tile_and_split_protected_matmul_picks(
     assert vc.tile_for(m, n, k) == direct.tile
 
 
+@pytest.mark.parametrize("shape", [(64, 4096, 4096), (256, 1024, 4096), (1024, 1024, 1024)])
+def test_an_unprotected_channel_and_every_unprotected_call_pick_one_variant(
+        shape: tuple[int, int, int]) -> None:
+    """`protected_matmul(checksum=None)` keeps its default level "I", which an unprotected
+    variant does not have: the tile is chosen by the variant's own level, as channels do."""
+    from safemon.kernels.api import _variant_for
+
+    m, n, k = shape
+    vc = VariantConfig(checksum=None, level=None, mode="fma")
+    a, b = np.empty((m, k)), np.empty((k, n))
+    direct = _variant_for(a, b, None, "I", "fma", None, None)
+    assert direct == _variant_for(a, b, None, None, "fma", None, None) == vc.to_variant(m, n, k)
+
+
 def test_a_long_k_is_split_and_a_short_one_is_not() -> None:
     vc = VariantConfig()
     assert vc.to_variant(64, 4096, 4096).name == "ones/I/exact/small/split4"

@@ -82,10 +82,7 @@ def _key(nvcc: str, args: list[str], build: KernelBuild) -> str:
     h.update(version.encode())
     h.update("\0".join(args).encode())
     h.update(build.source.read_bytes())
-    for d in build.include_dirs:
-        for f in sorted(Path(d).glob("*")):
-            if f.suffix in (".cu", ".cuh", ".h"):
-                h.update(f.name.encode() + f.read_bytes())
+    h.update(build.header_digest().encode())
     return h.hexdigest()
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from safemon.dims import Dims, as_dims
 from safemon.errors import PatternError
 from safemon.kernels.api import run_variant
-from safemon.kernels.catalog import TileConfig, Variant, make_variant
+from safemon.kernels.catalog import TILES, TileConfig, Variant, make_variant
 from safemon.patterns.golden import (
     ARRAYS,
     FAMILIES,
@@ -178,6 +178,11 @@ def _variant_from_dict(d: Any) -> Variant:
     tile = TileConfig(
         str(t["name"]), int(t["bm"]), int(t["bn"]), int(t["bk"]), int(t["tm"]), int(t["tn"])
     )
+    # A catalog tile's own entry, so that a stored pattern runs the production kernel build
+    # (the catalog's implementation choices, such as asynchronous copies, included).
+    catalog = TILES.get(tile.name)
+    if catalog == tile:  # equal dimensions (equality leaves implementation choices out)
+        tile = catalog
     v = make_variant(d["checksum"], d["level"], str(d["mode"]), tile)
     if v.as_dict() != d:
         raise ValueError(f"variant {d!r} does not describe a catalog variant exactly")

@@ -23,7 +23,7 @@ from safemon.errors import (
     UncorrectableError,
 )
 from safemon.kernels.backend import Backend, resolve_backend
-from safemon.kernels.catalog import TileConfig, Variant, auto_split, auto_tile, make_variant
+from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_split, auto_tile, make_variant
 from safemon.kernels.checked import StatusReport, launch_checked, read_status
 
 __all__ = ["MatmulResult", "matmul", "protected_matmul", "run_variant"]
@@ -219,8 +219,13 @@ def _variant_of_shape(
     """`_variant_for` by value: a pure function, cached (a call then pays one look-up, not
     two `make_variant` validations and the tile and split arithmetic). Errors are raised,
     never cached."""
-    chosen = make_variant(checksum, level, mode, auto_tile(m, n, k, level) if tile is None else tile,
+    # Validate first (with a placeholder tile when choosing one): auto_tile needs the variant's
+    # own level, which is None for an unprotected variant whatever `level` says.
+    chosen = make_variant(checksum, level, mode, TILES["small"] if tile is None else tile,
                           rmt=rmt, abft=abft)
+    if tile is None:
+        chosen = make_variant(checksum, level, mode, auto_tile(m, n, k, chosen.level), rmt=rmt,
+                              abft=abft)
     return make_variant(checksum, level, mode, chosen.tile,
                         auto_split(m, n, k, chosen.tile) if split is None else split, rmt, abft)
 

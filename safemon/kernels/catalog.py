@@ -7,7 +7,7 @@ variants are equal. `docs/SIGNATURES.md` states the rules each variant implement
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
@@ -84,13 +84,14 @@ class TileConfig:
     tm: int
     tn: int
     #: Copy k-tiles into shared memory asynchronously (`cp.async`, mmm.cu's TILE_ASYNC): an
-    #: implementation choice of the kernel that changes neither C nor ES.
-    async_copy: bool = False
+    #: implementation choice of the kernel that changes neither C nor ES, hence not part of a
+    #: tile's identity (equality, hash) either.
+    async_copy: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
-        for field in ("bm", "bn", "bk", "tm", "tn"):
-            if getattr(self, field) <= 0:
-                raise ValueError(f"tile {self.name!r}: {field} must be positive")
+        for attr in ("bm", "bn", "bk", "tm", "tn"):
+            if getattr(self, attr) <= 0:
+                raise ValueError(f"tile {self.name!r}: {attr} must be positive")
         if self.bm % self.tm or self.bn % self.tn:
             raise ValueError(f"tile {self.name!r}: BM must divide by TM and BN by TN")
         if (self.bm * self.bk) % self.threads or (self.bk * self.bn) % self.threads:

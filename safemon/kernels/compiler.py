@@ -56,18 +56,23 @@ class KernelBuild:
         defs = tuple(sorted((k, str(v)) for k, v in (defines or {}).items()))
         return cls(source, defs, tuple(options), (source.parent,))
 
-    def code(self) -> str:
-        """The source NVRTC compiles: the `.cu` text, then one comment line with the SHA-256
-        of every header (`.cuh`, `.h`) in the include directories. CuPy's on-disk kernel
-        cache keys on the code string and the options only, so without that line a process
-        would load the binary built from an earlier version of a header (the signature folds,
-        the CRC table) as long as the `.cu` file itself is unchanged."""
+    def header_digest(self) -> str:
+        """SHA-256 (hex) of every header (`.cuh`, `.h`) in the include directories, names
+        and contents: what a build may include besides its own source."""
         h = hashlib.sha256()
         for d in self.include_dirs:
             for f in sorted(Path(d).glob("*")):
                 if f.suffix in (".cuh", ".h"):
                     h.update(f.name.encode() + b"\0" + f.read_bytes())
-        return f"{self.source.read_text()}\n// safemon headers sha256 {h.hexdigest()}\n"
+        return h.hexdigest()
+
+    def code(self) -> str:
+        """The source NVRTC compiles: the `.cu` text, then one comment line with
+        `header_digest()`. CuPy's on-disk kernel cache keys on the code string and the options
+        only, so without that line a process would load the binary built from an earlier
+        version of a header (the signature folds, the CRC table) as long as the `.cu` file
+        itself is unchanged."""
+        return f"{self.source.read_text()}\n// safemon headers sha256 {self.header_digest()}\n"
 
     def flags(self) -> list[str]:
         """Compiler flags common to NVRTC and nvcc (defines, includes, options)."""

@@ -390,8 +390,9 @@ def channel_pattern_shapes(
     from safemon.patterns.sm_coverage import cover_dims
 
     # The cover shape is sized for the tile the variant picks at that shape; "auto" picks
-    # by shape, so size with `small`'s cover and resolve again (auto resolves small's cover
-    # shape to small: a short K and too few rows for large).
+    # by shape, so size with `small`'s cover and resolve again (on a GPU of up to about 210
+    # SMs auto resolves small's cover shape to small; from there on to large, whose own
+    # cover shape it then uses).
     d = cover_dims(sm_count, TILES["small"])
     d = cover_dims(sm_count, channel.variant.tile_for(d.m, d.n, d.k))
     shapes = [d]

@@ -308,3 +308,16 @@ def test_cli_bad_usage_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert _cli(["patterns", "verify", "--dir", str(f)]) == 2
     assert _cli(["patterns", "build", "--dir", str(f)]) == 2
     assert _cli(["patterns"]) == 2
+
+
+@pytest.mark.parametrize("tile", ["small", "large", "wide", "skinny"])
+def test_a_stored_variant_reads_back_as_the_catalog_tile_the_channels_run(tile: str) -> None:
+    """A pattern's variant resolves to the catalog's own tile entry, implementation choices
+    included (asynchronous copies of wide and skinny), so a self-test runs the production
+    kernel build rather than an equal-looking register-staged one."""
+    from safemon.kernels.catalog import TILES
+
+    v = make_variant("ones", "M", "exact", tile)
+    back = golden._variant_from_dict(json.loads(json.dumps(v.as_dict())))
+    assert back == v
+    assert back.tile is TILES[tile] and back.tile.async_copy == TILES[tile].async_copy

@@ -13,6 +13,8 @@
 //                         SIG_CRC32C): I every MAC, M every middle-loop step, E every outer step
 //   SIG_F SIG_T           safemon's stronger levels (default none): F the operand fragments
 //                         every k step, T the whole accumulator tile every k-tile
+//   TILE_ASYNC            1 for the tiles whose catalog entry copies k-tiles asynchronously
+//                         (`async_copy`); ASYNC_COPY / ASYNC_STAGES derive from it (below)
 //   RMT_WARP              1 only in intra-warp RMT builds (docs/RMT.md): every logical thread
 //                         runs twice, in lanes 2l and 2l+1 of one warp, and the pair compares
 //                         its accumulators through __shfl_xor_sync before the store. Builds
@@ -139,8 +141,8 @@
 #endif
 // Blocks per SM the compiler must fit in registers (at most 128 registers per thread for
 // 256-thread blocks): the register tile of `large` otherwise grows past 128 and halves
-// occupancy. 1 for blocks of 512 threads or more, and for `skinny`, whose 64 B elements per
-// thread and k-tile need the registers more than further blocks per SM.
+// occupancy. 1 for blocks of 512 threads or more, and for tiles whose threads load more than
+// 32 B elements per k-tile (the 32-wide `skinny` of earlier kernels; no catalog tile today).
 #define MIN_BLOCKS (BLOCK_THREADS >= 512 || B_LOADS > 32 ? 1 : 512 / BLOCK_THREADS)
 
 #if ASYNC_COPY
