@@ -99,8 +99,8 @@
 // without passing through registers, ASYNC_STAGES deep, so the next tiles' loads are in
 // flight while this one's MACs run. The same elements, zero-padded the same way, reach shared
 // memory, and the fused finite check reads each thread's own copies back, so C, ES and the
-// status block are those of the register-staged loop (tested bit for bit against the
-// reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.10-1.44x and
+// status block are those of the register-staged loop (the GPU tests compare them bit for
+// bit with the reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.10-1.44x and
 // `skinny` (with BK = 16, the widest k-tile whose stages fit) 1.11-1.28x faster at
 // 1 and 8 x 4096 x 4096 (0.96-1.05x at 4 x 1000 x 768); but `large` 0.91-0.99x, `small`
 // 0.81-1.01x and a fold at every MAC (level I) on `wide` 0.93-0.95x the speed of register
