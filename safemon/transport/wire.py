@@ -60,6 +60,9 @@ MAX_SEQ: Final = 2**63 - 1
 MAX_NDIM: Final = 32
 """Most dimensions a payload array may declare (NumPy allows 64; nothing in safemon needs >3)."""
 
+_INTP_MAX: Final = int(np.iinfo(np.intp).max)
+"""The largest byte count NumPy can give one array (`np.intp`)."""
+
 MAX_META_KEYS: Final = 32
 MAX_META_KEY_CHARS: Final = 64
 MAX_META_STR_CHARS: Final = 1024
@@ -455,6 +458,10 @@ def _decode(frames: Sequence[object], limits: Limits) -> Message:
                 RejectReason.OVERSIZED,
                 f"frame {i}: declared {declared} bytes, at most {limits.max_frame_bytes}",
             )
+        # NumPy refuses a shape whose nonzero dimensions span more bytes than an intp can
+        # count, even when another dimension is 0 and the array is empty ([0, 2**61]).
+        if math.prod(max(d, 1) for d in spec.shape) * dtype.itemsize > _INTP_MAX:
+            raise Rejected(RejectReason.SHAPE, f"frame {i}: shape {spec.shape} is not representable")
         if declared != view.nbytes:
             raise Rejected(
                 RejectReason.SHAPE,

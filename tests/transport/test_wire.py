@@ -213,6 +213,18 @@ def test_limits_refuse_nonsense_values() -> None:
         Limits(max_total_bytes=True)
 
 
+def test_an_empty_frame_whose_other_dimensions_numpy_cannot_count_is_rejected() -> None:
+    """[0, 2**61] declares 0 bytes, but NumPy cannot make an array of that shape (its
+    nonzero dimensions overflow an intp): SHAPE, not a raw ValueError (found by the fuzz
+    test). A plain empty frame ([0, 5]) still decodes."""
+    header = _header(_valid())
+    header["frames"] = [{"dtype": "float32", "shape": [0, 2**61], "crc32": 0}]
+    frames = [json.dumps(header).encode(), b""]
+    assert _reason(frames) is RejectReason.SHAPE
+    header["frames"][0]["shape"] = [0, 5]
+    assert decode([json.dumps(header).encode(), b""], LIMITS).arrays[0].shape == (0, 5)
+
+
 def test_reject_counter_counts_by_reason_and_calls_hook() -> None:
     seen: list[RejectReason] = []
     counter = RejectCounter(hook=seen.append)
