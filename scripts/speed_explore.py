@@ -10,6 +10,8 @@ catalog) at several splits, next to cupy.matmul's kernel, to choose tiles and sp
 `python3 scripts/speed_explore.py choose`: small, wide and large with their splits per shape
 and variant kind (unprotected, a middle-loop fold, a fold at every MAC), auto_tile's pick
 marked with `*`: the data behind `auto_tile`.
+`python3 scripts/speed_explore.py sweep_async`: candidate tiles between `wide` and `large`
+with asynchronous copies, at several splits, next to cupy.matmul's kernel.
 """
 
 from __future__ import annotations
@@ -130,5 +132,53 @@ def choose() -> None:
             print(f"  {label + '/' + spec[2]:18s} " + "   ".join(cells), flush=True)
 
 
+#: Candidates for `sweep_async`: tiles between `wide` and `large`, copied asynchronously.
+ASYNC_CANDIDATES = [
+    TileConfig("wide", 32, 128, 8, 4, 8, async_copy=True),
+    TileConfig("r32n128k16a", 32, 128, 16, 4, 8, async_copy=True),
+    TileConfig("r64n128k8a", 64, 128, 8, 8, 8, async_copy=True),
+    TileConfig("r64n128k16a", 64, 128, 16, 8, 8, async_copy=True),
+    TileConfig("r32n256k8a", 32, 256, 8, 4, 8, async_copy=True),
+    TileConfig("r64n256k8a", 64, 256, 8, 8, 8, async_copy=True),
+    TileConfig("large", 128, 128, 8, 8, 8),
+]
+ASYNC_SHAPES = [(32, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096), (256, 1024, 4096),
+                (256, 4096, 4096), (64, 1024, 1024)]
+
+
+def sweep_async() -> None:
+    """Unprotected fma kernel medians of `ASYNC_CANDIDATES` at `ASYNC_SHAPES`, each with its
+    automatic split and half and twice it, against cupy.matmul's kernel in the same run
+    (builds compiled in parallel first)."""
+    from tests.kernels.warm import warm_kernels
+
+    variants = {}
+    for m, n, k in ASYNC_SHAPES:
+        for tile in ASYNC_CANDIDATES:
+            auto = auto_split(m, n, k, tile)
+            for split in sorted({max(1, auto // 2), auto, min(64, auto * 2)}):
+                variants[(m, n, k, tile.name, split)] = make_variant(None, None, "fma", tile, split)
+    one_per_tile = {v.tile: v for v in variants.values()}  # the split is not part of a build
+    print(f"compiled {warm_kernels(one_per_tile.values())} builds", flush=True)
+    rng = np.random.default_rng(0)
+    for m, n, k in ASYNC_SHAPES:
+        a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+        b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
+        blas = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), 30, 5) * 1e3
+        print(f"{m}x{n}x{k} cupy.matmul kernel {blas:8.1f} us")
+        rows = []
+        for (mm, nn, kk, _, split), v in variants.items():
+            if (mm, nn, kk) != (m, n, k):
+                continue
+            us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 30, 5) * 1e3
+            auto = split == auto_split(m, n, k, v.tile)
+            rows.append((us, v.tile.describe(), split, v.slices(k), auto))
+        for us, desc, split, slices, auto in sorted(rows)[:10]:
+            print(f"  {desc:24s} split {split:3d} ({slices:3d} slices){' auto' if auto else '     '}"
+                  f": {us:8.1f} us  ({blas / us:.2f}x cuBLAS)")
+        sys.stdout.flush()
+
+
 if __name__ == "__main__":
-    {"profile": profile, "tiles": tiles, "sweep": sweep, "choose": choose}[sys.argv[1]]()
+    {"profile": profile, "tiles": tiles, "sweep": sweep, "choose": choose,
+     "sweep_async": sweep_async}[sys.argv[1]]()

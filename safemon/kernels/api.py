@@ -24,7 +24,8 @@ from safemon.errors import (
 )
 from safemon.kernels.backend import Backend, resolve_backend
 from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_split, auto_tile, make_variant
-from safemon.kernels.checked import StatusReport, launch_checked, read_status
+from safemon.kernels.checked import _OK, StatusReport, launch_checked, read_status, run_checked
+from safemon.kernels.compiler import cupy_if_imported
 
 __all__ = ["MatmulResult", "matmul", "protected_matmul", "run_variant"]
 
@@ -86,7 +87,7 @@ class MatmulResult:
             b.verified()  # corrects and counts, or raises UncorrectableError
             if ecc_retries < 1:
                 raise UncorrectableError(b.name, [])
-            return _run_cupy(a, b, self.variant, ecc_retries=ecc_retries - 1).wait()
+            return _run_cupy(a, b, self.variant, ecc_retries=ecc_retries - 1, wait=True)
         _raise_nonfinite("a" if report.a_nonfinite else "b")
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -116,6 +117,14 @@ def _validate(name: str, x: Any, backend: Backend) -> None:
         _raise_nonfinite(name)
 
 
+def _device_ok(cp: Any, x: Any) -> bool:
+    """True when `x` is a CuPy float32 2-D non-empty C-contiguous array: everything
+    `_validate` asks of a device operand, in one cheap expression (the per-call path of
+    device arrays, issue 14). False sends the caller to `_validate` for the message."""
+    return (type(x) is cp.ndarray and x.dtype == np.float32 and x.ndim == 2 and x.size > 0
+            and getattr(x, "_c_contiguous", False) is True)
+
+
 def _raise_nonfinite(name: str) -> None:
     raise InvalidInputError(
         f"{name} contains NaN or infinity (finite check of {name}); non-finite inputs are "
@@ -143,6 +152,12 @@ def run_variant(
     With `wait=False` on the CuPy backend the result is pending (see `MatmulResult.wait`);
     on the NumPy backend it is always settled.
     """
+    cp = cupy_if_imported()
+    if (cp is not None and (backend == "auto" or backend == "cupy") and _device_ok(cp, a)
+            and _device_ok(cp, b) and a.shape[1] == b.shape[0]):
+        # Both operands already on the device: CuPy is usable (it imported and found a
+        # device), so "auto" and "cupy" resolve to it, and the operands pass validation.
+        return _run_cupy(a, b, variant, ecc_retries=1, wait=wait)
     resolved = resolve_backend(backend)
     pb = _protected(b)
     if pb is not None and (not resolved.on_device or not pb.on_device):
@@ -159,8 +174,7 @@ def run_variant(
             "(need a K×N b for an M×K a)"
         )
     if resolved.on_device:
-        res = _run_cupy(a, b if pb is None else pb, variant, ecc_retries=1)
-        return res.wait() if wait else res
+        return _run_cupy(a, b if pb is None else pb, variant, ecc_retries=1, wait=wait)
     from safemon.kernels.reference import reference_matmul
 
     c, es = reference_matmul(a, b, variant)
@@ -181,10 +195,17 @@ def _validate_protected(pb: Any) -> None:
         raise InvalidInputError(f"b must be a non-empty 2-D array, got shape {pb.shape}")
 
 
-def _run_cupy(a: Any, b: Any, variant: Variant, *, ecc_retries: int) -> MatmulResult:
-    """Queue checks and kernel on the current stream (no wait); `b` may be a device
-    ProtectedArray, whose ECC check then joins the sequence."""
+def _run_cupy(a: Any, b: Any, variant: Variant, *, ecc_retries: int, wait: bool) -> MatmulResult:
+    """Queue checks and kernel on the current stream, and with `wait` read the status block
+    (`checked.run_checked`: one host synchronisation); `b` may be a device ProtectedArray,
+    whose ECC check then joins the sequence."""
     pb = _protected(b)
+    if wait:
+        launch, report = run_checked(a, b, variant, b_protected=pb)
+        if report is _OK:
+            return MatmulResult(launch.c, launch.es, variant, Backend.CUPY)
+        return MatmulResult(launch.c, launch.es, variant, Backend.CUPY, status=launch.status,
+                            _inputs=(a, b, ecc_retries)).wait(report)
     launch = launch_checked(a, b, variant, b_protected=pb)
     return MatmulResult(launch.c, launch.es, variant, Backend.CUPY, status=launch.status,
                         _inputs=(a, b, ecc_retries))

@@ -22,6 +22,14 @@ call. A caller with a read-back of its own (a channel's digests) queues the copi
 (`queue_status_reads`) and pays one synchronisation for both. `StatusReport` says which
 check failed. The ECC check only counts; the caller
 corrects with `ProtectedArray.verified()` and computes again (`safemon.kernels.api`).
+
+A caller that waits at once (`run_checked`, the synchronous API call) skips step 1 in the
+steady state: each thread keeps, per device, one status block that its last read found all
+zero. Nothing writes a block after the read that found it zero (that read waited for every
+launch queued with it), so it is still zero when the thread's next call takes it. A call takes
+the block out of the slot before launching and puts it back only after a read that found it
+zero; a failed check, an exception or a pending (`wait=False`) call never returns it, and the
+next call zeroes a fresh one. The measured saving is in evidence/h100-2026-11-23-host/.
 Until issue 14's second session the finite check was a separate kernel (finite.cu) that
 read every input word once more before the product; `safemon.kernels.gpu.all_finite` keeps
 it for callers that check an array alone.
@@ -29,6 +37,7 @@ it for callers that check an array alone.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +47,7 @@ import numpy.typing as npt
 
 from safemon.kernels.catalog import Variant
 from safemon.kernels.compiler import import_cupy
+from safemon.kernels.gpu import gpu_matmul
 from safemon.kernels.pinned import PinnedBuffer
 
 __all__ = [
@@ -55,6 +65,7 @@ __all__ = [
     "launch_checked",
     "queue_status_reads",
     "read_status",
+    "run_checked",
 ]
 
 #: uint32 words of the status block (32 bytes). The kernel reads words 0-3, the input checks,
@@ -148,11 +159,13 @@ def launch_checked(
             ignored: the fused finite check covers both operands wherever they came from.
         b_protected: a device `ProtectedArray` holding B: its ECC check joins the sequence.
     """
-    from safemon.kernels.gpu import gpu_matmul
-
     del a_on_device, b_on_device  # the kernel checks every operand it loads
     cp = import_cupy()
-    status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+    return _launch(cp, a, b, variant, cp.zeros(STATUS_WORDS, dtype=cp.uint32), b_protected)
+
+
+def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected: Any) -> CheckedLaunch:
+    """Queue the sequence with the zeroed device block `status` (module docstring)."""
     if b_protected is not None:
         b = b_protected.launch_check(np.uintp(int(status.data.ptr) + 4 * STATUS_ECC))
     if not isinstance(a, cp.ndarray):
@@ -165,6 +178,36 @@ def launch_checked(
 
         launch_abft(a, b, c, variant, int(status.data.ptr))
     return CheckedLaunch(c, es, status, b_protected is not None)
+
+
+class _ZeroBlocks(threading.local):
+    """This thread's status blocks known to be all zero, by device id (module docstring)."""
+
+    def __init__(self) -> None:
+        self.by_device: dict[int, Any] = {}
+
+
+_zero_blocks = _ZeroBlocks()
+
+
+def run_checked(a: Any, b: Any, variant: Variant, *, b_protected: Any = None
+                ) -> tuple[CheckedLaunch, StatusReport]:
+    """`launch_checked` and `read_status` for a caller that waits at once: the checked launch
+    and its status report (one host synchronisation). Same arguments as `launch_checked`.
+
+    The status block is this thread's reused zero block when it has one (module docstring),
+    so a call whose checks pass queues no zeroing of its own.
+    """
+    cp = import_cupy()
+    device = cp.cuda.runtime.getDevice()
+    status = _zero_blocks.by_device.pop(device, None)
+    if status is None:
+        status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+    launch = _launch(cp, a, b, variant, status, b_protected)
+    report = read_status(status)
+    if report is _OK:  # all eight words read back zero, after every write queued to them
+        _zero_blocks.by_device[device] = status
+    return launch, report
 
 
 #: Page-locked rows for status read-backs, 4 blocks' worth to start.
@@ -205,7 +248,40 @@ def queue_status_reads(statuses: Sequence[Any]) -> QueuedStatusReads:
 def read_status(status: Any) -> StatusReport:
     """Copy the status block to the host on the current stream and wait for it (the one
     host synchronisation of a checked call)."""
-    return queue_status_reads([status]).reports()[0]
+    cp = import_cupy()
+    stream = cp.cuda.get_current_stream()
+    row, ptr, zero_view = _host_row(cp)
+    cp.cuda.runtime.memcpyAsync(ptr, status.data.ptr, 4 * STATUS_WORDS,
+                                cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+    stream.synchronize()
+    if zero_view.tobytes() == _ZERO_BYTES:
+        return _OK
+    return StatusReport.from_words(row[:STATUS_WORDS].copy())
+
+
+_ZERO_BYTES = bytes(4 * STATUS_WORDS)
+
+
+class _HostRow(threading.local):
+    """This thread's first pinned status row: (words, address, byte view), cached because
+    `ndarray.ctypes.data` and a fresh memoryview cost a microsecond each per call."""
+
+    def __init__(self) -> None:
+        self.row: tuple[npt.NDArray[np.uint32], int, memoryview] | None = None
+        self.base: npt.NDArray[np.uint32] | None = None
+
+
+_host_rows = _HostRow()
+
+
+def _host_row(cp: Any) -> tuple[npt.NDArray[np.uint32], int, memoryview]:
+    base = _HOST_ROWS.get(cp, STATUS_WORDS)
+    cached = _host_rows.row
+    if cached is None or _host_rows.base is not base:  # first call, or the buffer grew
+        row = base[:STATUS_WORDS]
+        cached = (row, row.ctypes.data, row.data.cast("B"))
+        _host_rows.row, _host_rows.base = cached, base
+    return cached
 
 
 _OK = StatusReport(False, False, 0)

@@ -24,6 +24,7 @@ __all__ = [
     "KernelBuild",
     "clear_cache",
     "cuda_available",
+    "cupy_if_imported",
     "import_cupy",
     "load_module",
     "on_clear",
@@ -112,6 +113,13 @@ def import_cupy() -> ModuleType:
 
 
 @functools.cache
+def cupy_if_imported() -> ModuleType | None:
+    """The cupy module when `import_cupy` has succeeded in this process (CuPy imported and a
+    device answered), else None; never imports. For per-call paths that take the device
+    route only once it is known to work."""
+    return _cupy_module
+
+
 def cuda_available() -> bool:
     """True when CuPy imports and at least one CUDA device answers. Cached for the process."""
     try:

@@ -163,8 +163,8 @@ class _Plan:
     variant, M, N, K, build); a call then costs a dictionary look-up instead of the Python of
     tile arithmetic and kernel look-up (issue 14: per-call host cost)."""
 
-    __slots__ = ("block", "c_shape", "dims", "es_shape", "grid", "kernel", "partial_shape",
-                 "reduce", "variant")
+    __slots__ = ("block", "c_shape", "dims", "es_empty", "es_shape", "grid", "kernel",
+                 "partial_shape", "reduce", "variant")
 
     def __init__(self, variant: Variant, m: int, n: int, k: int, record_sm: bool) -> None:
         t = variant.tile
@@ -180,6 +180,10 @@ class _Plan:
         self.kernel = kernel_for(variant, record_sm=record_sm)
         self.reduce = None if slices == 1 else _function(("splitk",), splitk_build,
                                                           "safemon_splitk_reduce")
+        # An unprotected variant's ES has no words: one zero-size array, shared by every
+        # call of the plan (it holds no memory, so nothing can be written through it).
+        self.es_empty = (import_cupy().empty(self.es_shape, dtype=np.uint32)
+                         if variant.words == 0 else None)
 
 
 #: Launch plans by (device, id(variant), M, N, K, record_sm); cleared with the kernels. The
@@ -213,7 +217,7 @@ def _launch_mmm(
     n = b_d.shape[1]
     plan = _plan_for(variant, m, n, k, record_sm)
     c = cp.empty(plan.c_shape, dtype=cp.float32)
-    es = cp.empty(plan.es_shape, dtype=cp.uint32)
+    es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
     out = c if plan.partial_shape is None else cp.empty(plan.partial_shape, dtype=cp.float32)
     args = [a_d, b_d, out, es, *plan.dims, _NULL if status is None else status]
     sm = None

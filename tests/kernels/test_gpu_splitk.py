@@ -230,3 +230,39 @@ def test_protected_weight_double_flip_raises_and_releases_nothing() -> None:
         pending.wait()
     with pytest.raises(UncorrectableError):
         safemon.protected_matmul(cp.asarray(a), pb)
+
+
+def test_reused_status_block_reports_every_failure_and_only_its_own() -> None:
+    """A synchronous call reuses its thread's status block only after a read found it all
+    zero (safemon.kernels.checked.run_checked). Alternating clean and failing calls, on two
+    streams and two operand positions, each failure is reported (the reused block carries no
+    stale zero that hides it) and each clean call after a failure settles to the reference
+    (no stale failure word survives into it)."""
+    import cupy as cp
+
+    import safemon
+    from safemon.errors import InvalidInputError
+    from safemon.kernels import checked
+    from safemon.kernels.reference import reference_matmul
+
+    a, b = _inputs(3, 300, 999)
+    a_d, b_d = cp.asarray(a), cp.asarray(b)
+    bad = {"a": cp.asarray(_bad(a, np.nan)), "b": cp.asarray(_bad(b, np.inf))}
+    clean = safemon.protected_matmul(a_d, b_d, checksum="ones", level="M")
+    c_ref, es_ref = reference_matmul(a, b, clean.variant)
+    device = cp.cuda.runtime.getDevice()
+    for stream in (cp.cuda.Stream.null, cp.cuda.Stream(non_blocking=True)):
+        with stream:
+            for operand in ("a", "b", "a"):
+                before = checked._zero_blocks.by_device.get(device)
+                assert before is not None  # the last clean call left its block for reuse
+                args = {"a": a_d, "b": b_d, operand: bad[operand]}
+                with pytest.raises(InvalidInputError, match=f"finite check of {operand}"):
+                    safemon.protected_matmul(args["a"], args["b"], checksum="ones", level="M")
+                # The failed call took the block and did not give it back.
+                assert checked._zero_blocks.by_device.get(device) is None
+                assert int(cp.asnumpy(before).any()) == 1
+                r = safemon.protected_matmul(a_d, b_d, checksum="ones", level="M")
+                assert cp.asnumpy(r.c).tobytes() == c_ref.tobytes()
+                assert np.array_equal(cp.asnumpy(r.es), es_ref)
+                assert checked._zero_blocks.by_device.get(device) is not before
