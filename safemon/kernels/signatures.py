@@ -5,7 +5,8 @@ into a running state; every checksum starts from 0 unless stated:
 
 - ``xor``:      s ^= w
 - ``twos``:     s = (s + w) mod 2**32
-- ``ones``:     s = s + w with end-around carry (PTX ``add.cc.u32`` then ``addc.u32``)
+- ``ones``:     s = s + w with end-around carry (the seed's PTX ``add.cc.u32`` then ``addc.u32``;
+                the kernels sum in 64 bits and reduce once, fact 1 below)
 - ``fletcher``: s1 = s1 ⊕ w, then s2 = s2 ⊕ s1, ⊕ the end-around-carry add; two words [s1, s2]
 - ``crc32c``:   CRC-32C (reflected 0x82F63B78, init 0xFFFFFFFF, final xor 0xFFFFFFFF) over each
                 word's little-endian bytes, in fold order

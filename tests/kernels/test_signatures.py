@@ -77,6 +77,36 @@ def test_checksum_equals_sequential_fold(words: list[int], kind: str) -> None:
     assert checksum(np.array(words, dtype=np.uint32), kind).tolist() == slow(words, kind)
 
 
+def _kernel_wide_ones(words: list[int], tile: int) -> int:
+    """signature.cuh's `ones` policy, word for word: an exact sum in uint64 (Python ints
+    wrapped to 64 bits), `tile_end` after every `tile` words, the store's formula."""
+    s = 0
+    for i, w in enumerate(words, 1):
+        s = (s + w) % 2**64
+        if i % tile == 0:
+            s = (s & 0xFFFFFFFF) + (s >> 32)
+    return 0 if s == 0 else (s - 1) % 0xFFFFFFFF + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=words_strategy, tile=st.integers(1, 64))
+def test_kernel_wide_ones_sum_equals_the_word_by_word_fold(words: list[int], tile: int) -> None:
+    """The kernels' 64-bit form of the ones' complement fold (docs/SIGNATURES.md) gives the
+    seed's end-around-carry fold bit for bit, wherever the per-k-tile reduction falls."""
+    assert [_kernel_wide_ones(words, tile)] == slow(words, "ones")
+
+
+def test_kernel_wide_ones_sum_stays_exact_past_two_to_the_64() -> None:
+    """Without the per-k-tile reduction 2**33 words of 0xFFFFFFFF would wrap a uint64; with
+    it the state stays below 2**33 and the word equals the fold (here: 0xFFFFFFFF)."""
+    s = 0
+    for _ in range(2**13):  # 2**13 k-tiles of 2**20 all-ones words each: 2**33 words in all
+        s += 2**20 * 0xFFFFFFFF
+        assert s < 2**64
+        s = (s & 0xFFFFFFFF) + (s >> 32)
+    assert (0 if s == 0 else (s - 1) % 0xFFFFFFFF + 1) == 0xFFFFFFFF
+
+
 def test_checksum_rejects_bad_input() -> None:
     with pytest.raises(TypeError, match="uint32"):
         checksum(np.array([1, 2], dtype=np.int64), "xor")

@@ -600,6 +600,12 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #pragma unroll
             for (int j = 0; j < TN; ++j) sig_t.fold(__float_as_uint(acc[i][j]), table);
 #endif
+        // Bounds the ones' complement policy's wide sum (signature.cuh); nothing for the others.
+        sig_i.tile_end();
+        sig_m.tile_end();
+        sig_e.tile_end();
+        sig_f.tile_end();
+        sig_t.tile_end();
     };
 
 #if ASYNC_COPY

@@ -22,9 +22,12 @@ __device__ __forceinline__ unsigned safemon_ones_add(unsigned s, unsigned w) {
 
 template <int KIND> struct Sig;
 
+// Every policy has `tile_end()`, which the kernel calls once per k-tile (after the k-tile's
+// folds); only the ones' complement policy does something there.
 template <> struct Sig<SIG_NONE> {
     static constexpr int WORDS = 0;
     __device__ __forceinline__ void fold(unsigned, const unsigned*) {}
+    __device__ __forceinline__ void tile_end() {}
     __device__ __forceinline__ void store(unsigned*) const {}
 };
 
@@ -32,6 +35,7 @@ template <> struct Sig<SIG_XOR> {
     static constexpr int WORDS = 1;
     unsigned s = 0u;
     __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s ^= w; }
+    __device__ __forceinline__ void tile_end() {}
     __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
 };
 
@@ -39,14 +43,28 @@ template <> struct Sig<SIG_TWOS> {
     static constexpr int WORDS = 1;
     unsigned s = 0u;
     __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s += w; }
+    __device__ __forceinline__ void tile_end() {}
     __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
 };
 
+// The ones' complement sum of the seed (end-around-carry adds, word by word) without a carry
+// per word. Folding w_1 .. w_n one by one from 0 with safemon_ones_add gives
+//   f(S) = 0 when S = 0, else ((S − 1) mod (2^32 − 1)) + 1,   S = w_1 + ... + w_n exactly
+// (by induction: each step keeps the value in 1 .. 2^32 − 1 once any word was nonzero, and
+// congruent to the exact sum modulo 2^32 − 1, because 2^32 ≡ 1). So the words are summed
+// exactly in 64 bits (the compiler adds two words per three-input add) and f is applied once,
+// at the store. `tile_end` replaces S by (S mod 2^32) + ⌊S / 2^32⌋, which has the same residue
+// and is zero only when S is, so S never overflows whatever K (a k-tile folds at most
+// 3·TM·TN·BK words). The ES word is bit for bit the word-by-word fold's (the NumPy reference
+// folds word by word); the seed's sequential form takes two dependent instructions per word.
 template <> struct Sig<SIG_ONES> {
     static constexpr int WORDS = 1;
-    unsigned s = 0u;
-    __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s = safemon_ones_add(s, w); }
-    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
+    unsigned long long s = 0ull;
+    __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s += w; }
+    __device__ __forceinline__ void tile_end() { s = (s & 0xFFFFFFFFull) + (s >> 32); }
+    __device__ __forceinline__ void store(unsigned* out) const {
+        out[0] = s == 0ull ? 0u : (unsigned)((s - 1ull) % 0xFFFFFFFFull) + 1u;
+    }
 };
 
 // Fletcher with end-around-carry adds instead of `% 65535`-style modulo (the seed measured
@@ -58,6 +76,7 @@ template <> struct Sig<SIG_FLETCHER> {
         s1 = safemon_ones_add(s1, w);
         s2 = safemon_ones_add(s2, s1);
     }
+    __device__ __forceinline__ void tile_end() {}
     __device__ __forceinline__ void store(unsigned* out) const { out[0] = s1; out[1] = s2; }
 };
 
@@ -71,5 +90,6 @@ template <> struct Sig<SIG_CRC32C> {
 #pragma unroll
         for (int i = 0; i < 4; ++i) c = table[c & 0xFFu] ^ (c >> 8);
     }
+    __device__ __forceinline__ void tile_end() {}
     __device__ __forceinline__ void store(unsigned* out) const { out[0] = c ^ 0xFFFFFFFFu; }
 };
