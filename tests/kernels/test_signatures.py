@@ -96,6 +96,25 @@ def test_kernel_wide_ones_sum_equals_the_word_by_word_fold(words: list[int], til
     assert [_kernel_wide_ones(words, tile)] == slow(words, "ones")
 
 
+def _kernel_wide_fletcher(words: list[int], tile: int) -> list[int]:
+    """signature.cuh's `fletcher` policy: s1 += w; s2 += s1 in uint64, both reduced by
+    `tile_end` after every `tile` words, both mapped through the store's formula."""
+    s1 = s2 = 0
+    for i, w in enumerate(words, 1):
+        s1 = (s1 + w) % 2**64
+        s2 = (s2 + s1) % 2**64
+        if i % tile == 0:
+            s1 = (s1 & 0xFFFFFFFF) + (s1 >> 32)
+            s2 = (s2 & 0xFFFFFFFF) + (s2 >> 32)
+    return [0 if s == 0 else (s - 1) % 0xFFFFFFFF + 1 for s in (s1, s2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=words_strategy, tile=st.integers(1, 64))
+def test_kernel_wide_fletcher_equals_the_word_by_word_fold(words: list[int], tile: int) -> None:
+    assert _kernel_wide_fletcher(words, tile) == slow(words, "fletcher")
+
+
 def test_kernel_wide_ones_sum_stays_exact_past_two_to_the_64() -> None:
     """Without the per-k-tile reduction 2**33 words of 0xFFFFFFFF would wrap a uint64; with
     it the state stays below 2**33 and the word equals the fold (here: 0xFFFFFFFF)."""

@@ -68,16 +68,26 @@ template <> struct Sig<SIG_ONES> {
 };
 
 // Fletcher with end-around-carry adds instead of `% 65535`-style modulo (the seed measured
-// the modulo as the slow part on GPUs).
+// the modulo as the slow part on GPUs), in the wide form of the ones' complement policy
+// above: s2 folds the successive s1 states, and only their residues modulo 2^32 − 1 and
+// whether each is zero matter to it, so s1 and s2 are exact 64-bit sums of which s2 adds
+// s1's running (residue-keeping, zero-keeping) value; `tile_end` bounds both, `store` maps
+// both through f. Bit for bit the word-by-word words.
 template <> struct Sig<SIG_FLETCHER> {
     static constexpr int WORDS = 2;
-    unsigned s1 = 0u, s2 = 0u;
+    unsigned long long s1 = 0ull, s2 = 0ull;
     __device__ __forceinline__ void fold(unsigned w, const unsigned*) {
-        s1 = safemon_ones_add(s1, w);
-        s2 = safemon_ones_add(s2, s1);
+        s1 += w;
+        s2 += s1;
     }
-    __device__ __forceinline__ void tile_end() {}
-    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s1; out[1] = s2; }
+    __device__ __forceinline__ void tile_end() {
+        s1 = (s1 & 0xFFFFFFFFull) + (s1 >> 32);
+        s2 = (s2 & 0xFFFFFFFFull) + (s2 >> 32);
+    }
+    __device__ __forceinline__ void store(unsigned* out) const {
+        out[0] = s1 == 0ull ? 0u : (unsigned)((s1 - 1ull) % 0xFFFFFFFFull) + 1u;
+        out[1] = s2 == 0ull ? 0u : (unsigned)((s2 - 1ull) % 0xFFFFFFFFull) + 1u;
+    }
 };
 
 // CRC-32C over the word's little-endian bytes, byte-wise through a 256-entry table that the
