@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from safemon.kernels.catalog import (
     standard_variants,
 )
 from safemon.kernels.checked import STATUS_WORDS
+from safemon.kernels.precompile import precompile
 
 __all__ = [
     "LARGE_SIZE_REPEATS",
@@ -179,6 +181,9 @@ def run_bench(
     cp = import_cupy()
     info = device_info(cp)
     rng = np.random.default_rng(seed)
+    if progress is not None:
+        progress("compiling the kernels of this run in parallel")
+    precompile([*_kernel_variants(dims_list, modes, variant_filter), *_api_variants(api_dims)])
     rows: list[dict[str, Any]] = []
     for dims in dims_list:
         rows += _bench_dims(cp, dims, modes, variant_filter, _repeats_for(dims, repeats),
@@ -205,6 +210,38 @@ def run_bench(
     })
 
 
+def _variants_at(dims: Dims, mode: str, variant_filter: Callable[[Variant], bool] | None
+                 ) -> list[Variant]:
+    """The variants `_bench_dims` times at `dims` in `mode` (one tile for all of them)."""
+    tile = auto_tile(dims.m, dims.n, dims.k)
+    split = auto_split(dims.m, dims.n, dims.k, tile)
+    return [v for v in standard_variants(mode, tile, split) + checked_variants(mode, tile, split)
+            if variant_filter is None or variant_filter(v)]
+
+
+def _kernel_variants(dims_list: Sequence[Dims], modes: Sequence[str],
+                     variant_filter: Callable[[Variant], bool] | None) -> list[Variant]:
+    """Every variant the kernel section builds, with each size's unprotected baseline."""
+    out: list[Variant] = []
+    for dims in dims_list:
+        for mode in modes:
+            chosen = _variants_at(dims, mode, variant_filter)
+            if chosen:
+                out += [*chosen, replace(chosen[0], checksum=None, level=None, rmt="none",
+                                         abft=False)]
+    return out
+
+
+def _api_variants(api_dims: Sequence[Dims]) -> list[Variant]:
+    """The variants the API section's calls pick (`safemon.bench.api.API_CALLS`)."""
+    from safemon.bench.api import API_CALLS
+    from safemon.kernels.api import _variant_of_shape
+
+    return [_variant_of_shape(d.m, d.n, d.k, checksum, None if checksum is None else level or "I",
+                              mode, None, None, "none", False)
+            for d in api_dims for _, checksum, level, mode, _ in API_CALLS]
+
+
 def _bench_dims(
     cp: Any, dims: Dims, modes: Sequence[str], variant_filter: Callable[[Variant], bool] | None,
     reps: int, warmup: int, rng: np.random.Generator, progress: Callable[[str], None] | None,
@@ -220,8 +257,7 @@ def _bench_dims(
 
     rows: list[dict[str, Any]] = []
     for mode in modes:
-        variants = [v for v in standard_variants(mode, tile, split) + checked_variants(mode, tile, split)
-                    if variant_filter is None or variant_filter(v)]
+        variants = _variants_at(dims, mode, variant_filter)
         if not variants:
             continue
         run_base = variant_launcher(cp, make_variant(None, None, mode, tile, split), a, b)

@@ -45,3 +45,33 @@ def test_kernel_timer_returns_one_positive_time_per_repeat() -> None:
     times = kernel_samples_ms(cp, lambda: x @ x, 4, 1)
     assert times.shape == (4,) and (times > 0).all()
     assert median_kernel_ms(cp, lambda: x @ x, 3, 1) > 0
+
+
+def test_bench_precompiles_exactly_the_variants_it_times() -> None:
+    """`run_bench` compiles its builds in parallel first (safemon.kernels.precompile): the
+    list holds every variant a size times, that size's unprotected baseline of the same
+    tiling and split, and the variant each API call picks."""
+    from safemon.bench.api import API_CALLS
+    from safemon.bench.overhead import _api_variants, _kernel_variants, _variants_at
+    from safemon.dims import parse_dims_list
+    from safemon.kernels.api import _variant_for
+    from safemon.kernels.catalog import Variant, make_variant
+
+    dims_list = parse_dims_list("80,1x4096x4096,64x4096x4096")
+    keep = {"ones/M", "twos/M"}
+
+    def wanted(v: Variant) -> bool:
+        return f"{v.checksum}/{v.level}" in keep and v.rmt == "none" and not v.abft
+
+    planned = _kernel_variants(dims_list, ["fma"], wanted)
+    for d in dims_list:
+        timed = _variants_at(d, "fma", wanted)
+        assert len(timed) == 2 and set(timed) <= set(planned)
+        base = make_variant(None, None, "fma", timed[0].tile, timed[0].split)
+        assert base in planned
+    api = _api_variants(dims_list)
+    for d in dims_list:
+        a, b = np.zeros((d.m, d.k), np.float32), np.zeros((d.k, d.n), np.float32)
+        for _, checksum, level, mode, _ in API_CALLS:
+            lv = None if checksum is None else level or "I"
+            assert _variant_for(a, b, checksum, lv, mode, None, None) in api

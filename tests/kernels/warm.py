@@ -1,42 +1,24 @@
 """Compile GPU test kernels in parallel before the tests run them (device machine only).
 
-A kernel build takes NVRTC seconds, and the GPU suites use hundreds of builds: compiled one
-after the other in the test process, the compiles alone outlast a device call. CuPy keeps
-every compiled binary in its on-disk cache, keyed on the code and the options
-(`KernelBuild.code`), and a process that asks for the same build later loads it from there.
-So the suites compile their builds in worker processes first, one per core, and the tests
-then load them. Compiling is best effort here: a build that fails is left to the test that
-uses it, which compiles it itself and reports the NVRTC log.
+The suites use hundreds of builds; compiled one after the other in the test process, the
+compiles alone outlast a device call. They use `safemon.kernels.precompile` (the same
+helper `safemon bench` uses): `warm_kernel` in the reference workers that already run per
+case, `warm_kernels` for a whole module's builds at once.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
 from safemon.kernels.catalog import Variant
+from safemon.kernels.precompile import compile_variant, precompile
 
 
 def warm_kernel(variant: Variant) -> bool:
-    """Compile `variant`'s kernel in this process (filling CuPy's on-disk cache); True when
-    it compiled. Meant for pool workers: errors are the test's to report."""
-    try:
-        from safemon.kernels.gpu import kernel_for
-
-        kernel_for(variant)
-    except Exception:
-        return False
-    return True
+    """Compile `variant`'s kernel in this process; True when it compiled."""
+    return compile_variant(variant)
 
 
 def warm_kernels(variants: Iterable[Variant]) -> int:
-    """Compile every distinct variant's kernel in a pool of spawned workers (one per core
-    but one); returns how many compiled."""
-    todo = list(dict.fromkeys(variants))
-    if not todo:
-        return 0
-    workers = max(1, min(15, (os.cpu_count() or 2) - 1, len(todo)))
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        return sum(pool.map(warm_kernel, todo, chunksize=1))
+    """Compile every distinct build among `variants` in worker processes; how many compiled."""
+    return precompile(variants)
