@@ -80,25 +80,41 @@ SWEEP_SHAPES = [(1, 4096, 4096), (8, 4096, 4096), (32, 4096, 4096), (64, 4096, 4
                 (256, 1024, 4096), (1, 1024, 4096), (1024, 1024, 1024)]
 
 
+def _splits_around(m: int, n: int, k: int, tile: TileConfig) -> list[int]:
+    """The automatic split of the shape and tile, half and twice it."""
+    auto = auto_split(m, n, k, tile)
+    return sorted({max(1, auto // 2), auto, min(64, auto * 2)})
+
+
+def _time_tiles(shape: tuple[int, int, int], tiles: list[TileConfig], a: object, b: object,
+                top: int) -> None:
+    """Print cupy.matmul's kernel and the `top` fastest (tile, split) of `tiles` at `shape`."""
+    m, n, k = shape
+    blas = median_kernel_ms(cp, lambda: cp.matmul(a, b), 30, 5) * 1e3
+    print(f"{m}x{n}x{k} cupy.matmul kernel {blas:8.1f} us")
+    rows = []
+    for tile in tiles:
+        for split in _splits_around(m, n, k, tile):
+            v = make_variant(None, None, "fma", tile, split)
+            us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 30, 5) * 1e3
+            rows.append((us, tile.describe(), split, v.slices(k), split == auto_split(m, n, k, tile)))
+    for us, desc, split, slices, auto in sorted(rows)[:top]:
+        print(f"  {desc:24s} split {split:3d} ({slices:3d} slices){' auto' if auto else '     '}"
+              f": {us:8.1f} us  ({blas / us:.2f}x cuBLAS)")
+    sys.stdout.flush()
+
+
+def _inputs(rng: np.random.Generator, m: int, n: int, k: int) -> tuple[object, object]:
+    return (cp.asarray(rng.standard_normal((m, k), dtype=np.float32)),
+            cp.asarray(rng.standard_normal((k, n), dtype=np.float32)))
+
+
 def sweep() -> None:
     rng = np.random.default_rng(0)
     for m, n, k in SWEEP_SHAPES:
-        a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
-        b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
-        blas = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), 30, 5) * 1e3
-        print(f"{m}x{n}x{k} cupy.matmul kernel {blas:8.1f} us")
-        rows = []
+        a, b = _inputs(rng, m, n, k)
         fits = [t for t in CANDIDATES if t.bm <= max(8, 4 * m) and 8 * t.bm >= m]
-        for tile in [*TILES.values(), *fits]:
-            auto = auto_split(m, n, k, tile)
-            for split in sorted({max(1, auto // 2), auto, min(64, auto * 2)}):
-                v = make_variant(None, None, "fma", tile, split)
-                us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 30, 5) * 1e3
-                rows.append((us, tile.describe(), split, v.slices(k), split == auto))
-        for us, desc, split, slices, auto in sorted(rows)[:8]:
-            print(f"  {desc:24s} split {split:3d} ({slices:3d} slices){' auto' if auto else '     '}"
-                  f": {us:8.1f} us  ({blas / us:.2f}x cuBLAS)")
-        sys.stdout.flush()
+        _time_tiles((m, n, k), [*TILES.values(), *fits], a, b, 8)
 
 
 #: Shapes for `choose`: row counts around the tile boundaries, inference widths, squares.
@@ -150,33 +166,14 @@ def sweep_async() -> None:
     """Unprotected fma kernel medians of `ASYNC_CANDIDATES` at `ASYNC_SHAPES`, each with its
     automatic split and half and twice it, against cupy.matmul's kernel in the same run
     (builds compiled in parallel first)."""
-    from tests.kernels.warm import warm_kernels
+    from safemon.kernels.precompile import precompile
 
-    variants = {}
-    for m, n, k in ASYNC_SHAPES:
-        for tile in ASYNC_CANDIDATES:
-            auto = auto_split(m, n, k, tile)
-            for split in sorted({max(1, auto // 2), auto, min(64, auto * 2)}):
-                variants[(m, n, k, tile.name, split)] = make_variant(None, None, "fma", tile, split)
-    one_per_tile = {v.tile: v for v in variants.values()}  # the split is not part of a build
-    print(f"compiled {warm_kernels(one_per_tile.values())} builds", flush=True)
+    print(f"compiled {precompile(make_variant(None, None, 'fma', t) for t in ASYNC_CANDIDATES)}"
+          " builds", flush=True)
     rng = np.random.default_rng(0)
     for m, n, k in ASYNC_SHAPES:
-        a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
-        b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
-        blas = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), 30, 5) * 1e3
-        print(f"{m}x{n}x{k} cupy.matmul kernel {blas:8.1f} us")
-        rows = []
-        for (mm, nn, kk, _, split), v in variants.items():
-            if (mm, nn, kk) != (m, n, k):
-                continue
-            us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 30, 5) * 1e3
-            auto = split == auto_split(m, n, k, v.tile)
-            rows.append((us, v.tile.describe(), split, v.slices(k), auto))
-        for us, desc, split, slices, auto in sorted(rows)[:10]:
-            print(f"  {desc:24s} split {split:3d} ({slices:3d} slices){' auto' if auto else '     '}"
-                  f": {us:8.1f} us  ({blas / us:.2f}x cuBLAS)")
-        sys.stdout.flush()
+        a, b = _inputs(rng, m, n, k)
+        _time_tiles((m, n, k), ASYNC_CANDIDATES, a, b, 10)
 
 
 if __name__ == "__main__":
