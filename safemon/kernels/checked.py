@@ -196,7 +196,9 @@ def run_checked(a: Any, b: Any, variant: Variant, *, b_protected: Any = None
     and its status report (one host synchronisation). Same arguments as `launch_checked`.
 
     The status block is this thread's reused zero block when it has one (module docstring),
-    so a call whose checks pass queues no zeroing of its own.
+    so a call whose checks pass queues no zeroing of its own. When the report is OK the
+    returned `launch.status` goes back to the slot and serves the thread's next call: read
+    nothing from it afterwards (the report already says what it held).
     """
     cp = import_cupy()
     device = cp.cuda.runtime.getDevice()
