@@ -10,14 +10,20 @@
 #define SIG_FLETCHER 4
 #define SIG_CRC32C 5
 
-// End-around-carry add, as in the seed paper: the carry out of the 32-bit add is added back.
-__device__ __forceinline__ unsigned safemon_ones_add(unsigned s, unsigned w) {
-    unsigned r;
-    asm("add.cc.u32 %0, %1, %2;\n\t"
-        "addc.u32 %0, %0, 0;"
-        : "=r"(r)
-        : "r"(s), "r"(w));
-    return r;
+// The end-around-carry (ones' complement) arithmetic of the seed, on an exact 64-bit sum S of
+// words. Folding w_1 .. w_n one by one from 0 with the seed's end-around-carry add (PTX
+// add.cc.u32 then addc.u32) gives
+//   f(S) = 0 when S = 0, else ((S − 1) mod (2^32 − 1)) + 1,   S = w_1 + ... + w_n exactly
+// (by induction: each step keeps the value in 1 .. 2^32 − 1 once any word was nonzero, and
+// congruent to the exact sum modulo 2^32 − 1, because 2^32 ≡ 1). `safemon_ones_word` is f;
+// `safemon_ones_bound` replaces S by (S mod 2^32) + ⌊S / 2^32⌋, which has the same residue and
+// is zero only when S is, so a sum bounded once per k-tile never overflows whatever K.
+__device__ __forceinline__ unsigned long long safemon_ones_bound(unsigned long long s) {
+    return (s & 0xFFFFFFFFull) + (s >> 32);
+}
+
+__device__ __forceinline__ unsigned safemon_ones_word(unsigned long long s) {
+    return s == 0ull ? 0u : (unsigned)((s - 1ull) % 0xFFFFFFFFull) + 1u;
 }
 
 template <int KIND> struct Sig;
@@ -47,28 +53,21 @@ template <> struct Sig<SIG_TWOS> {
     __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
 };
 
-// The ones' complement sum of the seed (end-around-carry adds, word by word) without a carry
-// per word. Folding w_1 .. w_n one by one from 0 with safemon_ones_add gives
-//   f(S) = 0 when S = 0, else ((S − 1) mod (2^32 − 1)) + 1,   S = w_1 + ... + w_n exactly
-// (by induction: each step keeps the value in 1 .. 2^32 − 1 once any word was nonzero, and
-// congruent to the exact sum modulo 2^32 − 1, because 2^32 ≡ 1). So the words are summed
-// exactly in 64 bits (the compiler adds two words per three-input add) and f is applied once,
-// at the store. `tile_end` replaces S by (S mod 2^32) + ⌊S / 2^32⌋, which has the same residue
-// and is zero only when S is, so S never overflows whatever K (a k-tile folds at most
-// 3·TM·TN·BK words). The ES word is bit for bit the word-by-word fold's (the NumPy reference
-// folds word by word); the seed's sequential form takes two dependent instructions per word.
+// The ones' complement sum without a carry per word: the words are summed exactly in 64 bits
+// (the compiler adds two words per three-input add), bounded after every k-tile (a k-tile
+// folds at most 3·TM·TN·BK words) and mapped through f once, at the store. The ES word is
+// bit for bit the word-by-word fold's (the NumPy reference folds word by word); the seed's
+// sequential form takes two dependent instructions per word.
 template <> struct Sig<SIG_ONES> {
     static constexpr int WORDS = 1;
     unsigned long long s = 0ull;
     __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s += w; }
-    __device__ __forceinline__ void tile_end() { s = (s & 0xFFFFFFFFull) + (s >> 32); }
-    __device__ __forceinline__ void store(unsigned* out) const {
-        out[0] = s == 0ull ? 0u : (unsigned)((s - 1ull) % 0xFFFFFFFFull) + 1u;
-    }
+    __device__ __forceinline__ void tile_end() { s = safemon_ones_bound(s); }
+    __device__ __forceinline__ void store(unsigned* out) const { out[0] = safemon_ones_word(s); }
 };
 
 // Fletcher with end-around-carry adds instead of `% 65535`-style modulo (the seed measured
-// the modulo as the slow part on GPUs), in the wide form of the ones' complement policy
+// the modulo as the slow part on GPUs), in the 64-bit form of the ones' complement policy
 // above: s2 folds the successive s1 states, and only their residues modulo 2^32 − 1 and
 // whether each is zero matter to it, so s1 and s2 are exact 64-bit sums of which s2 adds
 // s1's running (residue-keeping, zero-keeping) value; `tile_end` bounds both, `store` maps
@@ -81,12 +80,12 @@ template <> struct Sig<SIG_FLETCHER> {
         s2 += s1;
     }
     __device__ __forceinline__ void tile_end() {
-        s1 = (s1 & 0xFFFFFFFFull) + (s1 >> 32);
-        s2 = (s2 & 0xFFFFFFFFull) + (s2 >> 32);
+        s1 = safemon_ones_bound(s1);
+        s2 = safemon_ones_bound(s2);
     }
     __device__ __forceinline__ void store(unsigned* out) const {
-        out[0] = s1 == 0ull ? 0u : (unsigned)((s1 - 1ull) % 0xFFFFFFFFull) + 1u;
-        out[1] = s2 == 0ull ? 0u : (unsigned)((s2 - 1ull) % 0xFFFFFFFFull) + 1u;
+        out[0] = safemon_ones_word(s1);
+        out[1] = safemon_ones_word(s2);
     }
 };
 
