@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from safemon.kernels.catalog import Variant, auto_tile, make_variant, standard_variants
-from tests.kernels.warm import warm_kernel
+from safemon.kernels.precompile import compile_variant
 
 pytestmark = pytest.mark.gpu
 
@@ -58,7 +58,7 @@ def _reference(case: tuple[tuple[int, int, int], Variant]) -> tuple[bytes, bytes
     (m, n, k), v = case
     a, b = _inputs(m, n, k)
     c, es = reference_matmul(a, b, v)
-    warm_kernel(v)  # this worker also compiles the case's kernel (tests/kernels/warm.py)
+    compile_variant(v)  # this worker also compiles the case's kernel (safemon.kernels.precompile)
     return c.tobytes(), es.tobytes()
 
 

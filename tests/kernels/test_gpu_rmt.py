@@ -10,8 +10,8 @@ from safemon.dims import Dims
 from safemon.evidence.inkernel import run_inkernel_campaign
 from safemon.faults.launch import RMT_DETECTED, TARGETS, injection_rows, run_injections
 from safemon.kernels.catalog import make_variant
+from safemon.kernels.precompile import precompile
 from safemon.kernels.reference import reference_matmul
-from tests.kernels.warm import warm_kernels
 
 pytestmark = pytest.mark.gpu
 
@@ -23,8 +23,8 @@ TILES = ["small", "large", "wide", "skinny"]
 
 @pytest.fixture(scope="module", autouse=True)
 def _compiled_in_parallel() -> None:
-    """The tile × spec RMT builds, compiled in worker processes first (tests/kernels/warm.py)."""
-    warm_kernels(make_variant(s[0], s[1], s[2], t, rmt="warp") for t in TILES for s in SPECS)
+    """The tile × spec RMT builds, compiled in worker processes first (safemon.kernels.precompile)."""
+    precompile(make_variant(s[0], s[1], s[2], t, rmt="warp") for t in TILES for s in SPECS)
 
 
 def _inputs(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
