@@ -66,8 +66,9 @@ __all__ = [
 ABFT_SOURCE = Path(__file__).parent / "cuda" / "abft.cu"
 U32_F = 2.0**-24
 U64_F = 2.0**-53
-#: Extra float64 roundings of the device's sums: a row sum of C takes ⌈BN/32⌉ + 5 (five
-#: shuffle levels), a checksum product k-per-slice + slices (`abft_k_slices`); both ≤ n + K + 7.
+#: Extra float64 roundings of the device's sums (abft.cu's header): a sum of C takes at most
+#: ⌈n/8⌉ + 7 (columns: eight parts) or ⌈BN/32⌉ + 5 (rows: five shuffle levels), a checksum
+#: product k-per-slice + ⌈S/8⌉ + 7 (`abft_k_slices` keeps it ≤ K + 7); all ≤ n + K + 7.
 F64_EXTRA = 7
 #: Threads per block of the A vectors and the verify kernels (abft.cu assumes 256 for verify).
 ABFT_THREADS = 256
@@ -263,7 +264,7 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     function_for(("abft",), abft_build, f"safemon_abft_rows_{row_xw}")(
         (*row_grid, row_slices), (256, 1, 1),
         (a, b_sum, b_abs, row_part, i32(m), i32(k), i32(gx), i32(row_per)))
-    col_blocks = -(-gy * n // ABFT_THREADS)
+    col_blocks = gy * -(-n // 32)  # a block per (tile row, 32 columns)
     row_blocks = -(-m * gx * 32 // ABFT_THREADS)
     function_for(("abft",), abft_build, "safemon_abft_verify")(
         (col_blocks + row_blocks, 1, 1), (ABFT_THREADS, 1, 1),

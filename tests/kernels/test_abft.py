@@ -191,11 +191,17 @@ def test_numpy_backend_runs_the_check_for_an_abft_variant() -> None:
 def test_abft_k_slices_cover_k_within_the_rounding_budget(
         blocks: int, k: int, per_thread: int) -> None:
     """abft.cu's K-split of the checksum products: the slices cover K with none empty, and a
-    product term sees at most k-per-slice + slices ≤ K + 7 float64 roundings (the F64_EXTRA
-    slack of the tolerance)."""
+    product term sees at most K + 7 float64 roundings (the F64_EXTRA slack of the tolerance):
+    k-per-slice in its slice, then the verify kernel's sum of the S slices. Columns: eight
+    parts of every 8th slice (⌈S/8⌉ − 1 each), added in order (at most S − 1 of those
+    additions round: a part without slices is an exact zero). Rows: lanes over every 32nd
+    slice (⌈S/32⌉ − 1), then five shuffle levels."""
     from safemon.kernels.abft import ABFT_KC, F64_EXTRA, abft_k_slices
 
     slices, per = abft_k_slices(blocks, k, per_thread)
     assert slices >= 1 and per % ABFT_KC == 0
     assert (slices - 1) * per < k <= slices * per
-    assert min(per, k) + slices <= k + F64_EXTRA
+    in_slice = min(per, k)
+    columns = -(-slices // 8) - 1 + min(7, slices - 1)
+    rows = -(-slices // 32) - 1 + min(5, slices - 1)
+    assert in_slice + max(columns, rows) <= k + F64_EXTRA

@@ -28,12 +28,20 @@
 //                           rows (two per lane) × 8·XW tile columns (XW = 1, 2, 4 per warp), A
 //                           and the vectors staged in shared memory. 256 threads.
 //   safemon_abft_verify     the sums of C per tile column and tile row, the slices' products
-//                           added in z order, the tolerance and the flag: a thread per (by, c)
-//                           in the first col_blocks blocks, then a warp per (r, bx). 256 threads.
+//                           added, the tolerance and the flag. The first col_blocks blocks
+//                           take (by, 32 columns) each: warp p sums every 8th row of the tile
+//                           and every 8th slice from p, then warp 0 adds the eight parts in
+//                           order. The others take a warp per (r, bx): lanes over the columns
+//                           and over the slices, then a shuffle tree. 256 threads. Every sum
+//                           in a fixed order (no atomics), so a decision never depends on
+//                           scheduling.
 // B is read once (cols), A twice (a_vectors, rows), C once per direction (verify).
-// Rounding: a product term sees at most kslice + slices ≤ K + 7 float64 roundings in the
-// products (launch_abft keeps every slice ≥ 64 k), and a sum of C at most n (columns) or
-// ⌈BN/32⌉ + 5 ≤ n + 7 (rows): within the γ_{n+K+7} of the tolerance.
+// Rounding: a checksum vector (a tile's n rows of A or columns of B, added in order) takes
+// n − 1 float64 roundings. A product term sees at most kslice in its slice, then at most
+// ⌈S/8⌉ + 7 (columns) or ⌈S/32⌉ + 5 (rows) adding the S slices; launch_abft keeps every slice
+// ≥ 64 k, so kslice + ⌈S/8⌉ + 7 ≤ K + 7 (for S = 1 the seven added parts are exact zeros).
+// A sum of C sees at most ⌈n/8⌉ + 7 ≤ n + 7 (columns) or ⌈BN/32⌉ + 5 ≤ n + 7 (rows): all
+// within the γ_{n+K+7} of the tolerance.
 
 #define ABFT_STATUS_FLAG 6
 #define ABFT_STATUS_TILE 7
@@ -94,8 +102,9 @@ __device__ __forceinline__ void safemon_abft_stage(
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
 // launch_abft picks the instance), each thread accumulating 2·Y doubles. The blocks of the
 // first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[bx·K + k] for their columns
-// and K-slice: per k a warp shuffle sum, then the tile's BN/32 warps in order (BN divides the
-// block's 256 columns), so B is read once for both.
+// and K-slice: they keep each k-stage of B in shared memory as loaded, and a thread per
+// (tile, k) adds the tile's BN columns in order (BN divides the block's 256 columns), so B is
+// read once for both.
 template <int Y>
 __device__ __forceinline__ void safemon_abft_cols_impl(
     const float* __restrict__ B, const double* __restrict__ a_sum,
@@ -104,8 +113,8 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     constexpr int W = Y < 2 ? 2 : Y;  // 16-byte rows for the double2 loads
     __shared__ __align__(16) double s_sum[ABFT_KC][W];
     __shared__ __align__(16) double s_abs[ABFT_KC][W];
-    __shared__ double s_warp[ABFT_KC][ABFT_COL_THREADS / 32][2];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // B's k-stage as loaded, for the b vectors (+1: a thread reading a row is conflict-free).
+    __shared__ float s_b[ABFT_KC][ABFT_COL_THREADS + 1];
     const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
     const int by0 = blockIdx.y * Y;
     const bool with_b = blockIdx.y == 0;
@@ -121,8 +130,9 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
         const int kn = min(ABFT_KC, k_end - k0);
 #pragma unroll 4
         for (int kk = 0; kk < kn; ++kk) {
-            // Every lane takes part (the shuffles need the whole warp); past N it adds zeros.
-            const double b = c < N ? safemon_widen(B[(long long)(k0 + kk) * N + c]) : 0.0;
+            const float bf = c < N ? B[(long long)(k0 + kk) * N + c] : 0.0f;  // zeros past N
+            if (with_b) s_b[kk][threadIdx.x] = bf;
+            const double b = safemon_widen(bf);
             const double ab = fabs(b);
             if (Y == 1) {
                 e[0] = fma(s_sum[kk][0], b, e[0]);
@@ -138,28 +148,17 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
                     bd[q + 1] = fma(t.y, ab, bd[q + 1]);
                 }
             }
-            if (with_b) {
-                double ws = b, wa = ab;
-#pragma unroll
-                for (int off = 16; off > 0; off >>= 1) {
-                    ws += __shfl_xor_sync(0xFFFFFFFFu, ws, off);
-                    wa += __shfl_xor_sync(0xFFFFFFFFu, wa, off);
-                }
-                if (lane == 0) {
-                    s_warp[kk][warp][0] = ws;
-                    s_warp[kk][warp][1] = wa;
-                }
-            }
         }
         __syncthreads();
         if (with_b) {
-            const int per_tile = BN / 32, tiles = ABFT_COL_THREADS / BN;
+            const int tiles = ABFT_COL_THREADS / BN;
             for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
                 const int t = i / kn, kk = i % kn;
                 double ws = 0.0, wa = 0.0;
-                for (int w = 0; w < per_tile; ++w) {
-                    ws += s_warp[kk][t * per_tile + w][0];
-                    wa += s_warp[kk][t * per_tile + w][1];
+                for (int j = 0; j < BN; ++j) {  // the tile's columns in order
+                    const double v = safemon_widen(s_b[kk][t * BN + j]);
+                    ws += v;
+                    wa += fabs(v);
                 }
                 const int bx = blockIdx.x * tiles + t;
                 if (bx < gx) {
@@ -167,7 +166,7 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
                     b_abs[(long long)bx * K + k0 + kk] = wa;
                 }
             }
-            __syncthreads();  // s_warp and the staged vectors are rewritten next stage
+            __syncthreads();  // s_b and the staged vectors are rewritten next stage
         }
     }
     if (c >= N) return;
@@ -284,29 +283,47 @@ SAFEMON_ABFT_ROWS(1)
 SAFEMON_ABFT_ROWS(2)
 SAFEMON_ABFT_ROWS(4)
 
+#define ABFT_VERIFY_PARTS 8  // warps of a column block: each sums every 8th row and slice
+
 extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
     const float* __restrict__ C, const double* __restrict__ col_part,
     const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N, int K,
     int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices, int col_blocks) {
     const double g32 = safemon_gamma((double)K + slices, 0x1p-24);
     const double tiny = (double)K * slices * 0x1p-149;
+    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5;
     if ((int)blockIdx.x < col_blocks) {
-        // A thread per (by, c): consecutive threads on consecutive columns (coalesced rows).
-        const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= (long long)gy * N) return;
-        const int by = (int)(i / N), c = (int)(i % N);
+        // A block per (by, 32 columns): lanes on consecutive columns (coalesced rows), warp
+        // `part` sums rows by·BM + part, + 8, ... and slices part, part + 8, ...; the eight
+        // parts are then added in order by warp 0.
+        __shared__ double s_part[ABFT_VERIFY_PARTS][4][32];
+        const int col_groups = (N + 31) / 32;
+        const int by = blockIdx.x / col_groups, c = (blockIdx.x % col_groups) * 32 + lane;
         const int r_end = min(M, (by + 1) * BM);
-        double g = 0.0, ga = 0.0;
-        for (int r = by * BM; r < r_end; ++r) {
-            const double v = safemon_widen(C[(long long)r * N + c]);
-            g += v;
-            ga += fabs(v);
+        double g = 0.0, ga = 0.0, e = 0.0, bd = 0.0;
+        if (c < N) {
+            for (int r = by * BM + part; r < r_end; r += ABFT_VERIFY_PARTS) {
+                const double v = safemon_widen(C[(long long)r * N + c]);
+                g += v;
+                ga += fabs(v);
+            }
+            for (int z = part; z < col_slices; z += ABFT_VERIFY_PARTS) {
+                const long long o = (((long long)z * gy + by) * N + c) * 2;
+                e += col_part[o];
+                bd += col_part[o + 1];
+            }
         }
-        double e = 0.0, bd = 0.0;
-        for (int z = 0; z < col_slices; ++z) {
-            const long long o = (((long long)z * gy + by) * N + c) * 2;
-            e += col_part[o];
-            bd += col_part[o + 1];
+        s_part[part][0][lane] = g;
+        s_part[part][1][lane] = ga;
+        s_part[part][2][lane] = e;
+        s_part[part][3][lane] = bd;
+        __syncthreads();
+        if (part != 0 || c >= N) return;
+        for (int p = 1; p < ABFT_VERIFY_PARTS; ++p) {
+            g += s_part[p][0][lane];
+            ga += s_part[p][1][lane];
+            e += s_part[p][2][lane];
+            bd += s_part[p][3][lane];
         }
         const int terms = r_end - by * BM;
         const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
@@ -314,30 +331,31 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
         if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)(by * gx + c / BN));
         return;
     }
-    // A warp per (r, bx): lanes over the tile's columns (coalesced), shuffle sums.
-    const int lane = threadIdx.x & 31;
+    // A warp per (r, bx): lanes over the tile's columns (coalesced) and over the slices'
+    // products (lane l adds slices l, l + 32, ...), then shuffle sums.
     const long long w = ((long long)(blockIdx.x - col_blocks) * blockDim.x + threadIdx.x) >> 5;
     if (w >= (long long)M * gx) return;  // whole warps leave together
     const int r = (int)(w / gx), bx = (int)(w % gx);
     const int c_end = min(N, (bx + 1) * BN);
-    double g = 0.0, ga = 0.0;
+    double g = 0.0, ga = 0.0, e = 0.0, bd = 0.0;
     for (int c = bx * BN + lane; c < c_end; c += 32) {
         const double v = safemon_widen(C[(long long)r * N + c]);
         g += v;
         ga += fabs(v);
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        g += __shfl_xor_sync(0xFFFFFFFFu, g, off);
-        ga += __shfl_xor_sync(0xFFFFFFFFu, ga, off);
-    }
-    if (lane != 0) return;
-    double e = 0.0, bd = 0.0;
-    for (int z = 0; z < row_slices; ++z) {
+    for (int z = lane; z < row_slices; z += 32) {
         const long long o = (((long long)z * M + r) * gx + bx) * 2;
         e += row_part[o];
         bd += row_part[o + 1];
     }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        g += __shfl_xor_sync(0xFFFFFFFFu, g, off);
+        ga += __shfl_xor_sync(0xFFFFFFFFu, ga, off);
+        e += __shfl_xor_sync(0xFFFFFFFFu, e, off);
+        bd += __shfl_xor_sync(0xFFFFFFFFu, bd, off);
+    }
+    if (lane != 0) return;
     const int terms = c_end - bx * BN;
     const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
     const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
