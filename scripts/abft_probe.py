@@ -1,13 +1,14 @@
 """Device probe: the ABFT check's cost at given shapes, current abft.cu against a previous one.
 
 usage: python3 scripts/abft_probe.py [--sizes 64x4096x4096:small:4,4096x4096x4096:large:1]
-                                     [--iters 20] [--old PATH_TO_OLD_ABFT_CU]
+                                     [--iters 20] [--old DIR]
 
 For each size (M×N×K, tile, split) it times with CUDA events (median of `--iters`, after two
 warm-ups) the unprotected kernel alone, with the current ABFT check (`launch_checked` of the
-`abft=True` variant) and, with `--old`, with the check of a previous abft.cu (its two-kernel
-launch: `safemon_abft_vectors` then `safemon_abft_check`, as before 2026-11-23), all in the
-same process; every checked run must pass. Under `ncu --kernel-name regex:safemon_abft` it
+`abft=True` variant) and, with `--old DIR`, with the check of a previous tree (DIR holds
+that tree's `safemon/kernels/abft.py` and `cuda/abft.cu` side by side, e.g. from `git show
+REV:path`; its own `launch_abft` queues it after the same unprotected kernel), all in the same
+process; every checked run must pass. Under `ncu --kernel-name regex:safemon_abft` it
 gives each check kernel's own duration.
 """
 
@@ -15,38 +16,29 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 
-def _old_launch(path: Path, a: Any, b: Any, c: Any, variant: Any, status_ptr: int) -> None:
-    """The launch of the two-kernel abft.cu (vectors, then the fused check)."""
-    import cupy as cp
+def _old_module(tree: Path) -> Any:
+    """A previous `safemon/kernels/abft.py` (`tree`/abft.py) launching its own abft.cu
+    (`tree`/abft.cu), loaded beside the current one: its kernels are cached under another key
+    (`("abft-old",)`), so neither is served the other's functions."""
+    import types
 
-    from safemon.kernels.compiler import KernelBuild
-    from safemon.kernels.gpu import AUX_MAX_BLOCKS, function_for
-
-    build = KernelBuild.make(path, None, ("--fmad=true",))
-    m, k = a.shape
-    n = b.shape[1]
-    t = variant.tile
-    gx, gy = t.grid(m, n)
-    work = cp.empty(2 * (gx + gy) * k, dtype=cp.float64)
-    a_sum, a_abs = work[: gy * k], work[gy * k: 2 * gy * k]
-    b_sum, b_abs = work[2 * gy * k: 2 * gy * k + gx * k], work[2 * gy * k + gx * k:]
-    i32 = np.int32
-    dims = (i32(m), i32(n), i32(k), i32(t.bm), i32(t.bn), i32(gx), i32(gy))
-    vec_blocks = max(1, min(4 * AUX_MAX_BLOCKS, -(-(gy + 32 * gx) * k // 256)))
-    function_for(("abft-old",), lambda: build, "safemon_abft_vectors")(
-        (vec_blocks, 1, 1), (256, 1, 1), (a, b, a_sum, a_abs, b_sum, b_abs, *dims))
-    col_blocks = -(-gy // 4) * -(-n // 32)
-    row_blocks = -(-m * -(-gx // 4) // 8)
-    function_for(("abft-old",), lambda: build, "safemon_abft_check")(
-        (col_blocks + row_blocks, 1, 1), (256, 1, 1),
-        (a, b, c, a_sum, a_abs, b_sum, b_abs, np.uintp(status_ptr), *dims,
-         i32(variant.slices(k)), i32(col_blocks)))
+    src = (tree / "abft.py").read_text()
+    src = src.replace('Path(__file__).parent / "cuda" / "abft.cu"',
+                      f'Path({str(tree / "abft.cu")!r})')
+    src = src.replace('("abft",)', '("abft-old",)')
+    if '("abft-old",)' not in src or str(tree / "abft.cu") not in src:
+        raise ValueError(f"{tree / 'abft.py'}: not the launch code this probe knows how to load")
+    mod = types.ModuleType("abft_old")
+    sys.modules["abft_old"] = mod  # dataclasses look their module up there
+    exec(compile(src, str(tree / "abft.py"), "exec"), mod.__dict__)
+    return mod
 
 
 def _cases(a: Any, b: Any, plain: Any, checked: Any, old: str | None) -> dict[str, Any]:
@@ -62,10 +54,12 @@ def _cases(a: Any, b: Any, plain: Any, checked: Any, old: str | None) -> dict[st
     def run_new() -> Any:
         return launch_checked(a, b, checked).status
 
+    old_mod = _old_module(Path(old)) if old else None
+
     def run_old() -> Any:
         status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
         c, _ = gpu_matmul(a, b, plain, status=status)
-        _old_launch(Path(old or ""), a, b, c, checked, int(status.data.ptr))
+        old_mod.launch_abft(a, b, c, checked, int(status.data.ptr))
         return status
 
     cases = {"unprotected": run_plain, "abft (current)": run_new}
