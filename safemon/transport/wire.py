@@ -383,15 +383,19 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: The header's JSON parser, built once (`json.loads` with hooks builds one per call).
+_HEADER_JSON: Final = json.JSONDecoder(
+    object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
+)
+
+
 def _parse_header(raw: memoryview) -> Header:
     try:
         text = bytes(raw).decode("utf-8")
         # A first, plain parse so that the version is judged before the model: a v2 header may
         # have fields v1 does not know, and must read as "version", not "malformed". Duplicate
         # keys and NaN/Infinity are refused so that no two parsers can read one header two ways.
-        probe = json.loads(
-            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
-        )
+        probe = _HEADER_JSON.decode(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise Rejected(RejectReason.MALFORMED, f"header is not valid JSON: {exc}") from None
     if not isinstance(probe, dict):
