@@ -38,8 +38,9 @@
 // B is read once (cols), A twice (a_vectors, rows), C once per direction (verify).
 // Rounding: a checksum vector (a tile's n rows of A or columns of B, added in order) takes
 // n − 1 float64 roundings. A product term sees at most kslice in its slice, then at most
-// ⌈S/8⌉ + 7 (columns) or ⌈S/32⌉ + 5 (rows) adding the S slices; launch_abft keeps every slice
-// ≥ 64 k, so kslice + ⌈S/8⌉ + 7 ≤ K + 7 (for S = 1 the seven added parts are exact zeros).
+// ⌈S/8⌉ − 1 + min(7, S − 1) (columns: a part without slices adds an exact zero) or
+// ⌈S/32⌉ + 4 (rows) adding the S slices; launch_abft keeps every slice ≥ 64 k, so the total
+// stays ≤ K + 7 (tests/kernels/test_abft.py checks it for every split it makes).
 // A sum of C sees at most ⌈n/8⌉ + 7 ≤ n + 7 (columns) or ⌈BN/32⌉ + 5 ≤ n + 7 (rows): all
 // within the γ_{n+K+7} of the tolerance.
 
