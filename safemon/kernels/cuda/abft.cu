@@ -16,12 +16,12 @@
 //
 // Kernels (all on the stream of the MMM kernel, after it, in this order; every sum in a fixed
 // order, so a decision never depends on scheduling):
-//   safemon_abft_a_vectors  a_sum/a_abs[by·K + k] = Σ_{r∈tile by} A[r,k] / |A[r,k]|.
+//   safemon_abft_a_vectors  a_sum/a_abs[k·gy + by] = Σ_{r∈tile by} A[r,k] / |A[r,k]|.
 //   safemon_abft_cols_Y     the column checksum products over K-slice z (blockIdx.z):
 //                           col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
 //                           a thread per column c and Y tile rows (Y = 1, 2, 4, 8, 16), the
 //                           vectors staged in shared memory ABFT_KC k at a time; the first
-//                           tile-row group's blocks also write b_sum/b_abs[bx·K + k] =
+//                           tile-row group's blocks also write b_sum/b_abs[k·gx + bx] =
 //                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads. 256 threads.
 //   safemon_abft_rows_XW    the row checksum products: row_part[z][r][bx] =
 //                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]), a block per 64
@@ -62,7 +62,7 @@ __device__ __forceinline__ void safemon_abft_flag(unsigned* status, unsigned til
     atomicMax(&status[ABFT_STATUS_TILE], 0xFFFFFFFFu - tile);
 }
 
-// a_sum/a_abs[by·K + k]: a thread per k (consecutive threads on consecutive k, coalesced
+// a_sum/a_abs[k·gy + by]: a thread per k (consecutive threads on consecutive k, coalesced
 // rows), blockIdx.y = by, the tile's rows summed in order.
 extern "C" __global__ void safemon_abft_a_vectors(
     const float* __restrict__ A, double* __restrict__ a_sum, double* __restrict__ a_abs, int M,
@@ -76,8 +76,8 @@ extern "C" __global__ void safemon_abft_a_vectors(
         s += v;
         s_abs += fabs(v);
     }
-    a_sum[(long long)by * K + k] = s;
-    a_abs[(long long)by * K + k] = s_abs;
+    a_sum[(long long)k * gridDim.y + by] = s;
+    a_abs[(long long)k * gridDim.y + by] = s_abs;
 }
 
 #define ABFT_KC 32          // k per shared-memory stage
@@ -85,16 +85,18 @@ extern "C" __global__ void safemon_abft_a_vectors(
 #define ABFT_COL_Y_MAX 16   // most tile rows (by) per column block
 #define ABFT_ROW_R 64       // rows per row block (two per lane)
 
-// Stage vectors q0 .. q0+count−1 (of `total`, each K long) at k0 .. k_end into shared
-// [ABFT_KC][W] arrays, zeros past the ends; consecutive threads load consecutive k.
+// Stage vectors q0 .. q0+count−1 (of `total`; element k of vector q at k·total + q, so that
+// the vectors of one k are adjacent) at k0 .. k_end into shared [ABFT_KC][W] arrays, zeros
+// past the ends; consecutive threads take consecutive q, then k: the loads are contiguous and
+// the stores hit consecutive banks.
 template <int W, int THREADS>
 __device__ __forceinline__ void safemon_abft_stage(
     double (*s_sum)[W], double (*s_abs)[W], const double* __restrict__ v_sum,
-    const double* __restrict__ v_abs, int q0, int count, int total, int K, int k0, int k_end) {
+    const double* __restrict__ v_abs, int q0, int count, int total, int k0, int k_end) {
     for (int i = threadIdx.x; i < count * ABFT_KC; i += THREADS) {
-        const int q = i / ABFT_KC, kk = i % ABFT_KC;
+        const int q = i % count, kk = i / count;
         const bool ok = q0 + q < total && k0 + kk < k_end;
-        const long long at = (long long)(q0 + q) * K + k0 + kk;
+        const long long at = (long long)(k0 + kk) * total + q0 + q;
         s_sum[kk][q] = ok ? v_sum[at] : 0.0;
         s_abs[kk][q] = ok ? v_abs[at] : 0.0;
     }
@@ -102,7 +104,7 @@ __device__ __forceinline__ void safemon_abft_stage(
 
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
 // launch_abft picks the instance), each thread accumulating 2·Y doubles. The blocks of the
-// first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[bx·K + k] for their columns
+// first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[k·gx + bx] for their columns
 // and K-slice: they keep each k-stage of B in shared memory as loaded, and a thread per
 // (tile, k) adds the tile's BN columns in order (BN divides the block's 256 columns), so B is
 // read once for both.
@@ -116,6 +118,7 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     __shared__ __align__(16) double s_abs[ABFT_KC][W];
     // B's k-stage as loaded, for the b vectors (+1: a thread reading a row is conflict-free).
     __shared__ float s_b[ABFT_KC][ABFT_COL_THREADS + 1];
+    __shared__ double s_bv[2][ABFT_KC][ABFT_COL_THREADS / 32];  // the stage's b vectors
     const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
     const int by0 = blockIdx.y * Y;
     const bool with_b = blockIdx.y == 0;
@@ -125,7 +128,7 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
 #pragma unroll
     for (int q = 0; q < Y; ++q) e[q] = bd[q] = 0.0;
     for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
-        safemon_abft_stage<W, ABFT_COL_THREADS>(s_sum, s_abs, a_sum, a_abs, by0, Y, gy, K, k0,
+        safemon_abft_stage<W, ABFT_COL_THREADS>(s_sum, s_abs, a_sum, a_abs, by0, Y, gy, k0,
                                                 k_end);
         __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
@@ -161,10 +164,16 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
                     ws += v;
                     wa += fabs(v);
                 }
-                const int bx = blockIdx.x * tiles + t;
+                s_bv[0][kk][t] = ws;
+                s_bv[1][kk][t] = wa;
+            }
+            __syncthreads();
+            // Written k-major, the block's tiles of one k side by side.
+            for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
+                const int kk = i / tiles, t = i % tiles, bx = blockIdx.x * tiles + t;
                 if (bx < gx) {
-                    b_sum[(long long)bx * K + k0 + kk] = ws;
-                    b_abs[(long long)bx * K + k0 + kk] = wa;
+                    b_sum[(long long)(k0 + kk) * gx + bx] = s_bv[0][kk][t];
+                    b_abs[(long long)(k0 + kk) * gx + bx] = s_bv[1][kk][t];
                 }
             }
             __syncthreads();  // s_b and the staged vectors are rewritten next stage
@@ -222,7 +231,7 @@ __device__ __forceinline__ void safemon_abft_rows_impl(
             const bool ok = r0 + rr < M && k0 + kk < k_end;
             s_a[rr][kk] = ok ? A[(long long)(r0 + rr) * K + k0 + kk] : 0.0f;
         }
-        safemon_abft_stage<X, 256>(s_sum, s_abs, b_sum, b_abs, bx0, X, gx, K, k0, k_end);
+        safemon_abft_stage<X, 256>(s_sum, s_abs, b_sum, b_abs, bx0, X, gx, k0, k_end);
         __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
 #pragma unroll 2
