@@ -4,7 +4,7 @@ usage: python3 scripts/abft_probe.py [--sizes 64x4096x4096:small:4,4096x4096x409
                                      [--iters 20] [--old DIR]
 
 For each size (M×N×K, tile, split) it times with CUDA events (median of `--iters`, after two
-warm-ups) the unprotected kernel alone, with the current ABFT check (`launch_checked` of the
+warm-ups; the cases take turns call by call) the unprotected kernel alone, with the current ABFT check (`launch_checked` of the
 `abft=True` variant) and, with `--old DIR`, with the check of a previous tree (DIR holds
 that tree's `safemon/kernels/abft.py` and `cuda/abft.cu` side by side, e.g. from `git show
 REV:path`; its own `launch_abft` queues it after the same unprotected kernel), all in the same
@@ -89,18 +89,17 @@ def main() -> int:
         checked = make_variant(None, None, "fma", tile, int(split), abft=True)
 
         cases = _cases(a, b, plain, checked, args.old)
-        got = {}
-        for name, fn in cases.items():
-            times = []
-            for _ in range(args.iters + 2):
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(args.iters + 2):  # the cases in turn, so that drift hits each alike
+            for name, fn in cases.items():
                 start, end = cp.cuda.Event(), cp.cuda.Event()
                 start.record()
                 status = fn()
                 end.record()
                 end.synchronize()
-                times.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+                times[name].append(cp.cuda.get_elapsed_time(start, end) * 1e3)
                 assert read_status(status).ok, (name, size)  # after the timed window
-            got[name] = statistics.median(times[2:])
+        got = {name: statistics.median(t[2:]) for name, t in times.items()}
         base = got["unprotected"]
         print(f"{size} {plain.name}: " + ", ".join(
             f"{name} {t:.1f} µs ({t / base:.2f}×)" for name, t in got.items()))
