@@ -23,7 +23,7 @@
 //                           vectors staged in shared memory ABFT_KC k at a time; the first
 //                           tile-row group's blocks also write b_sum/b_abs[k·gx + bx] =
 //                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads. 256 threads.
-//   safemon_abft_rows_XW    the row checksum products: row_part[z][r][bx] =
+//   safemon_abft_rows_XW    the row checksum products: row_part[z][bx][r] =
 //                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]), a block per 64
 //                           rows (two per lane) × 8·XW tile columns (XW = 1, 2, 4 per warp), A
 //                           and the vectors staged in shared memory. 256 threads.
@@ -234,7 +234,7 @@ __device__ __forceinline__ void safemon_abft_rows_impl(
         safemon_abft_stage<X, 256>(s_sum, s_abs, b_sum, b_abs, bx0, X, gx, k0, k_end);
         __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
-#pragma unroll 2
+#pragma unroll 8
         for (int kk = 0; kk < kn; ++kk) {
             double a[2], aa[2];
 #pragma unroll
@@ -274,7 +274,7 @@ __device__ __forceinline__ void safemon_abft_rows_impl(
         for (int q = 0; q < XW; ++q) {
             const int bx = bx0 + warp * XW + q;
             if (bx < gx) {
-                const long long o = (((long long)z * M + r) * gx + bx) * 2;
+                const long long o = (((long long)z * gx + bx) * M + r) * 2;
                 row_part[o] = e[h][q];
                 row_part[o + 1] = bd[h][q];
             }
@@ -354,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
         ga += fabs(v);
     }
     for (int z = lane; z < row_slices; z += 32) {
-        const long long o = (((long long)z * M + r) * gx + bx) * 2;
+        const long long o = (((long long)z * gx + bx) * M + r) * 2;
         e += row_part[o];
         bd += row_part[o + 1];
     }
