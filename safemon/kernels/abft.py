@@ -79,8 +79,11 @@ ABFT_COL_THREADS = 256
 ABFT_COL_Y_MAX = 16
 ABFT_ROW_R = 64
 ABFT_KC = 32
+#: The row kernel's weight in `abft_k_slices` (outputs per thread of a SIMT kernel of the same
+#: work per block): its 8 warps each run 2·NT tensor-core steps per 4 k.
+ABFT_ROW_WEIGHT = 4
 #: The products are split over K until each has about this many blocks, divided by a quarter
-#: of its instance's outputs per thread (Y or 2·XW) when that is over 4: eight light blocks
+#: of its instance's outputs per thread (Y, or `ABFT_ROW_WEIGHT`) when that is over 4: eight light blocks
 #: per multiprocessor of a 132-SM H100, for loads enough in flight, fewer heavy ones (their
 #: partial sums cost the verify kernel reads); a constant, never read from the device ...
 ABFT_TARGET_BLOCKS = 1056
@@ -243,10 +246,10 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     gx, gy = t.grid(m, n)
     col_y = min(ABFT_COL_Y_MAX, 1 << (gy - 1).bit_length())  # the instance: Y ≥ gy, ≤ 16
     col_grid = (-(-n // ABFT_COL_THREADS), -(-gy // col_y))
-    row_xw = 1 if gx <= 8 else 2 if gx <= 16 else 4  # tile columns per warp: the instance
-    row_grid = (-(-m // ABFT_ROW_R), -(-gx // (8 * row_xw)))
+    row_nt = 1 if gx <= 8 else 2 if gx <= 16 else 4  # n-tiles of 8 per warp: the instance
+    row_grid = (-(-m // ABFT_ROW_R), -(-gx // (8 * row_nt)))
     col_slices, col_per = abft_k_slices(col_grid[0] * col_grid[1], k, col_y)
-    row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k, 2 * row_xw)
+    row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k, ABFT_ROW_WEIGHT)
     sizes = [gy * k, gy * k, gx * k, gx * k, 2 * col_slices * gy * n, 2 * row_slices * m * gx]
     work = cp.empty(sum(sizes), dtype=cp.float64)  # one allocation, cut in six
     cuts = np.cumsum([0, *sizes])
@@ -262,7 +265,7 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
         (*col_grid, col_slices), (ABFT_COL_THREADS, 1, 1),
         (b, a_sum, a_abs, col_part, b_sum, b_abs, i32(n), i32(k), i32(t.bn), i32(gx), i32(gy),
          i32(col_per)))
-    function_for(("abft",), abft_build, f"safemon_abft_rows_{row_xw}")(
+    function_for(("abft",), abft_build, f"safemon_abft_rows_{row_nt}")(
         (*row_grid, row_slices), (256, 1, 1),
         (a, b_sum, b_abs, row_part, i32(m), i32(k), i32(gx), i32(row_per)))
     col_blocks = gy * -(-n // 32)  # a block per (tile row, 32 columns)

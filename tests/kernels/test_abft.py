@@ -185,7 +185,7 @@ def test_numpy_backend_runs_the_check_for_an_abft_variant() -> None:
     assert isinstance(KernelCheckError("abft", 3), RuntimeError)
 
 
-@pytest.mark.parametrize("per_thread", [1, 2, 8, 16])
+@pytest.mark.parametrize("per_thread", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("blocks", [1, 7, 64, 128, 264, 5000])
 @pytest.mark.parametrize("k", [1, 31, 64, 70, 128, 200, 1000, 4096, 65536])
 def test_abft_k_slices_cover_k_within_the_rounding_budget(

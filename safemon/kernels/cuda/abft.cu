@@ -23,10 +23,11 @@
 //                           vectors staged in shared memory ABFT_KC k at a time; the first
 //                           tile-row group's blocks also write b_sum/b_abs[k·gx + bx] =
 //                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads. 256 threads.
-//   safemon_abft_rows_XW    the row checksum products: row_part[z][bx][r] =
-//                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]), a block per 64
-//                           rows (two per lane) × 8·XW tile columns (XW = 1, 2, 4 per warp), A
-//                           and the vectors staged in shared memory. 256 threads.
+//   safemon_abft_rows_NT    the row checksum products: row_part[z][bx][r] =
+//                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]) on the float64
+//                           tensor cores (mma.m8n8k4), a block per 64 rows (8 per warp) × 8·NT
+//                           tile columns (NT = 1, 2, 4), A and the vectors staged in shared
+//                           memory. 256 threads.
 //   safemon_abft_verify     the sums of C per tile column and tile row, the slices' products
 //                           added, the tolerance and the flag. The first col_blocks blocks
 //                           take (by, 32 columns) each: warp p sums every 8th row of the tile
@@ -205,89 +206,88 @@ SAFEMON_ABFT_COLS(4)
 SAFEMON_ABFT_COLS(8)
 SAFEMON_ABFT_COLS(16)
 
-// XW: tile columns per warp (1, 2 or 4; a block covers 8·XW), each thread accumulating
-// 2·XW doubles for its row.
-template <int XW>
+// One float64 tensor-core step, D = A·B + D for an 8×4 A and a 4×8 B held one element per
+// lane (A: row lane/4, column lane%4; B: row lane%4, column lane/4; D: row lane/4, columns
+// 2·(lane%4) + 0, 1). Each element of D takes the four products by round-to-nearest fused
+// multiply-adds, so every product sees at most one rounding per later k (PTX ISA, mma.m8n8k4).
+__device__ __forceinline__ void safemon_dmma(double (&d)[2], double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+        : "+d"(d[0]), "+d"(d[1])
+        : "d"(a), "d"(b));
+}
+
+#define ABFT_ROW_PAD 4  // doubles / floats per shared row beyond the data: conflict-free reads
+
+// The row checksum products on the float64 tensor cores. A block of 8 warps takes 64 rows
+// (a warp per 8) × 8·NT tile columns (NT = 1, 2, 4 n-tiles per warp) of K-slice z; A's rows and
+// the b vectors are staged in shared memory ABFT_KC k at a time, and every k-step of 4 is one
+// mma per n-tile for the sums and one for the bounds (|A| against b_abs).
+template <int NT>
 __device__ __forceinline__ void safemon_abft_rows_impl(
     const float* __restrict__ A, const double* __restrict__ b_sum,
     const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K, int gx,
     int kslice) {
-    constexpr int X = 8 * XW;
-    __shared__ float s_a[ABFT_ROW_R][ABFT_KC + 1];  // +1: lanes read 32 rows, no conflict
-    __shared__ __align__(16) double s_sum[ABFT_KC][X];
-    __shared__ __align__(16) double s_abs[ABFT_KC][X];
+    constexpr int X = 8 * NT;
+    __shared__ float s_a[ABFT_ROW_R][ABFT_KC + ABFT_ROW_PAD];
+    __shared__ __align__(16) double s_sum[ABFT_KC][X + ABFT_ROW_PAD];
+    __shared__ __align__(16) double s_abs[ABFT_KC][X + ABFT_ROW_PAD];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;  // the fragment's group and thread in group
     const int r0 = blockIdx.x * ABFT_ROW_R, bx0 = blockIdx.y * X;
     const int z = blockIdx.z;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
-    double e[2][XW], bd[2][XW];  // rows r0 + lane and r0 + 32 + lane
+    double e[NT][2], bd[NT][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < XW; ++q) e[h][q] = bd[h][q] = 0.0;
+    for (int j = 0; j < NT; ++j) e[j][0] = e[j][1] = bd[j][0] = bd[j][1] = 0.0;
     for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
         for (int i = threadIdx.x; i < ABFT_ROW_R * ABFT_KC; i += 256) {
             const int rr = i / ABFT_KC, kk = i % ABFT_KC;
             const bool ok = r0 + rr < M && k0 + kk < k_end;
             s_a[rr][kk] = ok ? A[(long long)(r0 + rr) * K + k0 + kk] : 0.0f;
         }
-        safemon_abft_stage<X, 256>(s_sum, s_abs, b_sum, b_abs, bx0, X, gx, k0, k_end);
+        for (int i = threadIdx.x; i < X * ABFT_KC; i += 256) {  // zeros past gx and k_end
+            const int q = i % X, kk = i / X;
+            const bool ok = bx0 + q < gx && k0 + kk < k_end;
+            const long long at = (long long)(k0 + kk) * gx + bx0 + q;
+            s_sum[kk][q] = ok ? b_sum[at] : 0.0;
+            s_abs[kk][q] = ok ? b_abs[at] : 0.0;
+        }
         __syncthreads();
-        const int kn = min(ABFT_KC, k_end - k0);
-#pragma unroll 8
-        for (int kk = 0; kk < kn; ++kk) {
-            double a[2], aa[2];
+        const int kn = min(ABFT_KC, k_end - k0);  // zeros staged up to the next multiple of 4
+#pragma unroll 4
+        for (int kk = 0; kk < kn; kk += 4) {
+            const double a = safemon_widen(s_a[warp * 8 + g][kk + t]);
+            const double aa = fabs(a);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                a[h] = safemon_widen(s_a[h * 32 + lane][kk]);
-                aa[h] = fabs(a[h]);
-            }
-            if (XW == 1) {
-                const double sv = s_sum[kk][warp], tv = s_abs[kk][warp];
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    e[h][0] = fma(a[h], sv, e[h][0]);
-                    bd[h][0] = fma(aa[h], tv, bd[h][0]);
-                }
-            } else {
-#pragma unroll
-                for (int q = 0; q < XW; q += 2) {  // one 16-byte broadcast load per pair
-                    const double2 sv = *reinterpret_cast<const double2*>(&s_sum[kk][warp * XW + q]);
-                    const double2 tv = *reinterpret_cast<const double2*>(&s_abs[kk][warp * XW + q]);
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        e[h][q] = fma(a[h], sv.x, e[h][q]);
-                        e[h][q + 1] = fma(a[h], sv.y, e[h][q + 1]);
-                        bd[h][q] = fma(aa[h], tv.x, bd[h][q]);
-                        bd[h][q + 1] = fma(aa[h], tv.y, bd[h][q + 1]);
-                    }
-                }
+            for (int j = 0; j < NT; ++j) {
+                safemon_dmma(e[j], a, s_sum[kk + t][j * 8 + g]);
+                safemon_dmma(bd[j], aa, s_abs[kk + t][j * 8 + g]);
             }
         }
         __syncthreads();
     }
+    const int r = r0 + warp * 8 + g;
+    if (r >= M) return;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = r0 + h * 32 + lane;
-        if (r >= M) continue;
+    for (int j = 0; j < NT; ++j) {
 #pragma unroll
-        for (int q = 0; q < XW; ++q) {
-            const int bx = bx0 + warp * XW + q;
+        for (int h = 0; h < 2; ++h) {
+            const int bx = bx0 + j * 8 + 2 * t + h;
             if (bx < gx) {
                 const long long o = (((long long)z * gx + bx) * M + r) * 2;
-                row_part[o] = e[h][q];
-                row_part[o + 1] = bd[h][q];
+                row_part[o] = e[j][h];
+                row_part[o + 1] = bd[j][h];
             }
         }
     }
 }
 
-#define SAFEMON_ABFT_ROWS(XW)                                                                 \
-    extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows_##XW(                \
+#define SAFEMON_ABFT_ROWS(NT)                                                                 \
+    extern "C" __global__ void __launch_bounds__(256) safemon_abft_rows_##NT(                \
         const float* __restrict__ A, const double* __restrict__ b_sum,                       \
         const double* __restrict__ b_abs, double* __restrict__ row_part, int M, int K,       \
         int gx, int kslice) {                                                                 \
-        safemon_abft_rows_impl<XW>(A, b_sum, b_abs, row_part, M, K, gx, kslice);              \
+        safemon_abft_rows_impl<NT>(A, b_sum, b_abs, row_part, M, K, gx, kslice);              \
     }
 SAFEMON_ABFT_ROWS(1)
 SAFEMON_ABFT_ROWS(2)
