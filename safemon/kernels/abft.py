@@ -79,13 +79,15 @@ ABFT_COL_THREADS = 256
 ABFT_COL_Y_MAX = 16
 ABFT_ROW_R = 64
 ABFT_KC = 32
-#: The row kernel's weight in `abft_k_slices` (outputs per thread of a SIMT kernel of the same
-#: work per block): its 8 warps each run 2·NT tensor-core steps per 4 k.
+#: The row kernel's weight in `abft_k_slices`, in the column kernel's unit (outputs per thread
+#: of a SIMT kernel of the same work per block): its 8 warps each run 2·NT tensor-core steps
+#: per 4 k.
 ABFT_ROW_WEIGHT = 4
-#: The products are split over K until each has about this many blocks, divided by a quarter
-#: of its instance's outputs per thread (Y, or `ABFT_ROW_WEIGHT`) when that is over 4: eight light blocks
-#: per multiprocessor of a 132-SM H100, for loads enough in flight, fewer heavy ones (their
-#: partial sums cost the verify kernel reads); a constant, never read from the device ...
+#: Each checksum product is split over K until it has about this many blocks, divided by a
+#: quarter of its weight when that is over 4 (the column kernel weighs its outputs per thread,
+#: Y; the row kernel `ABFT_ROW_WEIGHT`): eight light blocks per multiprocessor of a 132-SM
+#: H100, for loads enough in flight, fewer heavy ones (their partial sums cost the verify
+#: kernel reads); a constant, never read from the device ...
 ABFT_TARGET_BLOCKS = 1056
 #: ... keeping at least this many k per slice (so that slices + k per slice stay ≤ K + 7).
 ABFT_MIN_SLICE_K = 64
@@ -222,11 +224,11 @@ def abft_build() -> KernelBuild:
     return KernelBuild.make(ABFT_SOURCE, None, ("--fmad=true",))
 
 
-def abft_k_slices(blocks: int, k: int, per_thread: int = 1) -> tuple[int, int]:
-    """(slices, k per slice) of a checksum product whose grid has `blocks` blocks per K-slice
-    of threads computing `per_thread` outputs each: a pure function of the shape (abft.cu adds
-    the slices in order, so the decision does not depend on the device)."""
-    target = max(264, ABFT_TARGET_BLOCKS // max(1, per_thread // 4))
+def abft_k_slices(blocks: int, k: int, weight: int = 1) -> tuple[int, int]:
+    """(slices, k per slice) of a checksum product whose grid has `blocks` blocks per K-slice,
+    each of `weight` (`ABFT_TARGET_BLOCKS`): a pure function of the shape (abft.cu adds the
+    slices in a fixed order, so the decision does not depend on the device)."""
+    target = max(264, ABFT_TARGET_BLOCKS // max(1, weight // 4))
     want = max(1, min(-(-target // max(blocks, 1)), k // ABFT_MIN_SLICE_K))
     per = -(-k // want)
     per = -(-per // ABFT_KC) * ABFT_KC  # whole shared-memory stages

@@ -185,11 +185,11 @@ def test_numpy_backend_runs_the_check_for_an_abft_variant() -> None:
     assert isinstance(KernelCheckError("abft", 3), RuntimeError)
 
 
-@pytest.mark.parametrize("per_thread", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("weight", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("blocks", [1, 7, 64, 128, 264, 5000])
 @pytest.mark.parametrize("k", [1, 31, 64, 70, 128, 200, 1000, 4096, 65536])
 def test_abft_k_slices_cover_k_within_the_rounding_budget(
-        blocks: int, k: int, per_thread: int) -> None:
+        blocks: int, k: int, weight: int) -> None:
     """abft.cu's K-split of the checksum products: the slices cover K with none empty, and a
     product term sees at most K + 7 float64 roundings (the F64_EXTRA slack of the tolerance):
     k-per-slice in its slice, then the verify kernel's sum of the S slices. Columns: eight
@@ -198,7 +198,7 @@ def test_abft_k_slices_cover_k_within_the_rounding_budget(
     slice (⌈S/32⌉ − 1), then five shuffle levels."""
     from safemon.kernels.abft import ABFT_KC, F64_EXTRA, abft_k_slices
 
-    slices, per = abft_k_slices(blocks, k, per_thread)
+    slices, per = abft_k_slices(blocks, k, weight)
     assert slices >= 1 and per % ABFT_KC == 0
     assert (slices - 1) * per < k <= slices * per
     in_slice = min(per, k)
