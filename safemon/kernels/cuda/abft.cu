@@ -84,7 +84,7 @@ extern "C" __global__ void safemon_abft_a_vectors(
 #define ABFT_KC 32          // k per shared-memory stage
 #define ABFT_COL_THREADS 256
 #define ABFT_COL_Y_MAX 16   // most tile rows (by) per column block
-#define ABFT_ROW_R 64       // rows per row block (two per lane)
+#define ABFT_ROW_R 64       // rows per row block (8 per warp)
 
 // Stage vectors q0 .. q0+count−1 (of `total`; element k of vector q at k·total + q, so that
 // the vectors of one k are adjacent) at k0 .. k_end into shared [ABFT_KC][W] arrays, zeros
@@ -208,8 +208,10 @@ SAFEMON_ABFT_COLS(16)
 
 // One float64 tensor-core step, D = A·B + D for an 8×4 A and a 4×8 B held one element per
 // lane (A: row lane/4, column lane%4; B: row lane%4, column lane/4; D: row lane/4, columns
-// 2·(lane%4) + 0, 1). Each element of D takes the four products by round-to-nearest fused
-// multiply-adds, so every product sees at most one rounding per later k (PTX ISA, mma.m8n8k4).
+// 2·(lane%4) + 0, 1; PTX ISA, mma.m8n8k4 .f64). The FP64 tensor cores compute in IEEE binary64
+// (NVIDIA's A100 and H100 architecture papers): whatever order the hardware adds an element's
+// four products in, a product sees at most its own rounding and one per later addition, so a
+// chain of these steps over kslice k still rounds each product at most kslice times.
 __device__ __forceinline__ void safemon_dmma(double (&d)[2], double a, double b) {
     asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
         : "+d"(d[0]), "+d"(d[1])
