@@ -208,8 +208,8 @@ SAFEMON_ABFT_COLS(16)
 
 // One float64 tensor-core step, D = A·B + D for an 8×4 A and a 4×8 B held one element per
 // lane (A: row lane/4, column lane%4; B: row lane%4, column lane/4; D: row lane/4, columns
-// 2·(lane%4) + 0, 1; PTX ISA, mma.m8n8k4 .f64). The FP64 tensor cores compute in IEEE binary64
-// (NVIDIA's A100 and H100 architecture papers): whatever order the hardware adds an element's
+// 2·(lane%4) + 0, 1; PTX ISA, mma.m8n8k4 .f64). NVIDIA describes its FP64 tensor cores, since
+// the A100, as IEEE-compliant binary64 arithmetic: whatever order the hardware adds an element's
 // four products in, a product sees at most its own rounding and one per later addition, so a
 // chain of these steps over kslice k still rounds each product at most kslice times.
 __device__ __forceinline__ void safemon_dmma(double (&d)[2], double a, double b) {
