@@ -46,10 +46,10 @@ def test_gpu_abft_clean_products_pass_and_c_is_unchanged(tile: str, mode: str) -
 
 @pytest.mark.parametrize("bit", [31, 30, 27, 23, 20, 10, 0])
 @pytest.mark.parametrize(("shape", "tile"), [
-    ((300, 260, 70), "small"),  # 16 tile rows per column block, 2 tile columns per warp
-    ((64, 2048, 1024), "small"),  # 2 tile rows, 4 per warp, both products split over K
-    ((5, 1024, 512), "skinny"),  # 1 tile row, 1 per warp
-    ((200, 600, 300), "large"),  # 2 tile rows, 1 per warp
+    ((300, 260, 70), "small"),  # column kernel Y = 16, row kernel 2 n-tiles of 8 per warp
+    ((64, 2048, 1024), "small"),  # Y = 2, 4 n-tiles, both products split over K
+    ((5, 1024, 512), "skinny"),  # Y = 1, 1 n-tile
+    ((200, 600, 300), "large"),  # Y = 2, 1 n-tile
 ])
 def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(
         bit: int, shape: tuple[int, int, int], tile: str) -> None:
