@@ -157,7 +157,8 @@ class VariantConfig(_Model):
     `checksum` None means the unprotected kernel; `tile` "auto" picks `auto_tile(M, N, K, level)`
     per request, and the split-K factor is always `auto_split(M, N, K, tile)`: pure
     functions of the shape, so replicas agree. `rmt` "warp" runs the
-    intra-warp RMT build (docs/RMT.md): same C and ES, replica mismatch is a channel fault;
+    intra-warp RMT build, "block" the inter-block one (docs/RMT.md): same C and ES, replica
+    mismatch is a channel fault;
     `abft` adds the ABFT check of every C tile (a failure is a channel fault too).
     """
 
@@ -165,7 +166,7 @@ class VariantConfig(_Model):
     level: str | None = "I"
     mode: Literal["exact", "fma"] = "exact"
     tile: str = "auto"
-    rmt: Literal["none", "warp"] = "none"
+    rmt: Literal["none", "warp", "block"] = "none"
     abft: StrictBool = False
 
     @model_validator(mode="after")

@@ -100,7 +100,7 @@ def variant_launcher(
     checks: those are part of the API wall time). Each call returns the (c, es) buffers.
     `kernel`: another compilation of the MMM kernel to launch instead of the variant's own
     (scripts/kernel_compare.py times an earlier mmm.cu this way)."""
-    from safemon.kernels.gpu import kernel_for, reduce_slices
+    from safemon.kernels.gpu import kernel_for, reduce_slices, rmt_block_shapes
 
     m, k = a.shape
     n = b.shape[1]
@@ -116,11 +116,20 @@ def variant_launcher(
     status = cp.zeros(STATUS_WORDS, dtype=cp.uint32) if checks else None
     # The array itself is the argument: the closure keeps it alive (a bare pointer would let
     # the memory pool hand its memory to the next allocation).
-    args = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k),
-            np.uintp(0) if status is None else status)
+    args: tuple[Any, ...] = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k),
+                             np.uintp(0) if status is None else status)
+    # Inter-block RMT: copy 1's C tiles and the arrival counters, cleared before every
+    # launch (the clearing is timed with the kernel: every call pays it).
+    rmt = rmt_block_shapes(variant, m, n, slices)
+    counters = None
+    if rmt is not None:
+        counters = cp.zeros(rmt[1], dtype=cp.uint32)
+        args += (cp.empty(rmt[0], dtype=cp.float32), counters)
 
     def run() -> tuple[Any, Any]:
-        kernel((gx, gy, slices), (variant.block_threads, 1, 1), args)
+        if counters is not None:
+            counters.data.memset_async(0, counters.nbytes)
+        kernel((gx, gy * variant.grid_copies, slices), (variant.block_threads, 1, 1), args)
         if slices > 1:
             reduce_slices(out, c)
         if status is not None and variant.abft:

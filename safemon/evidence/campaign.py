@@ -130,7 +130,8 @@ class CampaignResult:
 
 def variant_label(v: Variant) -> str:
     """The seed's short name: "ones/I", "xor_fletcher" (no mode or tile), with the in-kernel
-    checks appended as `Variant.name` appends them: "ones/M/rmt-warp/abft", "unprotected/abft"."""
+    checks appended as `Variant.name` appends them: "ones/M/rmt-warp/abft", "unprotected/abft",
+    "unprotected/rmt-block"."""
     base = "unprotected" if v.checksum is None else (
         v.checksum if v.is_combination else f"{v.checksum}/{v.level}")
     return base + (f"/rmt-{v.rmt}" if v.rmt != "none" else "") + ("/abft" if v.abft else "")
@@ -138,8 +139,9 @@ def variant_label(v: Variant) -> str:
 
 def parse_variants(text: str, mode: str, tile: TileConfig | str) -> list[Variant]:
     """Parse a comma-separated variant list: "ones/I", "xor/E", "ones_fletcher", "standard",
-    "checked", each label optionally followed by the in-kernel checks "/rmt-warp" and "/abft"
-    in that order ("ones/M/abft", "unprotected/rmt-warp"; docs/RMT.md).
+    "checked", each label optionally followed by the in-kernel checks "/rmt-warp" (or
+    "/rmt-block") and "/abft" in that order ("ones/M/abft", "unprotected/rmt-block";
+    docs/RMT.md).
 
     "standard" expands to `catalog.standard_variants(mode, tile)`, "checked" to
     `catalog.checked_variants(mode, tile)` (RMT and ABFT alone and with ES-M).
@@ -168,8 +170,9 @@ def parse_variants(text: str, mode: str, tile: TileConfig | str) -> list[Variant
         else:
             raise ValueError(
                 f"unknown variant {p!r}: use CHECKSUM/LEVEL (e.g. ones/I), a combination X_Y "
-                f"(e.g. xor_fletcher), either with /rmt-warp and/or /abft, "
-                f"unprotected/rmt-warp, unprotected/abft, 'standard' or 'checked'"
+                f"(e.g. xor_fletcher), either with /rmt-warp or /rmt-block and/or /abft, "
+                f"unprotected/rmt-warp, unprotected/rmt-block, unprotected/abft, 'standard' "
+                f"or 'checked'"
             )
     if not out:
         raise ValueError(f"no variant in {text!r}")

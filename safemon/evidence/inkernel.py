@@ -16,11 +16,14 @@ is then ignored and ES-word faults do not apply. Sites are drawn uniformly (seed
 launched threads (padding threads included: their registers are real), padded k steps, the
 targets asked for, their indices and the 32 bits.
 
-RMT variants (`Variant.rmt == "warp"`) run each logical thread in two replica lanes. A
-transient or thread-permanent fault hits one replica (drawn uniformly); an ES-word fault hits
-replica 0, whose words are the stored ones; a block-permanent fault hits both replicas of
-every thread of the block (a faulty SM runs both lanes, so replication inside one SM cannot
-see it). For these variants the kernel also sets `launch.RMT_DETECTED` when the replicas
+RMT variants run each logical thread twice: in two lanes of one warp (`Variant.rmt ==
+"warp"`) or in two blocks of one grid (`"block"`). A transient or thread-permanent fault hits
+one replica (drawn uniformly); an ES-word fault hits replica 0, whose words are the stored
+ones. A block-permanent fault (a faulty SM) hits both replicas of every thread of the block
+with intra-warp RMT (both lanes run on that SM, so replication inside one SM cannot see it),
+and one copy of the block with inter-block RMT, drawn uniformly: this assumes the two copies
+ran on different SMs, which the hardware scheduler decides and nothing guarantees
+(docs/RMT.md gives the measured share of pairs that shared an SM). For these variants the kernel also sets `launch.RMT_DETECTED` when the replicas
 disagreed, and C "differs" when either replica's accumulators differ from golden. ABFT
 variants (`Variant.abft`) set `launch.ABFT_DETECTED` when the ABFT check of the stored C would
 fail; a fault that changes C and passes it is *below tolerance* (`InKernelResult.
@@ -139,8 +142,10 @@ def sample_sites(
     if scope != "transient":
         kstep = np.full(n, -1, dtype=np.int64)
     copy = np.full(n, -1, dtype=np.int64)
-    if variant.copies > 1 and scope != "block":
-        copy = rng.integers(0, variant.copies, size=n)
+    # Intra-warp replicas share their SM, so a block-permanent fault hits both; inter-block
+    # replicas are separate blocks, so it hits the one drawn (module docstring).
+    if variant.replicas > 1 and (scope != "block" or variant.rmt == "block"):
+        copy = rng.integers(0, variant.replicas, size=n)
         copy[code == TARGETS["es_word"]] = 0
     return injection_rows(n, target=code, index=index, bit=bit, thread=thread, block=block,
                           kstep=kstep, scope=SCOPES[scope], copy=copy)

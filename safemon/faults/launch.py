@@ -3,7 +3,8 @@
 The injection build takes an array of `Injection` structs (mmm.cu) and runs one injected copy
 of the whole product per blockIdx.z. Each copy compares its ES words and C entries with the
 golden arrays on the device and ORs a verdict word: bit 0 ES differs, bit 1 C differs, bit 2
-the RMT replicas disagreed (RMT builds only; `RMT_DETECTED`). With
+the RMT replicas disagreed (RMT builds only; `RMT_DETECTED`; an inter-block RMT launch also
+carries both copies' C per injection, so its batches are capped by memory). With
 C == nullptr the kernel stores nothing else, so a launch costs only the reachable blocks' work
 (blocks a fault cannot reach return at once).
 
@@ -53,6 +54,9 @@ RMT_DETECTED = np.uint32(4)
 ABFT_DETECTED = np.uint32(8)
 #: gridDim.z limit of CUDA: injections per launch.
 MAX_Z = 65535
+#: Device memory for the copies' C tiles of one inter-block RMT launch (2·M·N float32 per
+#: injection); launches of such variants hold at most this many bytes' worth of injections.
+RMT_BLOCK_BUF_BYTES = 1 << 30
 
 I32 = npt.NDArray[np.int32]
 U32 = npt.NDArray[np.uint32]
@@ -122,16 +126,20 @@ def run_injections(
         ValueError: bad `rows` shape or batch.
     """
     from safemon.kernels.compiler import import_cupy
-    from safemon.kernels.gpu import kernel_for
+    from safemon.kernels.gpu import kernel_for, rmt_block_shapes
 
     cp = import_cupy()
     if rows.ndim != 2 or rows.shape[1] != len(FIELDS):
         raise ValueError(f"injection rows must have shape (n, {len(FIELDS)}), not {rows.shape}")
-    z = MAX_Z if batch is None else batch
-    if not 0 < z <= MAX_Z:
-        raise ValueError(f"batch must lie in 1..{MAX_Z}, got {batch}")
     m, k = a.shape
     n = b.shape[1]
+    # Inter-block RMT keeps both copies' C per injection (rmt_buf); launches are capped so
+    # that it stays within RMT_BLOCK_BUF_BYTES.
+    z_max = MAX_Z if variant.rmt != "block" else max(1, min(MAX_Z, RMT_BLOCK_BUF_BYTES // (8 * m * n)))
+    z = z_max if batch is None else batch
+    if not 0 < z <= MAX_Z:
+        raise ValueError(f"batch must lie in 1..{MAX_Z}, got {batch}")
+    z = min(z, z_max)
     t = variant.tile
     gx, gy = t.grid(m, n)
     kernel = kernel_for(variant, inject=True)
@@ -155,7 +163,11 @@ def run_injections(
             err = cp.zeros(chunk.shape[0], dtype=cp.uint32)
             errs.append(err)
             args += (abft_ref, err)
-        kernel((gx, gy, chunk.shape[0]), (variant.block_threads, 1, 1), args)
+        rmt = rmt_block_shapes(variant, m, n, chunk.shape[0], inject=True)
+        if rmt is not None:
+            args += (cp.empty(rmt[0], dtype=cp.float32), cp.zeros(rmt[1], dtype=cp.uint32))
+        kernel((gx, gy * variant.grid_copies, chunk.shape[0]), (variant.block_threads, 1, 1),
+               args)
         return out
 
     clean = int(launch(injection_rows(1, target=TARGETS["none"])).get()[0])

@@ -281,8 +281,9 @@ def protected_matmul(
         wait: on the CuPy backend, read the input checks' status block before returning (one
             host synchronisation). False returns a pending result at once; call its `wait()`
             before using c or es (they hold poison if a check failed).
-        rmt: "none" or "warp": intra-warp redundant multithreading (docs/RMT.md); C and ES
-            are those of rmt="none", and a replica mismatch raises `KernelCheckError`.
+        rmt: "none", "warp" (intra-warp) or "block" (inter-block) redundant multithreading
+            (docs/RMT.md); C and ES are those of rmt="none", and a replica mismatch raises
+            `KernelCheckError`.
         abft: check every C tile's row and column sums (safemon.kernels.abft); a failure
             raises `KernelCheckError`.
 

@@ -58,9 +58,11 @@ LEVELS: tuple[str, ...] = PAPER_LEVELS + STRONG_LEVELS
 #: The level name recorded for a combination X_Y (X at I, Y at M).
 COMBINED_LEVEL = "I+M"
 MODES: tuple[str, ...] = ("exact", "fma")
-#: Redundant multithreading (docs/RMT.md): "none", or "warp" (every logical thread runs in two
-#: lanes of one warp, which compare their accumulators through a warp shuffle before the store).
-RMT_KINDS: tuple[str, ...] = ("none", "warp")
+#: Redundant multithreading (docs/RMT.md): "none"; "warp" (every logical thread runs in two
+#: lanes of one warp, which compare their accumulators through a warp shuffle before the store);
+#: "block" (every block tile runs in two blocks of one grid, which compare their C tiles
+#: through global memory before the result counts as released).
+RMT_KINDS: tuple[str, ...] = ("none", "warp", "block")
 #: Every ordered pair of distinct checksums is a valid combination `X_Y`.
 COMBINATIONS: tuple[str, ...] = tuple(
     f"{x}_{y}" for x in CHECKSUMS for y in CHECKSUMS if x != y
@@ -261,8 +263,20 @@ class Variant:
 
     @property
     def copies(self) -> int:
-        """Replicas of each logical thread (2 with intra-warp RMT, else 1)."""
+        """Replicas of each logical thread inside one block (2 with intra-warp RMT, else 1)."""
         return 2 if self.rmt == "warp" else 1
+
+    @property
+    def grid_copies(self) -> int:
+        """Copies of each block tile in the grid (2 with inter-block RMT, else 1): the launch
+        grid is (gx, grid_copies · gy, slices)."""
+        return 2 if self.rmt == "block" else 1
+
+    @property
+    def replicas(self) -> int:
+        """Replicas of each logical thread, of either RMT kind (what a fault campaign draws
+        from: 2 with any RMT, else 1)."""
+        return self.copies * self.grid_copies
 
     @property
     def block_threads(self) -> int:
@@ -386,13 +400,16 @@ def standard_variants(
 
 #: The in-kernel check variants (docs/RMT.md) that `safemon bench`, `safemon dc` and
 #: `safemon select` evaluate beside the ES-only catalog: (checksum, level, rmt, abft) for
-#: intra-warp RMT and ABFT alone, each with ES-M, and all three together.
+#: intra-warp RMT and ABFT alone, each with ES-M, and all three together; then inter-block
+#: RMT alone and with ES-M.
 IN_KERNEL_CHECKS: tuple[tuple[str | None, str | None, str, bool], ...] = (
     (None, None, "warp", False),
     (None, None, "none", True),
     ("ones", "M", "warp", False),
     ("ones", "M", "none", True),
     ("ones", "M", "warp", True),
+    (None, None, "block", False),
+    ("ones", "M", "block", False),
 )
 
 
@@ -419,7 +436,7 @@ def split_check_suffix(text: str) -> tuple[str, str, bool]:
     if parts and parts[-1].startswith("rmt-"):
         rmt = parts.pop().removeprefix("rmt-")
         if rmt not in RMT_KINDS or rmt == "none":
-            raise ValueError(f"unknown rmt kind {rmt!r} in {text!r}; known: warp")
+            raise ValueError(f"unknown rmt kind {rmt!r} in {text!r}; known: warp, block")
     return "/".join(parts), rmt, abft
 
 

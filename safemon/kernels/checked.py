@@ -11,8 +11,8 @@ between:
    0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers. The
    finite check of A and B is fused into its tile loads (mmm.cu): a block that loaded NaN
    or infinity stores poison for its tile and sets word 0 (`STATUS_A`) or 1 (`STATUS_B`).
-   An RMT variant (docs/RMT.md) whose replica lanes disagree poisons that block tile the
-   same way and sets word 4 (`STATUS_RMT`) and word 5 (`STATUS_RMT_TILE`: 0xFFFFFFFF − the
+   An RMT variant (docs/RMT.md) whose replicas (lanes, or blocks) disagree poisons that
+   block tile the same way and sets word 4 (`STATUS_RMT`) and word 5 (`STATUS_RMT_TILE`: 0xFFFFFFFF − the
    lowest failed block's id);
 4. for an ABFT variant, abft.cu's check of C (`safemon.kernels.abft`), which sets word 6
    (`STATUS_ABFT`) and word 7 (`STATUS_ABFT_TILE`, encoded like word 5) when a tile fails.
@@ -78,9 +78,9 @@ STATUS_B = 1
 #: First of the two words (a little-endian uint64) counting B's code words with a nonzero
 #: ECC syndrome.
 STATUS_ECC = 2
-#: Word set to 1 by an RMT kernel whose replica lanes disagreed (mmm.cu).
+#: Word set to 1 by an RMT kernel whose replicas (lanes or blocks) disagreed (mmm.cu).
 STATUS_RMT = 4
-#: 0xFFFFFFFF − the lowest linear block id (blockIdx.z, y, x) whose RMT check failed; 0 if none.
+#: 0xFFFFFFFF − the lowest linear tile id (z, by, bx) whose RMT check failed; 0 if none.
 STATUS_RMT_TILE = 5
 #: Word set to 1 by abft.cu when a tile's row or column checksum fails.
 STATUS_ABFT = 6

@@ -36,6 +36,7 @@ __all__ = [
     "launch_finite",
     "launch_inputs_finite",
     "nvcc_builds",
+    "rmt_block_shapes",
     "splitk_build",
 ]
 
@@ -85,6 +86,8 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
         defines["TILE_ASYNC"] = 1
     if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
         defines["RMT_WARP"] = 1
+    elif variant.rmt == "block":
+        defines["RMT_BLOCK"] = 1
     if inject and variant.abft:  # the campaign model of abft.cu (verdict bit 3)
         defines["SAFEMON_ABFT_VERDICT"] = 1
     if record_sm:  # only then, so production builds keep their exact cache keys and code
@@ -164,14 +167,15 @@ class _Plan:
     tile arithmetic and kernel look-up (issue 14: per-call host cost)."""
 
     __slots__ = ("block", "c_shape", "dims", "es_empty", "es_shape", "grid", "kernel",
-                 "partial_shape", "reduce", "variant")
+                 "partial_shape", "reduce", "rmt_shapes", "variant")
 
     def __init__(self, variant: Variant, m: int, n: int, k: int, record_sm: bool) -> None:
         t = variant.tile
         gx, gy = t.grid(m, n)
         slices = variant.slices(k)
         self.variant = variant  # keeps the variant alive while its id keys the cache
-        self.grid = (gx, gy, slices)
+        self.grid = (gx, gy * variant.grid_copies, slices)
+        self.rmt_shapes = rmt_block_shapes(variant, m, n, slices)
         self.block = (variant.block_threads, 1, 1)
         self.c_shape = (m, n)
         self.es_shape = (gx * gy * t.threads * slices, variant.words)
@@ -224,6 +228,9 @@ def _launch_mmm(
     if record_sm:
         sm = cp.empty(plan.grid[0] * plan.grid[1], dtype=cp.uint32)
         args.append(sm)
+    if plan.rmt_shapes is not None:  # inter-block RMT: the spare C tiles, zeroed counters
+        args += [cp.empty(plan.rmt_shapes[0], dtype=cp.float32),
+                 cp.zeros(plan.rmt_shapes[1], dtype=cp.uint32)]
     plan.kernel(plan.grid, plan.block, tuple(args))
     if plan.reduce is not None:
         _reduce(plan.reduce, out, c)
@@ -231,6 +238,25 @@ def _launch_mmm(
 
 
 _NULL = np.uintp(0)
+
+
+def rmt_block_shapes(
+    variant: Variant, m: int, n: int, z: int, *, inject: bool = False
+) -> tuple[tuple[int, ...], int] | None:
+    """Shapes of the two extra kernel arguments of an inter-block RMT build (mmm.cu's
+    RMT_ARGS), or None for any other variant.
+
+    Args:
+        z: gridDim.z: the K-slices (production) or the injections of one launch (`inject`).
+    Returns:
+        (the float32 rmt_buf shape, the number of uint32 arrival counters). rmt_buf holds
+        copy 1's C tiles, (z, M, N), or in the injection build both copies', (z, 2, M, N).
+        The counters, one per block tile and z, must be zero at every launch.
+    """
+    if variant.rmt != "block":
+        return None
+    gx, gy = variant.tile.grid(m, n)
+    return ((z, 2, m, n) if inject else (z, m, n)), z * gy * gx
 
 
 def splitk_build() -> KernelBuild:
@@ -256,7 +282,9 @@ def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any,
 
     Returns:
         (c, es, sm) as CuPy arrays; sm is (blocks,) uint32 with blocks = gx·gy, indexed by
-        the linear block id `by·gx + bx` (docs/SIGNATURES.md), each the block's `%smid`.
+        the linear block id `by·gx + bx` (docs/SIGNATURES.md), each the block's `%smid`. An
+        inter-block RMT variant runs every tile twice: sm then has 2·gx·gy entries, copy 1's
+        blocks after copy 0's.
     """
     if variant.split != 1:
         raise ValueError(f"{variant.name}: the self-test build runs split 1 only")
@@ -328,6 +356,14 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="warp"), inject=True))
     # Register staging with fewer A elements per k-tile than threads (skinny, RMT).
     builds.append(build_for(make_variant("xor", "T", "exact", "skinny", rmt="warp"), inject=True))
+    builds.append(build_for(make_variant("ones", "M", "fma", "large", rmt="block")))
+    builds.append(build_for(make_variant(None, None, "fma", "skinny", rmt="block")))
+    builds.append(build_for(make_variant("ones", "T", "exact", "wide", rmt="block")))
+    builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="block"), inject=True))
+    builds.append(build_for(make_variant(None, None, "fma", "small", rmt="block", abft=True),
+                            inject=True))
+    builds.append(build_for(make_variant(None, None, "exact", "small", rmt="block"),
+                            record_sm=True))
     builds.append(build_for(make_variant("ones", "M", "fma", "large", abft=True), inject=True))
     builds.append(build_for(make_variant(None, None, "fma", "wide", rmt="warp", abft=True),
                             inject=True))

@@ -16,26 +16,28 @@ from safemon.kernels.catalog import (
 
 
 def test_checked_variants_are_rmt_and_abft_alone_and_with_es_m() -> None:
-    """`checked` expands to the five issue-15 variants, each with the check it names."""
+    """`checked` expands to the seven issue-15 variants, each with the check it names."""
     vs = parse_variants("checked", "fma", "small")
     assert [variant_label(v) for v in vs] == [
         "unprotected/rmt-warp", "unprotected/abft", "ones/M/rmt-warp", "ones/M/abft",
-        "ones/M/rmt-warp/abft"]
+        "ones/M/rmt-warp/abft", "unprotected/rmt-block", "ones/M/rmt-block"]
     assert len(vs) == len(IN_KERNEL_CHECKS)
     assert vs == checked_variants("fma", "small")
 
 
 @pytest.mark.parametrize("label", ["ones/M/rmt-warp/abft", "unprotected/abft", "xor_fletcher/abft",
-                                   "twos/I/rmt-warp", "ones/I"])
+                                   "twos/I/rmt-warp", "ones/I", "ones/M/rmt-block/abft",
+                                   "unprotected/rmt-block"])
 def test_a_label_parses_back_to_itself(label: str) -> None:
     """variant_label ∘ parse_variants is the identity on labels with check suffixes."""
     v = parse_variants(label, "exact", "large")[0]
     assert variant_label(v) == label
-    assert v.rmt == ("warp" if "rmt-warp" in label else "none")
+    assert v.rmt == ("warp" if "rmt-warp" in label else "block" if "rmt-block" in label
+                     else "none")
     assert v.abft == label.endswith("/abft")
 
 
-@pytest.mark.parametrize("bad", ["unprotected", "ones/M/abft/rmt-warp", "ones/M/rmt-block",
+@pytest.mark.parametrize("bad", ["unprotected", "ones/M/abft/rmt-warp", "ones/M/rmt-grid",
                                  "ones/abft"])
 def test_malformed_check_labels_are_refused(bad: str) -> None:
     """The plain unprotected kernel, checks out of order, unknown RMT kinds and a missing

@@ -1,4 +1,5 @@
-"""Intra-warp RMT (docs/RMT.md) on the CPU: catalog, build, reference, status and sampling rules."""
+"""Intra-warp and inter-block RMT (docs/RMT.md) on the CPU: catalog, build, reference, status
+and sampling rules."""
 
 from __future__ import annotations
 
@@ -35,18 +36,42 @@ def test_rmt_launches_two_lanes_per_logical_thread() -> None:
         assert make_variant(None, None, "fma", tile).block_threads == v.tile.threads
 
 
+def test_inter_block_rmt_doubles_the_grid_not_the_block() -> None:
+    for tile in ("small", "large", "wide", "skinny"):
+        v = make_variant(None, None, "fma", tile, rmt="block")
+        assert v.block_threads == v.tile.threads and v.copies == 1
+        assert v.grid_copies == 2 and v.replicas == 2
+        assert v.name == f"unprotected/fma/{tile}/rmt-block"
+    warp = make_variant(None, None, "fma", "small", rmt="warp")
+    assert (warp.grid_copies, warp.replicas) == (1, 2)
+    plain = make_variant(None, None, "fma", "small")
+    assert (plain.copies, plain.grid_copies, plain.replicas) == (1, 1, 1)
+
+
+def test_rmt_block_buffers_hold_copy_one_or_both_copies_and_a_counter_per_tile() -> None:
+    from safemon.kernels.gpu import rmt_block_shapes
+
+    v = make_variant("ones", "M", "fma", "large", rmt="block")
+    gx, gy = v.tile.grid(300, 520)
+    assert rmt_block_shapes(v, 300, 520, 3) == ((3, 300, 520), 3 * gx * gy)
+    assert rmt_block_shapes(v, 300, 520, 7, inject=True) == ((7, 2, 300, 520), 7 * gx * gy)
+    assert rmt_block_shapes(make_variant("ones", "M", "fma", "large", rmt="warp"), 8, 8, 1) is None
+
+
 def test_unknown_rmt_kind_is_rejected() -> None:
     with pytest.raises(ValueError, match="rmt"):
-        make_variant("ones", "I", "exact", "small", rmt="block")
-    assert RMT_KINDS == ("none", "warp")
+        make_variant("ones", "I", "exact", "small", rmt="grid")
+    assert RMT_KINDS == ("none", "warp", "block")
 
 
-def test_only_rmt_builds_get_the_rmt_define() -> None:
+@pytest.mark.parametrize("kind", ["warp", "block"])
+def test_only_rmt_builds_get_the_rmt_define(kind: str) -> None:
+    define = f"RMT_{kind.upper()}"
     plain = build_for(make_variant("ones", "I", "exact", "large"))
-    rmt = build_for(make_variant("ones", "I", "exact", "large", rmt="warp"))
-    assert "RMT_WARP" not in dict(plain.defines)
-    assert dict(rmt.defines)["RMT_WARP"] == "1"
-    assert {k: v for k, v in rmt.defines if k != "RMT_WARP"} == dict(plain.defines)
+    rmt = build_for(make_variant("ones", "I", "exact", "large", rmt=kind))
+    assert "RMT_WARP" not in dict(plain.defines) and "RMT_BLOCK" not in dict(plain.defines)
+    assert dict(rmt.defines)[define] == "1"
+    assert {k: v for k, v in rmt.defines if k != define} == dict(plain.defines)
 
 
 def test_reference_of_an_rmt_variant_is_the_unreplicated_result() -> None:
@@ -56,9 +81,11 @@ def test_reference_of_an_rmt_variant_is_the_unreplicated_result() -> None:
     for checksum, level in [(None, None), ("crc32c", "M"), ("ones_fletcher", "I")]:
         plain = make_variant(checksum, level, "exact", "small")
         c0, es0 = reference_matmul(a, b, plain)
-        c1, es1 = reference_matmul(a, b, make_variant(checksum, level, "exact", "small",
-                                                      rmt="warp"))
-        assert c1.tobytes() == c0.tobytes() and es1.tobytes() == es0.tobytes()
+        for kind in ("warp", "block"):
+            c1, es1 = reference_matmul(a, b, make_variant(checksum, level, "exact", "small",
+                                                          rmt=kind))
+            assert c1.tobytes() == c0.tobytes() and es1.tobytes() == es0.tobytes()
+            assert es1.shape == es0.shape  # ES rows are logical threads of tiles, not copies
 
 
 def test_status_report_decodes_an_rmt_mismatch_and_its_tile() -> None:
@@ -104,7 +131,26 @@ def test_rmt_sampling_hits_one_replica_except_block_faults_and_es_words() -> Non
     assert (_col(block, "copy") == -1).all()
 
 
-def test_channel_config_carries_rmt_into_the_variant() -> None:
-    cfg = VariantConfig(checksum="ones", level="M", tile="auto", rmt="warp")
-    assert cfg.to_variant(64, 64, 64).rmt == "warp"
+def test_inter_block_sampling_hits_one_copy_in_every_scope() -> None:
+    """Inter-block copies are separate blocks: a block-permanent fault hits one of them (the
+    model assumes they ran on different SMs; docs/RMT.md), unlike intra-warp replicas."""
+    dims = Dims(40, 40, 40)
+    v = make_variant("ones", "M", "exact", "small", rmt="block")
+    rows = sample_sites(v, dims, 2000, seed=1)
+    copy, target = _col(rows, "copy"), _col(rows, "target")
+    es = target == TARGETS["es_word"]
+    assert set(copy[~es].tolist()) == {0, 1} and (copy[es] == 0).all()
+    for scope in ("thread", "block"):
+        got = sample_sites(v, dims, 500, seed=1, scope=scope, targets=("accumulator",))
+        assert set(_col(got, "copy").tolist()) == {0, 1}
+    plain = sample_sites(make_variant("ones", "M", "exact", "small"), dims, 2000, seed=1)
+    assert np.array_equal(plain[:, :-1], rows[:, :-1])  # same sites, plus the copy
+
+
+@pytest.mark.parametrize("kind", ["warp", "block"])
+def test_channel_config_carries_rmt_into_the_variant(kind: str) -> None:
+    cfg = VariantConfig(checksum="ones", level="M", tile="auto", rmt=kind)
+    assert cfg.to_variant(64, 64, 64).rmt == kind
     assert VariantConfig().to_variant(64, 64, 64).rmt == "none"
+    with pytest.raises(ValueError, match="rmt"):
+        VariantConfig(rmt="grid")

@@ -19,14 +19,19 @@
 //                         runs twice, in lanes 2l and 2l+1 of one warp, and the pair compares
 //                         its accumulators through __shfl_xor_sync before the store. Builds
 //                         without RMT never define it and compile to the same code as before.
+//   RMT_BLOCK             1 only in inter-block RMT builds (docs/RMT.md): the grid holds every
+//                         block tile twice (gridDim.y = 2·tile rows; copy = blockIdx.y / tile
+//                         rows), and the pair compares its C tiles through global memory
+//                         (rmt_buf, rmt_count) before anything counts as released.
 //   SAFEMON_INJECT        1 only in the fault-injection build (safemon/faults): adds the
 //                         injection arguments; production builds never see that code.
 //   SAFEMON_RECORD_SM     1 only in the self-test build (safemon/patterns): adds one argument,
 //                         SM[block] = %smid of the SM that ran the block; production builds
 //                         never see that code.
 //
-// ES layout: ES[g * ES_WORDS + w], g = ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x +
-// blockIdx.x) * THREADS + t; words are the I-level checksum's, then M's, E's, F's and T's (only
+// ES layout: ES[g * ES_WORDS + w], g = ((blockIdx.z * gy + by) * gridDim.x + blockIdx.x) *
+// THREADS + t, with gy the tile rows and by the tile row (gridDim.y and blockIdx.y except in
+// RMT_BLOCK builds, whose two copies of a tile share its g); words are the I-level checksum's, then M's, E's, F's and T's (only
 // the enabled ones).
 //
 // Split-K (production builds): blockIdx.z is the K-slice. With kt = ceil(K/BK) k-tiles and
@@ -66,11 +71,16 @@
 #endif
 // THREADS: logical threads (one per TM×TN sub-tile; ES rows). BLOCK_THREADS: launched threads.
 #define THREADS ((BM / TM) * (BN / TN))
+#ifndef RMT_BLOCK
+#define RMT_BLOCK 0
+#endif
+static_assert(!(RMT_WARP && RMT_BLOCK), "one RMT kind per build");
+// Status words of both RMT kinds (safemon/kernels/checked.py).
+#define STATUS_RMT 4
+#define STATUS_RMT_TILE 5
 #if RMT_WARP
 #define RMT_COPIES 2
 #define BLOCK_THREADS (THREADS * 2)
-#define STATUS_RMT 4
-#define STATUS_RMT_TILE 5
 #else
 #define BLOCK_THREADS THREADS
 #endif
@@ -276,6 +286,16 @@ struct Injection {
 #else
 #define SM_ARGS
 #endif
+#if RMT_BLOCK
+// Inter-block RMT buffers. rmt_buf receives the C tiles that are not C's own: in production
+// builds copy 1's, laid out like the partial products (gridDim.z × M × N); in the injection
+// build both copies' (gridDim.z × 2 × M × N, copy-major, since C is not stored there).
+// rmt_count holds one arrival counter per tile, indexed by the tile's linear id over
+// (z, by, bx); every counter is zero at launch (the host clears them with each launch).
+#define RMT_ARGS , float* __restrict__ rmt_buf, unsigned* __restrict__ rmt_count
+#else
+#define RMT_ARGS
+#endif
 
 #if SAFEMON_INJECT && SAFEMON_ABFT_VERDICT
 // Campaign model of abft.cu for one injected copy of the product: a fault reaches one block
@@ -361,7 +381,7 @@ __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __rest
 
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-            unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS) {
+            unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS RMT_ARGS) {
     // One array per stage (not one array indexed by the stage), so that the PTX audit sees
     // that a k-tile's reads and the next k-tile's stores touch different shared symbols.
     __shared__ __align__(16) float As0[BK][BM + A_PAD];  // transposed: As[k][m]
@@ -390,14 +410,24 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #endif
     const int tx = t % (BN / TN);
     const int ty = t / (BN / TN);
-    const int row0 = blockIdx.y * BM;
+#if RMT_BLOCK
+    // Inter-block RMT: tile row by is computed by block row by (copy 0) and by block row
+    // gy + by (copy 1). The pairing is a pure function of the grid; which SMs run the two
+    // blocks is the hardware scheduler's choice (docs/RMT.md).
+    const unsigned gy = gridDim.y >> 1;
+    const int copy = blockIdx.y >= gy;  // copy 0 stores C and ES; copy 1 only checks
+    const unsigned by = blockIdx.y - copy * gy;
+#else
+    const unsigned gy = gridDim.y;  // tile rows
+    const unsigned by = blockIdx.y;  // this block's tile row
+#endif
+    const int row0 = by * BM;
     const int col0 = blockIdx.x * BN;
 #if SAFEMON_INJECT
-    const long long block_id = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    const long long block_id = (long long)by * gridDim.x + blockIdx.x;
     const int k_begin = 0, k_stop = K;
 #else
-    const long long block_id =
-        ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    const long long block_id = ((long long)blockIdx.z * gy + by) * gridDim.x + blockIdx.x;
     const int ktiles = (K + BK - 1) / BK;
     const int slice_tiles = (ktiles + (int)gridDim.z - 1) / (int)gridDim.z;
     const int k_begin = (int)blockIdx.z * slice_tiles * BK;
@@ -406,11 +436,16 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #endif
     const long long g = block_id * THREADS + t;
 #if SAFEMON_RECORD_SM
-    // Self-test coverage: which SM ran this block (PTX special register %smid).
+    // Self-test coverage: which SM ran this block (PTX special register %smid). Inter-block
+    // RMT builds record copy 1's blocks after copy 0's.
     if (t == 0) {
         unsigned smid;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+#if RMT_BLOCK
+        SM[block_id + (long long)copy * gridDim.z * gy * gridDim.x] = smid;
+#else
         SM[block_id] = smid;
+#endif
     }
 #endif
 
@@ -418,8 +453,8 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     if (status != nullptr) {
         const uint4 s = *reinterpret_cast<const uint4*>(status);
         if (s.x | s.y | s.z | s.w) {  // an input check failed: release nothing usable
-#if RMT_WARP
-            if (copy != 0) return;
+#if RMT_WARP || RMT_BLOCK
+            if (copy != 0) return;  // replica 1 stores nothing (no block ever waits on another)
 #endif
             for (int i = 0; i < TM; ++i)
                 for (int j = 0; j < TN; ++j) {
@@ -434,7 +469,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 
 #if SAFEMON_INJECT
     const Injection inj = injections[blockIdx.z];
-#if RMT_WARP
+#if RMT_WARP || RMT_BLOCK
     const bool inj_copy = inj.copy < 0 || inj.copy == copy;
 #else
     const bool inj_copy = true;
@@ -445,7 +480,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     // A block the fault cannot reach computes exactly the golden values (verdict 0), so it
     // leaves at once; the whole block leaves together, before any barrier. An element of A
     // row r is read only by block row r / BM, one of B column c only by block column c / BN.
-    if (inj.target == 5 && (inj.index / K) / BM != (int)blockIdx.y) return;
+    if (inj.target == 5 && (inj.index / K) / BM != (int)by) return;
     if (inj.target == 6 && (inj.index % N) / BN != (int)blockIdx.x) return;
     if (inj.target >= 1 && inj.target <= 3 && inj.scope == 2 && inj.block != block_id) return;
     if (((inj.target >= 1 && inj.target <= 3 && inj.scope != 2) || inj.target == 4) &&
@@ -744,7 +779,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         const bool bad_a = __syncthreads_or(__float_as_uint(finite_a) != 0u) != 0;
         const bool bad_b = __syncthreads_or(__float_as_uint(finite_b) != 0u) != 0;
         if (bad_a || bad_b) {  // a non-finite input: release nothing of this tile, say which
-#if RMT_WARP
+#if RMT_WARP || RMT_BLOCK
             const bool stores = copy == 0;  // replica 1 never stores
 #else
             const bool stores = true;
@@ -779,6 +814,77 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         }
     const bool tile_failed = __syncthreads_or(pair_differs) != 0;
 #endif
+    // This thread's in-range accumulators into `dst` (row-major M×N).
+    auto store_c = [&](float* __restrict__ dst) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int r = row0 + ty * TM + i;
+            if (r >= M) continue;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int c = col0 + tx * TN + j;
+                if (c < N) dst[(long long)r * N + c] = acc[i][j];
+            }
+        }
+    };
+    // This thread's ES words into `out` (ES_WORDS of them).
+    auto store_es = [&](unsigned* out) {
+        int w = 0;
+        if (Sig<SIG_I>::WORDS) { sig_i.store(out + w); w += Sig<SIG_I>::WORDS; }
+        if (Sig<SIG_M>::WORDS) { sig_m.store(out + w); w += Sig<SIG_M>::WORDS; }
+        if (Sig<SIG_E>::WORDS) { sig_e.store(out + w); w += Sig<SIG_E>::WORDS; }
+        if (Sig<SIG_F>::WORDS) { sig_f.store(out + w); w += Sig<SIG_F>::WORDS; }
+        if (Sig<SIG_T>::WORDS) { sig_t.store(out + w); }
+    };
+    // Poison for this thread's part of the tile: canonical NaN in C, 0xFFFFFFFF in its ES.
+    auto store_poison = [&]() {
+        for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; ++j) {
+                const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
+            }
+        for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
+    };
+#if RMT_BLOCK
+    // Output comparison of inter-block RMT, through global memory. Each copy publishes its
+    // tile (production: copy 0 its C and ES, where they belong, copy 1 its C in rmt_buf;
+    // injection build: both C tiles in rmt_buf), then counts itself in at its tile's counter.
+    // Whichever copy arrives second reads the other's tile back from L2 and compares it with
+    // its own accumulators, bit for bit: the verdict is the same whichever copy comes first,
+    // and no block ever waits for another (the pair need not be resident together).
+#if SAFEMON_INJECT
+    float* const own_c = rmt_buf + ((long long)blockIdx.z * 2 + copy) * M * N;
+    const float* const other_c = rmt_buf + ((long long)blockIdx.z * 2 + (1 - copy)) * M * N;
+    const long long pair_id = (long long)blockIdx.z * gy * gridDim.x + block_id;
+#else
+    float* const spare_c = rmt_buf + (long long)blockIdx.z * M * N;
+    float* const own_c = copy == 0 ? C : spare_c;
+    const float* const other_c = copy == 0 ? spare_c : C;
+    const long long pair_id = block_id;
+    if (copy == 0 && ES_WORDS > 0) store_es(ES + g * ES_WORDS);
+#endif
+    store_c(own_c);
+    __threadfence();  // this thread's tile words are visible device-wide before the count
+    __shared__ unsigned rmt_arrived;
+    __syncthreads();
+    if (t == 0) rmt_arrived = atomicAdd(&rmt_count[pair_id], 1u);
+    __syncthreads();
+    bool tile_failed = false;
+    if (rmt_arrived != 0u) {  // block-uniform: the partner has published its whole tile
+        __threadfence();
+        bool differs = false;
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
+                if (r < M && c < N)
+                    differs |= __float_as_uint(__ldcg(other_c + (long long)r * N + c)) !=
+                               __float_as_uint(acc[i][j]);
+            }
+        tile_failed = __syncthreads_or(differs) != 0;
+    }
+#endif
 #if SAFEMON_INJECT
     // Campaign mode: compare with the golden run instead of storing, one verdict word per
     // injection: bit 0 = ES differs, bit 1 = C differs (in range only), bit 2 = the RMT
@@ -786,26 +892,21 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     // differs when either replica's accumulators do.
     {
         unsigned es_words[ES_WORDS > 0 ? ES_WORDS : 1];
-        int w = 0;
-        if (Sig<SIG_I>::WORDS) { sig_i.store(es_words + w); w += Sig<SIG_I>::WORDS; }
-        if (Sig<SIG_M>::WORDS) { sig_m.store(es_words + w); w += Sig<SIG_M>::WORDS; }
-        if (Sig<SIG_E>::WORDS) { sig_e.store(es_words + w); w += Sig<SIG_E>::WORDS; }
-        if (Sig<SIG_F>::WORDS) { sig_f.store(es_words + w); w += Sig<SIG_F>::WORDS; }
-        if (Sig<SIG_T>::WORDS) { sig_t.store(es_words + w); }
+        store_es(es_words);
         if (inj.target == 4 && g == inj.thread && inj_copy && inj.index < ES_WORDS)
             es_words[inj.index] ^= inj_mask;
         unsigned verdict = 0u;
-#if RMT_WARP
+#if RMT_WARP || RMT_BLOCK
         if (copy == 0)
 #endif
         for (int v = 0; v < ES_WORDS; ++v)
             if (es_words[v] != golden_es[g * ES_WORDS + v]) verdict |= 1u;
-#if RMT_WARP
+#if RMT_WARP || RMT_BLOCK
         if (tile_failed) verdict |= 4u;
 #endif
 #if SAFEMON_ABFT_VERDICT
         verdict |= abft_verdict(acc, golden_c, abft_ref, rel_err, M, N, row0, col0, tx, ty,
-#if RMT_WARP
+#if RMT_WARP || RMT_BLOCK
                                 copy == 0
 #else
                                 true
@@ -827,14 +928,12 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #endif
 #if RMT_WARP
     if (copy != 0) return;  // replica 1 never stores
-#if !SAFEMON_INJECT
-    if (tile_failed) {  // release nothing of this tile; say which tile failed
-        for (int i = 0; i < TM; ++i)
-            for (int j = 0; j < TN; ++j) {
-                const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
-                if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
-            }
-        for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
+#endif
+#if (RMT_WARP || RMT_BLOCK) && !SAFEMON_INJECT
+    // Release nothing of a failed tile and say which tile failed. Inter-block: only the copy
+    // that arrived second knows; it poisons C and the ES its partner stored before arriving.
+    if (tile_failed) {
+        store_poison();
         if (t == 0 && status != nullptr) {
             atomicOr(&status[STATUS_RMT], 1u);
             atomicMax(&status[STATUS_RMT_TILE], 0xFFFFFFFFu - (unsigned)block_id);
@@ -842,25 +941,10 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         return;
     }
 #endif
+#if RMT_BLOCK
+    return;  // C and ES were stored before the comparison
 #endif
 
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int r = row0 + ty * TM + i;
-        if (r >= M) continue;
-#pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int c = col0 + tx * TN + j;
-            if (c < N) C[(long long)r * N + c] = acc[i][j];
-        }
-    }
-    if (ES_WORDS > 0) {
-        unsigned* out = ES + g * ES_WORDS;
-        int w = 0;
-        if (Sig<SIG_I>::WORDS) { sig_i.store(out + w); w += Sig<SIG_I>::WORDS; }
-        if (Sig<SIG_M>::WORDS) { sig_m.store(out + w); w += Sig<SIG_M>::WORDS; }
-        if (Sig<SIG_E>::WORDS) { sig_e.store(out + w); w += Sig<SIG_E>::WORDS; }
-        if (Sig<SIG_F>::WORDS) { sig_f.store(out + w); w += Sig<SIG_F>::WORDS; }
-        if (Sig<SIG_T>::WORDS) { sig_t.store(out + w); }
-    }
+    store_c(C);
+    if (ES_WORDS > 0) store_es(ES + g * ES_WORDS);
 }
