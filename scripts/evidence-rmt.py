@@ -4,7 +4,12 @@ same results as evidence-store files (OUTDIR/store/<device>/*_checked.json) that
 select --evidence` reads beside the ES-only catalog's store.
 
 usage: python scripts/evidence-rmt.py OUTDIR [--sites N] [--reps N]
-           [--parts tests,bench,store-bench,inkernel,input]
+           [--parts tests,bench,store-bench,inkernel,input] [--only LABELS] [--tag TAG]
+           [--tests PATHS]
+
+`--only` keeps the checked variants whose labels it lists (e.g. "unprotected/rmt-block,
+ones/M/rmt-block"); the baselines (unprotected, ES-M) always run. `--tag` is appended to the
+store files' names, so that a partial run adds to a store instead of replacing its files.
 
 Part `tests` first runs the GPU tests of these variants (slow ones included: the 10⁴ clean
 runs) and writes OUTDIR/gpu-tests.log; the evidence parts follow even when a test fails (the
@@ -41,10 +46,22 @@ DANGEROUS = ("operand_a", "operand_b", "accumulator")
 SEED = 15
 
 
+#: Labels of the checked variants to run (None: all of `checked_variants`); set by --only.
+ONLY: set[str] | None = None
+#: Suffix of the store files' names ("" or "_TAG"); set by --tag.
+TAG = ""
+
+
+def chosen_checked(mode: str, tile: str) -> list[Variant]:
+    from safemon.evidence.campaign import variant_label
+
+    return [v for v in checked_variants(mode, tile) if ONLY is None or variant_label(v) in ONLY]
+
+
 def variants(tile: str, mode: str) -> list[Variant]:
     """The unprotected kernel and ES-M (the baselines), then the checked variants."""
     return [make_variant(None, None, mode, tile), make_variant("ones", "M", mode, tile),
-            *checked_variants(mode, tile)]
+            *chosen_checked(mode, tile)]
 
 
 def store_dir(out: Path) -> Path:
@@ -63,8 +80,8 @@ def checked_only(results: list[Any]) -> list[Any]:
 
 def inkernel(out: Path, sites: dict[str, int]) -> None:
     from safemon.commands._common import current_device_name
-    from safemon.evidence.store import write_evidence
     from safemon.evidence.inkernel_schema import inkernel_evidence
+    from safemon.evidence.store import write_evidence
 
     rows = []
     results: dict[str, list[Any]] = {scope: [] for scope in sites}
@@ -94,7 +111,7 @@ def inkernel(out: Path, sites: dict[str, int]) -> None:
     device = current_device_name() or "unknown GPU"
     for scope, rs in results.items():
         ev = inkernel_evidence(checked_only(rs), device=device)
-        write_evidence(ev, store_dir(out) / f"inkernel_80x80x80_fma_{scope}_checked.json")
+        write_evidence(ev, store_dir(out) / f"inkernel_80x80x80_fma_{scope}_checked{TAG}.json")
 
 
 def inputs(out: Path) -> None:
@@ -117,23 +134,23 @@ def inputs(out: Path) -> None:
         (out / "input.json").write_text(json.dumps(rows, indent=1))
     ev = dc_evidence(checked_only(results), device=current_device_name() or "unknown GPU",
                      backend="cupy", seed=SEED)
-    write_evidence(ev, store_dir(out) / "dc_80x80x80_fma_cupy_checked.json")
+    write_evidence(ev, store_dir(out) / f"dc_80x80x80_fma_cupy_checked{TAG}.json")
 
 
 def store_bench(out: Path, reps: int) -> None:
     """`safemon bench`'s measurement (kernels alone, spin-hidden launch, unprotected and
     cuBLAS in the same run) of ES-M and the checked variants at 80³, 4096³, 64×4096×4096."""
     from safemon.bench.overhead import bench_markdown, run_bench
-    from safemon.evidence.campaign import variant_label
     from safemon.dims import parse_dims_list
+    from safemon.evidence.campaign import variant_label
     from safemon.evidence.store import write_evidence
 
-    labels = {"ones/M"} | {variant_label(v) for v in checked_variants("fma", "small")}
+    labels = {"ones/M"} | {variant_label(v) for v in chosen_checked("fma", "small")}
     ev = run_bench(dims_list=parse_dims_list("80,4096,64x4096x4096"), modes=("fma",),
                    variant_filter=lambda v: variant_label(v) in labels, repeats=reps * 10,
                    ecc=False, progress=lambda t: print(f"store-bench: {t}", flush=True))
     stamp = "".join(ch for ch in ev.date if ch.isdigit() or ch in "TZ")
-    write_evidence(ev, store_dir(out) / f"bench_{stamp}_checked.json")
+    write_evidence(ev, store_dir(out) / f"bench_{stamp}_checked{TAG}.json")
     (out / "bench_store.md").write_text(bench_markdown(ev) + "\n")
     print(bench_markdown(ev), flush=True)
 
@@ -170,15 +187,16 @@ def bench(out: Path, reps: int) -> None:
 
 
 GPU_TESTS = ("tests/kernels/test_gpu_abft.py", "tests/kernels/test_gpu_rmt.py",
-             "tests/faults/test_commands.py::test_bench_times_the_rmt_and_abft_variants_by_their_labels")
+             "tests/kernels/test_gpu_rmt_block.py",
+             "tests/evidence/test_commands.py::test_bench_times_the_rmt_and_abft_variants_by_their_labels")
 
 
-def gpu_tests(out: Path) -> int:
+def gpu_tests(out: Path, paths: list[str]) -> int:
     import subprocess
 
     with open(out / "gpu-tests.log", "w") as log:
         rc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfE",
-                             "-p", "no:cacheprovider", *GPU_TESTS], stdout=log,
+                             "-p", "no:cacheprovider", *paths], stdout=log,
                             stderr=subprocess.STDOUT, check=False).returncode
     print(f"gpu tests: exit {rc}; " + (out / "gpu-tests.log").read_text().splitlines()[-1],
           flush=True)
@@ -191,11 +209,17 @@ def main() -> int:
     p.add_argument("--sites", type=int, default=20000)
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--parts", default="tests,bench,store-bench,inkernel,input")
+    p.add_argument("--only", default=None, help="comma list of checked-variant labels")
+    p.add_argument("--tag", default="", help="suffix of the store files' names")
+    p.add_argument("--tests", default=",".join(GPU_TESTS), help="comma list of GPU test paths")
     args = p.parse_args()
+    global ONLY, TAG
+    ONLY = None if args.only is None else {x.strip() for x in args.only.split(",") if x.strip()}
+    TAG = f"_{args.tag}" if args.tag else ""
     args.out.mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")
     t0 = time.perf_counter()
-    rc = gpu_tests(args.out) if "tests" in parts else 0
+    rc = gpu_tests(args.out, args.tests.split(",")) if "tests" in parts else 0
     if "bench" in parts:
         bench(args.out, args.reps)
     if "store-bench" in parts:
