@@ -64,6 +64,12 @@ def variants(tile: str, mode: str) -> list[Variant]:
             *chosen_checked(mode, tile)]
 
 
+def campaign_variants() -> list[Variant]:
+    """The campaigns' variants at 80³ (small, fma): with --only just those chosen (the
+    baselines' campaigns are in the store already), else the baselines too."""
+    return chosen_checked("fma", "small") if ONLY is not None else variants("small", "fma")
+
+
 def store_dir(out: Path) -> Path:
     from safemon.commands._common import current_device_name
     from safemon.evidence.store import device_slug
@@ -85,7 +91,7 @@ def inkernel(out: Path, sites: dict[str, int]) -> None:
 
     rows = []
     results: dict[str, list[Any]] = {scope: [] for scope in sites}
-    for v in variants("small", "fma"):
+    for v in campaign_variants():
         for scope, n in sites.items():
             t0 = time.perf_counter()
             r = run_inkernel_campaign(v, Dims(80, 80, 80), n, seed=SEED, scope=scope,
@@ -120,7 +126,7 @@ def inputs(out: Path) -> None:
 
     rows = []
     results = []
-    for v in variants("small", "fma"):
+    for v in campaign_variants():
         r = run_input_campaign(v, Dims(80, 80, 80), backend="cupy", seed=SEED)
         results.append(r)
         rec: dict[str, Any] = {"variant": v.name, "faults": r.injections, "seconds": r.seconds}
