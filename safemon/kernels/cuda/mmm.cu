@@ -142,7 +142,10 @@ static_assert(!(RMT_WARP && RMT_BLOCK), "one RMT kind per build");
 // one in the ABFT campaign build, whose verdict needs the shared memory. The next k-tile is
 // loaded after this one's MACs: issuing its loads before them (register prefetch) measured
 // slower on every tile (H100), as the registers it holds cost more than the latency it hides
-// with two or more blocks per SM.
+// with two or more blocks per SM. Measured again on 2026-11-24 for `large`
+// (evidence/h100-2026-11-24-rmt-block/kernel/): prefetch 0.85x at 4096³, and one block per SM
+// with the registers that frees 0.60-0.62x, with or without prefetch or 16-wide k-tiles,
+// although Nsight Compute puts a fifth of the stall cycles on these loads.
 #define STAGE_BYTES (4 * (BK * (BM + A_PAD) + BK * BN_PADDED))
 #if 2 * STAGE_BYTES <= 40960 && !(SAFEMON_INJECT && SAFEMON_ABFT_VERDICT)
 #define STAGES 2
@@ -814,16 +817,28 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         }
     const bool tile_failed = __syncthreads_or(pair_differs) != 0;
 #endif
-    // This thread's in-range accumulators into `dst` (row-major M×N).
+    // This thread's in-range accumulators into `dst` (row-major M×N). A run of 4 columns is
+    // one 16-byte store when N is a multiple of 4, `dst` is 16-byte aligned and the run lies
+    // inside C (its first column is a multiple of 4, as TN is); otherwise each element is
+    // stored alone. Either way the same words reach the same places.
     auto store_c = [&](float* __restrict__ dst) {
+        const bool vec_c = N % 4 == 0 && (reinterpret_cast<unsigned long long>(dst) % 16) == 0;
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
             const int r = row0 + ty * TM + i;
             if (r >= M) continue;
 #pragma unroll
-            for (int j = 0; j < TN; ++j) {
+            for (int j = 0; j < TN; j += 4) {
                 const int c = col0 + tx * TN + j;
-                if (c < N) dst[(long long)r * N + c] = acc[i][j];
+                float* at = dst + (long long)r * N + c;
+                if (vec_c && c + 3 < N) {
+                    *reinterpret_cast<float4*>(at) =
+                        make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q)
+                        if (c + q < N) at[q] = acc[i][j + q];
+                }
             }
         }
     };
