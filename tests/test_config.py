@@ -435,3 +435,18 @@ def test_unprotected_channels_are_allowed_where_the_vote_compares_c(tmp_path: Pa
     c = load_config(write(tmp_path, text), env=XDG)
     assert c.channels is not None
     assert c.channels[0].variant.to_variant(16, 16, 16).name == "unprotected/exact/small"
+
+
+def test_to_variant_gives_one_variant_object_per_shape() -> None:
+    """The GPU backend caches launch plans per Variant object: a channel asking twice for
+    the same shape must get the same object, and a different shape or config another."""
+    from safemon.config import VariantConfig
+
+    cfg = VariantConfig(checksum="ones", level="M", mode="fma")
+    v = cfg.to_variant(64, 4096, 4096)
+    assert cfg.to_variant(64, 4096, 4096) is v
+    assert VariantConfig(checksum="ones", level="M", mode="fma").to_variant(64, 4096, 4096) is v
+    assert cfg.to_variant(64, 4096, 1024) is not v
+    other = VariantConfig(checksum="ones", level="M", mode="fma", rmt="block")
+    assert other.to_variant(64, 4096, 4096).rmt == "block" and v.rmt == "none"
+    assert v.tile.name == "wide" and v.split == 8  # auto_tile / auto_split, as before

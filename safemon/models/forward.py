@@ -95,6 +95,26 @@ class ModelResult:
         return np.array(words, dtype=np.uint64)
 
 
+def _device_biases(cp: Any, layers: Sequence[Layer]) -> list[Any]:
+    """Every layer's bias on the current device (None where a layer has none), uploaded as
+    one float32 array and sliced: one host-to-device copy per pass instead of one per layer
+    (each cost about 30 µs of host time on the H100 host)."""
+    host = [np.asarray(ly.bias, dtype=np.float32).ravel() for ly in layers if ly.bias is not None]
+    if not host:
+        return [None] * len(layers)
+    flat = cp.asarray(np.concatenate(host))
+    out: list[Any] = []
+    at = 0
+    for ly in layers:
+        if ly.bias is None:
+            out.append(None)
+        else:
+            n = int(np.asarray(ly.bias).size)
+            out.append(flat[at:at + n])
+            at += n
+    return out
+
+
 #: Called after each layer's product with (layer index, C, ES) before the epilogue, on
 #: the backend's arrays; may modify them in place (the channel's fault injection).
 LayerHook = Callable[[int, Any, Any], None]
@@ -141,6 +161,7 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
         from safemon.kernels.model_gpu import DigestBatch, launch_epilogue
 
         cp = import_cupy()
+        dev_biases = _device_biases(cp, layers)
         # Every layer is queued without a wait, then the digests, the output's copy and the
         # read-backs of the digests and of the layers' status blocks: the one wait.
         for settle_each in ((True,) if settle else (False, True)):
@@ -154,8 +175,7 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
                 pending.append(res)
                 if hook is not None:
                     hook(i, res.c, res.es)
-                bias = None if layer.bias is None else cp.asarray(layer.bias)
-                launch_epilogue(res.c, bias, layer.act)
+                launch_epilogue(res.c, dev_biases[i], layer.act)
                 kept += [res.es, res.c]
                 h = res.c
             batch = DigestBatch(len(kept) + 1 + len(extra_digests))
