@@ -346,7 +346,9 @@ class LimitsConfig(_Model):
     max_weights / max_weight_total_bytes: how many weights, and how many bytes of them,
         may be registered at once (every channel keeps each one resident).
     min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
-        healthy channel must sustain, and the fixed time it may take per work item. A work
+        healthy channel must sustain, and the fixed time it may take per work item. When
+        the config does not set min_channel_gflops, it is 0.05 (the NumPy reference on a
+        slow CPU) and, on a GPU backend, `GPU_MIN_CHANNEL_GFLOPS` (`with_backend_limits`). A work
         item costs `item_overhead_s + 2*M*K*N / (min_channel_gflops * 1e9)` seconds
         (`safemon.admission.item_cost_s`). Its channel budget is `timing.request_deadline_s`
         plus the cost of everything queued on the channel ahead of it and its own
@@ -367,6 +369,25 @@ class LimitsConfig(_Model):
     min_channel_gflops: Annotated[StrictFloat, Field(gt=0.0)] = 0.05
     item_overhead_s: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.005
     max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 512
+
+
+#: `limits.min_channel_gflops` on a GPU backend when the config leaves it unset. The
+#: slowest catalog variant, crc32c/I, ran at 420-470 GFLOP/s at 64×4096×4096 and 4096³ on
+#: the H100 (evidence/h100-2026-11-23-kernel/variants/); at small shapes, where every variant
+#: is slower, `item_overhead_s` (5 ms) covers the item. With 0.05 a 64×4096×4096 item was
+#: priced at 43 s, so one item still queued on a straggling channel made the next request
+#: a BusyError (the torch example's layer benchmark, evidence/h100-2026-11-24-rmt-block/).
+GPU_MIN_CHANNEL_GFLOPS = 100.0
+
+
+def with_backend_limits(config: Config, on_device: bool) -> Config:
+    """`config`, with `limits.min_channel_gflops` set to `GPU_MIN_CHANNEL_GFLOPS` when the
+    backend runs on a GPU (`on_device`) and the config did not set it; otherwise `config`
+    itself."""
+    if not on_device or "min_channel_gflops" in config.limits.model_fields_set:
+        return config
+    limits = config.limits.model_copy(update={"min_channel_gflops": GPU_MIN_CHANNEL_GFLOPS})
+    return config.model_copy(update={"limits": limits})
 
 
 class ClassificationConfig(_Model):

@@ -37,7 +37,7 @@ from safemon import daemon_status
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.channels.supervisor import Supervisor
-from safemon.config import Config
+from safemon.config import Config, with_backend_limits
 from safemon.daemon_lock import DaemonLock, needs_lock
 from safemon.errors import ConfigError
 from safemon.fdlimit import ensure_fd_budget
@@ -218,11 +218,12 @@ class Daemon:
 
     def start(self) -> None:
         """Validate, bind, start the channels. Raises ConfigError / PatternError."""
-        cfg = self.config
         try:
-            self.backend = resolve_backend(cfg.backend)
+            self.backend = resolve_backend(self.config.backend)
         except Exception as exc:
             raise ConfigError(f"backend: {exc}") from None
+        # Work-item prices for a GPU unless the config names its own (config.LimitsConfig).
+        cfg = self.config = with_backend_limits(self.config, self.backend.on_device)
         self._check_gpus()
         if self.backend.on_device and self._patterns_in is None and cfg.patterns.cover is not False:
             from safemon.patterns.sm_coverage import device_sm_count

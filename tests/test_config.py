@@ -450,3 +450,29 @@ def test_to_variant_gives_one_variant_object_per_shape() -> None:
     other = VariantConfig(checksum="ones", level="M", mode="fma", rmt="block")
     assert other.to_variant(64, 4096, 4096).rmt == "block" and v.rmt == "none"
     assert v.tile.name == "wide" and v.split == 8  # auto_tile / auto_split, as before
+
+
+def test_gpu_backend_prices_work_items_at_the_gpu_default_unless_the_config_says() -> None:
+    """On a GPU the default 0.05 GFLOP/s priced a 64×4096×4096 item at 43 s, so a single
+    straggling item made the next request a BusyError; the daemon swaps in the GPU default,
+    and only where the config left the field unset."""
+    from safemon.admission import check_request, item_cost_s
+    from safemon.config import GPU_MIN_CHANNEL_GFLOPS, with_backend_limits
+
+    cfg = load_config(None, env={})
+    assert with_backend_limits(cfg, False) is cfg
+    gpu = with_backend_limits(cfg, True)
+    assert gpu.limits.min_channel_gflops == GPU_MIN_CHANNEL_GFLOPS
+    assert cfg.limits.min_channel_gflops == 0.05  # the original is not modified
+    cost = item_cost_s(gpu, 64, 4096, 4096)
+    assert cost < 0.05 and item_cost_s(cfg, 64, 4096, 4096) > 40
+    # One such item queued on a channel no longer refuses the next one ...
+    assert check_request(gpu, (64, 4096), 4096, in_flight=1, queued_s=cost) is None
+    # ... while the CPU pricing still does, and a full queue still does on the GPU.
+    assert check_request(cfg, (64, 4096), 4096, in_flight=1, queued_s=1.0) is not None
+    assert check_request(gpu, (64, 4096), 4096, in_flight=1, queued_s=0.09) is not None
+    own = load_config(None, env={}).model_copy(
+        update={"limits": cfg.limits.model_copy(update={"min_channel_gflops": 3.0})})
+    own = type(cfg).model_validate(own.model_dump())  # as if read from YAML
+    assert own.limits.min_channel_gflops == 3.0
+    assert with_backend_limits(own, True).limits.min_channel_gflops == 3.0
