@@ -193,7 +193,6 @@ def bench(out: Path, reps: int) -> None:
 
 
 GPU_TESTS = ("tests/kernels/test_gpu_abft.py", "tests/kernels/test_gpu_rmt.py",
-             "tests/kernels/test_gpu_rmt_block.py",
              "tests/evidence/test_commands.py::test_bench_times_the_rmt_and_abft_variants_by_their_labels")
 
 
