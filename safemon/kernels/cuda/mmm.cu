@@ -31,8 +31,8 @@
 //
 // ES layout: ES[g * ES_WORDS + w], g = ((blockIdx.z * gy + by) * gridDim.x + blockIdx.x) *
 // THREADS + t, with gy the tile rows and by the tile row (gridDim.y and blockIdx.y except in
-// RMT_BLOCK builds, whose two copies of a tile share its g); words are the I-level checksum's, then M's, E's, F's and T's (only
-// the enabled ones).
+// RMT_BLOCK builds, whose two copies of a tile share its g); words are the I-level
+// checksum's, then M's, E's, F's and T's (only the enabled ones).
 //
 // Split-K (production builds): blockIdx.z is the K-slice. With kt = ceil(K/BK) k-tiles and
 // T = ceil(kt / gridDim.z), slice z walks the k-tiles [z*T, min(kt, (z+1)*T)) and stores its
