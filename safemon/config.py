@@ -372,9 +372,10 @@ class LimitsConfig(_Model):
 
 
 #: `limits.min_channel_gflops` on a GPU backend when the config leaves it unset. The
-#: slowest catalog variant, crc32c/I, ran at 420-470 GFLOP/s at 64×4096×4096 and 4096³ on
-#: the H100 (evidence/h100-2026-11-23-kernel/variants/); at small shapes, where every variant
-#: is slower, `item_overhead_s` (5 ms) covers the item. With 0.05 a 64×4096×4096 item was
+#: slowest catalog variant, crc32c/I, ran at 360-420 GFLOP/s at 64×4096×4096, 256×1024×4096
+#: and 4096³ on the H100 (evidence/h100-2026-11-23-kernel/, "The remaining issue-14
+#: variants"); at small shapes, where every variant is slower (about 30 GFLOP/s at
+#: 1×4096×4096: 1.1 ms), `item_overhead_s` (5 ms) covers the item. With 0.05 a 64×4096×4096 item was
 #: priced at 43 s, so one item still queued on a straggling channel made the next request
 #: a BusyError (the torch example's layer benchmark, evidence/h100-2026-11-24-rmt-block/).
 GPU_MIN_CHANNEL_GFLOPS = 100.0
