@@ -100,7 +100,7 @@ def variant_launcher(
     checks: those are part of the API wall time). Each call returns the (c, es) buffers.
     `kernel`: another compilation of the MMM kernel to launch instead of the variant's own
     (scripts/kernel_compare.py times an earlier mmm.cu this way)."""
-    from safemon.kernels.gpu import kernel_for, reduce_slices, rmt_block_shapes
+    from safemon.kernels.gpu import kernel_for, reduce_slices, rmt_block_buffers, rmt_block_shapes
 
     m, k = a.shape
     n = b.shape[1]
@@ -123,8 +123,8 @@ def variant_launcher(
     rmt = rmt_block_shapes(variant, m, n, slices)
     counters = None
     if rmt is not None:
-        counters = cp.zeros(rmt[1], dtype=cp.uint32)
-        args += (cp.empty(rmt[0], dtype=cp.float32), counters)
+        spare, counters = rmt_block_buffers(rmt)
+        args += (spare, counters)
 
     def run() -> tuple[Any, Any]:
         if counters is not None:

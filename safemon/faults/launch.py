@@ -126,7 +126,7 @@ def run_injections(
         ValueError: bad `rows` shape or batch.
     """
     from safemon.kernels.compiler import import_cupy
-    from safemon.kernels.gpu import kernel_for, rmt_block_shapes
+    from safemon.kernels.gpu import kernel_for, rmt_block_buffers, rmt_block_shapes
 
     cp = import_cupy()
     if rows.ndim != 2 or rows.shape[1] != len(FIELDS):
@@ -135,7 +135,8 @@ def run_injections(
     n = b.shape[1]
     # Inter-block RMT keeps both copies' C per injection (rmt_buf); launches are capped so
     # that it stays within RMT_BLOCK_BUF_BYTES.
-    z_max = MAX_Z if variant.rmt != "block" else max(1, min(MAX_Z, RMT_BLOCK_BUF_BYTES // (8 * m * n)))
+    z_max = (MAX_Z if variant.rmt != "block"
+             else max(1, min(MAX_Z, RMT_BLOCK_BUF_BYTES // (8 * m * n))))
     z = z_max if batch is None else batch
     if not 0 < z <= MAX_Z:
         raise ValueError(f"batch must lie in 1..{MAX_Z}, got {batch}")
@@ -165,7 +166,7 @@ def run_injections(
             args += (abft_ref, err)
         rmt = rmt_block_shapes(variant, m, n, chunk.shape[0], inject=True)
         if rmt is not None:
-            args += (cp.empty(rmt[0], dtype=cp.float32), cp.zeros(rmt[1], dtype=cp.uint32))
+            args += rmt_block_buffers(rmt)
         kernel((gx, gy * variant.grid_copies, chunk.shape[0]), (variant.block_threads, 1, 1),
                args)
         return out

@@ -36,6 +36,7 @@ __all__ = [
     "launch_finite",
     "launch_inputs_finite",
     "nvcc_builds",
+    "rmt_block_buffers",
     "rmt_block_shapes",
     "splitk_build",
 ]
@@ -229,8 +230,7 @@ def _launch_mmm(
         sm = cp.empty(plan.grid[0] * plan.grid[1], dtype=cp.uint32)
         args.append(sm)
     if plan.rmt_shapes is not None:  # inter-block RMT: the spare C tiles, zeroed counters
-        args += [cp.empty(plan.rmt_shapes[0], dtype=cp.float32),
-                 cp.zeros(plan.rmt_shapes[1], dtype=cp.uint32)]
+        args += rmt_block_buffers(plan.rmt_shapes)
     plan.kernel(plan.grid, plan.block, tuple(args))
     if plan.reduce is not None:
         _reduce(plan.reduce, out, c)
@@ -257,6 +257,15 @@ def rmt_block_shapes(
         return None
     gx, gy = variant.tile.grid(m, n)
     return ((z, 2, m, n) if inject else (z, m, n)), z * gy * gx
+
+
+def rmt_block_buffers(shapes: tuple[tuple[int, ...], int]) -> tuple[Any, Any]:
+    """The two extra arguments of an inter-block RMT launch, from `rmt_block_shapes`: an
+    uninitialised float32 rmt_buf and the zeroed uint32 arrival counters (CuPy, current
+    device and stream). A caller launching again with the same buffers zeroes the counters
+    first (`counters.data.memset_async`)."""
+    cp = import_cupy()
+    return cp.empty(shapes[0], dtype=cp.float32), cp.zeros(shapes[1], dtype=cp.uint32)
 
 
 def splitk_build() -> KernelBuild:
