@@ -32,7 +32,6 @@ through `Config.model_validate` to an equal object:
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import os
 import re
@@ -62,9 +61,9 @@ from safemon.kernels.catalog import (
     TILES,
     TileConfig,
     Variant,
-    auto_split,
     auto_tile,
     make_variant,
+    variant_for_shape,
 )
 from safemon.patterns.controller import restart_problems
 from safemon.patterns.scheduler import timing_problems
@@ -200,22 +199,9 @@ class VariantConfig(_Model):
         "auto" resolved by `auto_tile(M, N, K, level)`, the split by `auto_split(M, N, K, tile)` (the
         tile and split `protected_matmul` picks for the same shape, so that a channel runs
         the kernel issue 14 tuned for it; C depends on the split, ES's shape too)."""
-        return _channel_variant(self.checksum, self.level, self.mode, self.tile, self.rmt,
-                                self.abft, m, n, k)
-
-
-@functools.lru_cache(maxsize=4096)
-def _channel_variant(checksum: str | None, level: str | None, mode: str, tile: str, rmt: str,
-                     abft: bool, m: int, n: int, k: int) -> Variant:
-    """`VariantConfig.to_variant`, one `Variant` object per distinct argument tuple.
-
-    Variants are immutable, so sharing one is safe; the CuPy backend's launch plans are
-    cached per variant object (`safemon.kernels.gpu`), so a whole-model pass that asked for a
-    fresh `Variant` per layer paid for a new plan each time (about 35 µs of host time per
-    layer on the H100 host, evidence/h100-2026-11-24-rmt-block/).
-    """
-    t = auto_tile(m, n, k, level) if tile == "auto" else TILES[tile]
-    return make_variant(checksum, level, mode, t, auto_split(m, n, k, t), rmt=rmt, abft=abft)
+        return variant_for_shape(m, n, k, self.checksum, self.level, self.mode,
+                                 None if self.tile == "auto" else self.tile, None, self.rmt,
+                                 self.abft)
 
 
 class ChannelConfig(_Model):

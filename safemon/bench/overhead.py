@@ -244,9 +244,9 @@ def _kernel_variants(dims_list: Sequence[Dims], modes: Sequence[str],
 def _api_variants(api_dims: Sequence[Dims]) -> list[Variant]:
     """The variants the API section's calls pick (`safemon.bench.api.API_CALLS`)."""
     from safemon.bench.api import API_CALLS
-    from safemon.kernels.api import _variant_of_shape
+    from safemon.kernels.catalog import variant_for_shape
 
-    return [_variant_of_shape(d.m, d.n, d.k, checksum, None if checksum is None else level or "I",
+    return [variant_for_shape(d.m, d.n, d.k, checksum, None if checksum is None else level or "I",
                               mode, None, None, "none", False)
             for d in api_dims for _, checksum, level, mode, _ in API_CALLS]
 

@@ -12,7 +12,6 @@ all with `wait=False`, when the caller settles the result later with `MatmulResu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from safemon.errors import (
     UncorrectableError,
 )
 from safemon.kernels.backend import Backend, resolve_backend
-from safemon.kernels.catalog import TILES, TileConfig, Variant, auto_split, auto_tile, make_variant
+from safemon.kernels.catalog import TileConfig, Variant, variant_for_shape
 from safemon.kernels.checked import _OK, StatusReport, launch_checked, read_status, run_checked
 from safemon.kernels.compiler import cupy_if_imported
 
@@ -226,29 +225,10 @@ def _variant_for(
     """The variant of a call: tile and split default to pure functions of the shape."""
     shape = _shape_of(a, b)
     try:
-        return _variant_of_shape(*shape, checksum, level, mode, tile, split, rmt, abft)
+        return variant_for_shape(*shape, checksum, level, mode, tile, split, rmt, abft)
     except TypeError:  # an unhashable argument: validate uncached, for make_variant's message
-        return _variant_of_shape.__wrapped__(*shape, checksum, level, mode, tile, split, rmt,
+        return variant_for_shape.__wrapped__(*shape, checksum, level, mode, tile, split, rmt,
                                              abft)
-
-
-@lru_cache(maxsize=1024)
-def _variant_of_shape(
-    m: int, n: int, k: int, checksum: str | None, level: str | None, mode: str,
-    tile: TileConfig | str | None, split: int | None, rmt: str, abft: bool,
-) -> Variant:
-    """`_variant_for` by value: a pure function, cached (a call then pays one look-up, not
-    two `make_variant` validations and the tile and split arithmetic). Errors are raised,
-    never cached."""
-    # Validate first (with a placeholder tile when choosing one): auto_tile needs the variant's
-    # own level, which is None for an unprotected variant whatever `level` says.
-    chosen = make_variant(checksum, level, mode, TILES["small"] if tile is None else tile,
-                          rmt=rmt, abft=abft)
-    if tile is None:
-        chosen = make_variant(checksum, level, mode, auto_tile(m, n, k, chosen.level), rmt=rmt,
-                              abft=abft)
-    return make_variant(checksum, level, mode, chosen.tile,
-                        auto_split(m, n, k, chosen.tile) if split is None else split, rmt, abft)
 
 
 def protected_matmul(

@@ -8,6 +8,7 @@ variants are equal. `docs/SIGNATURES.md` states the rules each variant implement
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "make_variant",
     "split_check_suffix",
     "standard_variants",
+    "variant_for_shape",
     "variant_from_name",
 ]
 
@@ -386,6 +388,29 @@ def make_variant(
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
     return Variant(checksum, level, mode, tile, split, rmt, abft)
+
+
+@lru_cache(maxsize=4096)
+def variant_for_shape(
+    m: int, n: int, k: int, checksum: str | None, level: str | None, mode: str,
+    tile: TileConfig | str | None, split: int | None, rmt: str = "none", abft: bool = False,
+) -> Variant:
+    """The variant an (M, K)·(K, N) product runs: `tile` None picks `auto_tile` (by the
+    variant's own level), `split` None `auto_split`. A pure function, cached, so one shape
+    and choice always gets the same `Variant` object (the CuPy backend caches its launch plans
+    per variant object) and a call pays one look-up, not two `make_variant` validations and
+    the tile and split arithmetic. Errors are raised, never cached. The API
+    (`safemon.kernels.api`) and the channels (`VariantConfig.to_variant`) both use it.
+    """
+    # Validate first (with a placeholder tile when choosing one): auto_tile needs the variant's
+    # own level, which is None for an unprotected variant whatever `level` says.
+    chosen = make_variant(checksum, level, mode, TILES["small"] if tile is None else tile,
+                          rmt=rmt, abft=abft)
+    if tile is None:
+        chosen = make_variant(checksum, level, mode, auto_tile(m, n, k, chosen.level), rmt=rmt,
+                              abft=abft)
+    return make_variant(checksum, level, mode, chosen.tile,
+                        auto_split(m, n, k, chosen.tile) if split is None else split, rmt, abft)
 
 
 def standard_variants(
