@@ -64,6 +64,7 @@ from safemon.kernels.catalog import (
     auto_tile,
     make_variant,
     variant_for_shape,
+    variant_with_tile,
 )
 from safemon.patterns.controller import restart_problems
 from safemon.patterns.scheduler import timing_problems
@@ -198,10 +199,12 @@ class VariantConfig(_Model):
         """The catalog `Variant` this channel runs for an (M, K)·(K, N) product: tile
         "auto" resolved by `auto_tile(M, N, K, level)`, the split by `auto_split(M, N, K, tile)` (the
         tile and split `protected_matmul` picks for the same shape, so that a channel runs
-        the kernel issue 14 tuned for it; C depends on the split, ES's shape too)."""
-        return variant_for_shape(m, n, k, self.checksum, self.level, self.mode,
-                                 None if self.tile == "auto" else self.tile, None, self.rmt,
-                                 self.abft)
+        the kernel issue 14 tuned for it; C depends on the split, ES's shape too). A named
+        tile cuts K as the automatic choice does (`variant_with_tile`), so that channels of
+        diverse tiles compute the same C."""
+        auto = variant_for_shape(m, n, k, self.checksum, self.level, self.mode, None, None,
+                                 self.rmt, self.abft)
+        return auto if self.tile == "auto" else variant_with_tile(auto, self.tile, k)
 
 
 class ChannelConfig(_Model):

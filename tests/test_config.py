@@ -476,3 +476,34 @@ def test_gpu_backend_prices_work_items_at_the_gpu_default_unless_the_config_says
     own = type(cfg).model_validate(own.model_dump())  # as if read from YAML
     assert own.limits.min_channel_gflops == 3.0
     assert with_backend_limits(own, True).limits.min_channel_gflops == 3.0
+
+
+def test_diverse_tiles_cut_k_alike_so_their_c_agree() -> None:
+    """Channels of different tiles are voted on C alone; C depends on how K is cut into
+    slices. Each tile's own automatic split differs at many shapes (200×700×1000: small 6,
+    large 7), so a named tile takes the automatic choice's slice bounds: the same C bit for
+    bit, where the tiles' own splits gave different C."""
+    import itertools
+
+    from safemon.kernels.catalog import TILES, auto_split, make_variant, slice_bounds
+    from safemon.kernels.reference import reference_matmul
+
+    for m, n, k in itertools.product([1, 8, 64, 128, 200], [256, 700, 4096], [100, 1000, 4096]):
+        got = set()
+        # skinny's 16-wide k-tiles cannot reproduce every bound of the 8-wide ones
+        # (variant_with_tile; docs/SIGNATURES.md): it is left out here.
+        for tile in ("auto", "small", "large", "wide"):
+            v = VariantConfig(checksum="ones", level="M", mode="fma", tile=tile).to_variant(m, n, k)
+            got.add(tuple(slice_bounds(k, v.tile.bk, v.slices(k))))
+        assert len(got) == 1, (m, n, k, got)
+    m, n, k = 200, 700, 1000
+    assert auto_split(m, n, k, TILES["small"]) != auto_split(m, n, k, TILES["large"])
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    small, large = (VariantConfig(checksum=None, level=None, mode="fma", tile=t).to_variant(m, n, k)
+                    for t in ("small", "large"))
+    c_small = reference_matmul(a, b, small)[0]
+    assert reference_matmul(a, b, large)[0].tobytes() == c_small.tobytes()
+    own = make_variant(None, None, "fma", "large", auto_split(m, n, k, TILES["large"]))
+    assert reference_matmul(a, b, own)[0].tobytes() != c_small.tobytes()  # what it fixes

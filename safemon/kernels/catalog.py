@@ -38,6 +38,7 @@ __all__ = [
     "standard_variants",
     "variant_for_shape",
     "variant_from_name",
+    "variant_with_tile",
 ]
 
 Checksum = Literal["xor", "twos", "ones", "fletcher", "crc32c"]
@@ -388,6 +389,29 @@ def make_variant(
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
     return Variant(checksum, level, mode, tile, split, rmt, abft)
+
+
+@lru_cache(maxsize=4096)
+def variant_with_tile(base: Variant, tile: str, k: int) -> Variant:
+    """`base` (an automatic choice for inner dimension `k`) on another `tile`, with the K-split
+    that gives the same slice bounds (`slice_bounds`), so that both compute the same C bit for
+    bit: C depends on how K is cut into slices and on nothing else of the tiling.
+
+    Diverse channels (one tile each, `VariantConfig.tile`) are voted on C alone
+    (`safemon.patterns.voter`); their own automatic splits differ per tile (64×4096×4096:
+    `small` 4, `wide` and `large` 8), and such channels disagreed on every request. Where no
+    split of `tile` reproduces the bounds (a k-tile width that does not divide them), the
+    base's split is kept: such channels can disagree, and docs/SIGNATURES.md says so.
+    """
+    t = TILES[tile]
+    if t == base.tile:
+        return base
+    want = slice_bounds(k, base.tile.bk, base.slices(k))
+    for split in range(1, MAX_SPLIT + 1):
+        if slice_bounds(k, t.bk, k_slices(k, t.bk, split)) == want:
+            return make_variant(base.checksum, base.level, base.mode, t, split, base.rmt,
+                                base.abft)
+    return make_variant(base.checksum, base.level, base.mode, t, base.split, base.rmt, base.abft)
 
 
 @lru_cache(maxsize=4096)
