@@ -61,6 +61,7 @@ __all__ = [
     "abft_tolerances",
     "gamma",
     "launch_abft",
+    "verify_instance",
 ]
 
 ABFT_SOURCE = Path(__file__).parent / "cuda" / "abft.cu"
@@ -68,8 +69,8 @@ U32_F = 2.0**-24
 U64_F = 2.0**-53
 #: Extra float64 roundings of the device's sums (abft.cu's header): a sum of C takes at most
 #: ⌈n/8⌉ + 7 (columns: eight parts) or ⌈BN/32⌉ + 5 (rows: five shuffle levels), a checksum
-#: product k-per-slice, then ⌈S/8⌉ − 1 + min(7, S − 1) (columns) or ⌈S/32⌉ + 4 (rows) adding
-#: its S slices (`abft_k_slices` keeps the total ≤ K + 7); all ≤ n + K + 7.
+#: product k-per-slice, then ⌈S/8⌉ − 1 + min(7, S − 1) (columns) or at most S − 1 (rows:
+#: ⌈S/P⌉ − 1 + min(P − 1, S − 1) with P ≤ 8 parts) adding its S slices (`abft_k_slices` keeps the total ≤ K + 7); all ≤ n + K + 7.
 F64_EXTRA = 7
 #: Threads per block of the A vectors and the verify kernels (abft.cu assumes 256 for verify).
 ABFT_THREADS = 256
@@ -79,6 +80,9 @@ ABFT_COL_THREADS = 256
 ABFT_COL_Y_MAX = 16
 ABFT_ROW_R = 64
 ABFT_KC = 32
+#: The verify kernels abft.cu instantiates, (rows per warp, 32-column groups), smallest first:
+#: `skinny`, `small`, `wide`, `large`, and one for any other tile up to 128×256.
+ABFT_VERIFY_INSTANCES = ((1, 8), (4, 1), (4, 4), (16, 4), (16, 8))
 #: The row kernel's weight in `abft_k_slices`, in the column kernel's unit (outputs per thread
 #: of a SIMT kernel of the same work per block): its 8 warps each run 2·NT tensor-core steps
 #: per 4 k.
@@ -235,6 +239,21 @@ def abft_k_slices(blocks: int, k: int, weight: int = 1) -> tuple[int, int]:
     return -(-k // per), per
 
 
+def verify_instance(tile: TileConfig) -> tuple[int, int]:
+    """(RW, CG) of the verify kernel abft.cu instantiates for `tile`: the fewest rows per warp
+    (a tile row in 8) and 32-column groups that cover it.
+
+    Raises:
+        ValueError: a tile taller than 128 rows or wider than 256 columns (no instance).
+    """
+    need_rw, need_cg = -(-tile.bm // 8), -(-tile.bn // 32)
+    for rw, cg in ABFT_VERIFY_INSTANCES:
+        if rw >= need_rw and cg >= need_cg:
+            return rw, cg
+    raise ValueError(f"abft.cu has no verify kernel for a {tile.bm}×{tile.bn} tile "
+                     f"(at most 128×256)")
+
+
 def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
     """Queue abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on the current
     stream; a failure sets words 6–7 of the status block at `status_ptr`. No waiting."""
@@ -270,10 +289,9 @@ def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> No
     function_for(("abft",), abft_build, f"safemon_abft_rows_{row_nt}")(
         (*row_grid, row_slices), (256, 1, 1),
         (a, b_sum, b_abs, row_part, i32(m), i32(k), i32(gx), i32(row_per)))
-    col_blocks = gy * -(-n // 32)  # a block per (tile row, 32 columns)
-    row_blocks = -(-m * gx * 32 // ABFT_THREADS)
-    function_for(("abft",), abft_build, "safemon_abft_verify")(
-        (col_blocks + row_blocks, 1, 1), (ABFT_THREADS, 1, 1),
+    rw, cg = verify_instance(t)
+    function_for(("abft",), abft_build, f"safemon_abft_verify_{rw}_{cg}")(
+        (gx * gy, 1, 1), (ABFT_THREADS, 1, 1),
         (c, col_part, row_part, np.uintp(status_ptr), i32(m), i32(n), i32(k), i32(t.bm),
          i32(t.bn), i32(gx), i32(gy), i32(variant.slices(k)), i32(col_slices),
-         i32(row_slices), i32(col_blocks)))
+         i32(row_slices)))

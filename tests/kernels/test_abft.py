@@ -194,8 +194,8 @@ def test_abft_k_slices_cover_k_within_the_rounding_budget(
     product term sees at most K + 7 float64 roundings (the F64_EXTRA slack of the tolerance):
     k-per-slice in its slice, then the verify kernel's sum of the S slices. Columns: eight
     parts of every 8th slice (⌈S/8⌉ − 1 each), added in order (at most S − 1 of those
-    additions round: a part without slices is an exact zero). Rows: lanes over every 32nd
-    slice (⌈S/32⌉ − 1), then five shuffle levels."""
+    additions round: a part without slices is an exact zero). Rows: P ≤ 8 parts of every P-th
+    slice, added in order, at most S − 1 for any P."""
     from safemon.kernels.abft import ABFT_KC, F64_EXTRA, abft_k_slices
 
     slices, per = abft_k_slices(blocks, k, weight)
@@ -203,5 +203,24 @@ def test_abft_k_slices_cover_k_within_the_rounding_budget(
     assert (slices - 1) * per < k <= slices * per
     in_slice = min(per, k)
     columns = -(-slices // 8) - 1 + min(7, slices - 1)
-    rows = -(-slices // 32) - 1 + min(5, slices - 1)
+    rows = max(-(-slices // p) - 1 + min(p - 1, slices - 1) for p in (1, 2, 4, 8))
+    assert rows <= slices - 1
     assert in_slice + max(columns, rows) <= k + F64_EXTRA
+
+
+def test_every_catalog_tile_has_a_verify_kernel_that_covers_it() -> None:
+    """The verify kernel a tile gets holds all its rows (8 warps × RW) and columns (CG × 32),
+    and it is one abft.cu instantiates; a tile beyond 128×256 is refused by name."""
+    import re
+
+    from safemon.kernels.abft import ABFT_SOURCE, ABFT_VERIFY_INSTANCES, verify_instance
+
+    built = {(int(rw), int(cg)) for rw, cg in
+             re.findall(r"^SAFEMON_ABFT_VERIFY\((\d+), (\d+)\)", ABFT_SOURCE.read_text(), re.M)}
+    assert built == set(ABFT_VERIFY_INSTANCES)
+    for tile in TILES.values():
+        rw, cg = verify_instance(tile)
+        assert 8 * rw >= tile.bm and 32 * cg >= tile.bn
+    assert verify_instance(TileConfig("t", bm=64, bn=64, bk=8, tm=4, tn=4)) == (16, 4)
+    with pytest.raises(ValueError, match="256×128"):
+        verify_instance(TileConfig("t", bm=256, bn=128, bk=8, tm=8, tn=8))

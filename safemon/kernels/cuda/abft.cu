@@ -28,19 +28,23 @@
 //                           tensor cores (mma.m8n8k4), a block per 64 rows (8 per warp) × 8·NT
 //                           tile columns (NT = 1, 2, 4), A and the vectors staged in shared
 //                           memory. 256 threads.
-//   safemon_abft_verify     the sums of C per tile column and tile row, the slices' products
-//                           added, the tolerance and the flag. The first col_blocks blocks
-//                           take (by, 32 columns) each: warp p sums every 8th row of the tile
-//                           and every 8th slice from p, then warp 0 adds the eight parts in
-//                           order. The others take a warp per (r, bx): lanes over the columns
-//                           and over the slices, then a shuffle tree. 256 threads. Every sum
-//                           in a fixed order (no atomics), so a decision never depends on
+//   safemon_abft_verify_RW_CG  the sums of C per tile column and tile row, the slices'
+//                           products added, the tolerance and the flag: a block per tile, C
+//                           read once. First RP = min(8, 256 / (8·RW)) threads per tile row
+//                           add every RP-th of its S slice products, and one thread adds the RP
+//                           parts in order (threads on consecutive rows). Then warp p takes
+//                           every 8th row of the tile from p (at most RW rows) over its column
+//                           groups of 32 (at most CG): each row's sum (lanes over the columns,
+//                           then a shuffle tree) is checked by the warp, and each column's part
+//                           p, with every 8th slice from p, goes through shared memory to warp
+//                           0, which adds the eight parts in order. 256 threads. Every sum in
+//                           a fixed order (no atomics), so a decision never depends on
 //                           scheduling.
-// B is read once (cols), A twice (a_vectors, rows), C once per direction (verify).
+// B is read once (cols), A twice (a_vectors, rows), C once (verify).
 // Rounding: a checksum vector (a tile's n rows of A or columns of B, added in order) takes
 // n − 1 float64 roundings. A product term sees at most kslice in its slice, then at most
 // ⌈S/8⌉ − 1 + min(7, S − 1) (columns: a part without slices adds an exact zero) or
-// ⌈S/32⌉ + 4 (rows) adding the S slices; launch_abft keeps every slice ≥ 64 k, so the total
+// ⌈S/RP⌉ − 1 + min(RP − 1, S − 1) ≤ S − 1 (rows) adding the S slices; launch_abft keeps every slice ≥ 64 k, so the total
 // stays ≤ K + 7 (tests/kernels/test_abft.py checks it for every split it makes).
 // A sum of C sees at most ⌈n/8⌉ + 7 ≤ n + 7 (columns) or ⌈BN/32⌉ + 5 ≤ n + 7 (rows): all
 // within the γ_{n+K+7} of the tolerance.
@@ -295,81 +299,138 @@ SAFEMON_ABFT_ROWS(1)
 SAFEMON_ABFT_ROWS(2)
 SAFEMON_ABFT_ROWS(4)
 
-#define ABFT_VERIFY_PARTS 8  // warps of a column block: each sums every 8th row and slice
+#define ABFT_VERIFY_PARTS 8  // warps of a block: warp p sums every 8th row and slice from p
 
-extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify(
+// safemon_abft_verify_RW_CG: a block per tile (blockIdx.x = by·gx + bx), 8 warps, C read once
+// (the header above says what each step sums). The column sums and their slices are added in
+// the order of the two-kernel verify this replaced; the row sums of C too; the rows' slice
+// products now in RP parts (at most S − 1 roundings, within the same budget).
+template <int RW, int CG>
+__device__ __forceinline__ void safemon_abft_verify_impl(
     const float* __restrict__ C, const double* __restrict__ col_part,
     const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N, int K,
-    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices, int col_blocks) {
+    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices) {
+    __shared__ double s_part[ABFT_VERIFY_PARTS][4][32];
+    // RP threads per tile row add its slices' products (RP parts: thread part q takes every
+    // RP-th slice from q; threads on consecutive rows, coalesced), then one thread adds the
+    // RP parts in order.
+    constexpr int RP = 256 / (8 * RW) < 8 ? 256 / (8 * RW) : 8;
+    __shared__ double s_rowp[RP][8 * RW][2];
+    __shared__ double s_row[8 * RW][2];
     const double g32 = safemon_gamma((double)K + slices, 0x1p-24);
     const double tiny = (double)K * slices * 0x1p-149;
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5;
-    if ((int)blockIdx.x < col_blocks) {
-        // A block per (by, 32 columns): lanes on consecutive columns (coalesced rows), warp
-        // `part` sums rows by·BM + part, + 8, ... and slices part, part + 8, ...; the eight
-        // parts are then added in order by warp 0.
-        __shared__ double s_part[ABFT_VERIFY_PARTS][4][32];
-        const int col_groups = (N + 31) / 32;
-        const int by = blockIdx.x / col_groups, c = (blockIdx.x % col_groups) * 32 + lane;
-        const int r_end = min(M, (by + 1) * BM);
-        double g = 0.0, ga = 0.0, e = 0.0, bd = 0.0;
-        if (c < N) {
-            for (int r = by * BM + part; r < r_end; r += ABFT_VERIFY_PARTS) {
+    const int by = (int)(blockIdx.x / gx), bx = (int)(blockIdx.x % gx);
+    if (by >= gy) return;  // whole blocks leave together
+    const int r0 = by * BM, r_end = min(M, r0 + BM);
+    const int c0 = bx * BN, c_end = min(N, c0 + BN);
+    const unsigned tile = (unsigned)(by * gx + bx);
+    // The columns' checksum products, part p: every 8th slice from p, before C is read.
+    double cg[CG], cga[CG], ce[CG], cbd[CG];
+#pragma unroll
+    for (int j = 0; j < CG; ++j) {
+        const int c = c0 + 32 * j + lane;
+        cg[j] = cga[j] = ce[j] = cbd[j] = 0.0;
+        if (c < c_end) {
+#pragma unroll 4
+            for (int z = part; z < col_slices; z += ABFT_VERIFY_PARTS) {
+                const long long o = (((long long)z * gy + by) * N + c) * 2;
+                ce[j] += col_part[o];
+                cbd[j] += col_part[o + 1];
+            }
+        }
+    }
+    if ((int)threadIdx.x < RP * 8 * RW) {
+        const int t = (int)threadIdx.x % (8 * RW), q = (int)threadIdx.x / (8 * RW);
+        double e = 0.0, bd = 0.0;
+        if (t < r_end - r0) {
+#pragma unroll 4
+            for (int z = q; z < row_slices; z += RP) {
+                const long long o = (((long long)z * gx + bx) * M + r0 + t) * 2;
+                e += row_part[o];
+                bd += row_part[o + 1];
+            }
+        }
+        s_rowp[q][t][0] = e;
+        s_rowp[q][t][1] = bd;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < r_end - r0) {
+        const int t = (int)threadIdx.x;
+        double e = s_rowp[0][t][0], bd = s_rowp[0][t][1];
+        for (int q = 1; q < RP; ++q) {
+            e += s_rowp[q][t][0];
+            bd += s_rowp[q][t][1];
+        }
+        s_row[t][0] = e;
+        s_row[t][1] = bd;
+    }
+    __syncthreads();
+    const int row_terms = c_end - c0;
+    const double g64_row = safemon_gamma((double)row_terms + K + 7, 0x1p-53);
+#pragma unroll 4
+    for (int i = 0; i < RW; ++i) {
+        const int r = r0 + part + ABFT_VERIFY_PARTS * i;
+        const bool row_in = r < r_end;  // warp-uniform
+        double g = 0.0, ga = 0.0;
+#pragma unroll
+        for (int j = 0; j < CG; ++j) {
+            const int c = c0 + 32 * j + lane;
+            if (row_in && c < c_end) {
                 const double v = safemon_widen(C[(long long)r * N + c]);
                 g += v;
                 ga += fabs(v);
-            }
-            for (int z = part; z < col_slices; z += ABFT_VERIFY_PARTS) {
-                const long long o = (((long long)z * gy + by) * N + c) * 2;
-                e += col_part[o];
-                bd += col_part[o + 1];
+                cg[j] += v;
+                cga[j] += fabs(v);
             }
         }
-        s_part[part][0][lane] = g;
-        s_part[part][1][lane] = ga;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            g += __shfl_xor_sync(0xFFFFFFFFu, g, off);
+            ga += __shfl_xor_sync(0xFFFFFFFFu, ga, off);
+        }
+        if (row_in && lane == 0) {
+            const double e = s_row[r - r0][0], bd = s_row[r - r0][1];
+            const double tol = g32 * bd + g64_row * (bd + ga) + row_terms * tiny;
+            if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, tile);
+        }
+    }
+    const int terms = r_end - r0;
+    const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
+#pragma unroll
+    for (int j = 0; j < CG; ++j) {
+        const int c = c0 + 32 * j + lane;
+        double e = ce[j], bd = cbd[j];
+        if (j > 0) __syncthreads();  // warp 0 has read the previous group's parts
+        s_part[part][0][lane] = cg[j];
+        s_part[part][1][lane] = cga[j];
         s_part[part][2][lane] = e;
         s_part[part][3][lane] = bd;
         __syncthreads();
-        if (part != 0 || c >= N) return;
-        for (int p = 1; p < ABFT_VERIFY_PARTS; ++p) {
-            g += s_part[p][0][lane];
-            ga += s_part[p][1][lane];
-            e += s_part[p][2][lane];
-            bd += s_part[p][3][lane];
+        if (part == 0 && c < c_end) {
+            double g = cg[j], ga = cga[j];
+            for (int p = 1; p < ABFT_VERIFY_PARTS; ++p) {
+                g += s_part[p][0][lane];
+                ga += s_part[p][1][lane];
+                e += s_part[p][2][lane];
+                bd += s_part[p][3][lane];
+            }
+            const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
+            if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, tile);
         }
-        const int terms = r_end - by * BM;
-        const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
-        const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
-        if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)(by * gx + c / BN));
-        return;
     }
-    // A warp per (r, bx): lanes over the tile's columns (coalesced) and over the slices'
-    // products (lane l adds slices l, l + 32, ...), then shuffle sums.
-    const long long w = ((long long)(blockIdx.x - col_blocks) * blockDim.x + threadIdx.x) >> 5;
-    if (w >= (long long)M * gx) return;  // whole warps leave together
-    const int r = (int)(w / gx), bx = (int)(w % gx);
-    const int c_end = min(N, (bx + 1) * BN);
-    double g = 0.0, ga = 0.0, e = 0.0, bd = 0.0;
-    for (int c = bx * BN + lane; c < c_end; c += 32) {
-        const double v = safemon_widen(C[(long long)r * N + c]);
-        g += v;
-        ga += fabs(v);
-    }
-    for (int z = lane; z < row_slices; z += 32) {
-        const long long o = (((long long)z * gx + bx) * M + r) * 2;
-        e += row_part[o];
-        bd += row_part[o + 1];
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        g += __shfl_xor_sync(0xFFFFFFFFu, g, off);
-        ga += __shfl_xor_sync(0xFFFFFFFFu, ga, off);
-        e += __shfl_xor_sync(0xFFFFFFFFu, e, off);
-        bd += __shfl_xor_sync(0xFFFFFFFFu, bd, off);
-    }
-    if (lane != 0) return;
-    const int terms = c_end - bx * BN;
-    const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
-    const double tol = g32 * bd + g64 * (bd + ga) + terms * tiny;
-    if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, (unsigned)((r / BM) * gx + bx));
 }
+
+#define SAFEMON_ABFT_VERIFY(RW, CG)                                                             \
+    extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify_##RW##_##CG(          \
+        const float* __restrict__ C, const double* __restrict__ col_part,                      \
+        const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N,     \
+        int K, int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices) {  \
+        safemon_abft_verify_impl<RW, CG>(C, col_part, row_part, status, M, N, K, BM, BN, gx,  \
+                                         gy, slices, col_slices, row_slices);                 \
+    }
+SAFEMON_ABFT_VERIFY(1, 8)
+SAFEMON_ABFT_VERIFY(4, 1)
+SAFEMON_ABFT_VERIFY(4, 4)
+SAFEMON_ABFT_VERIFY(16, 4)
+SAFEMON_ABFT_VERIFY(16, 8)
