@@ -3,6 +3,8 @@
 usage: python3 scripts/runtime_profile.py [--placement process|stream] [--size 80x80x80]
                                           [--requests 300] [--host] [--out DIR]
 
+`--host` sends NumPy arrays to a NumPy-backend daemon (no GPU needed).
+
 Starts a 2oo3 CuPy daemon (`safemon run` under cProfile, ipc://, the benchmark's config)
 and sends `--requests` sequential `Client.matmul` requests with a CuPy x (the CUDA IPC
 path; `--host`: through host memory), profiling this process too. Prints the round trip
@@ -45,15 +47,14 @@ def main() -> int:
     ap.add_argument("--host", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    import cupy as cp
-
     from safemon.bench.vote import _bench_config
     from safemon.client import Client
 
     out = Path(args.out or tempfile.mkdtemp(prefix="safemon-prof-"))
     out.mkdir(parents=True, exist_ok=True)
     m, n, k = (int(v) for v in args.size.split("x"))
-    cfg = _bench_config(out, "ipc", "cupy", ["16x16x16"])
+    backend = "numpy" if args.host else "cupy"
+    cfg = _bench_config(out, "ipc", backend, ["16x16x16"])
     cfg["channels"] = [{"name": f"c{i}", "placement": args.placement} for i in range(3)]
     cfg_path = out / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
@@ -69,14 +70,18 @@ def main() -> int:
                 st = client.status()
                 if st["channels"] and all(c["state"] == "UP" for c in st["channels"]):
                     break
-            except Exception:  # noqa: BLE001 - not up yet
+            except Exception:  # not up yet
                 pass
             if time.monotonic() > end or proc.poll() is not None:
                 raise SystemExit("daemon not up")
             time.sleep(0.2)
         rng = np.random.default_rng(0)
         wid = client.register_weight(rng.standard_normal((k, n)).astype(np.float32))
-        x = cp.asarray(rng.standard_normal((m, k)).astype(np.float32))
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        if not args.host:
+            import cupy as cp
+
+            x = cp.asarray(x)
         for _ in range(20):
             client.matmul(x, wid, timeout=30.0)
         rtt, ks = [], []
