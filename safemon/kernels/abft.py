@@ -70,7 +70,8 @@ U64_F = 2.0**-53
 #: Extra float64 roundings of the device's sums (abft.cu's header): a sum of C takes at most
 #: ⌈n/8⌉ + 7 (columns: eight parts) or ⌈BN/32⌉ + 5 (rows: five shuffle levels), a checksum
 #: product k-per-slice, then ⌈S/8⌉ − 1 + min(7, S − 1) (columns) or at most S − 1 (rows:
-#: ⌈S/P⌉ − 1 + min(P − 1, S − 1) with P ≤ 8 parts) adding its S slices (`abft_k_slices` keeps the total ≤ K + 7); all ≤ n + K + 7.
+#: ⌈S/P⌉ − 1 + min(P − 1, S − 1) with P ≤ 8 parts) adding its S slices (`abft_k_slices`
+#: keeps the total ≤ K + 7); all ≤ n + K + 7.
 F64_EXTRA = 7
 #: Threads per block of the A vectors and the verify kernels (abft.cu assumes 256 for verify).
 ABFT_THREADS = 256
