@@ -31,8 +31,13 @@ variant is *selectable* only with all three in-kernel campaigns (transient, thre
 block-permanent) at those dims and an overhead measurement (`safemon.evidence.coverage`). Its
 selection DC is the minimum of the four one-sided 95 % Clopper–Pearson lower bounds. Keep the
 selectable variants whose selection DC meets the minimum and whose overhead (protected /
-unprotected median, same tiling, same run) is within the budget; pick the lowest overhead,
-ties broken by higher selection DC, then by name. If nothing qualifies, the answer is "not
+unprotected median, same tiling, same run) is within the budget; pick the lowest cost, ties
+broken by higher selection DC, then by name. The cost is the protected time over cuBLAS's in
+the same run (`BenchRow.vs_cublas`), not the overhead: the overhead of an `exact` variant is
+a ratio to the unprotected `exact` kernel, which runs two instructions per MAC where `fma`
+runs one, so overheads of the two modes are ratios to different baselines and ranking them
+together would prefer the slower mode. Within one mode and tiling of one run the two orders
+are the same. If nothing qualifies, the answer is "not
 achievable" with the reason (no evidence, which campaign is missing, the best bound is too
 low and which campaign limits it, or the cheapest qualifying variant is over budget).
 """
@@ -153,9 +158,10 @@ def _candidates(
     bench: Mapping[tuple[str, str], BenchRow],
     inkernel: Mapping[tuple[str, str, str], InKernelRecord],
     mode: str | None,
-) -> tuple[list[tuple[float, float, str, VariantCoverage]], list[VariantCoverage], list[str]]:
-    """(selectable as (overhead, −DC, name, coverage), blind variants, variants without overhead)."""
-    ok: list[tuple[float, float, str, VariantCoverage]] = []
+) -> tuple[list[tuple[float, float, str, VariantCoverage, float]], list[VariantCoverage], list[str]]:
+    """(selectable as (cost, −DC, name, coverage, overhead), blind variants, variants without
+    overhead); cost = protected time / cuBLAS time of the same run (module docstring)."""
+    ok: list[tuple[float, float, str, VariantCoverage, float]] = []
     blind: list[VariantCoverage] = []
     no_bench: list[str] = []
     for (name, d), rec in sorted(dc.items()):
@@ -168,7 +174,7 @@ def _candidates(
         elif row is None:
             no_bench.append(name)
         else:
-            ok.append((row.overhead, -cov.selection_dc, name, cov))
+            ok.append((row.vs_cublas, -cov.selection_dc, name, cov, row.overhead))
     return sorted(ok, key=lambda c: (c[0], c[1], c[2])), blind, no_bench
 
 
@@ -220,13 +226,13 @@ def select_variant(
                          f"limited by its {lim.source} campaign ({lim.detected} of {lim.dangerous} "
                          f"dangerous faults detected, {lim.percent:.2f} %)",
                          coverage=best, blind=blind_t)
-    within = [c for c in meets if budget is None or c[0] <= budget]
+    within = [c for c in meets if budget is None or c[4] <= budget]
     if not within:
-        cheapest = meets[0]
+        cheapest = min(meets, key=lambda c: c[4])  # the least overhead, for the budget's sake
         return Selection(req, dims, None, None, None,
                          f"not achievable within budget {budget:g}×: the cheapest variant with "
-                         f"DC ≥ {min_dc:g} % is {cheapest[2]} at {cheapest[0]:.2f}×", blind=blind_t)
-    overhead, neg_dc, name, cov = within[0]
+                         f"DC ≥ {min_dc:g} % is {cheapest[2]} at {cheapest[4]:.2f}×", blind=blind_t)
+    _cost, neg_dc, name, cov, overhead = within[0]
     note = {
         "none": "IEC 61508-2 accepts DC < 60 % here; the cheapest variant with any DC is shown",
         "not specified": "IEC 61508-2 sets no requirement here; the cheapest variant is shown",

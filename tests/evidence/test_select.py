@@ -122,6 +122,34 @@ def test_missing_evidence_is_explained() -> None:
     assert not s.achievable and "no overhead" in s.reason
 
 
+def test_modes_are_ranked_on_one_baseline() -> None:
+    """An exact variant's overhead is a ratio to the slower unprotected exact kernel: ones/T
+    exact at 1.05× of a 20 µs baseline (21 µs) costs more than ones/T fma at 1.09× of 10 µs
+    (10.9 µs), so the rule must pick fma although its overhead ratio is the larger."""
+    dc, bench = {}, {}
+    for mode, unprot, overhead in (("exact", 0.020, 1.05), ("fma", 0.010, 1.09)):
+        r = DcRecord.model_validate(dc_rec("ones/T", 100.0, mode=mode))
+        row = bench_row("ones/T", overhead, mode=mode)
+        row["unprotected_ms"] = unprot
+        row["protected_ms"] = prot = unprot * overhead
+        row["vs_cublas"] = prot / row["cublas_ms"]
+        row["tflops_protected"] = row["tflops_protected"] * 0.010 * overhead / prot
+        row["tflops_unprotected"] = row["tflops_unprotected"] * 0.010 / unprot
+        b = BenchRow.model_validate(row)
+        dc[(r.name, r.dims)] = r
+        bench[(b.name, b.dims)] = b
+    _INKERNEL.clear()
+    for mode in ("exact", "fma"):
+        for scope in SCOPES:
+            rec = InKernelRecord.model_validate(ik_rec("ones/T", scope, 3000, 3000, mode=mode))
+            _INKERNEL[(rec.name, rec.dims, rec.scope)] = rec
+    s = select_variant(3, 0, D, dc, bench)
+    assert s.variant == "ones/T/fma/small" and s.overhead == pytest.approx(1.09)
+    assert select_variant(3, 0, D, dc, bench, mode="exact").variant == "ones/T/exact/small"
+    # The budget still bounds the overhead ratio, whichever variant is cheaper.
+    assert select_variant(3, 0, D, dc, bench, budget=1.06).variant == "ones/T/exact/small"
+
+
 def test_mode_filter() -> None:
     dc, bench = _evidence()
     assert not select_variant(2, 0, D, dc, bench, mode="exact").achievable
