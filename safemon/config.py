@@ -4,7 +4,7 @@ One `Config` describes one daemon and its channels. It is built in three layers,
 layers winning:
 
 1. the embedded default (the model defaults: 2oo3 with three process channels, NumPy/auto
-   backend, variant ones/I/exact/auto, ipc:// in a private runtime dir, metrics on
+   backend, variant ones/T/fma/auto, ipc:// in a private runtime dir, metrics on
    127.0.0.1:17650 (`DEFAULT_METRICS_PORT`), DTI 1 s);
 2. a YAML file (`load_config(path)`); keys it leaves out keep their defaults, unknown keys
    are refused;
@@ -161,11 +161,19 @@ class VariantConfig(_Model):
     intra-warp RMT build, "block" the inter-block one (docs/RMT.md): same C and ES, replica
     mismatch is a channel fault;
     `abft` adds the ABFT check of every C tile (a failure is a channel fault too).
+
+    The default, ones/T/fma, is what `safemon select` picks on the committed H100 evidence for
+    SIL 3 at HFT 0 (and SIL 4 at HFT 1): every DC lower bound ≥ 99 % (input flips and the
+    three in-kernel campaigns at 80³; the worst, in-kernel transient, 99.54 %), at 1.09× the
+    unprotected kernel at 80³ and 1.00–1.03× at the inference shapes (1.33× at 4096³). Until
+    2026-11-24 it was ones/I/exact: a fold at every MAC (99.91 %, 3.3–4.2× at those shapes)
+    and two instructions per MAC. Both meet every band a deployment of safemon can need; a
+    degraded deployment (down to 1oo1D, HFT 0) keeps the band of SIL 3.
     """
 
     checksum: str | None = "ones"
-    level: str | None = "I"
-    mode: Literal["exact", "fma"] = "exact"
+    level: str | None = "T"
+    mode: Literal["exact", "fma"] = "fma"
     tile: str = "auto"
     rmt: Literal["none", "warp", "block"] = "none"
     abft: StrictBool = False

@@ -42,7 +42,7 @@ def test_default_is_2oo3_with_three_process_channels() -> None:
         assert ch.placement == "process"
         assert ch.gpu is None
         v = ch.variant
-        assert (v.checksum, v.level, v.mode, v.tile) == ("ones", "I", "exact", "auto")
+        assert (v.checksum, v.level, v.mode, v.tile) == ("ones", "T", "fma", "auto")
     assert (c.metrics.host, c.metrics.port) == ("127.0.0.1", DEFAULT_METRICS_PORT)
     assert c.timing.dti_s == 1.0
     assert c.weights.ecc is True
@@ -391,7 +391,7 @@ def test_variant_auto_tile_resolves_by_output_size() -> None:
     ch = (load_config(env=XDG).channels or [])[0]
     assert ch.variant.to_variant(80, 80, 80).tile == TILES["small"]
     assert ch.variant.to_variant(4096, 4096, 4096).tile == TILES["large"]
-    assert ch.variant.to_variant(80, 80, 80).name == "ones/I/exact/small"
+    assert ch.variant.to_variant(80, 80, 80).name == "ones/T/fma/small"
 
 
 @pytest.mark.parametrize("shape", [(80, 80, 80), (1, 4096, 4096), (64, 4096, 4096),
@@ -424,8 +424,11 @@ def test_an_unprotected_channel_and_every_unprotected_call_pick_one_variant(
 
 def test_a_long_k_is_split_and_a_short_one_is_not() -> None:
     vc = VariantConfig()
-    assert vc.to_variant(64, 4096, 4096).name == "ones/I/exact/small/split4"
-    assert vc.to_variant(1, 4096, 4096).name == "ones/I/exact/skinny/split16"
+    assert vc.to_variant(64, 4096, 4096).name == "ones/T/fma/wide/split8"
+    assert vc.to_variant(1, 4096, 4096).name == "ones/T/fma/skinny/split16"
+    # A fold at every MAC keeps `small` (catalog.auto_tile), with its own split.
+    every_mac = VariantConfig(checksum="ones", level="I", mode="exact")
+    assert every_mac.to_variant(64, 4096, 4096).name == "ones/I/exact/small/split4"
     assert vc.to_variant(64, 4096, 64).split == 1
 
 
@@ -434,7 +437,7 @@ def test_unprotected_channels_are_allowed_where_the_vote_compares_c(tmp_path: Pa
     text = "channels: [{name: a, variant: {checksum: null, level: null}}, {name: b}, {name: c}]\n"
     c = load_config(write(tmp_path, text), env=XDG)
     assert c.channels is not None
-    assert c.channels[0].variant.to_variant(16, 16, 16).name == "unprotected/exact/small"
+    assert c.channels[0].variant.to_variant(16, 16, 16).name == "unprotected/fma/small"
 
 
 def test_to_variant_gives_one_variant_object_per_shape() -> None:

@@ -269,7 +269,7 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
         "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "policy": "2oo3", "transport": "ipc", "model": model.label, "warmup": warmup,
         "paths": list(paths),
-        "variant": variant or "default (ones/I/exact)",
+        "variant": variant or "default (ones/T/fma)",
         "mps": "not measured",
     }
     ev["baselines"] = _baselines(cp, sizes, ops, model, mops, warmup, model_requests, say, fields)

@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "placement, with in-process baselines (safemon.bench.runtime)")
     v.add_argument("--channel-variant", default="",
                    help="--runtime: the channels' variant, CHECKSUM/LEVEL/MODE or "
-                        "unprotected/MODE (default: the daemon's, ones/I/exact)")
+                        "unprotected/MODE (default: the daemon's, ones/T/fma)")
     v.add_argument("--paths", default="cuda-ipc,host",
                    help="--runtime: comma list of cuda-ipc (the client's CUDA IPC buffers, "
                         "digests over ZeroMQ), host (arrays through host memory)")

@@ -36,7 +36,7 @@ from safemon.patterns.golden import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-V_SMALL = make_variant("ones", "I", "exact", "small")
+V_SMALL = make_variant("ones", "T", "fma", "small")
 
 
 def _config(tmp_path: Path, **patterns: Any) -> Config:
@@ -145,19 +145,19 @@ def _store(tmp_path: Path) -> tuple[Path, Config]:
 def test_tampered_file_refuses_loading_and_names_it(tmp_path: Path) -> None:
     """One changed byte in a pattern file → PatternError naming that file."""
     store, cfg = _store(tmp_path)
-    victim = store / "walking-16x16x16--ones-I-exact-small.npz"
+    victim = store / "walking-16x16x16--ones-T-fma-small.npz"
     data = bytearray(victim.read_bytes())
     data[-200] ^= 0x01
     victim.write_bytes(bytes(data))
-    with pytest.raises(PatternError, match=r"walking-16x16x16--ones-I-exact-small\.npz.*SHA-256"):
+    with pytest.raises(PatternError, match=r"walking-16x16x16--ones-T-fma-small\.npz.*SHA-256"):
         load_patterns(cfg)
 
 
 def test_missing_file_refuses_loading_and_names_it(tmp_path: Path) -> None:
     """A file listed in the manifest but absent → PatternError naming it."""
     store, cfg = _store(tmp_path)
-    (store / "extremes-16x16x16--ones-I-exact-small.npz").unlink()
-    with pytest.raises(PatternError, match=r"extremes-16x16x16--ones-I-exact-small\.npz.*missing"):
+    (store / "extremes-16x16x16--ones-T-fma-small.npz").unlink()
+    with pytest.raises(PatternError, match=r"extremes-16x16x16--ones-T-fma-small\.npz.*missing"):
         load_patterns(cfg)
 
 
@@ -166,7 +166,7 @@ def test_tampering_an_unconfigured_pattern_still_refuses_loading(tmp_path: Path)
     store = tmp_path / "store"
     build_patterns(store, ["16x16x16", "4x4x4"], [V_SMALL])
     cfg = _config(tmp_path, dir=store, dims=["16x16x16"])
-    (store / "random-4x4x4--ones-I-exact-small.npz").write_bytes(b"not a pattern")
+    (store / "random-4x4x4--ones-T-fma-small.npz").write_bytes(b"not a pattern")
     with pytest.raises(PatternError, match=r"random-4x4x4"):
         load_patterns(cfg)
 
@@ -197,7 +197,7 @@ def test_missing_or_invalid_manifest_refuses_loading(tmp_path: Path) -> None:
 def test_pickled_arrays_are_refused(tmp_path: Path) -> None:
     """An object array (needs pickle) in a file with a matching SHA-256 is still refused."""
     store, cfg = _store(tmp_path)
-    name = "random-16x16x16--ones-I-exact-small.npz"
+    name = "random-16x16x16--ones-T-fma-small.npz"
     with np.load(store / name, allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
     arrays["a"] = np.array([object()] * 4, dtype=object)
@@ -224,21 +224,21 @@ def test_verify_lists_every_problem(tmp_path: Path) -> None:
     store, _ = _store(tmp_path)
     assert verify_patterns(store) == []
     # 1. tampered bytes
-    t = store / "random-16x16x16--ones-I-exact-small.npz"
+    t = store / "random-16x16x16--ones-T-fma-small.npz"
     raw = bytearray(t.read_bytes())
     raw[-100] ^= 0x40
     t.write_bytes(bytes(raw))
     # 2. missing
-    (store / "walking-16x16x16--ones-I-exact-small.npz").unlink()
+    (store / "walking-16x16x16--ones-T-fma-small.npz").unlink()
     # 3. a wrong expected C whose SHA-256 was updated to match (a store built on a faulty machine)
-    w = store / "checkerboard-16x16x16--ones-I-exact-small.npz"
+    w = store / "checkerboard-16x16x16--ones-T-fma-small.npz"
     with np.load(w, allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
     arrays["expected_c"] = _flip(arrays["expected_c"], 5, 3)
     w.write_bytes(golden._npz_bytes(arrays))
     _resign(store, w.name)
     # 4. an unlisted file
-    shutil.copy(store / "extremes-16x16x16--ones-I-exact-small.npz", store / "stray.npz")
+    shutil.copy(store / "extremes-16x16x16--ones-T-fma-small.npz", store / "stray.npz")
     problems = verify_patterns(store)
     assert len(problems) == 4, problems
     text = "\n".join(problems)
@@ -251,7 +251,7 @@ def test_verify_lists_every_problem(tmp_path: Path) -> None:
 def test_verify_reports_inputs_that_differ_from_the_generator(tmp_path: Path) -> None:
     """Consistent but foreign inputs (expected values recomputed to match) are still reported."""
     store, _ = _store(tmp_path)
-    f = store / "random-16x16x16--ones-I-exact-small.npz"
+    f = store / "random-16x16x16--ones-T-fma-small.npz"
     a, b = generate_inputs("random", (16, 16, 16))
     a = _flip(a, 0, 0)
     res = run_variant(a, b, V_SMALL, backend="numpy")
@@ -285,10 +285,10 @@ def test_cli_build_then_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert _cli(["patterns", "build", "--dir", str(store), "--config", str(cfg)]) == 0
     assert (store / MANIFEST_NAME).is_file()
     assert _cli(["patterns", "verify", "--dir", str(store)]) == 0
-    (store / "random-8x8x8--ones-I-exact-small.npz").write_bytes(b"x")
+    (store / "random-8x8x8--ones-T-fma-small.npz").write_bytes(b"x")
     capsys.readouterr()
     assert _cli(["patterns", "verify", "--dir", str(store)]) == 1
-    assert "random-8x8x8--ones-I-exact-small.npz" in capsys.readouterr().out
+    assert "random-8x8x8--ones-T-fma-small.npz" in capsys.readouterr().out
 
 
 def test_cli_verify_builtin_store() -> None:

@@ -112,7 +112,7 @@ def test_layers_with_a_long_k_run_the_split_protected_matmul_picks() -> None:
     assert vc.to_variant(3, 16, 512).split == 4
     h = x
     for ly in layers:
-        c = protected_matmul(h, w[ly.weight_id], checksum="ones", level="I", mode="exact",
+        c = protected_matmul(h, w[ly.weight_id], checksum=vc.checksum, level=vc.level, mode=vc.mode,
                              backend="numpy").c
         h = epilogue(c, ly.bias, ly.act)
     res = run_model(layers, w, x, vc, "numpy")
