@@ -26,6 +26,7 @@ The report (JSON) goes to --out; a table goes to stdout.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import copy
 import json
@@ -240,6 +241,9 @@ def faulty_pass(model: nn.Module, client: Client, channel: str, x: torch.Tensor,
     """The protected model with the stuck-at fault kept injected into `channel`."""
     counts = {"released": 0, "wrong": 0}
     injected = refused = correct = 0
+    # Why batches were refused (error type and message, counted), so that a run whose
+    # refusals were not expected says what the daemon answered.
+    reasons: collections.Counter[str] = collections.Counter()
     with torch.inference_mode(), checked_outputs(model, variant, counts):
         for sl in batches(len(y), size):
             try:
@@ -249,8 +253,9 @@ def faulty_pass(model: nn.Module, client: Client, channel: str, x: torch.Tensor,
                 pass  # outvoted earlier: restarting or isolated, nothing to inject into
             try:
                 correct += int((model(x[sl]).argmax(1) == y[sl]).sum())
-            except SafemonError:
+            except SafemonError as exc:
                 refused += len(y[sl])
+                reasons[f"{type(exc).__name__}: {str(exc)[:160]}"] += 1
     client.clear_faults()
     with contextlib.suppress(SafemonError):
         # The operator's step: re-admit a channel isolated after too many restarts (and
@@ -258,7 +263,8 @@ def faulty_pass(model: nn.Module, client: Client, channel: str, x: torch.Tensor,
         client.reset()
     return {"accuracy": correct / len(y), "samples_refused": refused,
             "faults_injected": injected, "protected_outputs_released": counts["released"],
-            "wrong_outputs_released": counts["wrong"]}
+            "wrong_outputs_released": counts["wrong"],
+            "refusals": [{"reason": r, "batches": n} for r, n in reasons.most_common(5)]}
 
 
 def evaluate(name: str, model: nn.Module, client: Client, config: Any, data: tuple[Any, ...],
@@ -349,6 +355,7 @@ def table(report: dict[str, Any]) -> str:
             f"{r.get('device_path', '?')}",
             f"  wrong outputs released: {f['wrong_outputs_released']} of "
             f"{f['protected_outputs_released']} protected outputs checked bit for bit"]
+        lines += [f"  refused ({x['batches']} batches): {x['reason']}" for x in f.get("refusals", [])]
     if "layer_bench" in report:
         b = report["layer_bench"]
         lines.append(
