@@ -209,11 +209,14 @@ class Client:
                 if time.monotonic() >= deadline:
                     return None
                 time.sleep(0.005)
+        spin = self.config.timing.spin_s
+        spin_to = time.monotonic() + spin if spin > 0 else 0.0  # TimingConfig.spin_s
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            got = recv_message(sock, limits=self._limits, timeout_ms=int(remaining * 1000) + 1)
+            got = recv_message(sock, limits=self._limits, timeout_ms=int(remaining * 1000) + 1,
+                               spin_to=spin_to)
             if got is None:
                 return None
             if got.message.seq != seq:

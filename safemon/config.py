@@ -254,6 +254,11 @@ class TimingConfig(_Model):
         timeout is treated as failed.
     ftti_s: fault-tolerant time interval of the protected function.
     drain_timeout_s: on shutdown, how long in-flight requests may take to finish.
+    spin_s: busy-wait window. Before a blocking wait, the client awaiting a reply, the daemon's
+        loop and each channel's loop poll their sockets without sleeping for up to this long
+        after their last message (the client: after sending its request). This trades CPU time
+        for the latency of waking an idle process, which on the H100 host costs more than the
+        hop itself (docs/RUNTIME.md, "Waiting"). 0 (the default) never spins.
     """
 
     request_deadline_s: PositiveSeconds = 0.25
@@ -267,6 +272,7 @@ class TimingConfig(_Model):
     heartbeat_timeout_s: PositiveSeconds = 0.5
     ftti_s: PositiveSeconds = 2.0
     drain_timeout_s: PositiveSeconds = 5.0
+    spin_s: Annotated[StrictFloat, Field(ge=0.0, le=1.0)] = 0.0
 
     @model_validator(mode="after")
     def _check_intervals(self) -> Self:

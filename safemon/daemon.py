@@ -73,7 +73,7 @@ from safemon.transport import (
 )
 from safemon.transport import messages as msgs
 from safemon.transport.conn_guard import ConnectionGuard
-from safemon.transport.sockets import Context, Socket, SocketOptions
+from safemon.transport.sockets import Context, Socket, SocketOptions, spin_until
 
 __all__ = ["Daemon"]
 
@@ -161,6 +161,11 @@ class Daemon:
         self._chan_socks: dict[str, Socket] = {}
         self._polled: tuple[Socket, ...] = ()  # what _poller_obj polls
         self._poller_obj = zmq.Poller()
+        # TimingConfig.spin_s: the loop polls without sleeping for this long after its last
+        # message; never with stream channels (their threads need the interpreter).
+        streams = any(ch.placement == "stream" for ch in config.channels)
+        self._spin_s = 0.0 if streams else config.timing.spin_s
+        self._last_message = 0.0  # time.monotonic() when the loop last read a message
         self._zap: ZapAuthenticator | None = None
         self.log = log.bind(epoch=self.epoch)
         self._drain_deadline: float | None = None
@@ -479,7 +484,24 @@ class Daemon:
 
     def _poll_once(self, timeout_ms: int) -> None:
         guard = self._conn_guard
-        ready = dict(self._poller().poll(timeout_ms))
+        poller = self._poller()
+        ready: dict[Any, int] = {}
+
+        def polled_now() -> bool:
+            ready.update(poller.poll(0))
+            return bool(ready)
+
+        if self._spin_s > 0.0 and timeout_ms > 0:
+            start = time.monotonic()
+            until = min(self._last_message + self._spin_s, start + timeout_ms / 1000.0)
+            if spin_until(polled_now, until):
+                timeout_ms = 0
+            else:
+                timeout_ms = max(0, timeout_ms - round((time.monotonic() - start) * 1000))
+        if not ready:
+            ready = dict(poller.poll(timeout_ms))
+        if ready and self._spin_s > 0.0:
+            self._last_message = time.monotonic()
         if guard is not None:  # first: a flood of connections must close the listeners early
             events = any(m in ready for m in guard.monitors())
             reopen = guard.next_wakeup()

@@ -163,6 +163,9 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
     say(f"starting a 2oo3 cupy daemon, {placement} channels")
     with running_daemon(cfg_path, work / f"daemon-{placement}.log", 240.0) as client:
         client.control_timeout_s = 60.0
+        # As loaded (the environment's SAFEMON_TIMING__SPIN_S included); the daemon turns
+        # it off with stream channels.
+        res["spin_s"] = client.config.timing.spin_s if placement == "process" else 0.0
         clean: dict[str, Any] = {}
         wids = {s.label: client.register_weight(ops[s.label][1]) for s in sizes}
         layers, weights, x_host = mops
@@ -306,7 +309,9 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for pl in ev["placements"]:
         for r in pl["runs"]:
-            head = (f"| {pl['placement']} | {r['path']} | {r['request']} | "
+            spin = pl.get("spin_s") or 0.0
+            where = pl["placement"] + (f" (spin {spin * 1e3:g} ms)" if spin else "")
+            head = (f"| {where} | {r['path']} | {r['request']} | "
                     f"{_us(r['round_trip']['p50_us'])} / {_us(r['round_trip']['p99_us'])} | "
                     f"{_us(r['kernel']['p50_us'])} | ")
             if r["request"] != "model":

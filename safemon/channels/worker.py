@@ -279,6 +279,10 @@ class ChannelWorker:
 
     def _loop(self, sock: Socket) -> None:
         interval = self.config.timing.heartbeat_interval_s
+        # TimingConfig.spin_s, in process mode only: a stream channel is a thread of the
+        # daemon, and its spinning would hold the interpreter the daemon's loop needs.
+        spin = self.config.timing.spin_s if self._exit_process is not None else 0.0
+        last_message = 0.0  # time.monotonic() at the end of the last message's handling
         next_hb = self._clock()
         while not self._stop.is_set():
             now = self._clock()
@@ -292,7 +296,8 @@ class ChannelWorker:
                     self._imports.close_idle()  # a client that left: its buffers go
                 next_hb = now + interval
             timeout_ms = max(0, int((next_hb - self._clock()) * 1000))
-            got = recv_message(sock, limits=self._limits, timeout_ms=timeout_ms)
+            got = recv_message(sock, limits=self._limits, timeout_ms=timeout_ms,
+                               spin_to=last_message + spin if spin > 0 else 0.0)
             if got is None:
                 continue
             msg = got.message
@@ -311,6 +316,8 @@ class ChannelWorker:
                     return
             elif msg.kind is Kind.REQUEST and not self._faults.hang:
                 self._request(sock, msg)
+            if spin > 0:  # the window runs from the end of this message's handling
+                last_message = time.monotonic()
 
     def _control(self, sock: Socket, msg: Message) -> bool:
         """Apply one control message; True means leave the loop."""

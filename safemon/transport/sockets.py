@@ -57,6 +57,7 @@ __all__ = [
     "make_socket",
     "recv_message",
     "send_message",
+    "spin_until",
 ]
 
 LOOPBACK_ANY_PORT: Final = "tcp://127.0.0.1:*"
@@ -343,6 +344,15 @@ def _is_curve_server(sock: Socket) -> bool:
     return bool(sock.getsockopt(zmq.MECHANISM) == zmq.CURVE and sock.getsockopt(zmq.CURVE_SERVER))
 
 
+def spin_until(ready: Callable[[], bool], until: float) -> bool:
+    """Call `ready()` without sleeping until it returns True (then True) or the monotonic
+    clock passes `until` (then False). The busy-wait of `TimingConfig.spin_s`."""
+    while time.monotonic() < until:
+        if ready():
+            return True
+    return False
+
+
 def recv_message(
     sock: Socket,
     *,
@@ -352,6 +362,7 @@ def recv_message(
     staleness: StalenessFilter | None = None,
     copy: bool = False,
     on_reject: Callable[[bytes | None, Rejected, Sequence[zmq.Frame]], None] | None = None,
+    spin_to: float = 0.0,
 ) -> Received | None:
     """Receive the next acceptable message within ``timeout_ms`` (a bounded wait, always).
 
@@ -368,6 +379,10 @@ def recv_message(
     sender's routing id on a ROUTER, else None; the frames after the routing id), so that a
     server can log it and answer the sender with a typed error when the header is readable.
 
+    ``spin_to`` (a `time.monotonic()` instant; 0: none) makes an empty queue be polled
+    without sleeping until then (or the deadline, whichever is first) before the blocking
+    wait: a process woken from a blocking wait costs more than the hop (`TimingConfig.spin_s`).
+
     Returns:
         The first accepted message, or None if none was accepted before the deadline.
     """
@@ -382,7 +397,11 @@ def recv_message(
         # ZMQ_EVENTS first: a message already queued (the common case in a busy loop, and
         # every call with timeout 0 after a poll said "readable") is taken without building
         # a poller; only an empty queue waits in `poll`.
-        if not int(sock.getsockopt(zmq.EVENTS)) & _POLLIN:
+        if not int(sock.getsockopt(zmq.EVENTS)) & _POLLIN and not (
+            spin_to > 0.0
+            and spin_until(lambda: bool(int(sock.getsockopt(zmq.EVENTS)) & _POLLIN),
+                           min(spin_to, deadline))
+        ):
             remaining_ms = max(0, round((deadline - time.monotonic()) * 1000))
             if remaining_ms == 0 or not sock.poll(remaining_ms, zmq.POLLIN):
                 return None

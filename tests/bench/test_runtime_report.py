@@ -39,3 +39,19 @@ def test_the_report_has_a_row_per_path_and_request_with_its_baseline_ratio() -> 
     assert "| process | cuda-ipc | 80x80x80 | 500 / 1,000 | 100 | 400 / 800 | 10.00× | direct kernel 50 |" in text
     assert "| process | host | model | 500 / 1,000 | 100 | — | 5.00× | cupy.matmul forward 100 |" in text
     assert "channel variant ones/M/fma" in text and "| process | 80x80x80 | 5 | 5 | 0 | 0 |" in text
+
+
+def test_a_spinning_placement_says_so_in_its_rows() -> None:
+    """Evidence with `spin_s` (TimingConfig.spin_s as the daemon loaded it) names it in the
+    placement column; older evidence without the key renders as before."""
+    ev = {"device": "GPU", "when": "T", "transport": "ipc", "paths": ["cuda-ipc"],
+          "variant": "", "model": "mlp",
+          "baselines": {"direct": {"80x80x80": _stats(50.0)},
+                        "model_three_back_to_back": _stats(300.0),
+                        "model_cupy_matmul": _stats(100.0)},
+          "placements": [{"placement": "process", "spin_s": 0.005, "faults": {}, "runs": [
+              {"path": "cuda-ipc", "request": "80x80x80", "round_trip": _stats(500.0),
+               "kernel": _stats(100.0), "overhead": _stats(400.0)}]}]}
+    assert "| process (spin 5 ms) | cuda-ipc | 80x80x80 | 500 / 1,000 |" in runtime_markdown(ev)
+    ev["placements"][0]["spin_s"] = 0.0
+    assert "| process | cuda-ipc | 80x80x80 |" in runtime_markdown(ev)

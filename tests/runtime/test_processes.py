@@ -145,6 +145,51 @@ def test_daemon_with_channel_processes_status_crash_restart_and_sigterm_drain(tm
         err.close()
 
 
+def test_spinning_daemon_channels_and_client_release_every_request(tmp_path: Path) -> None:
+    """`timing.spin_s` > 0 (the busy-wait before each blocking wait) in the client, the
+    daemon and three channel processes over ipc: every request is released bit for bit, the
+    channels stay UP and the mode NORMAL; spinning changes when a process wakes, not what
+    it answers. Two clients at once, so that a spinning loop also meets a second sender."""
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"timing": {"dti_s": 0.5, "selftest_deadline_s": 0.4,
+                                        "heartbeat_timeout_s": 1.0, "ftti_s": 2.0,
+                                        "request_deadline_s": 0.5, "spin_s": 0.002}})
+    assert cfg.timing.spin_s == 0.002
+    path = tmp_path / "spin.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+    err = (tmp_path / "run.err").open("w")
+    proc = subprocess.Popen([*PY, "run", "--config", str(path)], stdout=subprocess.DEVNULL,
+                            stderr=err)
+    try:
+        with Client(cfg) as client, Client(cfg) as other:
+            def up() -> bool:
+                try:
+                    return all(c["state"] == "UP" for c in client.status()["channels"])
+                except SafemonError:
+                    return False
+
+            assert wait_for(up, 30.0), (tmp_path / "run.err").read_text()[-6000:]
+            x, w = operands(9)
+            ref = reference(x, w, cfg)
+            wid = client.register_weight(w)
+            other_wid = other.register_weight(w)
+            for _ in range(30):
+                assert same_bits(client.matmul(x, wid, timeout=5.0), ref)
+                assert same_bits(other.matmul(x, other_wid, timeout=5.0), ref)
+            st = client.status()
+            assert st["mode"] == "NORMAL"
+            assert all(c["state"] == "UP" and c["incarnation"] == 0 for c in st["channels"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(cfg.timing.drain_timeout_s + 10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            err.close()
+
+
 def test_unauthenticated_tcp_client_cannot_submit(tmp_path: Path) -> None:
     """With tcp:// + CURVE, a client without keys never gets a request through (nothing is
     submitted, nothing answered), while an authenticated client works."""
