@@ -1,6 +1,6 @@
 """Probe: what one ZeroMQ hop between two processes costs, blocking against spinning.
 
-usage: python3 scripts/zmq_hop_probe.py [--n 3000] [--spin-us 200]
+usage: python3 scripts/zmq_hop_probe.py [--n 3000] [--spin-us 200] [--gaps-us 0]
 
 A ROUTER in this process and a DEALER echo in a child process, over ipc://, bounce a
 small message (a 300-byte header-like frame) `--n` times; printed: the round trip (two
@@ -10,6 +10,11 @@ hops) p50 / p90 in µs for four ways of waiting:
 - ``spin``: both sides poll with timeout 0 in a loop, never sleeping;
 - ``spin-then-block``: poll(0) for up to `--spin-us`, then a blocking poll;
 - ``block+codec``: blocking, plus safemon's wire encode and decode on both sides.
+
+`--gaps-us` (comma list) sleeps that long between round trips, as a request stream with
+gaps does (a daemon's channels idle while the client works): with a gap the waiting
+processes and ZeroMQ's I/O threads go idle, and the row says what waking them costs. A
+spin window shorter than the gap does not cover it (the side then blocks as in ``block``).
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ def _echo(address: str, mode: str, spin_s: float) -> None:
     ctx.term()
 
 
-def run(mode: str, n: int, spin_s: float) -> list[float]:
+def run(mode: str, n: int, spin_s: float, gap_s: float = 0.0) -> list[float]:
     from safemon.transport import Kind, Limits, decode, encode
 
     d = tempfile.mkdtemp(prefix="hop-")
@@ -75,6 +80,8 @@ def run(mode: str, n: int, spin_s: float) -> list[float]:
     limits = Limits()
     out = []
     for i in range(n + 200):
+        if gap_s:
+            time.sleep(gap_s)
         t0 = time.perf_counter()
         if mode == "block+codec":
             frames = encode(Kind.REQUEST, epoch=1, seq=i + 1, channel="c0",
@@ -99,11 +106,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--spin-us", type=float, default=200.0)
+    ap.add_argument("--gaps-us", default="0", help="comma list of sleeps between round trips")
     args = ap.parse_args()
-    for mode in MODES:
-        t = sorted(run(mode, args.n, args.spin_us * 1e-6))
-        print(f"{mode:16s} round trip (2 hops) p50 {statistics.median(t):7.1f} µs "
-              f"p90 {t[int(0.9 * (len(t) - 1))]:7.1f} µs")
+    for gap in (float(g) for g in args.gaps_us.split(",")):
+        for mode in MODES:
+            t = sorted(run(mode, args.n, args.spin_us * 1e-6, gap * 1e-6))
+            print(f"gap {gap:6.0f} µs {mode:16s} round trip (2 hops) p50 "
+                  f"{statistics.median(t):7.1f} µs p90 {t[int(0.9 * (len(t) - 1))]:7.1f} µs")
     return 0
 
 
