@@ -1,7 +1,9 @@
 """ABFT: Huang–Abraham row and column checksums of every C tile, with a float32 rounding bound.
 
 The one ABFT of safemon (docs/RMT.md, "ABFT"). For a variant with `abft=True` the GPU backend
-queues `cuda/abft.cu` after the MMM kernel on the same stream; it writes status words 6–7
+queues `cuda/abft.cu` with the MMM kernel (its checksum products beside the kernel on a side
+stream for products of at least `ABFT_OVERLAP_MIN_MACS`, else after it; the verify kernel
+after both on the kernel's stream); it writes status words 6–7
 (`checked.STATUS_ABFT`, `STATUS_ABFT_TILE`). `abft_check` is its NumPy mirror, used by the
 reference backend and by the daemon's per-request check of 1oo1D results.
 
@@ -39,7 +41,10 @@ residual within float64 rounding of the tolerance, far below any float32 effect.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,16 +56,23 @@ from safemon.kernels.catalog import TileConfig, Variant
 from safemon.kernels.compiler import KernelBuild
 
 __all__ = [
+    "ABFT_OVERLAP_MIN_MACS",
     "ABFT_SOURCE",
+    "AbftPlan",
     "AbftResult",
     "abft_build",
     "abft_campaign_reference",
     "abft_check",
     "abft_k_slices",
     "abft_passes",
+    "abft_side_stream",
     "abft_tolerances",
+    "abft_work",
     "gamma",
     "launch_abft",
+    "launch_abft_checksums",
+    "launch_abft_verify",
+    "plan_abft",
     "verify_instance",
 ]
 
@@ -255,44 +267,193 @@ def verify_instance(tile: TileConfig) -> tuple[int, int]:
                      f"(at most 128×256)")
 
 
-def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
-    """Queue abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on the current
-    stream; a failure sets words 6–7 of the status block at `status_ptr`. No waiting."""
-    from safemon.kernels.compiler import import_cupy
-    from safemon.kernels.gpu import function_for
+#: Products of at least this many multiply-adds (M·N·K) run the checksum products on a side
+#: stream beside the MMM kernel (`checked.launch_checked`); smaller ones queue them after it.
+#: Never part of a result: where the products run changes no sum. (H100,
+#: evidence/h100-2026-11-24-overlap/: 4096³ 1.09× against 1.11×; at 64×4096×4096 and below
+#: the events and the stream switch cost more than the overlap saves.)
+ABFT_OVERLAP_MIN_MACS = 2**33
 
-    cp = import_cupy()
-    m, k = a.shape
-    n = b.shape[1]
+
+@dataclass(frozen=True)
+class AbftPlan:
+    """The launch of abft.cu for one (M, K)·(K, N) product (`plan_abft`): the variant's tile
+    and grid, the kernel instances and grids, the K-slices, and the float64 work buffer (one
+    allocation on the stream current at planning, cut into the A and B checksum vectors and
+    the column and row products)."""
+
+    m: int
+    n: int
+    k: int
+    tile: TileConfig
+    gx: int
+    gy: int
+    slices: int
+    work: Any
+    a_sum: Any
+    a_abs: Any
+    b_sum: Any
+    b_abs: Any
+    col_part: Any
+    row_part: Any
+    col_y: int
+    col_grid: tuple[int, int]
+    col_slices: int
+    col_per: int
+    row_nt: int
+    row_grid: tuple[int, int]
+    row_slices: int
+    row_per: int
+
+
+@functools.lru_cache(maxsize=256)
+def _abft_layout(m: int, n: int, k: int, variant: Variant) -> tuple[Any, ...]:
+    """Grids, instances, K-slices and the six work-buffer lengths of the check (pure, and
+    cached: a checked call's host time before and between its launches is on its critical
+    path at the inference shapes)."""
     t = variant.tile
     gx, gy = t.grid(m, n)
+    if ABFT_COL_THREADS % t.bn:  # the column kernel sums whole tiles of B's rows per block
+        raise ValueError(f"abft.cu needs a tile width dividing {ABFT_COL_THREADS}, not {t.bn}")
     col_y = min(ABFT_COL_Y_MAX, 1 << (gy - 1).bit_length())  # the instance: Y ≥ gy, ≤ 16
     col_grid = (-(-n // ABFT_COL_THREADS), -(-gy // col_y))
     row_nt = 1 if gx <= 8 else 2 if gx <= 16 else 4  # n-tiles of 8 per warp: the instance
     row_grid = (-(-m // ABFT_ROW_R), -(-gx // (8 * row_nt)))
     col_slices, col_per = abft_k_slices(col_grid[0] * col_grid[1], k, col_y)
     row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k, ABFT_ROW_WEIGHT)
-    sizes = [gy * k, gy * k, gx * k, gx * k, 2 * col_slices * gy * n, 2 * row_slices * m * gx]
-    work = cp.empty(sum(sizes), dtype=cp.float64)  # one allocation, cut in six
-    cuts = np.cumsum([0, *sizes])
+    sizes = (gy * k, gy * k, gx * k, gx * k, 2 * col_slices * gy * n, 2 * row_slices * m * gx)
+    return (gx, gy, col_y, col_grid, col_slices, col_per, row_nt, row_grid, row_slices,
+            row_per, sizes, tuple(int(c) for c in np.cumsum([0, *sizes])))
+
+
+def abft_work(m: int, n: int, k: int, variant: Variant) -> Any:
+    """The check's float64 work buffer for an (M, K)·(K, N) product, allocated on the current
+    stream (one `cupy.empty`: cheap enough to come before the MMM kernel's launch, which
+    `launch_checked` needs for the side stream; `plan_abft(work=...)` cuts it).
+
+    Raises:
+        ValueError: a tile whose width does not divide the column kernel's 256 columns.
+    """
+    from safemon.kernels.compiler import import_cupy
+
+    return import_cupy().empty(_abft_layout(m, n, k, variant)[-1][-1], dtype="float64")
+
+
+def plan_abft(m: int, n: int, k: int, variant: Variant, *, work: Any = None) -> AbftPlan:
+    """Plan the check of an (M, K)·(K, N) product of `variant`: its kernel instances and
+    grids, and the work buffer `work` (from `abft_work`; None allocates it now, on the
+    current stream) cut into its six parts. Queues nothing.
+
+    Raises:
+        ValueError: a tile whose width does not divide the column kernel's 256 columns.
+    """
+    (gx, gy, col_y, col_grid, col_slices, col_per, row_nt, row_grid, row_slices, row_per,
+     _sizes, cuts) = _abft_layout(m, n, k, variant)
+    if work is None:
+        from safemon.kernels.compiler import import_cupy
+
+        work = import_cupy().empty(cuts[-1], dtype="float64")
+    if work.size != cuts[-1]:
+        raise ValueError(f"work buffer of {work.size} doubles, the plan needs {cuts[-1]}")
     a_sum, a_abs, b_sum, b_abs, col_part, row_part = (
         work[lo:hi] for lo, hi in itertools.pairwise(cuts))
+    return AbftPlan(m, n, k, variant.tile, gx, gy, variant.slices(k), work, a_sum, a_abs,
+                    b_sum, b_abs, col_part, row_part, col_y, col_grid, col_slices, col_per,
+                    row_nt, row_grid, row_slices, row_per)
+
+
+class _SideStreams(threading.local):
+    """This thread's side stream per device, for the checksum products."""
+
+    def __init__(self) -> None:
+        self.by_device: dict[int, Any] = {}
+
+
+_side_streams = _SideStreams()
+
+
+def abft_side_stream() -> Any:
+    """This thread's non-blocking CuPy stream on the current device for the checksum products.
+    One per thread, so that callers in different threads (stream channels) never order
+    their products after one another's."""
+    from safemon.kernels.compiler import import_cupy
+
+    cp = import_cupy()
+    dev = cp.cuda.Device().id
+    side = _side_streams.by_device.get(dev)
+    if side is None:
+        side = _side_streams.by_device[dev] = cp.cuda.Stream(non_blocking=True)
+    return side
+
+
+def launch_abft_checksums(a: Any, b: Any, plan: AbftPlan, *, after: Any = None) -> Any:
+    """Queue the checksum products of abft.cu over the CuPy float32 A (M, K) and B (K, N) into
+    `plan`'s buffer: the A vectors, the column products (which also form B's vectors) and
+    the row products. They read only A and B.
+
+    `after`: None queues them on the current stream and returns None. Otherwise a CUDA event
+    recorded on the current stream once A and B are ready *and after the plan's work buffer
+    was allocated* (`abft_work`): the memory pool hands a freed block out again in its
+    stream's order only, so a buffer allocated later could be one the current stream still
+    writes after the event (a split-K kernel's partial products), and the side stream knows
+    nothing of that order.
+    The products then run on this thread's side stream (`abft_side_stream`) after the
+    event, beside whatever the current stream queues meanwhile; the returned event marks
+    their end, for `launch_abft_verify`. No waiting.
+    """
+    from safemon.kernels.compiler import import_cupy
+    from safemon.kernels.gpu import function_for
+
+    cp = import_cupy()
+    p = plan
     i32 = np.int32
-    if ABFT_COL_THREADS % t.bn:  # the column kernel sums whole tiles of B's rows per block
-        raise ValueError(f"abft.cu needs a tile width dividing {ABFT_COL_THREADS}, not {t.bn}")
-    function_for(("abft",), abft_build, "safemon_abft_a_vectors")(
-        (-(-k // ABFT_THREADS), gy, 1), (ABFT_THREADS, 1, 1),
-        (a, a_sum, a_abs, i32(m), i32(k), i32(t.bm)))
-    function_for(("abft",), abft_build, f"safemon_abft_cols_{col_y}")(
-        (*col_grid, col_slices), (ABFT_COL_THREADS, 1, 1),
-        (b, a_sum, a_abs, col_part, b_sum, b_abs, i32(n), i32(k), i32(t.bn), i32(gx), i32(gy),
-         i32(col_per)))
-    function_for(("abft",), abft_build, f"safemon_abft_rows_{row_nt}")(
-        (*row_grid, row_slices), (256, 1, 1),
-        (a, b_sum, b_abs, row_part, i32(m), i32(k), i32(gx), i32(row_per)))
-    rw, cg = verify_instance(t)
+    side = abft_side_stream() if after is not None else None
+    with side if side is not None else contextlib.nullcontext():
+        if side is not None:
+            side.wait_event(after)
+        function_for(("abft",), abft_build, "safemon_abft_a_vectors")(
+            (-(-p.k // ABFT_THREADS), p.gy, 1), (ABFT_THREADS, 1, 1),
+            (a, p.a_sum, p.a_abs, i32(p.m), i32(p.k), i32(p.tile.bm)))
+        function_for(("abft",), abft_build, f"safemon_abft_cols_{p.col_y}")(
+            (*p.col_grid, p.col_slices), (ABFT_COL_THREADS, 1, 1),
+            (b, p.a_sum, p.a_abs, p.col_part, p.b_sum, p.b_abs, i32(p.n), i32(p.k),
+             i32(p.tile.bn), i32(p.gx), i32(p.gy), i32(p.col_per)))
+        function_for(("abft",), abft_build, f"safemon_abft_rows_{p.row_nt}")(
+            (*p.row_grid, p.row_slices), (256, 1, 1),
+            (a, p.b_sum, p.b_abs, p.row_part, i32(p.m), i32(p.k), i32(p.gx), i32(p.row_per)))
+        if side is None:
+            return None
+        done = cp.cuda.Event(block=False, disable_timing=True)
+        done.record(side)
+        return done
+
+
+def launch_abft_verify(c: Any, plan: AbftPlan, status_ptr: int, *, after: Any = None) -> None:
+    """Queue abft.cu's verify kernel over C (M, N) and `plan`'s products on the current
+    stream, after the event `after` (the side stream's products) when given; a failure sets
+    words 6–7 of the status block at `status_ptr`. No waiting."""
+    from safemon.kernels.compiler import import_cupy
+    from safemon.kernels.gpu import function_for
+
+    cp = import_cupy()
+    p = plan
+    if after is not None:
+        cp.cuda.get_current_stream().wait_event(after)
+    rw, cg = verify_instance(p.tile)
+    i32 = np.int32
     function_for(("abft",), abft_build, f"safemon_abft_verify_{rw}_{cg}")(
-        (gx * gy, 1, 1), (ABFT_THREADS, 1, 1),
-        (c, col_part, row_part, np.uintp(status_ptr), i32(m), i32(n), i32(k), i32(t.bm),
-         i32(t.bn), i32(gx), i32(gy), i32(variant.slices(k)), i32(col_slices),
-         i32(row_slices)))
+        (p.gx * p.gy, 1, 1), (ABFT_THREADS, 1, 1),
+        (c, p.col_part, p.row_part, np.uintp(status_ptr), i32(p.m), i32(p.n), i32(p.k),
+         i32(p.tile.bm), i32(p.tile.bn), i32(p.gx), i32(p.gy), i32(p.slices),
+         i32(p.col_slices), i32(p.row_slices)))
+
+
+def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
+    """Queue the whole of abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on
+    the current stream, after whatever produced C; a failure sets words 6–7 of the status
+    block at `status_ptr`. No waiting. (`checked.launch_checked` may instead run the
+    checksum products beside the MMM kernel: `launch_abft_checksums(after=...)`.)"""
+    plan = plan_abft(a.shape[0], b.shape[1], a.shape[1], variant)
+    launch_abft_checksums(a, b, plan)
+    launch_abft_verify(c, plan, status_ptr)
+

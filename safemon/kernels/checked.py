@@ -45,6 +45,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from safemon.kernels.abft import (
+    ABFT_OVERLAP_MIN_MACS,
+    abft_work,
+    launch_abft_checksums,
+    launch_abft_verify,
+    plan_abft,
+)
 from safemon.kernels.catalog import Variant
 from safemon.kernels.compiler import import_cupy
 from safemon.kernels.gpu import gpu_matmul
@@ -172,11 +179,26 @@ def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected:
         a = cp.asarray(a)  # uploaded once for the kernel and the ABFT check
     if not isinstance(b, cp.ndarray):
         b = cp.asarray(b)
+    if not variant.abft:
+        c, es = gpu_matmul(a, b, variant, status=status)
+        return CheckedLaunch(c, es, status, b_protected is not None)
+    (m, k), n = a.shape, b.shape[1]
+    work = ready = None
+    if m * n * k >= ABFT_OVERLAP_MIN_MACS:
+        # The work buffer before `ready`, and `ready` once A, B (and B's ECC check) are
+        # queued (launch_abft_checksums says why). Only the allocation comes before the
+        # kernel's launch: the plan's other host work would hold the launch back.
+        work = abft_work(m, n, k, variant)
+        ready = cp.cuda.Event(block=False, disable_timing=True)
+        ready.record()
     c, es = gpu_matmul(a, b, variant, status=status)
-    if variant.abft:
-        from safemon.kernels.abft import launch_abft
-
-        launch_abft(a, b, c, variant, int(status.data.ptr))
+    plan = plan_abft(m, n, k, variant, work=work)
+    # Large products: the checksum products on a side stream, queued after the MMM kernel so
+    # that they take the multiprocessors its last wave leaves idle (they read only A and B);
+    # the verify kernel waits for both on this stream. Smaller ones: all after the kernel,
+    # as one sequence on this stream.
+    done = launch_abft_checksums(a, b, plan, after=ready)
+    launch_abft_verify(c, plan, int(status.data.ptr), after=done)
     return CheckedLaunch(c, es, status, b_protected is not None)
 
 

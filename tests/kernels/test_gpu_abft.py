@@ -44,6 +44,7 @@ def test_gpu_abft_clean_products_pass_and_c_is_unchanged(tile: str, mode: str) -
         assert abft_check(a, b, c_ref, v.tile, v.slices(k)).ok
 
 
+@pytest.mark.parametrize("side", [False, True], ids=["one-stream", "side-stream"])
 @pytest.mark.parametrize("bit", [31, 30, 27, 23, 20, 10, 0])
 @pytest.mark.parametrize(("shape", "tile"), [
     ((300, 260, 70), "small"),  # column kernel Y = 16, row kernel 2 n-tiles of 8 per warp
@@ -52,10 +53,18 @@ def test_gpu_abft_clean_products_pass_and_c_is_unchanged(tile: str, mode: str) -
     ((200, 600, 300), "large"),  # Y = 2, 1 n-tile
 ])
 def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(
-        bit: int, shape: tuple[int, int, int], tile: str) -> None:
+        bit: int, shape: tuple[int, int, int], tile: str, side: bool) -> None:
+    """`side`: the checksum products on the side stream (as `launch_checked` queues them),
+    queued before C is corrupted on the current stream, the verify kernel after both."""
     import cupy as cp
 
-    from safemon.kernels.abft import launch_abft
+    from safemon.kernels.abft import (
+        abft_work,
+        launch_abft,
+        launch_abft_checksums,
+        launch_abft_verify,
+        plan_abft,
+    )
     from safemon.kernels.checked import STATUS_WORDS, StatusReport
     from safemon.kernels.gpu import gpu_matmul
 
@@ -65,15 +74,81 @@ def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(
     rng = np.random.default_rng(bit)
     for _ in range(10):
         i, j = int(rng.integers(0, m)), int(rng.integers(0, n))
+        da, db = cp.asarray(a), cp.asarray(b)
+        status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+        if side:
+            work = abft_work(m, n, k, v)
+            ready = cp.cuda.Event(block=False, disable_timing=True)
+            ready.record()
         c, _ = gpu_matmul(a, b, v)
+        if side:
+            plan = plan_abft(m, n, k, v, work=work)
+        done = launch_abft_checksums(da, db, plan, after=ready) if side else None
         bits = c.view(cp.uint32)
         bits[i, j] ^= cp.uint32(1 << bit)
-        status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-        launch_abft(cp.asarray(a), cp.asarray(b), c, v, int(status.data.ptr))
+        if side:
+            launch_abft_verify(c, plan, int(status.data.ptr), after=done)
+        else:
+            launch_abft(da, db, c, v, int(status.data.ptr))
         report = StatusReport.from_words(status.get())
         mirror = abft_check(a, b, cp.asnumpy(c), v.tile)
         assert report.abft_failed == (not mirror.ok)
         assert report.abft_tile == (mirror.failed_tiles[0] if mirror.failed_tiles else None)
+
+
+def test_gpu_abft_side_stream_checks_from_two_threads_at_once_pass_bit_exact() -> None:
+    """Two threads, each on its own stream and so with its own side stream, queue checked ABFT
+    products as `launch_checked` does for large ones (plan, event, MMM kernel, checksum
+    products on the side stream, verify after both) at once, on split-K shapes whose
+    partial-product buffers are freed while the side stream still runs: every check passes,
+    and C and ES equal the reference bit for bit."""
+    import threading
+
+    import cupy as cp
+
+    from safemon.kernels.abft import (
+        abft_work,
+        launch_abft_checksums,
+        launch_abft_verify,
+        plan_abft,
+    )
+    from safemon.kernels.checked import STATUS_WORDS, StatusReport
+    from safemon.kernels.gpu import gpu_matmul
+
+    cases = [((300, 260, 70), 1), ((64, 2048, 1024), 4), ((200, 600, 300), 2)]
+    refs = []
+    for (m, n, k), split in cases:
+        a, b = _inputs(m, n, k)
+        v = make_variant("ones", "M", "fma", "small", split, abft=True)
+        refs.append((a, b, v, *reference_matmul(a, b, v)))
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        with cp.cuda.Stream(non_blocking=True):
+            for idx in np.random.default_rng(seed).permutation(len(cases) * 8) % len(cases):
+                a, b, v, c_ref, es_ref = refs[idx]
+                da, db = cp.asarray(a), cp.asarray(b)
+                status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+                (m, k), n = a.shape, b.shape[1]
+                work = abft_work(m, n, k, v)
+                ready = cp.cuda.Event(block=False, disable_timing=True)
+                ready.record()
+                c, es = gpu_matmul(da, db, v, status=status)
+                plan = plan_abft(m, n, k, v, work=work)
+                done = launch_abft_checksums(da, db, plan, after=ready)
+                launch_abft_verify(c, plan, int(status.data.ptr), after=done)
+                if not StatusReport.from_words(status.get()).ok:
+                    failures.append(f"{cases[idx]}: check failed")
+                elif (cp.asnumpy(c).tobytes() != c_ref.tobytes()
+                      or cp.asnumpy(es).tobytes() != es_ref.tobytes()):
+                    failures.append(f"{cases[idx]}: C or ES differs")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not failures, failures
 
 
 def test_gpu_abft_flags_an_injected_exponent_flip_and_leaves_tiny_ones_below_tolerance() -> None:

@@ -14,8 +14,9 @@
 // A failure sets status word 6 to 1 and word 7 to max(word 7, 0xFFFFFFFF − tile) with tile =
 // by·gx + bx, so word 7 names the lowest failing tile whatever the block order.
 //
-// Kernels (all on the stream of the MMM kernel, after it, in this order; every sum in a fixed
-// order, so a decision never depends on scheduling):
+// Kernels (in this order; the first three read only A and B, and launch_checked queues them on
+// a side stream beside the MMM kernel, the verify kernel on the MMM kernel's stream after
+// both; every sum in a fixed order, so a decision never depends on scheduling):
 //   safemon_abft_a_vectors  a_sum/a_abs[k·gy + by] = Σ_{r∈tile by} A[r,k] / |A[r,k]|.
 //   safemon_abft_cols_Y     the column checksum products over K-slice z (blockIdx.z):
 //                           col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
