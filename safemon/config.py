@@ -258,7 +258,10 @@ class TimingConfig(_Model):
         loop and each channel's loop poll their sockets without sleeping for up to this long
         after their last message (the client: after sending its request). This trades CPU time
         for the latency of waking an idle process, which on the H100 host costs more than the
-        hop itself (docs/RUNTIME.md, "Waiting"). 0 (the default) never spins.
+        hop itself (docs/RUNTIME.md, "Waiting"). The daemon's window restarts after client
+        messages and channel results, not after heartbeats. With any stream channel the
+        daemon and its channels do not spin (they share one interpreter); a client always
+        does. 0 (the default) never spins.
     """
 
     request_deadline_s: PositiveSeconds = 0.25

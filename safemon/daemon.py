@@ -165,7 +165,9 @@ class Daemon:
         # message; never with stream channels (their threads need the interpreter).
         streams = any(ch.placement == "stream" for ch in config.channels)
         self._spin_s = 0.0 if streams else config.timing.spin_s
-        self._last_message = 0.0  # time.monotonic() when the loop last read a message
+        # time.monotonic() at the end of handling the last client message or channel
+        # result (not heartbeats: an idle daemon would spin after each of them)
+        self._last_message = 0.0
         self._zap: ZapAuthenticator | None = None
         self.log = log.bind(epoch=self.epoch)
         self._drain_deadline: float | None = None
@@ -500,8 +502,6 @@ class Daemon:
                 timeout_ms = max(0, timeout_ms - round((time.monotonic() - start) * 1000))
         if not ready:
             ready = dict(poller.poll(timeout_ms))
-        if ready and self._spin_s > 0.0:
-            self._last_message = time.monotonic()
         if guard is not None:  # first: a flood of connections must close the listeners early
             events = any(m in ready for m in guard.monitors())
             reopen = guard.next_wakeup()
@@ -515,6 +515,8 @@ class Daemon:
                 if got is None:
                     break
                 self._channel_message(name, got.message)
+                if self._spin_s > 0.0 and got.message.kind is not Kind.HEARTBEAT:
+                    self._last_message = time.monotonic()
         for key in ("ingress", "control"):
             sock = self._sockets[key]
             while sock in ready:
@@ -524,6 +526,8 @@ class Daemon:
                     break
                 assert got.identity is not None
                 self._client_message(key, got.identity, got.message)
+                if self._spin_s > 0.0:
+                    self._last_message = time.monotonic()
 
     def _client_message(self, sock: str, identity: bytes, msg: Message) -> None:
         now = self.clock()

@@ -163,8 +163,9 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
     say(f"starting a 2oo3 cupy daemon, {placement} channels")
     with running_daemon(cfg_path, work / f"daemon-{placement}.log", 240.0) as client:
         client.control_timeout_s = 60.0
-        # As loaded (the environment's SAFEMON_TIMING__SPIN_S included); the daemon turns
-        # it off with stream channels.
+        # As loaded (the environment's SAFEMON_TIMING__SPIN_S included): the client spins
+        # whatever the placement; the daemon and its channels not with stream channels.
+        res["client_spin_s"] = client.config.timing.spin_s
         res["spin_s"] = client.config.timing.spin_s if placement == "process" else 0.0
         clean: dict[str, Any] = {}
         wids = {s.label: client.register_weight(ops[s.label][1]) for s in sizes}
@@ -309,8 +310,10 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for pl in ev["placements"]:
         for r in pl["runs"]:
-            spin = pl.get("spin_s") or 0.0
-            where = pl["placement"] + (f" (spin {spin * 1e3:g} ms)" if spin else "")
+            spin, client_spin = pl.get("spin_s") or 0.0, pl.get("client_spin_s") or 0.0
+            where = pl["placement"] + (f" (spin {spin * 1e3:g} ms)" if spin else
+                                       f" (client spin {client_spin * 1e3:g} ms)" if client_spin
+                                       else "")
             head = (f"| {where} | {r['path']} | {r['request']} | "
                     f"{_us(r['round_trip']['p50_us'])} / {_us(r['round_trip']['p99_us'])} | "
                     f"{_us(r['kernel']['p50_us'])} | ")

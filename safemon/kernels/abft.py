@@ -41,7 +41,6 @@ residual within float64 rounding of the tolerance, far below any float32 effect.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import threading
@@ -279,8 +278,8 @@ ABFT_OVERLAP_MIN_MACS = 2**33
 class AbftPlan:
     """The launch of abft.cu for one (M, K)·(K, N) product (`plan_abft`): the variant's tile
     and grid, the kernel instances and grids, the K-slices, and the float64 work buffer (one
-    allocation on the stream current at planning, cut into the A and B checksum vectors and
-    the column and row products)."""
+    allocation, by `abft_work` or by `plan_abft` itself, on the stream current then; cut
+    into the A and B checksum vectors and the column and row products)."""
 
     m: int
     n: int
@@ -396,36 +395,48 @@ def launch_abft_checksums(a: Any, b: Any, plan: AbftPlan, *, after: Any = None) 
     was allocated* (`abft_work`): the memory pool hands a freed block out again in its
     stream's order only, so a buffer allocated later could be one the current stream still
     writes after the event (a split-K kernel's partial products), and the side stream knows
-    nothing of that order.
-    The products then run on this thread's side stream (`abft_side_stream`) after the
-    event, beside whatever the current stream queues meanwhile; the returned event marks
-    their end, for `launch_abft_verify`. No waiting.
+    nothing of that order. The products then run on this thread's side stream
+    (`abft_side_stream`) after the event, beside whatever the current stream queues
+    meanwhile; the returned event marks their end, for `launch_abft_verify`. Should a launch
+    fail, the current stream is made to wait for what the side stream already queued (which
+    writes the work buffer) before the error propagates. No waiting.
     """
     from safemon.kernels.compiler import import_cupy
     from safemon.kernels.gpu import function_for
 
+    if after is None:
+        _queue_checksums(function_for, plan, a, b)
+        return None
     cp = import_cupy()
-    p = plan
-    i32 = np.int32
-    side = abft_side_stream() if after is not None else None
-    with side if side is not None else contextlib.nullcontext():
-        if side is not None:
-            side.wait_event(after)
-        function_for(("abft",), abft_build, "safemon_abft_a_vectors")(
-            (-(-p.k // ABFT_THREADS), p.gy, 1), (ABFT_THREADS, 1, 1),
-            (a, p.a_sum, p.a_abs, i32(p.m), i32(p.k), i32(p.tile.bm)))
-        function_for(("abft",), abft_build, f"safemon_abft_cols_{p.col_y}")(
-            (*p.col_grid, p.col_slices), (ABFT_COL_THREADS, 1, 1),
-            (b, p.a_sum, p.a_abs, p.col_part, p.b_sum, p.b_abs, i32(p.n), i32(p.k),
-             i32(p.tile.bn), i32(p.gx), i32(p.gy), i32(p.col_per)))
-        function_for(("abft",), abft_build, f"safemon_abft_rows_{p.row_nt}")(
-            (*p.row_grid, p.row_slices), (256, 1, 1),
-            (a, p.b_sum, p.b_abs, p.row_part, i32(p.m), i32(p.k), i32(p.gx), i32(p.row_per)))
-        if side is None:
-            return None
+    caller = cp.cuda.get_current_stream()
+    side = abft_side_stream()
+    with side:
+        side.wait_event(after)
+        try:
+            _queue_checksums(function_for, plan, a, b)
+        except BaseException:
+            failed = cp.cuda.Event(block=False, disable_timing=True)
+            failed.record(side)
+            caller.wait_event(failed)
+            raise
         done = cp.cuda.Event(block=False, disable_timing=True)
         done.record(side)
-        return done
+    return done
+
+
+def _queue_checksums(function_for: Any, p: AbftPlan, a: Any, b: Any) -> None:
+    """The three checksum kernels of `launch_abft_checksums`, on the current stream."""
+    i32 = np.int32
+    function_for(("abft",), abft_build, "safemon_abft_a_vectors")(
+        (-(-p.k // ABFT_THREADS), p.gy, 1), (ABFT_THREADS, 1, 1),
+        (a, p.a_sum, p.a_abs, i32(p.m), i32(p.k), i32(p.tile.bm)))
+    function_for(("abft",), abft_build, f"safemon_abft_cols_{p.col_y}")(
+        (*p.col_grid, p.col_slices), (ABFT_COL_THREADS, 1, 1),
+        (b, p.a_sum, p.a_abs, p.col_part, p.b_sum, p.b_abs, i32(p.n), i32(p.k),
+         i32(p.tile.bn), i32(p.gx), i32(p.gy), i32(p.col_per)))
+    function_for(("abft",), abft_build, f"safemon_abft_rows_{p.row_nt}")(
+        (*p.row_grid, p.row_slices), (256, 1, 1),
+        (a, p.b_sum, p.b_abs, p.row_part, i32(p.m), i32(p.k), i32(p.gx), i32(p.row_per)))
 
 
 def launch_abft_verify(c: Any, plan: AbftPlan, status_ptr: int, *, after: Any = None) -> None:

@@ -1,7 +1,9 @@
 """The checked launch sequence of the CuPy backend: input checks, kernel, one status block.
 
 A protected call on the GPU queues everything on CuPy's current stream, with no host wait in
-between:
+between (the one exception: the ABFT checksum products of a large product run on a side
+stream, joined back into the current stream before the verify kernel, so that whatever the
+caller queues or waits for on its stream comes after them):
 
 1. a zeroed status block of `STATUS_WORDS` uint32 words;
 2. when `b` is a `ProtectedArray` on the device, its read-only ECC check, which adds the
@@ -16,6 +18,9 @@ between:
    lowest failed block's id);
 4. for an ABFT variant, abft.cu's check of C (`safemon.kernels.abft`), which sets word 6
    (`STATUS_ABFT`) and word 7 (`STATUS_ABFT_TILE`, encoded like word 5) when a tile fails.
+   Its checksum products read only A and B: from `abft.ABFT_OVERLAP_MIN_MACS` multiply-adds
+   on they run on this thread's side stream beside step 3 (their work buffer allocated and
+   an event recorded before it), and the verify kernel waits for them.
 
 `read_status` then copies the 32-byte block to the host: the one host synchronisation of a
 call. A caller with a read-back of its own (a channel's digests) queues the copies first
@@ -45,13 +50,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from safemon.kernels.abft import (
-    ABFT_OVERLAP_MIN_MACS,
-    abft_work,
-    launch_abft_checksums,
-    launch_abft_verify,
-    plan_abft,
-)
+from safemon.kernels import abft
+from safemon.kernels.abft import abft_work, launch_abft_checksums, launch_abft_verify, plan_abft
 from safemon.kernels.catalog import Variant
 from safemon.kernels.compiler import import_cupy
 from safemon.kernels.gpu import gpu_matmul
@@ -156,7 +156,8 @@ def launch_checked(
     a: Any, b: Any, variant: Variant, *, a_on_device: bool = True, b_on_device: bool = True,
     b_protected: Any = None,
 ) -> CheckedLaunch:
-    """Queue checks and kernel on the current stream; never waits.
+    """Queue checks and kernel on the current stream (a large ABFT product's checksum
+    products on a side stream, joined back before its verify kernel); never waits.
 
     Args:
         a: (M, K) float32 C-contiguous CuPy or NumPy array.
@@ -184,7 +185,7 @@ def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected:
         return CheckedLaunch(c, es, status, b_protected is not None)
     (m, k), n = a.shape, b.shape[1]
     work = ready = None
-    if m * n * k >= ABFT_OVERLAP_MIN_MACS:
+    if m * n * k >= abft.ABFT_OVERLAP_MIN_MACS:  # read at each call (tests lower it)
         # The work buffer before `ready`, and `ready` once A, B (and B's ECC check) are
         # queued (launch_abft_checksums says why). Only the allocation comes before the
         # kernel's launch: the plan's other host work would hold the launch back.

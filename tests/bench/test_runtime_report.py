@@ -55,3 +55,6 @@ def test_a_spinning_placement_says_so_in_its_rows() -> None:
     assert "| process (spin 5 ms) | cuda-ipc | 80x80x80 | 500 / 1,000 |" in runtime_markdown(ev)
     ev["placements"][0]["spin_s"] = 0.0
     assert "| process | cuda-ipc | 80x80x80 |" in runtime_markdown(ev)
+    # Stream channels: the daemon does not spin, the client does; the row says which.
+    ev["placements"][0].update(placement="stream", client_spin_s=0.005)
+    assert "| stream (client spin 5 ms) | cuda-ipc | 80x80x80 |" in runtime_markdown(ev)

@@ -148,7 +148,58 @@ def test_gpu_abft_side_stream_checks_from_two_threads_at_once_pass_bit_exact() -
         t.start()
     for t in threads:
         t.join(120)
+        assert not t.is_alive(), "a worker never finished"
     assert not failures, failures
+
+
+def test_gpu_launch_checked_takes_the_side_stream_above_the_threshold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`launch_checked` itself on its side-stream branch (the threshold lowered to every
+    product): from two threads at once, on split-K shapes, every check passes and C and ES
+    equal the reference bit for bit; and B's ECC check, queued before the event the side
+    stream waits on, still flags a corrupted word of B with the side stream in use."""
+    import threading
+
+    import cupy as cp
+
+    from safemon.ecc import ProtectedArray
+    from safemon.kernels import abft
+    from safemon.kernels.checked import launch_checked, read_status
+
+    monkeypatch.setattr(abft, "ABFT_OVERLAP_MIN_MACS", 0)
+    cases = [((300, 260, 70), 1), ((64, 2048, 1024), 4), ((200, 600, 300), 2)]
+    refs = []
+    for (m, n, k), split in cases:
+        a, b = _inputs(m, n, k)
+        v = make_variant("ones", "M", "fma", "small", split, abft=True)
+        refs.append((a, b, v, *reference_matmul(a, b, v)))
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        with cp.cuda.Stream(non_blocking=True):
+            for idx in np.random.default_rng(seed).permutation(len(cases) * 6) % len(cases):
+                a, b, v, c_ref, es_ref = refs[idx]
+                launch = launch_checked(cp.asarray(a), cp.asarray(b), v)
+                if not read_status(launch.status).ok:
+                    failures.append(f"{cases[idx]}: check failed")
+                elif (cp.asnumpy(launch.c).tobytes() != c_ref.tobytes()
+                      or cp.asnumpy(launch.es).tobytes() != es_ref.tobytes()):
+                    failures.append(f"{cases[idx]}: C or ES differs")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive(), "a worker never finished"
+    assert not failures, failures
+
+    a, b, v, _, _ = refs[1]
+    protected = ProtectedArray(cp.asarray(b), name="w")
+    protected.verified().view(cp.uint32).ravel()[5] ^= cp.uint32(0b11)  # two bits of a word
+    launch = launch_checked(cp.asarray(a), None, v, b_protected=protected)
+    report = read_status(launch.status)
+    assert not report.ok and report.ecc_bad_words > 0
 
 
 def test_gpu_abft_flags_an_injected_exponent_flip_and_leaves_tiny_ones_below_tolerance() -> None:

@@ -47,9 +47,15 @@ def test_recv_message_with_a_spin_window_gets_messages_sent_before_during_and_af
         got = recv_message(a, limits=Limits(), timeout_ms=5000, spin_to=time.monotonic() + 0.1)
         t.join()
         assert got is not None and got.message.seq == 7 and got.message.meta == {"event": "x"}
-        # Nothing sent: the spin window, then the blocking wait, end in None.
+        # Nothing sent: the spin window, then the blocking wait, end in None; and a spin
+        # window past the deadline stops at the deadline (a generous bound: it must not
+        # hang, whatever the machine's speed).
         assert recv_message(a, limits=Limits(), timeout_ms=20,
                             spin_to=time.monotonic() + 0.01) is None
+        t0 = time.monotonic()
+        assert recv_message(a, limits=Limits(), timeout_ms=20,
+                            spin_to=time.monotonic() + 600.0) is None
+        assert time.monotonic() - t0 < 30.0
     finally:
         a.close(0)
         b.close(0)

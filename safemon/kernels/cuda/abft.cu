@@ -14,9 +14,10 @@
 // A failure sets status word 6 to 1 and word 7 to max(word 7, 0xFFFFFFFF − tile) with tile =
 // by·gx + bx, so word 7 names the lowest failing tile whatever the block order.
 //
-// Kernels (in this order; the first three read only A and B, and launch_checked queues them on
-// a side stream beside the MMM kernel, the verify kernel on the MMM kernel's stream after
-// both; every sum in a fixed order, so a decision never depends on scheduling):
+// Kernels (in this order; the first three read only A and B, and launch_checked queues them,
+// for products of at least ABFT_OVERLAP_MIN_MACS multiply-adds, on a side stream beside the
+// MMM kernel, else after it; the verify kernel on the MMM kernel's stream after both; every
+// sum in a fixed order, so a decision never depends on scheduling):
 //   safemon_abft_a_vectors  a_sum/a_abs[k·gy + by] = Σ_{r∈tile by} A[r,k] / |A[r,k]|.
 //   safemon_abft_cols_Y     the column checksum products over K-slice z (blockIdx.z):
 //                           col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
