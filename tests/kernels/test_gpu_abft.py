@@ -3,6 +3,9 @@ failed tile equal the NumPy mirror's, and injected faults are flagged (device ma
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -96,14 +99,58 @@ def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(
         assert report.abft_tile == (mirror.failed_tiles[0] if mirror.failed_tiles else None)
 
 
-def test_gpu_abft_side_stream_checks_from_two_threads_at_once_pass_bit_exact() -> None:
-    """Two threads, each on its own stream and so with its own side stream, queue checked ABFT
-    products as `launch_checked` does for large ones (plan, event, MMM kernel, checksum
-    products on the side stream, verify after both) at once, on split-K shapes whose
-    partial-product buffers are freed while the side stream still runs: every check passes,
-    and C and ES equal the reference bit for bit."""
+#: Split-K shapes for the side-stream tests: (M, N, K) and the split (their partial-product
+#: buffers are freed while the side stream may still run).
+SIDE_STREAM_CASES = [((300, 260, 70), 1), ((64, 2048, 1024), 4), ((200, 600, 300), 2)]
+
+
+def _side_stream_refs() -> list[tuple[Any, ...]]:
+    """(A, B, variant, C, ES) of the reference for each of `SIDE_STREAM_CASES`."""
+    refs = []
+    for (m, n, k), split in SIDE_STREAM_CASES:
+        a, b = _inputs(m, n, k)
+        v = make_variant("ones", "M", "fma", "small", split, abft=True)
+        refs.append((a, b, v, *reference_matmul(a, b, v)))
+    return refs
+
+
+def _from_two_threads(refs: list[tuple[Any, ...]], product: Callable[..., tuple[Any, Any, bool]],
+                      rounds: int) -> list[str]:
+    """Two threads, each on its own non-blocking stream, run `product(a, b, variant)` ->
+    (C, ES, check passed) over the cases in a shuffled order, `rounds` times each; the
+    failures (a failed check, C or ES not the reference's, a thread that never ends)."""
     import threading
 
+    import cupy as cp
+
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        with cp.cuda.Stream(non_blocking=True):
+            for idx in np.random.default_rng(seed).permutation(len(refs) * rounds) % len(refs):
+                a, b, v, c_ref, es_ref = refs[idx]
+                c, es, ok = product(a, b, v)
+                if not ok:
+                    failures.append(f"{SIDE_STREAM_CASES[idx]}: check failed")
+                elif (cp.asnumpy(c).tobytes() != c_ref.tobytes()
+                      or cp.asnumpy(es).tobytes() != es_ref.tobytes()):
+                    failures.append(f"{SIDE_STREAM_CASES[idx]}: C or ES differs")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        if t.is_alive():
+            failures.append("a worker never finished")
+    return failures
+
+
+def test_gpu_abft_side_stream_checks_from_two_threads_at_once_pass_bit_exact() -> None:
+    """Two threads, each on its own stream and so with its own side stream, queue checked ABFT
+    products as `launch_checked` does for large ones (work buffer, event, MMM kernel,
+    checksum products on the side stream, verify after both) at once, on split-K shapes:
+    every check passes, and C and ES equal the reference bit for bit."""
     import cupy as cp
 
     from safemon.kernels.abft import (
@@ -115,40 +162,20 @@ def test_gpu_abft_side_stream_checks_from_two_threads_at_once_pass_bit_exact() -
     from safemon.kernels.checked import STATUS_WORDS, StatusReport
     from safemon.kernels.gpu import gpu_matmul
 
-    cases = [((300, 260, 70), 1), ((64, 2048, 1024), 4), ((200, 600, 300), 2)]
-    refs = []
-    for (m, n, k), split in cases:
-        a, b = _inputs(m, n, k)
-        v = make_variant("ones", "M", "fma", "small", split, abft=True)
-        refs.append((a, b, v, *reference_matmul(a, b, v)))
-    failures: list[str] = []
+    def product(a: Any, b: Any, v: Any) -> tuple[Any, Any, bool]:
+        da, db = cp.asarray(a), cp.asarray(b)
+        status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+        (m, k), n = a.shape, b.shape[1]
+        work = abft_work(m, n, k, v)
+        ready = cp.cuda.Event(block=False, disable_timing=True)
+        ready.record()
+        c, es = gpu_matmul(da, db, v, status=status)
+        plan = plan_abft(m, n, k, v, work=work)
+        done = launch_abft_checksums(da, db, plan, after=ready)
+        launch_abft_verify(c, plan, int(status.data.ptr), after=done)
+        return c, es, StatusReport.from_words(status.get()).ok
 
-    def worker(seed: int) -> None:
-        with cp.cuda.Stream(non_blocking=True):
-            for idx in np.random.default_rng(seed).permutation(len(cases) * 8) % len(cases):
-                a, b, v, c_ref, es_ref = refs[idx]
-                da, db = cp.asarray(a), cp.asarray(b)
-                status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-                (m, k), n = a.shape, b.shape[1]
-                work = abft_work(m, n, k, v)
-                ready = cp.cuda.Event(block=False, disable_timing=True)
-                ready.record()
-                c, es = gpu_matmul(da, db, v, status=status)
-                plan = plan_abft(m, n, k, v, work=work)
-                done = launch_abft_checksums(da, db, plan, after=ready)
-                launch_abft_verify(c, plan, int(status.data.ptr), after=done)
-                if not StatusReport.from_words(status.get()).ok:
-                    failures.append(f"{cases[idx]}: check failed")
-                elif (cp.asnumpy(c).tobytes() != c_ref.tobytes()
-                      or cp.asnumpy(es).tobytes() != es_ref.tobytes()):
-                    failures.append(f"{cases[idx]}: C or ES differs")
-
-    threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-        assert not t.is_alive(), "a worker never finished"
+    failures = _from_two_threads(_side_stream_refs(), product, rounds=8)
     assert not failures, failures
 
 
@@ -158,8 +185,6 @@ def test_gpu_launch_checked_takes_the_side_stream_above_the_threshold(
     product): from two threads at once, on split-K shapes, every check passes and C and ES
     equal the reference bit for bit; and B's ECC check, queued before the event the side
     stream waits on, still flags a corrupted word of B with the side stream in use."""
-    import threading
-
     import cupy as cp
 
     from safemon.ecc import ProtectedArray
@@ -167,31 +192,13 @@ def test_gpu_launch_checked_takes_the_side_stream_above_the_threshold(
     from safemon.kernels.checked import launch_checked, read_status
 
     monkeypatch.setattr(abft, "ABFT_OVERLAP_MIN_MACS", 0)
-    cases = [((300, 260, 70), 1), ((64, 2048, 1024), 4), ((200, 600, 300), 2)]
-    refs = []
-    for (m, n, k), split in cases:
-        a, b = _inputs(m, n, k)
-        v = make_variant("ones", "M", "fma", "small", split, abft=True)
-        refs.append((a, b, v, *reference_matmul(a, b, v)))
-    failures: list[str] = []
 
-    def worker(seed: int) -> None:
-        with cp.cuda.Stream(non_blocking=True):
-            for idx in np.random.default_rng(seed).permutation(len(cases) * 6) % len(cases):
-                a, b, v, c_ref, es_ref = refs[idx]
-                launch = launch_checked(cp.asarray(a), cp.asarray(b), v)
-                if not read_status(launch.status).ok:
-                    failures.append(f"{cases[idx]}: check failed")
-                elif (cp.asnumpy(launch.c).tobytes() != c_ref.tobytes()
-                      or cp.asnumpy(launch.es).tobytes() != es_ref.tobytes()):
-                    failures.append(f"{cases[idx]}: C or ES differs")
+    def product(a: Any, b: Any, v: Any) -> tuple[Any, Any, bool]:
+        launch = launch_checked(cp.asarray(a), cp.asarray(b), v)
+        return launch.c, launch.es, read_status(launch.status).ok
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in (3, 4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-        assert not t.is_alive(), "a worker never finished"
+    refs = _side_stream_refs()
+    failures = _from_two_threads(refs, product, rounds=6)
     assert not failures, failures
 
     a, b, v, _, _ = refs[1]
