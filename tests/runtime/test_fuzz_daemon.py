@@ -64,8 +64,11 @@ def _message(wid: str) -> st.SearchStrategy[tuple[str, Kind, dict[str, Any], tup
 
 def _fuzz(tmp_path: Path, examples: int) -> None:
     # Timing headroom: this is about message handling; a starved CPU must not overrun DTIs.
+    # (With a 0.6 s DTI and a 0.5 s self-test deadline, one CI run on the 2-core VM, the
+    # whole suite running, entered SAFE through two DTI overruns within a second of start,
+    # 2026-11-24; alone the test passed 3 of 3.)
     cfg = make_config(tmp_path, "2oo3", extra={"timing": {
-        "request_deadline_s": 1.0, "selftest_deadline_s": 0.5, "dti_s": 0.6,
+        "request_deadline_s": 1.0, "selftest_deadline_s": 0.9, "dti_s": 1.0,
         "heartbeat_timeout_s": 1.0, "ftti_s": 2.0, "scrub_interval_s": 1.0}})
     x, w = operands(9)
     with system(cfg) as (daemon, client):
