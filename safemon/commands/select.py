@@ -122,7 +122,8 @@ def _choose(args: argparse.Namespace, ev: _Evidence, dims: str) -> int:
             print(json.dumps(selection_dict(s, ev), indent=2))
         elif s.achievable:
             print(f"SIL {args.sil}, HFT {args.hft}, {dims} on {ev.slug}: {s.variant} "
-                  f"(DC ≥ {s.dc_percent:.2f} % at 95 % confidence, overhead {s.overhead:.2f}×) "
+                  f"(DC ≥ {s.dc_percent:.2f} % at 95 % confidence, overhead {s.overhead:.2f}×, "
+                  f"{s.vs_cublas:.2f}× cuBLAS's time) "
                   f"— {s.reason}")
         else:
             print(f"SIL {args.sil}, HFT {args.hft}, {dims} on {ev.slug}: {s.reason}")
@@ -144,7 +145,7 @@ def selection_dict(s: Any, ev: _Evidence) -> dict[str, Any]:
         "sil": req.sil, "hft": req.hft, "band": req.band, "min_dc_percent": req.min_dc,
         "dims": s.dims, "device": ev.slug, "evidence": str(ev.root),
         "achievable": s.achievable, "variant": s.variant, "selection_dc_percent": s.dc_percent,
-        "overhead": s.overhead, "reason": s.reason,
+        "overhead": s.overhead, "vs_cublas": s.vs_cublas, "reason": s.reason,
         "coverage": None if s.coverage is None else s.coverage.as_dict(),
         "not_selectable": [{"variant": b.name, "missing": list(b.missing),
                             "run": b.missing_campaigns(str(ev.root))} for b in s.blind],

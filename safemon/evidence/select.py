@@ -123,8 +123,10 @@ class Selection:
     """The answer for one (SIL, HFT): a variant with its evidence, or why there is none.
 
     `dc_percent` is the selection DC (min of the four lower bounds) of the chosen variant;
-    `coverage` holds its four figures. `blind` lists the variants set aside for missing
-    in-kernel evidence, with the campaigns that would supply it.
+    `coverage` holds its four figures. `overhead` is its time over the unprotected kernel of
+    its own mode and tiling; `vs_cublas` its time over cuBLAS's in the same run, the cost the
+    rule ranks by. `blind` lists the variants set aside for missing in-kernel evidence, with
+    the campaigns that would supply it.
     """
 
     requirement: Requirement
@@ -135,6 +137,7 @@ class Selection:
     reason: str
     coverage: VariantCoverage | None = None
     blind: tuple[VariantCoverage, ...] = ()
+    vs_cublas: float | None = None
 
     @property
     def achievable(self) -> bool:
@@ -232,12 +235,13 @@ def select_variant(
         return Selection(req, dims, None, None, None,
                          f"not achievable within budget {budget:g}×: the cheapest variant with "
                          f"DC ≥ {min_dc:g} % is {cheapest[2]} at {cheapest[4]:.2f}×", blind=blind_t)
-    _cost, neg_dc, name, cov, overhead = within[0]
+    cost, neg_dc, name, cov, overhead = within[0]
     note = {
         "none": "IEC 61508-2 accepts DC < 60 % here; the cheapest variant with any DC is shown",
         "not specified": "IEC 61508-2 sets no requirement here; the cheapest variant is shown",
     }.get(req.band, f"meets the {req.band} band (every DC lower bound ≥ {min_dc:g} %)")
-    return Selection(req, dims, name, -neg_dc, overhead, note, coverage=cov, blind=blind_t)
+    return Selection(req, dims, name, -neg_dc, overhead, note, coverage=cov, blind=blind_t,
+                     vs_cublas=cost)
 
 
 def _why_none(dims: str, mode: str | None, blind: list[VariantCoverage], no_bench: list[str]) -> str:

@@ -145,6 +145,7 @@ def test_modes_are_ranked_on_one_baseline() -> None:
             _INKERNEL[(rec.name, rec.dims, rec.scope)] = rec
     s = select_variant(3, 0, D, dc, bench)
     assert s.variant == "ones/T/fma/small" and s.overhead == pytest.approx(1.09)
+    assert s.vs_cublas == pytest.approx(0.010 * 1.09 / 0.008)  # the cost it was ranked by
     assert select_variant(3, 0, D, dc, bench, mode="exact").variant == "ones/T/exact/small"
     # The budget still bounds the overhead ratio, whichever variant is cheaper.
     assert select_variant(3, 0, D, dc, bench, budget=1.06).variant == "ones/T/exact/small"
