@@ -146,7 +146,9 @@ class Daemon:
         self.supervisor: Supervisor | None = None
         self.ready = threading.Event()
         self.stopped = threading.Event()
-        self._stop_requested = threading.Event()
+        # A plain flag, not an Event: `request_stop` runs in signal handlers, and Event.set
+        # takes a lock that a second signal, arriving inside the first handler, deadlocks on.
+        self._stop_requested = False
         self._limits = Limits()  # channel links: results can be as large as any product
         # Client messages: nothing larger than the biggest request or weight admitted, so an
         # oversized one is refused (counted, logged, answered) before it is looked at.
@@ -329,8 +331,9 @@ class Daemon:
 
     def request_stop(self) -> None:
         """Begin draining (thread- and signal-safe): new requests are refused, in-flight
-        ones are answered, then `run` returns (within `timing.drain_timeout_s`)."""
-        self._stop_requested.set()
+        ones are answered, then `run` returns (within `timing.drain_timeout_s`). It only
+        sets a flag: no lock, so a signal handler may call it any number of times."""
+        self._stop_requested = True
 
     def run(self) -> None:
         """The loop; returns after a drain. `start()` must have been called."""
@@ -339,7 +342,7 @@ class Daemon:
             while True:
                 now = self.clock()
                 self.loop_at = now
-                if self._stop_requested.is_set() and self._drain_deadline is None:
+                if self._stop_requested and self._drain_deadline is None:
                     self._drain_deadline = now + self.config.timing.drain_timeout_s
                     self._notifier.stopping()
                     self._feed(st.StopRequested(now, st.stimulus_id("stop")))

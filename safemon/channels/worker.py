@@ -115,6 +115,7 @@ class ChannelWorker:
         self._exit_process = exit_process
         self._clock = clock
         self._stop = threading.Event()
+        self._stop_signalled = False  # set by stop_from_signal, read by the loop
         self._weights: dict[str, ProtectedArray | npt.NDArray[np.float32]] = {}
         self._faults = FaultState()
         self._counter = 0
@@ -131,8 +132,16 @@ class ChannelWorker:
     # ---------------------------------------------------------------- public
 
     def stop(self) -> None:
-        """Ask the loop to end (it notices within one heartbeat interval)."""
+        """Ask the loop to end (it notices within one heartbeat interval). Not for signal
+        handlers: use `stop_from_signal`."""
         self._stop.set()
+
+    def stop_from_signal(self) -> None:
+        """`stop` for a signal handler: sets a flag the loop reads, and takes no lock.
+        (`Event.set` takes the event's lock: a handler that ran while its own thread held
+        that lock, a second SIGTERM arriving inside the first one's handler, deadlocked the
+        process for good, and a channel outlived its killed daemon.)"""
+        self._stop_signalled = True
 
     def run(self) -> None:
         """Bind, register, serve until `stop()`, a `stop` command or an injected crash."""
@@ -284,7 +293,7 @@ class ChannelWorker:
         spin = self.config.timing.spin_s if self._exit_process is not None else 0.0
         last_message = 0.0  # time.monotonic() at the end of the last message's handling
         next_hb = self._clock()
-        while not self._stop.is_set():
+        while not (self._stop.is_set() or self._stop_signalled):
             now = self._clock()
             if self._parent_pid is not None and os.getppid() != self._parent_pid:
                 self.log.warning("daemon_gone", parent_pid=self._parent_pid)
@@ -675,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     import signal
 
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop_from_signal())
     # Ctrl-C reaches the whole process group: the daemon stops its channels itself, so a
     # channel ignores SIGINT (no KeyboardInterrupt traceback from every channel).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
