@@ -100,13 +100,7 @@ def variant_launcher(
     checks: those are part of the API wall time). Each call returns the (c, es) buffers.
     `kernel`: another compilation of the MMM kernel to launch instead of the variant's own
     (scripts/kernel_compare.py times an earlier mmm.cu this way)."""
-    from safemon.kernels.abft import (
-        ABFT_OVERLAP_MIN_MACS,
-        abft_work,
-        launch_abft_checksums,
-        launch_abft_verify,
-        plan_abft,
-    )
+    from safemon.kernels.abft import begin_abft, finish_abft
     from safemon.kernels.gpu import kernel_for, reduce_slices, rmt_block_buffers, rmt_block_shapes
 
     m, k = a.shape
@@ -136,22 +130,15 @@ def variant_launcher(
     def run() -> tuple[Any, Any]:
         # The ABFT check as `checked.launch_checked` queues it (a side stream for the
         # checksum products of large products, planned before the kernel).
-        checked_abft = status is not None and variant.abft
-        work = ready = None
-        if checked_abft and m * n * k >= ABFT_OVERLAP_MIN_MACS:
-            work = abft_work(m, n, k, variant)
-            ready = cp.cuda.Event(block=False, disable_timing=True)
-            ready.record()
+        pending = begin_abft(m, n, k, variant) if status is not None and variant.abft else None
         if counters is not None:
             counters.data.memset_async(0, counters.nbytes)
         kernel((gx, gy * variant.grid_copies, slices), (variant.block_threads, 1, 1), args)
         if slices > 1:
             reduce_slices(out, c)
-        if checked_abft:
+        if pending is not None:
             assert status is not None
-            plan = plan_abft(m, n, k, variant, work=work)
-            done = launch_abft_checksums(a, b, plan, after=ready)
-            launch_abft_verify(c, plan, int(status.data.ptr), after=done)
+            finish_abft(pending, a, b, c, int(status.data.ptr))
         return c, es
 
     return run

@@ -57,6 +57,7 @@ from safemon.kernels.compiler import KernelBuild
 __all__ = [
     "ABFT_OVERLAP_MIN_MACS",
     "ABFT_SOURCE",
+    "AbftPending",
     "AbftPlan",
     "AbftResult",
     "abft_build",
@@ -67,6 +68,8 @@ __all__ = [
     "abft_side_stream",
     "abft_tolerances",
     "abft_work",
+    "begin_abft",
+    "finish_abft",
     "gamma",
     "launch_abft",
     "launch_abft_checksums",
@@ -459,11 +462,54 @@ def launch_abft_verify(c: Any, plan: AbftPlan, status_ptr: int, *, after: Any = 
          i32(p.col_slices), i32(p.row_slices)))
 
 
+@dataclass(frozen=True)
+class AbftPending:
+    """What `begin_abft` set up before the MMM kernel's launch, for `finish_abft`: the
+    product's shape and variant, and for the side stream the work buffer and the event the
+    checksum products wait for (both None when they run after the kernel on its stream)."""
+
+    m: int
+    n: int
+    k: int
+    variant: Variant
+    work: Any
+    ready: Any
+
+
+def begin_abft(m: int, n: int, k: int, variant: Variant, *,
+               side: bool | None = None) -> AbftPending:
+    """Call just before queuing the MMM kernel of a checked (M, K)·(K, N) product, once A and
+    B (and B's ECC check) are queued on the current stream. `side` None: the checksum
+    products go on the side stream from `ABFT_OVERLAP_MIN_MACS` multiply-adds on (read at
+    each call); True / False forces it. For the side stream this allocates the work buffer
+    and then records the event (`launch_abft_checksums` says why in that order); nothing
+    else, so that the kernel's launch is not held back."""
+    from safemon.kernels.compiler import import_cupy
+
+    if not (m * n * k >= ABFT_OVERLAP_MIN_MACS if side is None else side):
+        return AbftPending(m, n, k, variant, None, None)
+    work = abft_work(m, n, k, variant)
+    ready = import_cupy().cuda.Event(block=False, disable_timing=True)
+    ready.record()
+    return AbftPending(m, n, k, variant, work, ready)
+
+
+def finish_abft(pending: AbftPending, a: Any, b: Any, c: Any, status_ptr: int) -> None:
+    """Call after queuing the MMM kernel (and its split-K reduction) that writes C: queues the
+    checksum products (on the side stream when `begin_abft` chose it, else here) and the
+    verify kernel on the current stream after them; a failure sets words 6–7 of the status
+    block at `status_ptr`. No waiting."""
+    p = pending
+    plan = plan_abft(p.m, p.n, p.k, p.variant, work=p.work)
+    done = launch_abft_checksums(a, b, plan, after=p.ready)
+    launch_abft_verify(c, plan, status_ptr, after=done)
+
+
 def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
     """Queue the whole of abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on
     the current stream, after whatever produced C; a failure sets words 6–7 of the status
     block at `status_ptr`. No waiting. (`checked.launch_checked` may instead run the
-    checksum products beside the MMM kernel: `launch_abft_checksums(after=...)`.)"""
+    checksum products beside the MMM kernel: `begin_abft` / `finish_abft`.)"""
     plan = plan_abft(a.shape[0], b.shape[1], a.shape[1], variant)
     launch_abft_checksums(a, b, plan)
     launch_abft_verify(c, plan, status_ptr)

@@ -50,8 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from safemon.kernels import abft
-from safemon.kernels.abft import abft_work, launch_abft_checksums, launch_abft_verify, plan_abft
+from safemon.kernels.abft import begin_abft, finish_abft
 from safemon.kernels.catalog import Variant
 from safemon.kernels.compiler import import_cupy
 from safemon.kernels.gpu import gpu_matmul
@@ -183,23 +182,13 @@ def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected:
     if not variant.abft:
         c, es = gpu_matmul(a, b, variant, status=status)
         return CheckedLaunch(c, es, status, b_protected is not None)
-    (m, k), n = a.shape, b.shape[1]
-    work = ready = None
-    if m * n * k >= abft.ABFT_OVERLAP_MIN_MACS:  # read at each call (tests lower it)
-        # The work buffer before `ready`, and `ready` once A, B (and B's ECC check) are
-        # queued (launch_abft_checksums says why). Only the allocation comes before the
-        # kernel's launch: the plan's other host work would hold the launch back.
-        work = abft_work(m, n, k, variant)
-        ready = cp.cuda.Event(block=False, disable_timing=True)
-        ready.record()
-    c, es = gpu_matmul(a, b, variant, status=status)
-    plan = plan_abft(m, n, k, variant, work=work)
     # Large products: the checksum products on a side stream, queued after the MMM kernel so
     # that they take the multiprocessors its last wave leaves idle (they read only A and B);
     # the verify kernel waits for both on this stream. Smaller ones: all after the kernel,
     # as one sequence on this stream.
-    done = launch_abft_checksums(a, b, plan, after=ready)
-    launch_abft_verify(c, plan, int(status.data.ptr), after=done)
+    pending = begin_abft(a.shape[0], b.shape[1], a.shape[1], variant)
+    c, es = gpu_matmul(a, b, variant, status=status)
+    finish_abft(pending, a, b, c, int(status.data.ptr))
     return CheckedLaunch(c, es, status, b_protected is not None)
 
 

@@ -57,17 +57,12 @@ def test_gpu_abft_clean_products_pass_and_c_is_unchanged(tile: str, mode: str) -
 ])
 def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(
         bit: int, shape: tuple[int, int, int], tile: str, side: bool) -> None:
-    """`side`: the checksum products on the side stream (as `launch_checked` queues them),
-    queued before C is corrupted on the current stream, the verify kernel after both."""
+    """`side`: the checksum products on the side stream, as `launch_checked` queues them
+    (`begin_abft(side=True)` before the kernel, `finish_abft` after C was corrupted on the
+    current stream: the products, then the verify kernel after both)."""
     import cupy as cp
 
-    from safemon.kernels.abft import (
-        abft_work,
-        launch_abft,
-        launch_abft_checksums,
-        launch_abft_verify,
-        plan_abft,
-    )
+    from safemon.kernels.abft import begin_abft, finish_abft, launch_abft
     from safemon.kernels.checked import STATUS_WORDS, StatusReport
     from safemon.kernels.gpu import gpu_matmul
 
@@ -79,18 +74,12 @@ def test_gpu_abft_decision_and_tile_equal_the_numpy_mirror(
         i, j = int(rng.integers(0, m)), int(rng.integers(0, n))
         da, db = cp.asarray(a), cp.asarray(b)
         status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-        if side:
-            work = abft_work(m, n, k, v)
-            ready = cp.cuda.Event(block=False, disable_timing=True)
-            ready.record()
+        pending = begin_abft(m, n, k, v, side=True) if side else None
         c, _ = gpu_matmul(a, b, v)
-        if side:
-            plan = plan_abft(m, n, k, v, work=work)
-        done = launch_abft_checksums(da, db, plan, after=ready) if side else None
         bits = c.view(cp.uint32)
         bits[i, j] ^= cp.uint32(1 << bit)
-        if side:
-            launch_abft_verify(c, plan, int(status.data.ptr), after=done)
+        if pending is not None:
+            finish_abft(pending, da, db, c, int(status.data.ptr))
         else:
             launch_abft(da, db, c, v, int(status.data.ptr))
         report = StatusReport.from_words(status.get())
@@ -148,31 +137,21 @@ def _from_two_threads(refs: list[tuple[Any, ...]], product: Callable[..., tuple[
 
 def test_gpu_abft_side_stream_checks_from_two_threads_at_once_pass_bit_exact() -> None:
     """Two threads, each on its own stream and so with its own side stream, queue checked ABFT
-    products as `launch_checked` does for large ones (work buffer, event, MMM kernel,
-    checksum products on the side stream, verify after both) at once, on split-K shapes:
+    products on the side stream (`begin_abft(side=True)`, MMM kernel, `finish_abft`) at once,
+    on split-K shapes:
     every check passes, and C and ES equal the reference bit for bit."""
     import cupy as cp
 
-    from safemon.kernels.abft import (
-        abft_work,
-        launch_abft_checksums,
-        launch_abft_verify,
-        plan_abft,
-    )
+    from safemon.kernels.abft import begin_abft, finish_abft
     from safemon.kernels.checked import STATUS_WORDS, StatusReport
     from safemon.kernels.gpu import gpu_matmul
 
     def product(a: Any, b: Any, v: Any) -> tuple[Any, Any, bool]:
         da, db = cp.asarray(a), cp.asarray(b)
         status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-        (m, k), n = a.shape, b.shape[1]
-        work = abft_work(m, n, k, v)
-        ready = cp.cuda.Event(block=False, disable_timing=True)
-        ready.record()
+        pending = begin_abft(a.shape[0], b.shape[1], a.shape[1], v, side=True)
         c, es = gpu_matmul(da, db, v, status=status)
-        plan = plan_abft(m, n, k, v, work=work)
-        done = launch_abft_checksums(da, db, plan, after=ready)
-        launch_abft_verify(c, plan, int(status.data.ptr), after=done)
+        finish_abft(pending, da, db, c, int(status.data.ptr))
         return c, es, StatusReport.from_words(status.get()).ok
 
     failures = _from_two_threads(_side_stream_refs(), product, rounds=8)
