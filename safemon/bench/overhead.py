@@ -2,7 +2,8 @@
 
 For each size, the tile and split are the library's `auto_tile` / `auto_split` choice for a
 variant without a fold at every MAC (one tiling for every variant of the size; a level-I call
-of the API may pick another tile at some shapes, docs/SIGNATURES.md), and
+of the API may pick another tile at some shapes, docs/SIGNATURES.md; intra-warp RMT runs the
+tile the library gives it, `half` where the others run `large`, against the same baseline), and
 every variant of `standard_variants(mode, tile, split)` and of `checked_variants(mode, tile,
 split)` (intra-warp RMT, ABFT, each with ES-M: docs/RMT.md) is timed (its kernel, when split
 the split-K reduction, for ABFT the check kernels) with the unprotected kernel of the same tiling and
@@ -35,6 +36,7 @@ from safemon.kernels.catalog import (
     auto_tile,
     checked_variants,
     make_variant,
+    rmt_warp_variant,
     standard_variants,
 )
 from safemon.kernels.checked import STATUS_WORDS
@@ -227,8 +229,13 @@ def _variants_at(dims: Dims, mode: str, variant_filter: Callable[[Variant], bool
     """The variants `_bench_dims` times at `dims` in `mode` (one tile for all of them)."""
     tile = auto_tile(dims.m, dims.n, dims.k)
     split = auto_split(dims.m, dims.n, dims.k, tile)
-    return [v for v in standard_variants(mode, tile, split) + checked_variants(mode, tile, split)
-            if variant_filter is None or variant_filter(v)]
+    out = []
+    for v in standard_variants(mode, tile, split) + checked_variants(mode, tile, split):
+        if v.rmt == "warp":  # the tile the library runs intra-warp RMT on here
+            v = rmt_warp_variant(v, dims.k)
+        if variant_filter is None or variant_filter(v):
+            out.append(v)
+    return out
 
 
 def _kernel_variants(dims_list: Sequence[Dims], modes: Sequence[str],
@@ -284,7 +291,7 @@ def _bench_dims(
             gflop = dims.flops / 1e9  # GFLOP / ms = TFLOP/s
             rows.append({
                 "variant": variant_label(v), "name": v.name, "checksum": v.checksum,
-                "level": v.level, "mode": mode, "tile": tile.name + (f"/split{split}" if split > 1 else ""), "dims": dims.key,
+                "level": v.level, "mode": mode, "tile": v.tile.name + (f"/split{v.split}" if v.split > 1 else ""), "dims": dims.key,
                 "repeats": reps, "protected_ms": prot, "unprotected_ms": unprot,
                 "cublas_ms": blas, "overhead": prot / unprot, "vs_cublas": prot / blas,
                 "tflops_protected": gflop / prot, "tflops_unprotected": gflop / unprot,

@@ -255,15 +255,16 @@ def protected_matmul(
         level: "I", "M" or "E" ("I" or "I+M" for a combination).
         mode: "exact" (no FMA contraction) or "fma".
         backend: "auto" (CuPy when a CUDA device is usable, else NumPy), "numpy" or "cupy".
-        tile: a tile name ("small", "large", "wide", "skinny"), a `TileConfig`, or None to pick
-            by shape (`catalog.auto_tile`).
+        tile: a tile name ("small", "large", "wide", "skinny", "half"), a `TileConfig`, or None
+            to pick by shape (`catalog.auto_tile`; intra-warp RMT runs `half` where that picks
+            `large`, `catalog.rmt_warp_variant`).
         split: split-K factor (1..MAX_SPLIT), or None for `auto_split` of the shape and tile.
         wait: on the CuPy backend, read the input checks' status block before returning (one
             host synchronisation). False returns a pending result at once; call its `wait()`
             before using c or es (they hold poison if a check failed).
         rmt: "none", "warp" (intra-warp) or "block" (inter-block) redundant multithreading
-            (docs/RMT.md); C and ES are those of rmt="none", and a replica mismatch raises
-            `KernelCheckError`.
+            (docs/RMT.md); C is that of rmt="none" (ES too, on the same tile), and a replica
+            mismatch raises `KernelCheckError`.
         abft: check every C tile's row and column sums (safemon.kernels.abft); a failure
             raises `KernelCheckError`.
 

@@ -21,6 +21,7 @@ __all__ = [
     "MODES",
     "PAPER_LEVELS",
     "RMT_KINDS",
+    "RMT_WARP_TILES",
     "SPLIT_MIN_SLICE_K",
     "SPLIT_TARGET_BLOCKS",
     "SPLIT_TARGET_BLOCKS_OF",
@@ -34,6 +35,7 @@ __all__ = [
     "auto_tile",
     "checked_variants",
     "make_variant",
+    "rmt_warp_variant",
     "split_check_suffix",
     "standard_variants",
     "variant_for_shape",
@@ -142,7 +144,18 @@ TILES: dict[str, TileConfig] = {
     # 1 and 8×4096×4096 (evidence/h100-2026-11-23-async/; 32-wide stages do not fit static
     # shared memory).
     "skinny": TileConfig("skinny", bm=8, bn=256, bk=16, tm=4, tn=4, async_copy=True),
+    # Intra-warp RMT where the others run `large` (`RMT_WARP_TILES`): half of large's rows and
+    # 16-wide k-tiles. An RMT block launches two lanes per logical thread, so a `large` block
+    # is 512 threads and only one fits an SM at 128 registers; this tile's 256 fit two, which
+    # keep the SM busy while the other waits at a barrier (scripts/rmt_tile_probe.py,
+    # evidence/h100-2026-11-24-rmt-tile/: rmt-warp 1.73× the unprotected `large` kernel at
+    # 4096³ on it against 2.26× on `large`). Never picked without RMT: unprotected it is
+    # 0.82× as fast as `large` at 4096³.
+    "half": TileConfig("half", bm=64, bn=128, bk=16, tm=8, tn=8),
 }
+
+#: Tiles that intra-warp RMT runs instead of the automatic choice (`variant_for_shape`).
+RMT_WARP_TILES: dict[str, str] = {"large": "half"}
 
 #: Outputs with at most this many elements use the "small" tile when `tile=None`.
 AUTO_SMALL_MAX_ELEMENTS = 256 * 256
@@ -425,6 +438,11 @@ def variant_for_shape(
     per variant object) and a call pays one look-up, not two `make_variant` validations and
     the tile and split arithmetic. Errors are raised, never cached. The API
     (`safemon.kernels.api`) and the channels (`VariantConfig.to_variant`) both use it.
+
+    Intra-warp RMT (`rmt="warp"`) with `tile` None runs `RMT_WARP_TILES[auto]` where there is
+    one (`half` for `large`) and its k-tiles cut K into the K-slices of the choice without RMT
+    (`variant_with_tile`; always so without a split), else that choice: C is always the C of
+    the same call without RMT.
     """
     # Validate first (with a placeholder tile when choosing one): auto_tile needs the variant's
     # own level, which is None for an unprotected variant whatever `level` says.
@@ -433,8 +451,22 @@ def variant_for_shape(
     if tile is None:
         chosen = make_variant(checksum, level, mode, auto_tile(m, n, k, chosen.level), rmt=rmt,
                               abft=abft)
-    return make_variant(checksum, level, mode, chosen.tile,
-                        auto_split(m, n, k, chosen.tile) if split is None else split, rmt, abft)
+    picked = make_variant(checksum, level, mode, chosen.tile,
+                          auto_split(m, n, k, chosen.tile) if split is None else split, rmt, abft)
+    return rmt_warp_variant(picked, k) if tile is None and rmt == "warp" else picked
+
+
+def rmt_warp_variant(base: Variant, k: int) -> Variant:
+    """The variant intra-warp RMT runs for `base`, an automatic choice for inner dimension `k`:
+    `base` on `RMT_WARP_TILES[base.tile]` where there is one and its k-tiles cut K into
+    `base`'s K-slices (`variant_with_tile`; always so without a split), else `base`. C is
+    therefore always `base`'s C."""
+    if base.tile.name not in RMT_WARP_TILES:
+        return base
+    moved = variant_with_tile(base, RMT_WARP_TILES[base.tile.name], k)
+    same = slice_bounds(k, moved.tile.bk, moved.slices(k)) == slice_bounds(
+        k, base.tile.bk, base.slices(k))
+    return moved if same else base
 
 
 def standard_variants(

@@ -362,6 +362,7 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(build_for(make_variant("crc32c", "E", "fma", "wide", rmt="warp")))
     builds.append(build_for(make_variant(None, None, "exact", "small", rmt="warp")))
     builds.append(build_for(make_variant("ones", "F", "fma", "skinny", rmt="warp")))
+    builds.append(build_for(make_variant("ones", "T", "fma", "half", rmt="warp")))
     builds.append(build_for(make_variant("twos", "M", "exact", "small", rmt="warp"), inject=True))
     # Register staging with fewer A elements per k-tile than threads (skinny, RMT).
     builds.append(build_for(make_variant("xor", "T", "exact", "skinny", rmt="warp"), inject=True))

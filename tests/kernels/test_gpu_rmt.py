@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 SHAPES = [(20, 20, 20), (80, 80, 80), (97, 61, 113), (8, 900, 8), (300, 260, 70), (33, 517, 129)]
 SPECS = [(None, None, "exact"), ("ones", "M", "exact"), ("crc32c", "E", "fma"),
          ("ones_fletcher", "I", "exact"), ("xor", "T", "fma")]
-TILES = ["small", "large", "wide", "skinny"]
+TILES = ["small", "large", "wide", "skinny", "half"]
 KINDS = ["warp", "block"]
 
 
@@ -69,6 +69,29 @@ def test_gpu_rmt_split_k_equals_reference() -> None:
     c_ref, es_ref = reference_matmul(a, b, r.variant)
     assert cp.asnumpy(r.c).tobytes() == c_ref.tobytes()
     assert cp.asnumpy(r.es).tobytes() == es_ref.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 256), (512, 1024, 200)])
+def test_gpu_rmt_warp_on_half_equals_reference_and_the_c_without_rmt(
+    shape: tuple[int, int, int]
+) -> None:
+    """Where the automatic tile is `large`, intra-warp RMT runs on `half`
+    (catalog.RMT_WARP_TILES), split over K as `large` is (1024×1024×256: 2 slices): C, ES and
+    the status as the reference says, and C bit for bit the call's without RMT."""
+    import cupy as cp
+
+    import safemon
+
+    a, b = _inputs(*shape)
+    r = safemon.protected_matmul(a, b, checksum="ones", level="T", mode="fma", rmt="warp",
+                                 backend="cupy")
+    plain = safemon.protected_matmul(a, b, checksum="ones", level="T", mode="fma",
+                                     backend="cupy")
+    assert (r.variant.tile.name, plain.variant.tile.name) == ("half", "large")
+    c_ref, es_ref = reference_matmul(a, b, r.variant)
+    assert cp.asnumpy(r.c).tobytes() == c_ref.tobytes()
+    assert cp.asnumpy(r.es).tobytes() == es_ref.tobytes()
+    assert cp.asnumpy(r.c).tobytes() == cp.asnumpy(plain.c).tobytes()
 
 
 @pytest.mark.parametrize("shape", [(64, 64, 4096), (1, 4096, 4096), (300, 260, 2000)])

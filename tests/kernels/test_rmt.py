@@ -11,7 +11,7 @@ from safemon.dims import Dims
 from safemon.errors import KernelCheckError
 from safemon.evidence.inkernel import classify, sample_sites
 from safemon.faults.launch import FIELDS, RMT_DETECTED, TARGETS
-from safemon.kernels.catalog import RMT_KINDS, make_variant
+from safemon.kernels.catalog import RMT_KINDS, make_variant, slice_bounds, variant_for_shape
 from safemon.kernels.checked import STATUS_RMT, STATUS_RMT_TILE, STATUS_WORDS, StatusReport
 from safemon.kernels.gpu import build_for
 from safemon.kernels.reference import reference_matmul
@@ -30,7 +30,7 @@ def test_rmt_is_part_of_the_variant_name_and_json_only_when_enabled() -> None:
 
 
 def test_rmt_launches_two_lanes_per_logical_thread() -> None:
-    for tile in ("small", "large", "wide"):
+    for tile in ("small", "large", "wide", "half"):
         v = make_variant(None, None, "fma", tile, rmt="warp")
         assert v.block_threads == 2 * v.tile.threads and v.copies == 2
         assert make_variant(None, None, "fma", tile).block_threads == v.tile.threads
@@ -144,3 +144,57 @@ def test_channel_config_carries_rmt_into_the_variant(kind: str) -> None:
     assert VariantConfig().to_variant(64, 64, 64).rmt == "none"
     with pytest.raises(ValueError, match="rmt"):
         VariantConfig(rmt="grid")
+
+
+# (M, N, K) → (tile intra-warp RMT runs, the automatic tile without RMT). 512×1024×600: large
+# cuts K = 600 at 152, which 16-wide k-tiles cannot, so RMT stays on large there.
+RMT_WARP_CHOICES = [((4096, 4096, 4096), "half", "large"), ((1024, 1024, 1024), "half", "large"),
+                    ((128, 4096, 4096), "half", "large"), ((1000, 1000, 1000), "half", "large"),
+                    ((512, 1024, 200), "half", "large"), ((512, 1024, 600), "large", "large"),
+                    ((64, 4096, 4096), "wide", "wide"), ((80, 80, 80), "small", "small"),
+                    ((1, 4096, 4096), "skinny", "skinny")]
+
+
+@pytest.mark.parametrize(("dims", "rmt_tile", "plain_tile"), RMT_WARP_CHOICES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else x)
+def test_intra_warp_rmt_runs_half_where_the_others_run_large_on_the_same_k_slices(
+    dims: tuple[int, int, int], rmt_tile: str, plain_tile: str
+) -> None:
+    """One block of `large` under intra-warp RMT is 512 threads, one per SM; `half` keeps two
+    (catalog.RMT_WARP_TILES). The move must never change C: same K-slices, else no move."""
+    m, n, k = dims
+    plain = variant_for_shape(m, n, k, "ones", "M", "fma", None, None)
+    warp = variant_for_shape(m, n, k, "ones", "M", "fma", None, None, "warp")
+    assert (warp.tile.name, plain.tile.name) == (rmt_tile, plain_tile)
+    assert warp.rmt == "warp" and (warp.checksum, warp.level, warp.mode) == ("ones", "M", "fma")
+    assert slice_bounds(k, warp.tile.bk, warp.slices(k)) == \
+        slice_bounds(k, plain.tile.bk, plain.slices(k))
+    # Inter-block RMT, an explicit tile and the channels' config follow their own rules.
+    assert variant_for_shape(m, n, k, "ones", "M", "fma", None, None, "block").tile == plain.tile
+    assert variant_for_shape(m, n, k, "ones", "M", "fma", "large", None, "warp").tile.name == \
+        "large"
+    cfg = VariantConfig(checksum="ones", level="M", rmt="warp")
+    assert cfg.to_variant(m, n, k) == warp and cfg.tile_for(m, n, k) == warp.tile
+
+
+def test_reference_c_of_rmt_on_half_is_the_c_of_large_without_rmt() -> None:
+    """C depends on the K-slices alone: the move to `half` leaves every bit of C."""
+    rng = np.random.default_rng(5)
+    m, n, k = 512, 1024, 40
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    plain = variant_for_shape(m, n, k, None, None, "fma", None, None)
+    warp = variant_for_shape(m, n, k, None, None, "fma", None, None, "warp")
+    assert (plain.tile.name, warp.tile.name) == ("large", "half")
+    c0, _ = reference_matmul(a, b, plain)
+    c1, _ = reference_matmul(a, b, warp)
+    assert c1.tobytes() == c0.tobytes()
+
+
+def test_bench_times_intra_warp_rmt_on_the_tile_the_library_gives_it() -> None:
+    from safemon.bench.overhead import _variants_at
+
+    got = {v.name for v in _variants_at(Dims(4096, 4096, 4096), "fma", None)}
+    assert {"unprotected/fma/half/rmt-warp", "ones/M/fma/half/rmt-warp",
+            "unprotected/fma/large/abft", "unprotected/fma/large/rmt-block"} <= got
+    assert not any("large" in name and "rmt-warp" in name for name in got)
