@@ -315,11 +315,16 @@ def _abft_layout(m: int, n: int, k: int, variant: Variant) -> tuple[Any, ...]:
     path at the inference shapes)."""
     t = variant.tile
     gx, gy = t.grid(m, n)
-    if ABFT_COL_THREADS % t.bn:  # the column kernel sums whole tiles of B's rows per block
-        raise ValueError(f"abft.cu needs a tile width dividing {ABFT_COL_THREADS}, not {t.bn}")
+    # The column kernel sums whole tiles of B's rows per block, in parts of 32 columns.
+    if ABFT_COL_THREADS % t.bn or t.bn % 32:
+        raise ValueError(f"abft.cu needs a tile width that is a multiple of 32 dividing "
+                         f"{ABFT_COL_THREADS}, not {t.bn}")
     col_y = min(ABFT_COL_Y_MAX, 1 << (gy - 1).bit_length())  # the instance: Y ≥ gy, ≤ 16
     col_grid = (-(-n // ABFT_COL_THREADS), -(-gy // col_y))
-    row_nt = 1 if gx <= 8 else 2 if gx <= 16 else 4  # n-tiles of 8 per warp: the instance
+    # n-tiles of 8 per warp: the instance. One row block (M ≤ 64) takes one n-tile per warp,
+    # so that its tile columns spread over gx / 8 blocks (64×4096×4096: 4 blocks per K-slice,
+    # not 1); the products are the same, each (row, tile column) in the same k order.
+    row_nt = 1 if gx <= 8 or m <= ABFT_ROW_R else 2 if gx <= 16 else 4
     row_grid = (-(-m // ABFT_ROW_R), -(-gx // (8 * row_nt)))
     col_slices, col_per = abft_k_slices(col_grid[0] * col_grid[1], k, col_y)
     row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k, ABFT_ROW_WEIGHT)

@@ -224,3 +224,34 @@ def test_every_catalog_tile_has_a_verify_kernel_that_covers_it() -> None:
     assert verify_instance(TileConfig("t", bm=64, bn=64, bk=8, tm=4, tn=4)) == (16, 4)
     with pytest.raises(ValueError, match="256×128"):
         verify_instance(TileConfig("t", bm=256, bn=128, bk=8, tm=8, tn=8))
+
+
+def test_column_kernel_needs_tile_widths_of_whole_32_column_parts() -> None:
+    """abft.cu's column kernel adds B's rows per tile in parts of 32 columns: every catalog
+    tile qualifies, a 16-wide one is refused with the reason (not run wrong)."""
+    from safemon.kernels.abft import _abft_layout
+
+    for tile in TILES.values():
+        _abft_layout(100, 300, 70, make_variant(None, None, "fma", tile, abft=True))
+    narrow = make_variant(None, None, "fma", TileConfig("n", bm=32, bn=16, bk=8, tm=4, tn=4),
+                          abft=True)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        _abft_layout(100, 300, 70, narrow)
+
+
+@pytest.mark.parametrize(("dims", "nt", "grid"), [((64, 4096, 4096), 1, (1, 4)),
+                                                   ((4096, 4096, 4096), 4, (64, 1)),
+                                                   ((256, 1024, 4096), 1, (4, 1)),
+                                                   ((200, 2048, 512), 2, (4, 1))])
+def test_row_products_of_one_row_block_spread_over_its_tile_columns(
+    dims: tuple[int, int, int], nt: int, grid: tuple[int, int]
+) -> None:
+    """The row kernel's instance (n-tiles of 8 tile columns per warp) and grid: a product of
+    at most 64 rows takes one n-tile, so its gx tile columns make gx / 8 blocks per K-slice."""
+    from safemon.kernels.abft import _abft_layout
+    from safemon.kernels.catalog import variant_for_shape
+
+    m, n, k = dims
+    v = variant_for_shape(m, n, k, None, None, "fma", None, None, "none", True)
+    layout = _abft_layout(m, n, k, v)
+    assert (layout[6], layout[7]) == (nt, grid)

@@ -24,7 +24,9 @@
 //                           a thread per column c and Y tile rows (Y = 1, 2, 4, 8, 16), the
 //                           vectors staged in shared memory ABFT_KC k at a time; the first
 //                           tile-row group's blocks also write b_sum/b_abs[k·gx + bx] =
-//                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads. 256 threads.
+//                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads (a thread
+//                           per 32 columns and k, then the tile's parts in order; BN a
+//                           multiple of 32). 256 threads.
 //   safemon_abft_rows_NT    the row checksum products: row_part[z][bx][r] =
 //                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]) on the float64
 //                           tensor cores (mma.m8n8k4), a block per 64 rows (8 per warp) × 8·NT
@@ -43,8 +45,9 @@
 //                           a fixed order (no atomics), so a decision never depends on
 //                           scheduling.
 // B is read once (cols), A twice (a_vectors, rows), C once (verify).
-// Rounding: a checksum vector (a tile's n rows of A or columns of B, added in order) takes
-// n − 1 float64 roundings. A product term sees at most kslice in its slice, then at most
+// Rounding: a checksum vector (a tile's n rows of A added in order, or its n columns of B in
+// parts of 32 added in order, then the parts in order) takes at most n − 1 float64 roundings.
+// A product term sees at most kslice in its slice, then at most
 // ⌈S/8⌉ − 1 + min(7, S − 1) (columns: a part without slices adds an exact zero) or
 // ⌈S/RP⌉ − 1 + min(RP − 1, S − 1) ≤ S − 1 (rows) adding the S slices; launch_abft keeps every slice ≥ 64 k, so the total
 // stays ≤ K + 7 (tests/kernels/test_abft.py checks it for every split it makes).
@@ -112,9 +115,9 @@ __device__ __forceinline__ void safemon_abft_stage(
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
 // launch_abft picks the instance), each thread accumulating 2·Y doubles. The blocks of the
 // first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[k·gx + bx] for their columns
-// and K-slice: they keep each k-stage of B in shared memory as loaded, and a thread per
-// (tile, k) adds the tile's BN columns in order (BN divides the block's 256 columns), so B is
-// read once for both.
+// and K-slice: they keep each k-stage of B in shared memory as loaded, a thread per (k, 32
+// columns) adds its part in order and a thread per (tile, k) the tile's parts in order (BN a
+// multiple of 32 dividing the block's 256 columns), so B is read once for both.
 template <int Y>
 __device__ __forceinline__ void safemon_abft_cols_impl(
     const float* __restrict__ B, const double* __restrict__ a_sum,
@@ -123,9 +126,11 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     constexpr int W = Y < 2 ? 2 : Y;  // 16-byte rows for the double2 loads
     __shared__ __align__(16) double s_sum[ABFT_KC][W];
     __shared__ __align__(16) double s_abs[ABFT_KC][W];
-    // B's k-stage as loaded, for the b vectors (+1: a thread reading a row is conflict-free).
-    __shared__ float s_b[ABFT_KC][ABFT_COL_THREADS + 1];
-    __shared__ double s_bv[2][ABFT_KC][ABFT_COL_THREADS / 32];  // the stage's b vectors
+    // B's k-stage as loaded, for the b vectors: column j of the block at j + j/32, so that the
+    // eight threads summing the 32-column parts of one k read different banks.
+    __shared__ float s_b[ABFT_KC][ABFT_COL_THREADS + ABFT_COL_THREADS / 32];
+    // The 32-column parts of a k; tile t's b vectors are then added into its first part.
+    __shared__ double s_part[2][ABFT_KC][ABFT_COL_THREADS / 32];
     const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
     const int by0 = blockIdx.y * Y;
     const bool with_b = blockIdx.y == 0;
@@ -139,48 +144,80 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
                                                 k_end);
         __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
-#pragma unroll 4
-        for (int kk = 0; kk < kn; ++kk) {
-            const float bf = c < N ? B[(long long)(k0 + kk) * N + c] : 0.0f;  // zeros past N
-            if (with_b) s_b[kk][threadIdx.x] = bf;
-            const double b = safemon_widen(bf);
-            const double ab = fabs(b);
-            if (Y == 1) {
-                e[0] = fma(s_sum[kk][0], b, e[0]);
-                bd[0] = fma(s_abs[kk][0], ab, bd[0]);
-            } else {
+        // LB loads of B in flight per thread, then their products in k order. With four (an
+        // unrolled loop of dependent products), the few-row instances were bound by load
+        // latency at a third of the H100's DRAM bandwidth (64×4096×4096, Y = 2: 59 µs for
+        // 67 MB); the many-row ones keep fewer for their registers.
+        constexpr int LB = Y <= 4 ? 16 : 8;
+        for (int kb = 0; kb < kn; kb += LB) {
+            float bv[LB];
 #pragma unroll
-                for (int q = 0; q < Y; q += 2) {  // one 16-byte broadcast load per pair
-                    const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][q]);
-                    const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][q]);
-                    e[q] = fma(s.x, b, e[q]);
-                    e[q + 1] = fma(s.y, b, e[q + 1]);
-                    bd[q] = fma(t.x, ab, bd[q]);
-                    bd[q + 1] = fma(t.y, ab, bd[q + 1]);
+            for (int j = 0; j < LB; ++j)  // zeros past N and past the stage
+                bv[j] = c < N && kb + j < kn ? B[(long long)(k0 + kb + j) * N + c] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < LB; ++j) {
+                const int kk = kb + j;
+                if (kk >= kn) break;
+                const float bf = bv[j];
+                if (with_b) s_b[kk][threadIdx.x + threadIdx.x / 32] = bf;
+                const double b = safemon_widen(bf);
+                const double ab = fabs(b);
+                if (Y == 1) {
+                    e[0] = fma(s_sum[kk][0], b, e[0]);
+                    bd[0] = fma(s_abs[kk][0], ab, bd[0]);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < Y; q += 2) {  // one 16-byte broadcast load per pair
+                        const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][q]);
+                        const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][q]);
+                        e[q] = fma(s.x, b, e[q]);
+                        e[q + 1] = fma(s.y, b, e[q + 1]);
+                        bd[q] = fma(t.x, ab, bd[q]);
+                        bd[q + 1] = fma(t.y, ab, bd[q + 1]);
+                    }
                 }
             }
         }
         __syncthreads();
         if (with_b) {
-            const int tiles = ABFT_COL_THREADS / BN;
-            for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
-                const int t = i / kn, kk = i % kn;
-                double ws = 0.0, wa = 0.0;
-                for (int j = 0; j < BN; ++j) {  // the tile's columns in order
-                    const double v = safemon_widen(s_b[kk][t * BN + j]);
-                    ws += v;
-                    wa += fabs(v);
+            // A thread per (k, 32 columns) adds them in order; then a thread per (tile, k) adds
+            // its tile's parts in order into the first (BN ≥ 32: the caller checks). A b
+            // vector sees at most 31 + BN/32 − 1 ≤ BN − 1 roundings.
+            const int tiles = ABFT_COL_THREADS / BN, per_tile = BN / 32;
+            constexpr int parts = ABFT_COL_THREADS / 32;
+            static_assert(ABFT_COL_THREADS / parts == ABFT_KC, "a thread per (k, part)");
+            {
+                const int kk = threadIdx.x / parts, part = threadIdx.x % parts;
+                if (kk < kn) {
+                    double ws = 0.0, wa = 0.0;
+#pragma unroll 8
+                    for (int j = 0; j < 32; ++j) {
+                        const double v = safemon_widen(s_b[kk][part * 33 + j]);
+                        ws += v;
+                        wa += fabs(v);
+                    }
+                    s_part[0][kk][part] = ws;
+                    s_part[1][kk][part] = wa;
                 }
-                s_bv[0][kk][t] = ws;
-                s_bv[1][kk][t] = wa;
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
+                const int t = i / kn, kk = i % kn, q0 = t * per_tile;
+                double ws = s_part[0][kk][q0], wa = s_part[1][kk][q0];
+                for (int q = q0 + 1; q < q0 + per_tile; ++q) {
+                    ws += s_part[0][kk][q];
+                    wa += s_part[1][kk][q];
+                }
+                s_part[0][kk][q0] = ws;
+                s_part[1][kk][q0] = wa;
             }
             __syncthreads();
             // Written k-major, the block's tiles of one k side by side.
             for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
                 const int kk = i / tiles, t = i % tiles, bx = blockIdx.x * tiles + t;
                 if (bx < gx) {
-                    b_sum[(long long)(k0 + kk) * gx + bx] = s_bv[0][kk][t];
-                    b_abs[(long long)(k0 + kk) * gx + bx] = s_bv[1][kk][t];
+                    b_sum[(long long)(k0 + kk) * gx + bx] = s_part[0][kk][t * per_tile];
+                    b_abs[(long long)(k0 + kk) * gx + bx] = s_part[1][kk][t * per_tile];
                 }
             }
             __syncthreads();  // s_b and the staged vectors are rewritten next stage
@@ -197,8 +234,12 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     }
 }
 
+// Blocks per SM the registers must allow: 4 for the few-row instances (their loads need
+// warps to hide behind), 2 for the others (their 2·Y accumulators).
+#define ABFT_COL_MIN_BLOCKS(Y) ((Y) <= 4 ? 4 : 2)
 #define SAFEMON_ABFT_COLS(Y)                                                                  \
-    extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS, 2) safemon_abft_cols_##Y( \
+    extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS, ABFT_COL_MIN_BLOCKS(Y))    \
+        safemon_abft_cols_##Y(                                                                \
         const float* __restrict__ B, const double* __restrict__ a_sum,                       \
         const double* __restrict__ a_abs, double* __restrict__ col_part,                     \
         double* __restrict__ b_sum, double* __restrict__ b_abs, int N, int K, int BN, int gx, \
