@@ -10,7 +10,7 @@ k-tile loads, the other computes. This probe times, with CUDA events in interlea
 candidate tiles, cuBLAS (`cupy.matmul`) in the same run, and checks on every candidate that
 RMT's C and ES are the unprotected kernel's bit for bit (same K-slices) and that its status
 block stays clear. Candidates are tiles of the catalog, `auto` (the tile `safemon.matmul` picks at the shape) or
-`NAME:BMxBNxBK/TMxTN` specs.
+`NAME:BMxBNxBK/TMxTN` specs (a trailing `a`: k-tiles copied asynchronously, as `wide`).
 """
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ DEFAULT_TILES = "auto,large,h64:64x128x8/8x8,v64:128x64x8/8x8,q64:64x64x8/8x8,h6
 
 
 def parse_tile(text: str) -> TileConfig:
-    """A catalog name, or `NAME:BMxBNxBK/TMxTN`."""
+    """A catalog name, or `NAME:BMxBNxBK/TMxTN`, with a trailing `a` for asynchronous copies."""
     if text in TILES:
         return TILES[text]
-    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)", text)
+    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)", text)
     if m is None:
-        raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN)")
-    name, *dims = m.groups()
+        raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN[a])")
+    name, *dims, asynchronous = m.groups()
     bm, bn, bk, tm, tn = map(int, dims)
-    return TileConfig(name, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn)
+    return TileConfig(name, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, async_copy=asynchronous == "a")
 
 
 def main() -> int:
@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--tiles", default=DEFAULT_TILES)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--no-rmt", action="store_true", help="time the unprotected kernels only")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     names = args.tiles.split(",")
@@ -80,7 +81,7 @@ def main() -> int:
             # The split that cuts K as the automatic unprotected variant does (same C).
             plain = variant_with_tile(auto, t.name, k) if t.name in TILES else None
             split = plain.split if plain is not None else _same_split(auto, t, k)
-            for rmt in ("none", "warp"):
+            for rmt in ("none",) if args.no_rmt else ("none", "warp"):
                 v = make_variant(None, None, "fma", t, split, rmt=rmt)
                 try:
                     run = variant_launcher(cp, v, a, b)

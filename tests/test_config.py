@@ -424,7 +424,7 @@ def test_an_unprotected_channel_and_every_unprotected_call_pick_one_variant(
 
 def test_a_long_k_is_split_and_a_short_one_is_not() -> None:
     vc = VariantConfig()
-    assert vc.to_variant(64, 4096, 4096).name == "ones/T/fma/wide/split8"
+    assert vc.to_variant(64, 4096, 4096).name == "ones/T/fma/wide64/split8"
     assert vc.to_variant(1, 4096, 4096).name == "ones/T/fma/skinny/split16"
     # A fold at every MAC keeps `small` (catalog.auto_tile), with its own split.
     every_mac = VariantConfig(checksum="ones", level="I", mode="exact")
@@ -452,7 +452,7 @@ def test_to_variant_gives_one_variant_object_per_shape() -> None:
     assert cfg.to_variant(64, 4096, 1024) is not v
     other = VariantConfig(checksum="ones", level="M", mode="fma", rmt="block")
     assert other.to_variant(64, 4096, 4096).rmt == "block" and v.rmt == "none"
-    assert v.tile.name == "wide" and v.split == 8  # auto_tile / auto_split, as before
+    assert v.tile.name == "wide64" and v.split == 8  # auto_tile / auto_split, as before
 
 
 def test_gpu_backend_prices_work_items_at_the_gpu_default_unless_the_config_says() -> None:
@@ -495,7 +495,7 @@ def test_diverse_tiles_cut_k_alike_so_their_c_agree() -> None:
         got = set()
         # skinny's 16-wide k-tiles cannot reproduce every bound of the 8-wide ones
         # (variant_with_tile; docs/SIGNATURES.md): it is left out here.
-        for tile in ("auto", "small", "large", "wide"):
+        for tile in ("auto", "small", "large", "wide", "wide64"):
             v = VariantConfig(checksum="ones", level="M", mode="fma", tile=tile).to_variant(m, n, k)
             got.add(tuple(slice_bounds(k, v.tile.bk, v.slices(k))))
         assert len(got) == 1, (m, n, k, got)

@@ -137,6 +137,10 @@ TILES: dict[str, TileConfig] = {
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
     # Asynchronous copies: 1.10-1.44× faster on the H100 (evidence/h100-2026-11-23-async/).
     "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8, async_copy=True),
+    # `wide`'s register tile with 64 rows (256 threads): where `wide` would run an even number
+    # of its 32-row tiles, each block reads B once for twice the rows
+    # (evidence/h100-2026-11-24-wide64/: 1.12× faster at 64×4096×4096 and 256×1024×4096).
+    "wide64": TileConfig("wide64", bm=64, bn=128, bk=8, tm=4, tn=8, async_copy=True),
     # Inference rows (batch 1..8 against a weight matrix, issue 14): 8 rows pad a single row
     # 8-fold instead of 32-fold (the fastest of the candidates measured in
     # evidence/h100-2026-11-22-speed2/sweep.txt). 16-wide k-tiles copied asynchronously, two
@@ -154,8 +158,9 @@ TILES: dict[str, TileConfig] = {
     "half": TileConfig("half", bm=64, bn=128, bk=16, tm=8, tn=8),
 }
 
-#: Tiles that intra-warp RMT runs instead of the automatic choice (`variant_for_shape`).
-RMT_WARP_TILES: dict[str, str] = {"large": "half"}
+#: Tiles that intra-warp RMT runs instead of the automatic choice (`variant_for_shape`): the
+#: 256-thread tiles, which RMT would double to one 512-thread block per SM.
+RMT_WARP_TILES: dict[str, str] = {"large": "half", "wide64": "wide"}
 
 #: Outputs with at most this many elements use the "small" tile when `tile=None`.
 AUTO_SMALL_MAX_ELEMENTS = 256 * 256
@@ -177,8 +182,9 @@ def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
     In order: `skinny` for at most 8 rows and at least `AUTO_SKINNY_MIN_N` columns; `small`
     for outputs of at most `AUTO_SMALL_MAX_ELEMENTS`; `wide` for flat ones (at most 32
     rows); `large` from `AUTO_LARGE_MIN_ROWS` rows when its grid has at least
-    `AUTO_LARGE_MIN_BLOCKS` blocks; else `wide` when K ≥ `AUTO_WIDE_MIN_K` and the level
-    folds nothing at every MAC, else `small` (the split then fills the GPU).
+    `AUTO_LARGE_MIN_BLOCKS` blocks; else, when K ≥ `AUTO_WIDE_MIN_K` and the level folds
+    nothing at every MAC, `wide64` if M spans an even number of `wide`'s 32-row tiles and
+    `wide` if odd; else `small` (the split then fills the GPU).
 
     `level` is the variant's level ("I", "M", "I+M", ...; None unprotected). A fold at every
     MAC (I) keeps `wide` on register staging (mmm.cu), where `small` measured as fast or
@@ -197,7 +203,8 @@ def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
         return TILES["large"]
     every_mac = level is not None and "I" in level.split("+")
     if k >= AUTO_WIDE_MIN_K and not every_mac:
-        return TILES["wide"]
+        # `wide64` where it pads M no more than `wide` does (an even number of 32-row tiles).
+        return TILES["wide64"] if -(-m // TILES["wide"].bm) % 2 == 0 else TILES["wide"]
     return TILES["small"]
 
 
@@ -440,7 +447,8 @@ def variant_for_shape(
     (`safemon.kernels.api`) and the channels (`VariantConfig.to_variant`) both use it.
 
     Intra-warp RMT (`rmt="warp"`) with `tile` None runs `RMT_WARP_TILES[auto]` where there is
-    one (`half` for `large`) and its k-tiles cut K into the K-slices of the choice without RMT
+    one (`half` for `large`, `wide` for `wide64`) and its k-tiles cut K into the K-slices of
+    the choice without RMT
     (`variant_with_tile`; always so without a split), else that choice: C is always the C of
     the same call without RMT.
     """

@@ -106,8 +106,10 @@ def test_auto_tile_is_a_function_of_the_shape_and_the_level() -> None:
     assert auto_tile(4096, 4096, 4096).name == "large"  # a large grid that fills the GPU
     assert auto_tile(1024, 1024, 1024).name == "large"  # 64 large blocks, then split
     assert auto_tile(128, 4096, 4096).name == "large"  # 32 large blocks: the fewest
-    assert auto_tile(127, 4096, 4096).name == "wide"  # too few rows for large
-    assert auto_tile(64, 4096, 4096).name == auto_tile(256, 1024, 4096).name == "wide"
+    assert auto_tile(127, 4096, 4096).name == "wide64"  # too few rows for large
+    assert auto_tile(64, 4096, 4096).name == auto_tile(256, 1024, 4096).name == "wide64"
+    assert auto_tile(96, 4096, 4096).name == "wide"  # three 32-row tiles: wide64 would pad
+    assert auto_tile(33, 4096, 4096).name == "wide64"  # two of wide's tiles, one of wide64's
     assert auto_tile(64, 4096, 1023).name == "small"  # K too short for wide
     assert auto_tile(512, 512, 512).name == "small"  # 16 large blocks, short K
     assert auto_tile(1, 4096, 4096).name == auto_tile(8, 300, 5).name == "skinny"
@@ -118,7 +120,7 @@ def test_auto_tile_is_a_function_of_the_shape_and_the_level() -> None:
         assert auto_tile(4096, 4096, 4096, level).name == "large"
         assert auto_tile(18, 230400, 64, level).name == "wide"
     for level in ("M", "E", "F", "T"):
-        assert auto_tile(64, 4096, 4096, level).name == "wide"
+        assert auto_tile(64, 4096, 4096, level).name == "wide64"
 
 
 def test_catalog_has_the_seed_set() -> None:

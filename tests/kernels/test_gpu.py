@@ -41,7 +41,7 @@ def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
             for v in standard_variants(mode, tile):
                 cases.append((dims, v))
             cases.append((dims, make_variant(None, None, mode, tile)))
-    for tile in ("small", "large", "wide", "skinny", "half"):  # every tile on an odd shape
+    for tile in ("small", "large", "wide", "skinny", "half", "wide64"):  # every tile on an odd shape
         for spec in [("ones", "I"), ("crc32c", "I"), ("fletcher", "E")]:
             cases.append(((97, 61, 113), make_variant(*spec, "exact", tile)))
     for c, lv, mode in BIG_SPECS:
@@ -108,7 +108,7 @@ VECTOR_SHAPES = [(64, 96, 128), (5, 300, 114), (40, 131, 66)]
 
 
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "offset1"])
-@pytest.mark.parametrize("tile", ["small", "large", "wide", "skinny", "half"])
+@pytest.mark.parametrize("tile", ["small", "large", "wide", "skinny", "half", "wide64"])
 @pytest.mark.parametrize("dims", VECTOR_SHAPES, ids=lambda d: "x".join(map(str, d)))
 def test_vector_and_scalar_tile_loads_give_the_reference_bits(
     dims: tuple[int, int, int], tile: str, offset: int

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 SHAPES = [(20, 20, 20), (80, 80, 80), (97, 61, 113), (8, 900, 8), (300, 260, 70), (33, 517, 129)]
 SPECS = [(None, None, "exact"), ("ones", "M", "exact"), ("crc32c", "E", "fma"),
          ("ones_fletcher", "I", "exact"), ("xor", "T", "fma")]
-TILES = ["small", "large", "wide", "skinny", "half"]
+TILES = ["small", "large", "wide", "skinny", "half", "wide64"]
 KINDS = ["warp", "block"]
 
 

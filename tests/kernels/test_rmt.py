@@ -30,7 +30,7 @@ def test_rmt_is_part_of_the_variant_name_and_json_only_when_enabled() -> None:
 
 
 def test_rmt_launches_two_lanes_per_logical_thread() -> None:
-    for tile in ("small", "large", "wide", "half"):
+    for tile in ("small", "large", "wide", "half", "wide64"):
         v = make_variant(None, None, "fma", tile, rmt="warp")
         assert v.block_threads == 2 * v.tile.threads and v.copies == 2
         assert make_variant(None, None, "fma", tile).block_threads == v.tile.threads
@@ -147,21 +147,23 @@ def test_channel_config_carries_rmt_into_the_variant(kind: str) -> None:
 
 
 # (M, N, K) → (tile intra-warp RMT runs, the automatic tile without RMT). 512×1024×600: large
-# cuts K = 600 at 152, which 16-wide k-tiles cannot, so RMT stays on large there.
+# cuts K = 600 at 152, which half's 16-wide k-tiles cannot, so RMT stays on large there.
 RMT_WARP_CHOICES = [((4096, 4096, 4096), "half", "large"), ((1024, 1024, 1024), "half", "large"),
                     ((128, 4096, 4096), "half", "large"), ((1000, 1000, 1000), "half", "large"),
                     ((512, 1024, 200), "half", "large"), ((512, 1024, 600), "large", "large"),
-                    ((64, 4096, 4096), "wide", "wide"), ((80, 80, 80), "small", "small"),
+                    ((64, 4096, 4096), "wide", "wide64"), ((96, 4096, 4096), "wide", "wide"),
+                    ((80, 80, 80), "small", "small"),
                     ((1, 4096, 4096), "skinny", "skinny")]
 
 
 @pytest.mark.parametrize(("dims", "rmt_tile", "plain_tile"), RMT_WARP_CHOICES,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else x)
-def test_intra_warp_rmt_runs_half_where_the_others_run_large_on_the_same_k_slices(
+def test_intra_warp_rmt_moves_off_256_thread_tiles_on_the_same_k_slices(
     dims: tuple[int, int, int], rmt_tile: str, plain_tile: str
 ) -> None:
-    """One block of `large` under intra-warp RMT is 512 threads, one per SM; `half` keeps two
-    (catalog.RMT_WARP_TILES). The move must never change C: same K-slices, else no move."""
+    """One block of `large` or `wide64` under intra-warp RMT is 512 threads, one per SM;
+    `half` and `wide` keep two (catalog.RMT_WARP_TILES). The move must never change C: same
+    K-slices, else no move."""
     m, n, k = dims
     plain = variant_for_shape(m, n, k, "ones", "M", "fma", None, None)
     warp = variant_for_shape(m, n, k, "ones", "M", "fma", None, None, "warp")

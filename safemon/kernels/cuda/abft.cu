@@ -129,8 +129,7 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     // B's k-stage as loaded, for the b vectors: column j of the block at j + j/32, so that the
     // eight threads summing the 32-column parts of one k read different banks.
     __shared__ float s_b[ABFT_KC][ABFT_COL_THREADS + ABFT_COL_THREADS / 32];
-    // The 32-column parts of a k; tile t's b vectors are then added into its first part.
-    __shared__ double s_part[2][ABFT_KC][ABFT_COL_THREADS / 32];
+    __shared__ double s_part[2][ABFT_KC][ABFT_COL_THREADS / 32];  // the 32-column parts of a k
     const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
     const int by0 = blockIdx.y * Y;
     const bool with_b = blockIdx.y == 0;
@@ -181,7 +180,7 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
         __syncthreads();
         if (with_b) {
             // A thread per (k, 32 columns) adds them in order; then a thread per (tile, k) adds
-            // its tile's parts in order into the first (BN ≥ 32: the caller checks). A b
+            // its tile's parts in order and stores the sum (BN ≥ 32: the caller checks). A b
             // vector sees at most 31 + BN/32 − 1 ≤ BN − 1 roundings.
             const int tiles = ABFT_COL_THREADS / BN, per_tile = BN / 32;
             constexpr int parts = ABFT_COL_THREADS / 32;
@@ -201,23 +200,18 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
                 }
             }
             __syncthreads();
+            // Written k-major, the block's tiles of one k side by side.
             for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
-                const int t = i / kn, kk = i % kn, q0 = t * per_tile;
+                const int kk = i / tiles, t = i % tiles, bx = blockIdx.x * tiles + t;
+                const int q0 = t * per_tile;
                 double ws = s_part[0][kk][q0], wa = s_part[1][kk][q0];
                 for (int q = q0 + 1; q < q0 + per_tile; ++q) {
                     ws += s_part[0][kk][q];
                     wa += s_part[1][kk][q];
                 }
-                s_part[0][kk][q0] = ws;
-                s_part[1][kk][q0] = wa;
-            }
-            __syncthreads();
-            // Written k-major, the block's tiles of one k side by side.
-            for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
-                const int kk = i / tiles, t = i % tiles, bx = blockIdx.x * tiles + t;
                 if (bx < gx) {
-                    b_sum[(long long)(k0 + kk) * gx + bx] = s_part[0][kk][t * per_tile];
-                    b_abs[(long long)(k0 + kk) * gx + bx] = s_part[1][kk][t * per_tile];
+                    b_sum[(long long)(k0 + kk) * gx + bx] = ws;
+                    b_abs[(long long)(k0 + kk) * gx + bx] = wa;
                 }
             }
             __syncthreads();  // s_b and the staged vectors are rewritten next stage
