@@ -368,18 +368,19 @@ def _peer_copies(cp: Any, gpus: Sequence[int], app_gpu: int, shape: tuple[int, i
 def _direct(cp: Any, x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], gpu: int,
             n: int, warmup: int, model_dims: tuple[int, int, int] | None) -> dict[str, Any]:
     """The kernel called in this process on `gpu` with host x in and host C out (what an
-    app pays with no daemon and no redundancy): the unprotected kernel and the channels'
-    ones/I exact variant, tile auto; with `model_dims`, the whole MLP forward the same two
-    ways (`cupy.matmul` + epilogue, and `safemon.models.run_model`). Requests per second =
+    app pays with no daemon and no redundancy): the unprotected kernel ("unprotected") and
+    the channels' default variant (`VariantConfig()`, tile auto: "protected", its label under
+    "protected_variant"); with `model_dims`, the whole MLP forward the same two ways
+    (`cupy.matmul` + epilogue, and `safemon.models.run_model`). Requests per second =
     1 / p50."""
     from safemon.config import VariantConfig
     from safemon.kernels.api import run_variant
 
-    out: dict[str, Any] = {"gpu": gpu}
+    out: dict[str, Any] = {"gpu": gpu, "protected_variant": default_variant_label()}
     with cp.cuda.Device(gpu):
         dw = cp.asarray(w)
         for name, vc in (("unprotected", VariantConfig(checksum=None, level=None)),
-                         ("ones/I exact", VariantConfig())):
+                         ("protected", VariantConfig())):
             variant = vc.to_variant(x.shape[0], w.shape[1], x.shape[1])
             times = []
             for i in range(warmup + n):
@@ -394,6 +395,14 @@ def _direct(cp: Any, x: npt.NDArray[np.float32], w: npt.NDArray[np.float32], gpu
         if model_dims is not None:
             out.update(_direct_model(cp, model_dims, n, warmup))
     return out
+
+
+def default_variant_label() -> str:
+    """The channels' default variant as the reports name it, e.g. "ones/T fma"."""
+    from safemon.config import VariantConfig
+
+    vc = VariantConfig()
+    return f"{vc.checksum}/{vc.level} {vc.mode}"
 
 
 def _direct_model(cp: Any, dims: tuple[int, int, int], n: int, warmup: int) -> dict[str, Any]:
@@ -417,7 +426,7 @@ def _direct_model(cp: Any, dims: tuple[int, int, int], n: int, warmup: int) -> d
         return run_model(layers, dw, cp.asarray(x), VariantConfig(), "cupy")
 
     out: dict[str, Any] = {}
-    for name, fn in (("model unprotected (cupy.matmul)", plain), ("model ones/I exact", protected)):
+    for name, fn in (("model unprotected (cupy.matmul)", plain), ("model protected", protected)):
         times = []
         for i in range(warmup + n):
             t0 = time.perf_counter()

@@ -15,18 +15,41 @@ from typing import Any
 
 __all__ = ["markdown"]
 
-_MM = ("unprotected", "ones/I exact")
-_MODEL = ("model unprotected (cupy.matmul)", "model ones/I exact")
+_MM = ("unprotected", "protected")
+_MODEL = ("model unprotected (cupy.matmul)", "model protected")
+#: The keys of the protected baseline in evidence written before 2026-11-24 07:00 UTC. They
+#: said "ones/I exact", but the run timed the channels' default variant, which is ones/T fma
+#: from commit 1cb57cf (2026-11-24 03:16 UTC) on; so an old file's protected baseline is
+#: reported as "the channels' default variant", not by that name.
+_LEGACY = {"protected": "ones/I exact", "model protected": "model ones/I exact"}
+_CURRENT = {old: new for new, old in _LEGACY.items()}
+
+
+def _entry(direct: dict[str, Any], name: str) -> dict[str, Any] | None:
+    if name in direct:
+        return direct[name]  # type: ignore[no-any-return]
+    legacy = _LEGACY.get(name)
+    return direct.get(legacy) if legacy is not None else None
+
+
+def _protected(direct: dict[str, Any]) -> str:
+    """What the protected baseline ran: the recorded label, else (older evidence) unnamed."""
+    return str(direct.get("protected_variant", "the channels' default variant"))
 
 
 def _ratios(per_s: float, direct: dict[str, Any], names: tuple[str, str]) -> str:
-    return " | ".join(f"{per_s / direct[n]['per_s']:.2f}" if n in direct else "—" for n in names)
+    cells = []
+    for n in names:
+        e = _entry(direct, n)
+        cells.append("—" if e is None else f"{per_s / e['per_s']:.2f}")
+    return " | ".join(cells)
 
 
 def _products(ev: dict[str, Any], direct: dict[str, Any]) -> list[str]:
     lines = ["| deployment | GPUs | HFT declared / effective | round trip p50 / p99 (C on host) "
              "| p50 / p99 (C on app GPU) | req/s, depth " + str(ev["depth"])
-             + " | × direct unprotected | × direct ones/I |", "|---|---|---|---|---|---|---|---|"]
+             + f" | × direct unprotected | × direct protected ({_protected(direct)}) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in ev["deployments"]:
         if "per_s" not in r:
             continue
@@ -44,7 +67,8 @@ def _models(ev: dict[str, Any], direct: dict[str, Any]) -> list[str]:
     lines = ["", f"Whole-model requests ({models[0]['model']['label']}, one vote per forward pass;"
              " host x in, host output back; 1oo1D takes none):", "",
              "| deployment | round trip p50 / p99 µs | req/s, depth " + str(ev["depth"])
-             + " | × direct unprotected forward | × direct ones/I forward |", "|---|---|---|---|---|"]
+             + " | × direct unprotected forward | × direct protected forward "
+             f"({_protected(direct)}) |", "|---|---|---|---|---|"]
     for r in models:
         mr = r["model"]
         lines.append(f"| {r['label']} | {mr['round_trip']['p50_us']:.0f} / "
@@ -78,9 +102,12 @@ def _direct(direct: dict[str, Any]) -> list[str]:
     lines = ["", f"Called directly in the app's process on GPU {direct['gpu']} (host x in, host "
              "result out; no daemon, no redundancy), sequential; these are the baselines:", "",
              "| kernel | p50 µs | p99 µs | req/s (1 / p50) |", "|---|---|---|---|"]
-    for name in [k for k in direct if k != "gpu"]:
+    for name in [k for k in direct if k not in ("gpu", "protected_variant")]:
         r = direct[name]
-        lines.append(f"| {name} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['per_s']:.1f} |")
+        shown = _CURRENT.get(name, name)
+        if shown in ("protected", "model protected"):
+            shown += f" ({_protected(direct)})"
+        lines.append(f"| {shown} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['per_s']:.1f} |")
     return lines
 
 

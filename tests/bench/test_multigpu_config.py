@@ -74,3 +74,31 @@ def test_the_harness_runs_end_to_end_on_the_host_cpu(tmp_path: Path) -> None:
     text = markdown(ev)
     assert "Whole-model requests (mlp2x16/batch4" in text
     assert "| base |" in text and "| pair | stuck | 1 | ch-a, ch-b | released-wrong | released-wrong |" in text
+
+
+def _evidence(direct: dict) -> dict:
+    st = {"p50_us": 1000.0, "p99_us": 1200.0}
+    return {"shape": "4x8x8", "app_gpu": 0, "when": "now", "requests": 3, "depth": 8,
+            "devices": [{"index": 0, "name": "gpu", "uuid": "GPU-0"}],
+            "same_product_everywhere": True, "peer_copies": [], "direct": direct,
+            "deployments": [{"label": "pair", "gpus": [0, 1], "hft_declared": 1,
+                             "hft_effective": 1, "per_s": 50.0,
+                             "round_trip": {"host": st, "to_app_gpu": st}}]}
+
+
+def test_report_names_the_protected_baseline_by_the_variant_it_ran() -> None:
+    """The direct protected baseline runs the channels' default variant. Until 2026-11-24 the
+    evidence called it "ones/I exact" even after the default became ones/T fma; the report
+    names what the run recorded, and an old file's baseline only as the default variant."""
+    from safemon.bench.multigpu import default_variant_label
+    from safemon.bench.multigpu_report import markdown
+
+    entry = {"p50_us": 10_000.0, "p99_us": 11_000.0, "per_s": 100.0}
+    new = markdown(_evidence({"gpu": 0, "protected_variant": default_variant_label(),
+                              "unprotected": entry, "protected": entry}))
+    assert default_variant_label() == "ones/T fma"
+    assert "× direct protected (ones/T fma) |" in new and "| 0.50 | 0.50 |" in new
+    assert "| protected (ones/T fma) | 10000 | 11000 | 100.0 |" in new
+    old = markdown(_evidence({"gpu": 0, "unprotected": entry, "ones/I exact": entry}))
+    assert "× direct protected (the channels' default variant) |" in old
+    assert "| 0.50 | 0.50 |" in old and "ones/I" not in old
