@@ -155,7 +155,8 @@ class VariantConfig(_Model):
     """The protected-kernel variant of one channel (see `safemon.kernels.catalog`).
 
     `checksum` None means the unprotected kernel; `tile` "auto" picks `auto_tile(M, N, K, level)`
-    per request (with `rmt` "warp", `half` where that is `large`), and the split-K factor is always `auto_split(M, N, K, tile)`: pure
+    per request (with `rmt` "warp", `catalog.RMT_WARP_TILES` in place of its 256-thread
+    tiles), and the split-K factor is always `auto_split(M, N, K, tile)`: pure
     functions of the shape, so replicas agree. `rmt` "warp" runs the
     intra-warp RMT build, "block" the inter-block one (docs/RMT.md): same C and ES, replica
     mismatch is a channel fault;
@@ -201,7 +202,7 @@ class VariantConfig(_Model):
 
     def tile_for(self, m: int, n: int, k: int) -> TileConfig:
         """The tile this channel runs for an (M, K)·(K, N) product (resolves "auto"; intra-warp
-        RMT runs `catalog.RMT_WARP_TILES` where the others run `large`)."""
+        RMT runs `catalog.RMT_WARP_TILES` in place of the 256-thread tiles)."""
         return self.to_variant(m, n, k).tile
 
     def to_variant(self, m: int, n: int, k: int) -> Variant:

@@ -3,7 +3,8 @@
 For each size, the tile and split are the library's `auto_tile` / `auto_split` choice for a
 variant without a fold at every MAC (one tiling for every variant of the size; a level-I call
 of the API may pick another tile at some shapes, docs/SIGNATURES.md; intra-warp RMT runs the
-tile the library gives it, `half` where the others run `large`, against the same baseline), and
+tile the library gives it, `half` for `large` and `wide` for `wide64`, against the same
+baseline), and
 every variant of `standard_variants(mode, tile, split)` and of `checked_variants(mode, tile,
 split)` (intra-warp RMT, ABFT, each with ES-M: docs/RMT.md) is timed (its kernel, when split
 the split-K reduction, for ABFT the check kernels) with the unprotected kernel of the same tiling and

@@ -446,11 +446,9 @@ def variant_for_shape(
     the tile and split arithmetic. Errors are raised, never cached. The API
     (`safemon.kernels.api`) and the channels (`VariantConfig.to_variant`) both use it.
 
-    Intra-warp RMT (`rmt="warp"`) with `tile` None runs `RMT_WARP_TILES[auto]` where there is
-    one (`half` for `large`, `wide` for `wide64`) and its k-tiles cut K into the K-slices of
-    the choice without RMT
-    (`variant_with_tile`; always so without a split), else that choice: C is always the C of
-    the same call without RMT.
+    Intra-warp RMT (`rmt="warp"`) with `tile` None runs `rmt_warp_variant` of the choice:
+    `half` for `large`, `wide` for `wide64`, on the same K-slices (else the choice itself), so
+    C is always the C of the same call without RMT.
     """
     # Validate first (with a placeholder tile when choosing one): auto_tile needs the variant's
     # own level, which is None for an unprotected variant whatever `level` says.

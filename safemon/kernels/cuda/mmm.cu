@@ -97,17 +97,17 @@ static_assert(!(RMT_WARP && RMT_BLOCK), "one RMT kind per build");
 // Row padding of the transposed A tile: breaks the bank conflicts of its column-wise stores
 // while keeping rows 16-byte aligned for the float4 fragment reads.
 #define A_PAD 4
-// Wide register tiles (TN = 8: `large`, `wide`) load their k-tiles with vector loads and
-// swizzle the B tile; the others load element by element into a plain B tile (B runs are
-// vector copies when the copies are asynchronous, below). Register staging, measured on the
+// Wide register tiles (TN = 8: `large`, `wide`, `wide64`, `half`) load their k-tiles with
+// vector loads and swizzle the B tile; the others load element by element into a plain B tile
+// (B runs are vector copies when the copies are asynchronous, below). Register staging, measured on the
 // H100 (evidence/h100-2026-11-23-kernel/): on `large` both gain (4096³ unprotected 1.11×
 // faster), on `small` and `skinny` both lose (skinny 1×4096×4096 1.9× slower with either).
 // `wide` follows `large` without its own measurement.
 #define WIDE_FRAGMENTS (TN >= 8)
 // Asynchronous k-tile copies (`cp.async`, sm_80 and later) for the tiles whose catalog entry
-// asks for them (TILE_ASYNC: `skinny`, `wide`): the k-tiles go from global to shared memory
-// without passing through registers, ASYNC_STAGES deep, so the next tiles' loads are in
-// flight while this one's MACs run. The same elements, zero-padded the same way, reach shared
+// asks for them (TILE_ASYNC: `skinny`, `wide`, `wide64`): the k-tiles go from global to
+// shared memory without passing through registers, ASYNC_STAGES deep, so the next tiles'
+// loads are in flight while this one's MACs run. The same elements, zero-padded the same way, reach shared
 // memory, and the fused finite check reads each thread's own copies back, so C, ES and the
 // status block are those of the register-staged loop (the GPU tests compare them bit for
 // bit with the reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.10-1.44x and
