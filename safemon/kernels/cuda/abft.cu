@@ -112,6 +112,18 @@ __device__ __forceinline__ void safemon_abft_stage(
     }
 }
 
+// One float64 tensor-core step, D = A·B + D for an 8×4 A and a 4×8 B held one element per
+// lane (A: row lane/4, column lane%4; B: row lane%4, column lane/4; D: row lane/4, columns
+// 2·(lane%4) + 0, 1; PTX ISA, mma.m8n8k4 .f64). NVIDIA describes its FP64 tensor cores, since
+// the A100, as IEEE-compliant binary64 arithmetic: whatever order the hardware adds an element's
+// four products in, a product sees at most its own rounding and one per later addition, so a
+// chain of these steps over kslice k still rounds each product at most kslice times.
+__device__ __forceinline__ void safemon_dmma(double (&d)[2], double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+        : "+d"(d[0]), "+d"(d[1])
+        : "d"(a), "d"(b));
+}
+
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
 // launch_abft picks the instance), each thread accumulating 2·Y doubles. The blocks of the
 // first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[k·gx + bx] for their columns
@@ -123,6 +135,10 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     const float* __restrict__ B, const double* __restrict__ a_sum,
     const double* __restrict__ a_abs, double* __restrict__ col_part, double* __restrict__ b_sum,
     double* __restrict__ b_abs, int N, int K, int BN, int gx, int gy, int kslice) {
+    // The largest instance (16 tile rows: large products) runs its products on the float64
+    // tensor cores: a warp per 32 columns, two m-tiles of 8 tile rows, 4 n-tiles of 8 columns.
+    constexpr bool TC = Y == ABFT_COL_Y_MAX;
+    static_assert(!TC || (Y == 16 && ABFT_COL_THREADS == 8 * 32), "8 warps × 32 columns × 16 rows");
     constexpr int W = Y < 2 ? 2 : Y;  // 16-byte rows for the double2 loads
     __shared__ __align__(16) double s_sum[ABFT_KC][W];
     __shared__ __align__(16) double s_abs[ABFT_KC][W];
@@ -135,44 +151,83 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     const bool with_b = blockIdx.y == 0;
     const int z = blockIdx.z;
     const int k_begin = z * kslice, k_end = min(K, k_begin + kslice);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, tg = lane & 3;  // the fragment's group and thread in group
     double e[Y], bd[Y];
+    double te[2][4][2], tb[2][4][2];  // TC: (m-tile, n-tile) fragments of the sums and bounds
 #pragma unroll
     for (int q = 0; q < Y; ++q) e[q] = bd[q] = 0.0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) (&te[0][0][0])[i] = (&tb[0][0][0])[i] = 0.0;
     for (int k0 = k_begin; k0 < k_end; k0 += ABFT_KC) {
         safemon_abft_stage<W, ABFT_COL_THREADS>(s_sum, s_abs, a_sum, a_abs, by0, Y, gy, k0,
                                                 k_end);
-        __syncthreads();
         const int kn = min(ABFT_KC, k_end - k0);
-        // LB loads of B in flight per thread, then their products in k order. With four (an
-        // unrolled loop of dependent products), the few-row instances were bound by load
-        // latency at a third of the H100's DRAM bandwidth (64×4096×4096, Y = 2: 59 µs for
-        // 67 MB); the many-row ones keep fewer for their registers.
-        constexpr int LB = Y <= 4 ? 16 : 8;
-        for (int kb = 0; kb < kn; kb += LB) {
-            float bv[LB];
+        if constexpr (TC) {
+            // B's stage into s_b first (zeros past N and past the stage: the steps take whole
+            // groups of 4 k), 8 loads in flight per thread.
 #pragma unroll
-            for (int j = 0; j < LB; ++j)  // zeros past N and past the stage
-                bv[j] = c < N && kb + j < kn ? B[(long long)(k0 + kb + j) * N + c] : 0.0f;
+            for (int kb = 0; kb < ABFT_KC; kb += 8) {
+                float bv[8];
 #pragma unroll
-            for (int j = 0; j < LB; ++j) {
-                const int kk = kb + j;
-                if (kk >= kn) break;
-                const float bf = bv[j];
-                if (with_b) s_b[kk][threadIdx.x + threadIdx.x / 32] = bf;
-                const double b = safemon_widen(bf);
-                const double ab = fabs(b);
-                if (Y == 1) {
-                    e[0] = fma(s_sum[kk][0], b, e[0]);
-                    bd[0] = fma(s_abs[kk][0], ab, bd[0]);
-                } else {
+                for (int j = 0; j < 8; ++j)
+                    bv[j] = c < N && kb + j < kn ? B[(long long)(k0 + kb + j) * N + c] : 0.0f;
 #pragma unroll
-                    for (int q = 0; q < Y; q += 2) {  // one 16-byte broadcast load per pair
-                        const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][q]);
-                        const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][q]);
-                        e[q] = fma(s.x, b, e[q]);
-                        e[q + 1] = fma(s.y, b, e[q + 1]);
-                        bd[q] = fma(t.x, ab, bd[q]);
-                        bd[q + 1] = fma(t.y, ab, bd[q + 1]);
+                for (int j = 0; j < 8; ++j) s_b[kb + j][threadIdx.x + threadIdx.x / 32] = bv[j];
+            }
+            __syncthreads();
+            for (int kk = 0; kk < kn; kk += 4) {
+                double bf[4], ba[4];
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const int j = warp * 32 + nt * 8 + g;
+                    bf[nt] = safemon_widen(s_b[kk + tg][j + j / 32]);
+                    ba[nt] = fabs(bf[nt]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    const double as = s_sum[kk + tg][mt * 8 + g];
+                    const double aa = s_abs[kk + tg][mt * 8 + g];
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) {
+                        safemon_dmma(te[mt][nt], as, bf[nt]);
+                        safemon_dmma(tb[mt][nt], aa, ba[nt]);
+                    }
+                }
+            }
+        } else {
+            __syncthreads();
+            // LB loads of B in flight per thread, then their products in k order. With four (an
+            // unrolled loop of dependent products), the few-row instances were bound by load
+            // latency at a third of the H100's DRAM bandwidth (64×4096×4096, Y = 2: 59 µs for
+            // 67 MB); the many-row ones keep fewer for their registers.
+            constexpr int LB = Y <= 4 ? 16 : 8;
+            for (int kb = 0; kb < kn; kb += LB) {
+                float bv[LB];
+#pragma unroll
+                for (int j = 0; j < LB; ++j)  // zeros past N and past the stage
+                    bv[j] = c < N && kb + j < kn ? B[(long long)(k0 + kb + j) * N + c] : 0.0f;
+#pragma unroll
+                for (int j = 0; j < LB; ++j) {
+                    const int kk = kb + j;
+                    if (kk >= kn) break;
+                    const float bf = bv[j];
+                    if (with_b) s_b[kk][threadIdx.x + threadIdx.x / 32] = bf;
+                    const double b = safemon_widen(bf);
+                    const double ab = fabs(b);
+                    if (Y == 1) {
+                        e[0] = fma(s_sum[kk][0], b, e[0]);
+                        bd[0] = fma(s_abs[kk][0], ab, bd[0]);
+                    } else {
+#pragma unroll
+                        for (int q = 0; q < Y; q += 2) {  // one 16-byte broadcast load per pair
+                            const double2 s = *reinterpret_cast<const double2*>(&s_sum[kk][q]);
+                            const double2 t = *reinterpret_cast<const double2*>(&s_abs[kk][q]);
+                            e[q] = fma(s.x, b, e[q]);
+                            e[q + 1] = fma(s.y, b, e[q + 1]);
+                            bd[q] = fma(t.x, ab, bd[q]);
+                            bd[q + 1] = fma(t.y, ab, bd[q + 1]);
+                        }
                     }
                 }
             }
@@ -214,8 +269,25 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
                     b_abs[(long long)(k0 + kk) * gx + bx] = wa;
                 }
             }
-            __syncthreads();  // s_b and the staged vectors are rewritten next stage
         }
+        __syncthreads();  // s_b and the staged vectors are rewritten next stage
+    }
+    if constexpr (TC) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int q = by0 + mt * 8 + g;
+                    const int cc = blockIdx.x * ABFT_COL_THREADS + warp * 32 + nt * 8 + 2 * tg + h;
+                    if (q < gy && cc < N) {
+                        const long long o = (((long long)z * gy + q) * N + cc) * 2;
+                        col_part[o] = te[mt][nt][h];
+                        col_part[o + 1] = tb[mt][nt][h];
+                    }
+                }
+        return;
     }
     if (c >= N) return;
 #pragma unroll
@@ -246,18 +318,6 @@ SAFEMON_ABFT_COLS(2)
 SAFEMON_ABFT_COLS(4)
 SAFEMON_ABFT_COLS(8)
 SAFEMON_ABFT_COLS(16)
-
-// One float64 tensor-core step, D = A·B + D for an 8×4 A and a 4×8 B held one element per
-// lane (A: row lane/4, column lane%4; B: row lane%4, column lane/4; D: row lane/4, columns
-// 2·(lane%4) + 0, 1; PTX ISA, mma.m8n8k4 .f64). NVIDIA describes its FP64 tensor cores, since
-// the A100, as IEEE-compliant binary64 arithmetic: whatever order the hardware adds an element's
-// four products in, a product sees at most its own rounding and one per later addition, so a
-// chain of these steps over kslice k still rounds each product at most kslice times.
-__device__ __forceinline__ void safemon_dmma(double (&d)[2], double a, double b) {
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-        : "+d"(d[0]), "+d"(d[1])
-        : "d"(a), "d"(b));
-}
 
 #define ABFT_ROW_PAD 4  // doubles / floats per shared row beyond the data: conflict-free reads
 
