@@ -21,8 +21,10 @@
 //   safemon_abft_a_vectors  a_sum/a_abs[k·gy + by] = Σ_{r∈tile by} A[r,k] / |A[r,k]|.
 //   safemon_abft_cols_Y     the column checksum products over K-slice z (blockIdx.z):
 //                           col_part[z][by][c] = (Σ_k a_sum[by,k]·B[k,c], Σ_k a_abs[by,k]·|B[k,c]|),
-//                           a thread per column c and Y tile rows (Y = 1, 2, 4, 8, 16), the
-//                           vectors staged in shared memory ABFT_KC k at a time; the first
+//                           a thread per column c and Y tile rows (Y = 1, 2, 4, 8), the
+//                           vectors staged in shared memory ABFT_KC k at a time (Y = 16: on
+//                           the float64 tensor cores, a warp per 32 columns, B staged in
+//                           shared memory too); the first
 //                           tile-row group's blocks also write b_sum/b_abs[k·gx + bx] =
 //                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads (a thread
 //                           per 32 columns and k, then the tile's parts in order; BN a
