@@ -79,8 +79,7 @@ def main() -> int:
         tiles = list(dict.fromkeys(tiles))
         for t in tiles:
             # The split that cuts K as the automatic unprotected variant does (same C).
-            plain = variant_with_tile(auto, t.name, k) if t.name in TILES else None
-            split = plain.split if plain is not None else _same_split(auto, t, k)
+            split = variant_with_tile(auto, t, k).split
             for rmt in ("none",) if args.no_rmt else ("none", "warp"):
                 v = make_variant(None, None, "fma", t, split, rmt=rmt)
                 try:
@@ -124,17 +123,6 @@ def main() -> int:
         args.json.write_text(json.dumps(report, indent=1))
     bad = [c for s in report["shapes"].values() for c in s["checks"].values() if c != "C equal"]
     return 1 if any(c == "MISMATCH" for c in bad) else 0
-
-
-def _same_split(auto, tile: TileConfig, k: int) -> int:
-    """The split of `tile` whose K-slices are `auto`'s (else `auto`'s split)."""
-    from safemon.kernels.catalog import MAX_SPLIT, k_slices, slice_bounds
-
-    want = slice_bounds(k, auto.tile.bk, auto.slices(k))
-    for split in range(1, MAX_SPLIT + 1):
-        if slice_bounds(k, tile.bk, k_slices(k, tile.bk, split)) == want:
-            return split
-    return auto.split
 
 
 if __name__ == "__main__":

@@ -412,8 +412,9 @@ def make_variant(
 
 
 @lru_cache(maxsize=4096)
-def variant_with_tile(base: Variant, tile: str, k: int) -> Variant:
-    """`base` (an automatic choice for inner dimension `k`) on another `tile`, with the K-split
+def variant_with_tile(base: Variant, tile: str | TileConfig, k: int) -> Variant:
+    """`base` (an automatic choice for inner dimension `k`) on another `tile` (a catalog name
+    or a `TileConfig`), with the K-split
     that gives the same slice bounds (`slice_bounds`), so that both compute the same C bit for
     bit: C depends on how K is cut into slices and on nothing else of the tiling.
 
@@ -423,7 +424,7 @@ def variant_with_tile(base: Variant, tile: str, k: int) -> Variant:
     split of `tile` reproduces the bounds (a k-tile width that does not divide them), the
     base's split is kept: such channels can disagree, and docs/SIGNATURES.md says so.
     """
-    t = TILES[tile]
+    t = TILES[tile] if isinstance(tile, str) else tile
     if t == base.tile:
         return base
     want = slice_bounds(k, base.tile.bk, base.slices(k))

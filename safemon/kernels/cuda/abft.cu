@@ -127,8 +127,9 @@ __device__ __forceinline__ void safemon_dmma(double (&d)[2], double a, double b)
 }
 
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
-// launch_abft picks the instance), each thread accumulating 2·Y doubles. The blocks of the
-// first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[k·gx + bx] for their columns
+// launch_abft picks the instance), each thread accumulating 2·Y doubles (Y = ABFT_COL_Y_MAX:
+// its warp's tensor-core fragments, te/tb; each instance leaves the other's unused). The
+// blocks of the first tile-row group (blockIdx.y == 0) also write b_sum/b_abs[k·gx + bx] for their columns
 // and K-slice: they keep each k-stage of B in shared memory as loaded, a thread per (k, 32
 // columns) adds its part in order and a thread per (tile, k) the tile's parts in order (BN a
 // multiple of 32 dividing the block's 256 columns), so B is read once for both.
@@ -140,7 +141,8 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
     // The largest instance (16 tile rows: large products) runs its products on the float64
     // tensor cores: a warp per 32 columns, two m-tiles of 8 tile rows, 4 n-tiles of 8 columns.
     constexpr bool TC = Y == ABFT_COL_Y_MAX;
-    static_assert(!TC || (Y == 16 && ABFT_COL_THREADS == 8 * 32), "8 warps × 32 columns × 16 rows");
+    static_assert(!TC || (Y == 16 && ABFT_COL_THREADS == 8 * 32),
+                  "the tensor-core path: 8 warps × 32 columns × 16 tile rows");
     constexpr int W = Y < 2 ? 2 : Y;  // 16-byte rows for the double2 loads
     __shared__ __align__(16) double s_sum[ABFT_KC][W];
     __shared__ __align__(16) double s_abs[ABFT_KC][W];
