@@ -160,7 +160,9 @@ class VariantConfig(_Model):
     functions of the shape, so replicas agree. `rmt` "warp" runs the
     intra-warp RMT build, "block" the inter-block one (docs/RMT.md): same C and ES, replica
     mismatch is a channel fault;
-    `abft` adds the ABFT check of every C tile (a failure is a channel fault too).
+    `abft` true adds the ABFT check of every C tile's row and column sums, "rows" the check of
+    its row sums alone on B's tile-row sums, which an ECC-protected weight computes once
+    (docs/RMT.md, "ABFT"); a failure is a channel fault too.
 
     The default, ones/T/fma, is what `safemon select` picks on the committed H100 evidence for
     SIL 3 at HFT 0 (and SIL 4 at HFT 1): every DC lower bound ≥ 99 % (input flips and the
@@ -177,7 +179,7 @@ class VariantConfig(_Model):
     mode: Literal["exact", "fma"] = "fma"
     tile: str = "auto"
     rmt: Literal["none", "warp", "block"] = "none"
-    abft: StrictBool = False
+    abft: StrictBool | Literal["rows"] = False
 
     @model_validator(mode="after")
     def _check_catalog(self) -> Self:

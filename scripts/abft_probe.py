@@ -5,7 +5,10 @@ usage: python3 scripts/abft_probe.py [--sizes 64x4096x4096:small:4,4096x4096x409
 
 For each size (M×N×K, tile, split) it times with CUDA events (median of `--iters`, after two
 warm-ups; the cases take turns call by call) the unprotected kernel alone, with the current ABFT check (`launch_checked` of the
-`abft=True` variant) and, with `--old DIR`, with the check of a previous tree (DIR holds
+`abft=True` variant), with the row-only check (`abft="rows"`: B's vectors kept as a
+registered weight keeps them, once in one stream and once with the row products on the side
+stream, and made on each call as for a raw B) and, with `--old DIR`, with the check of a
+previous tree (DIR holds
 that tree's `safemon/kernels/abft.py` and `cuda/abft.cu` side by side, e.g. from `git show
 REV:path`; its own `launch_abft` queues it after the same unprotected kernel), all in the same
 process; every checked run must pass. Under `ncu --kernel-name regex:safemon_abft` it
@@ -41,12 +44,25 @@ def _old_module(tree: Path) -> Any:
     return mod
 
 
-def _cases(a: Any, b: Any, plain: Any, checked: Any, old: str | None) -> dict[str, Any]:
+def _cases(a: Any, b: Any, plain: Any, checked: Any, rows: Any, old: str | None
+           ) -> dict[str, Any]:
     """The timed calls of one size: each queues its work and returns its status block."""
     import cupy as cp
 
+    from safemon.kernels.abft import abft_weight_vectors, begin_abft, finish_abft
     from safemon.kernels.checked import STATUS_WORDS, launch_checked
     from safemon.kernels.gpu import gpu_matmul
+
+    m, k = a.shape
+    n = b.shape[1]
+    weights = abft_weight_vectors(b, rows.tile)
+
+    def run_rows(side: bool, given: bool) -> Any:
+        status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+        pending = begin_abft(m, n, k, rows, side=side, weights=weights if given else None)
+        c, _ = gpu_matmul(a, b, rows, status=status)
+        finish_abft(pending, a, b, c, int(status.data.ptr))
+        return status
 
     def run_plain() -> Any:
         return launch_checked(a, b, plain).status
@@ -62,7 +78,10 @@ def _cases(a: Any, b: Any, plain: Any, checked: Any, old: str | None) -> dict[st
         old_mod.launch_abft(a, b, c, checked, int(status.data.ptr))
         return status
 
-    cases = {"unprotected": run_plain, "abft (current)": run_new}
+    cases = {"unprotected": run_plain, "abft (current)": run_new,
+             "abft-rows (weight vectors)": lambda: run_rows(False, True),
+             "abft-rows (weight vectors, side stream)": lambda: run_rows(True, True),
+             "abft-rows (B's vectors per call)": lambda: run_rows(False, False)}
     if old:
         cases["abft (previous)"] = run_old
     return cases
@@ -87,8 +106,9 @@ def main() -> int:
         b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
         plain = make_variant(None, None, "fma", tile, int(split))
         checked = make_variant(None, None, "fma", tile, int(split), abft=True)
+        rows = make_variant(None, None, "fma", tile, int(split), abft="rows")
 
-        cases = _cases(a, b, plain, checked, args.old)
+        cases = _cases(a, b, plain, checked, rows, args.old)
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.iters + 2):  # the cases in turn, so that drift hits each alike
             for name, fn in cases.items():

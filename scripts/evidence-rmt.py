@@ -177,7 +177,7 @@ def bench(out: Path, reps: int) -> None:
         split = auto_split(m, n, k, tile)
         base = None
         for v0 in variants(tile.name, "fma"):
-            v = make_variant(v0.checksum, v0.level, "fma", tile, split, rmt=v0.rmt, abft=v0.abft)
+            v = make_variant(v0.checksum, v0.level, "fma", tile, split, rmt=v0.rmt, abft=v0.abft_kind)
             # The live path: status block, MMM kernel (fused ABFT), split-K reduction, and for
             # ABFT the checksum vectors.
 

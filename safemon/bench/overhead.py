@@ -100,10 +100,12 @@ def variant_launcher(
 ) -> Callable[[], tuple[Any, Any]]:
     """The variant's kernels alone, on preallocated buffers: the MMM kernel over its K-slices,
     when split the reduction, and for an ABFT variant the check kernels of abft.cu (no input
-    checks: those are part of the API wall time). Each call returns the (c, es) buffers.
+    checks: those are part of the API wall time). A row-only ABFT check ("rows") takes B's
+    vectors made once, before the first call, as a registered weight has them. Each call
+    returns the (c, es) buffers.
     `kernel`: another compilation of the MMM kernel to launch instead of the variant's own
     (scripts/kernel_compare.py times an earlier mmm.cu this way)."""
-    from safemon.kernels.abft import begin_abft, finish_abft
+    from safemon.kernels.abft import abft_weight_vectors, begin_abft, finish_abft
     from safemon.kernels.gpu import kernel_for, reduce_slices, rmt_block_buffers, rmt_block_shapes
 
     m, k = a.shape
@@ -130,10 +132,15 @@ def variant_launcher(
         spare, counters = rmt_block_buffers(rmt)
         args += (spare, counters)
 
+    # The row-only ABFT check of a weight: B's vectors made once, before timing, as a channel's
+    # ECC-protected weight keeps them (`checked.weight_vectors`).
+    weights = abft_weight_vectors(b, t) if variant.abft_kind == "rows" else None
+
     def run() -> tuple[Any, Any]:
         # The ABFT check as `checked.launch_checked` queues it (a side stream for the
         # checksum products of large products, planned before the kernel).
-        pending = begin_abft(m, n, k, variant) if status is not None and variant.abft else None
+        pending = (begin_abft(m, n, k, variant, weights=weights)
+                   if status is not None and variant.abft else None)
         if counters is not None:
             counters.data.memset_async(0, counters.nbytes)
         kernel((gx, gy * variant.grid_copies, slices), (variant.block_threads, 1, 1), args)
@@ -248,7 +255,7 @@ def _kernel_variants(dims_list: Sequence[Dims], modes: Sequence[str],
             chosen = _variants_at(dims, mode, variant_filter)
             if chosen:
                 out += [*chosen, replace(chosen[0], checksum=None, level=None, rmt="none",
-                                         abft=False)]
+                                         abft_kind="none")]
     return out
 
 

@@ -10,7 +10,7 @@ naming the buffer and the word indices.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +113,7 @@ class ProtectedArray:
         self._known_bad: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
         self.corrected_total = 0
         self.uncorrectable_total = 0
+        self._derived: dict[Hashable, Any] = {}
 
     @classmethod
     def from_host(
@@ -227,6 +228,24 @@ class ProtectedArray:
             self._check_and_raise(self._data, self._check)
             return self._data
 
+    def derived(self, key: Hashable, make: Callable[[Any], Any]) -> Any:
+        """A value computed from the contents once, after a full check, and kept until
+        `update` rewrites them: the first call for `key` checks and corrects the buffer
+        (as `verified`), calls `make(stored array)` and keeps what it returns; later calls
+        return that. For values that depend only on the data (a weight's ABFT vectors,
+        `safemon.kernels.abft.abft_weight_vectors`): corrections restore the data the
+        value was made from, so they never make it stale. `make` runs under the buffer's
+        lock and must leave its result usable from any stream (wait for its own work).
+
+        Raises:
+            UncorrectableError: an uncorrectable word (nothing is kept).
+        """
+        with self._lock:
+            if key not in self._derived:
+                self._check_and_raise(self._data, self._check)
+                self._derived[key] = make(self._data)
+            return self._derived[key]
+
     def launch_check(self, errors_out: Any) -> Any:
         """Queue the read-only ECC check on the current stream and return the stored array
         without waiting (the fused path of `safemon.kernels.checked`).
@@ -285,7 +304,8 @@ class ProtectedArray:
     def update(self, data: Any) -> None:
         """Overwrite the contents with `data` (same shape, dtype and array module) and re-encode.
 
-        Clears the known-bad words (the buffer is rewritten). Cumulative counts are kept.
+        Clears the known-bad words and the `derived` values (the buffer is rewritten).
+        Cumulative counts are kept.
 
         Raises:
             InvalidInputError: shape, dtype or array module differ.
@@ -304,6 +324,7 @@ class ProtectedArray:
             self._data[...] = data
             self._check = encode(self._data, word_bits=self._word_bits)
             self._known_bad = np.empty(0, dtype=np.int64)
+            self._derived.clear()
 
     # ---- internals ---------------------------------------------------------------------
 

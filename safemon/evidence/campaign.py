@@ -35,6 +35,7 @@ import numpy.typing as npt
 from safemon.dims import Dims
 from safemon.kernels.backend import Backend
 from safemon.kernels.catalog import (
+    ABFT_SUFFIXES,
     CHECKSUMS,
     COMBINATIONS,
     TileConfig,
@@ -131,17 +132,18 @@ class CampaignResult:
 def variant_label(v: Variant) -> str:
     """The seed's short name: "ones/I", "xor_fletcher" (no mode or tile), with the in-kernel
     checks appended as `Variant.name` appends them: "ones/M/rmt-warp/abft", "unprotected/abft",
-    "unprotected/rmt-block"."""
+    "unprotected/abft-rows", "unprotected/rmt-block"."""
     base = "unprotected" if v.checksum is None else (
         v.checksum if v.is_combination else f"{v.checksum}/{v.level}")
-    return base + (f"/rmt-{v.rmt}" if v.rmt != "none" else "") + ("/abft" if v.abft else "")
+    rmt = f"/rmt-{v.rmt}" if v.rmt != "none" else ""
+    return base + rmt + (f"/{ABFT_SUFFIXES[v.abft_kind]}" if v.abft else "")
 
 
 def parse_variants(text: str, mode: str, tile: TileConfig | str) -> list[Variant]:
     """Parse a comma-separated variant list: "ones/I", "xor/E", "ones_fletcher", "standard",
     "checked", each label optionally followed by the in-kernel checks "/rmt-warp" (or
-    "/rmt-block") and "/abft" in that order ("ones/M/abft", "unprotected/rmt-block";
-    docs/RMT.md).
+    "/rmt-block") and "/abft" (or "/abft-rows") in that order ("ones/M/abft",
+    "unprotected/abft-rows", "unprotected/rmt-block"; docs/RMT.md).
 
     "standard" expands to `catalog.standard_variants(mode, tile)`, "checked" to
     `catalog.checked_variants(mode, tile)` (RMT and ABFT alone and with ES-M).
@@ -159,7 +161,7 @@ def parse_variants(text: str, mode: str, tile: TileConfig | str) -> list[Variant
             continue
         base, rmt, abft = split_check_suffix(p)
         checksum, _, level = base.partition("/")
-        if base == "unprotected" and (rmt != "none" or abft):
+        if base == "unprotected" and (rmt != "none" or abft != "none"):
             out.append(make_variant(None, None, mode, tile, rmt=rmt, abft=abft))
         elif checksum in COMBINATIONS:
             out.append(make_variant(checksum, level or "I+M", mode, tile, rmt=rmt, abft=abft))
@@ -170,9 +172,9 @@ def parse_variants(text: str, mode: str, tile: TileConfig | str) -> list[Variant
         else:
             raise ValueError(
                 f"unknown variant {p!r}: use CHECKSUM/LEVEL (e.g. ones/I), a combination X_Y "
-                f"(e.g. xor_fletcher), either with /rmt-warp or /rmt-block and/or /abft, "
-                f"unprotected/rmt-warp, unprotected/rmt-block, unprotected/abft, 'standard' "
-                f"or 'checked'"
+                f"(e.g. xor_fletcher), either with /rmt-warp or /rmt-block and/or /abft or "
+                f"/abft-rows, unprotected/rmt-warp, unprotected/rmt-block, unprotected/abft, "
+                f"unprotected/abft-rows, 'standard' or 'checked'"
             )
     if not out:
         raise ValueError(f"no variant in {text!r}")

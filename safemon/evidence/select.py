@@ -152,7 +152,7 @@ def has_check(rec: DcRecord) -> bool:
     from safemon.kernels.catalog import split_check_suffix
 
     _, rmt, abft = split_check_suffix(rec.name)
-    return rmt != "none" or abft
+    return rmt != "none" or abft != "none"
 
 
 def _candidates(

@@ -152,7 +152,7 @@ def run_injections(
     if variant.abft:
         from safemon.kernels.abft import abft_campaign_reference
 
-        abft_ref = cp.asarray(abft_campaign_reference(a, b, golden_c, t))
+        abft_ref = cp.asarray(abft_campaign_reference(a, b, golden_c, t, variant.abft_kind))
     errs: list[Any] = []
 
     def launch(chunk: I32) -> Any:

@@ -37,6 +37,23 @@ its row or of its column minus the rounding error already present there; smaller
 
 The device sums in a different order than NumPy, so the two decisions can differ only for a
 residual within float64 rounding of the tolerance, far below any float32 effect.
+
+Two kinds (`Variant.abft_kind`, `catalog.ABFT_KINDS`):
+- "full" (name suffix "/abft"): both rules above. The column rule needs (Σ_{r∈R} A[r,:])·B,
+  a pass over all of B on every call (67 MB at 64×4096×4096).
+- "rows" (suffix "/abft-rows"): the row rule alone. Its checksum vectors of B, the tile-row
+  sums b_sum[k, bx] = Σ_{c∈Q} B[k,c] and b_abs (the same of |B|), depend on B alone: for an
+  ECC-protected weight (`safemon.ecc.ProtectedArray`) they are computed once, from the
+  verified weight, and kept until the weight is rewritten (`ProtectedArray.derived`), so a
+  call reads A, the vectors and C, never B. For any other B they are computed on each call
+  (`safemon_abft_b_vectors`, the column kernel's own sums). What it gives up: the column
+  rule's view of the same error. A single wrong element is in one row sum and one column
+  sum, so it is detected when it exceeds either tolerance with "full", only the row's with
+  "rows"; several errors in one tile row that cancel in the row sum (within its tolerance)
+  pass "rows" and fail "full" when a column sum sees them. The in-kernel campaigns measure
+  what that costs (docs/RMT.md). The vectors themselves live in device memory without
+  safemon's ECC: a flip in them makes a healthy product fail (a fault, never a wrong
+  release), or masks an error only together with a second, coincident fault in the product.
 """
 
 from __future__ import annotations
@@ -60,6 +77,7 @@ __all__ = [
     "AbftPending",
     "AbftPlan",
     "AbftResult",
+    "AbftWeightVectors",
     "abft_build",
     "abft_campaign_reference",
     "abft_check",
@@ -67,6 +85,7 @@ __all__ = [
     "abft_passes",
     "abft_side_stream",
     "abft_tolerances",
+    "abft_weight_vectors",
     "abft_work",
     "begin_abft",
     "finish_abft",
@@ -162,20 +181,25 @@ def abft_tolerances(
     return col_tol, row_tol
 
 
-def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: int = 1) -> AbftResult:
+def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: int = 1,
+               kind: str = "full") -> AbftResult:
     """The ABFT rule on the host (float64), as abft.cu applies it on the device.
 
     Args:
         a: (M, K) float32; b: (K, N) float32; c: (M, N) float32, the product to check.
         tile: the tiling whose tiles are checked (the variant's; any tiling gives a valid check).
         slices: the K-slices S the product was computed in (enters γ_{K+S}).
+        kind: "full" (rows and columns) or "rows" (the row rule alone: the result's column
+            residuals are then 0 and their tolerances +inf, so no column ever fails).
 
     Raises:
-        ValueError: shapes that do not chain, or slices < 1.
+        ValueError: shapes that do not chain, slices < 1, or an unknown kind.
     """
     m, k = a.shape
     if b.shape[0] != k or c.shape != (m, b.shape[1]) or slices < 1:
         raise ValueError(f"abft_check: shapes {a.shape}·{b.shape} → {c.shape}, slices {slices}")
+    if kind not in ("full", "rows"):
+        raise ValueError(f"abft_check: kind must be 'full' or 'rows', not {kind!r}")
     n = b.shape[1]
     gx, gy = tile.grid(m, n)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
@@ -190,6 +214,9 @@ def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: in
             a, b, _tile_sums(c_abs, tile.bm, gy, axis=0), _tile_sums(c_abs, tile.bn, gx, axis=1),
             tile, slices)
         col_res, row_res = col_got - col_exp, row_got - row_exp
+        if kind == "rows":  # no column rule: nothing to compare, nothing that can fail
+            col_res, col_tol = np.zeros_like(col_res), np.full_like(col_tol, np.inf)
+            col_got = np.zeros_like(col_got)
         # A non-finite sum fails outright (its Σ|Ĉ| would make the tolerance infinite too).
         col_bad = ~(np.isfinite(col_got) & (np.abs(col_res) <= col_tol))
         row_bad = ~(np.isfinite(row_got) & (np.abs(row_res) <= row_tol))
@@ -203,22 +230,26 @@ def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: in
 
 
 def abft_passes(a: F32, b: F32, c: npt.NDArray[Any], variant: Variant) -> bool:
-    """True when `c` passes `abft_check` for C = a·b computed by `variant` (its tile, and
-    its K-slices in the rounding bound). False, never an exception, for a `c` of the wrong
-    shape (a channel's result that cannot be this product)."""
+    """True when `c` passes `abft_check` for C = a·b computed by `variant` (its tile, its
+    K-slices in the rounding bound, and its kind; a variant without a check gets "full").
+    False, never an exception, for a `c` of the wrong shape (a channel's result that cannot
+    be this product)."""
     if c.ndim != 2 or c.shape != (a.shape[0], b.shape[1]) or a.shape[1] != b.shape[0]:
         return False
-    return abft_check(a, b, c, variant.tile, variant.slices(a.shape[1])).ok
+    kind = "rows" if variant.abft_kind == "rows" else "full"  # "none": the full rule
+    return abft_check(a, b, c, variant.tile, variant.slices(a.shape[1]), kind).ok
 
 
-def abft_campaign_reference(a: F32, b: F32, golden_c: F32, tile: TileConfig) -> F64:
+def abft_campaign_reference(a: F32, b: F32, golden_c: F32, tile: TileConfig,
+                            kind: str = "full") -> F64:
     """The golden residuals and tolerances the injection build's ABFT model reads (mmm.cu,
     `abft_verdict`): col_res, col_tol (gy·N each), row_res, row_tol (M·gx each), concatenated.
+    For kind "rows" the column tolerances are +inf, so the model's column rule never fails.
 
     Raises:
         ValueError: the golden product fails its own check (it cannot be a golden run).
     """
-    r = abft_check(a, b, golden_c, tile, 1)
+    r = abft_check(a, b, golden_c, tile, 1, kind)
     if not r.ok:
         raise ValueError(f"the golden product fails ABFT in tiles {r.failed_tiles[:5]}")
     return np.ascontiguousarray(np.concatenate(
@@ -278,12 +309,60 @@ ABFT_OVERLAP_MIN_MACS = 2**33
 
 
 @dataclass(frozen=True)
+class AbftWeightVectors:
+    """B's tile-row sums for the row rule, computed once for a weight (`abft_weight_vectors`):
+    b_sum / b_abs, CuPy float64 of K·gx, element k·gx + bx = Σ_{c∈tile bx} B[k,c] / |B[k,c]|,
+    for a (K, N) B and tiles BN wide."""
+
+    b_sum: Any
+    b_abs: Any
+    k: int
+    n: int
+    bn: int
+
+
+def abft_weight_vectors(b: Any, tile: TileConfig) -> AbftWeightVectors:
+    """Queue abft.cu's `safemon_abft_b_vectors` over the CuPy float32 B (K, N) on the current
+    stream and return its vectors for `tile`'s width (the column kernel's sums of the same
+    B, bit for bit). No waiting: use the vectors on this stream, or after a synchronisation.
+
+    Raises:
+        ValueError: B not 2-D, or a tile width that is not a multiple of 32 dividing 256.
+    """
+    from safemon.kernels.compiler import import_cupy
+    from safemon.kernels.gpu import function_for
+
+    if b.ndim != 2:
+        raise ValueError(f"abft_weight_vectors: B must be (K, N), not of shape {b.shape}")
+    _check_tile_width(tile)
+    k, n = (int(d) for d in b.shape)
+    gx = -(-n // tile.bn)
+    both = import_cupy().empty(2 * gx * k, dtype="float64")
+    b_sum, b_abs = both[: gx * k], both[gx * k:]
+    function_for(("abft",), abft_build, "safemon_abft_b_vectors")(
+        (-(-n // ABFT_COL_THREADS), -(-k // ABFT_KC), 1), (ABFT_COL_THREADS, 1, 1),
+        (b, b_sum, b_abs, np.int32(n), np.int32(k), np.int32(tile.bn), np.int32(gx)))
+    return AbftWeightVectors(b_sum, b_abs, k, n, tile.bn)
+
+
+def _check_tile_width(tile: TileConfig) -> None:
+    """abft.cu sums whole tiles of B's rows per 256-column block, in parts of 32 columns."""
+    if ABFT_COL_THREADS % tile.bn or tile.bn % 32:
+        raise ValueError(f"abft.cu needs a tile width that is a multiple of 32 dividing "
+                         f"{ABFT_COL_THREADS}, not {tile.bn}")
+
+
+@dataclass(frozen=True)
 class AbftPlan:
     """The launch of abft.cu for one (M, K)·(K, N) product (`plan_abft`): the variant's tile
-    and grid, the kernel instances and grids, the K-slices, and the float64 work buffer (one
-    allocation, by `abft_work` or by `plan_abft` itself, on the stream current then; cut
-    into the A and B checksum vectors and the column and row products)."""
+    and grid, the check's kind, the kernel instances and grids, the K-slices, and the float64
+    work buffer (one allocation, by `abft_work` or by `plan_abft` itself, on the stream
+    current then; cut into the A and B checksum vectors and the column and row products;
+    "rows" has no A vectors and no column products, and takes B's vectors from
+    `AbftWeightVectors` when given, `b_given`)."""
 
+    kind: str
+    b_given: bool
     m: int
     n: int
     k: int
@@ -309,16 +388,15 @@ class AbftPlan:
 
 
 @functools.lru_cache(maxsize=256)
-def _abft_layout(m: int, n: int, k: int, variant: Variant) -> tuple[Any, ...]:
+def _abft_layout(m: int, n: int, k: int, variant: Variant, b_given: bool = False
+                 ) -> tuple[Any, ...]:
     """Grids, instances, K-slices and the six work-buffer lengths of the check (pure, and
     cached: a checked call's host time before and between its launches is on its critical
-    path at the inference shapes)."""
+    path at the inference shapes). "rows" has no A vectors and no column products (their
+    lengths 0, col_slices 0), nor B's vectors when `b_given`."""
     t = variant.tile
     gx, gy = t.grid(m, n)
-    # The column kernel sums whole tiles of B's rows per block, in parts of 32 columns.
-    if ABFT_COL_THREADS % t.bn or t.bn % 32:
-        raise ValueError(f"abft.cu needs a tile width that is a multiple of 32 dividing "
-                         f"{ABFT_COL_THREADS}, not {t.bn}")
+    _check_tile_width(t)
     col_y = min(ABFT_COL_Y_MAX, 1 << (gy - 1).bit_length())  # the instance: Y ≥ gy, ≤ 16
     col_grid = (-(-n // ABFT_COL_THREADS), -(-gy // col_y))
     # n-tiles of 8 per warp: the instance. One row block (M ≤ 64) takes one n-tile per warp,
@@ -328,45 +406,62 @@ def _abft_layout(m: int, n: int, k: int, variant: Variant) -> tuple[Any, ...]:
     row_grid = (-(-m // ABFT_ROW_R), -(-gx // (8 * row_nt)))
     col_slices, col_per = abft_k_slices(col_grid[0] * col_grid[1], k, col_y)
     row_slices, row_per = abft_k_slices(row_grid[0] * row_grid[1], k, ABFT_ROW_WEIGHT)
-    sizes = (gy * k, gy * k, gx * k, gx * k, 2 * col_slices * gy * n, 2 * row_slices * m * gx)
+    if variant.abft_kind == "rows":
+        col_slices = 0
+        b_len = 0 if b_given else gx * k
+        sizes = (0, 0, b_len, b_len, 0, 2 * row_slices * m * gx)
+    else:
+        sizes = (gy * k, gy * k, gx * k, gx * k, 2 * col_slices * gy * n, 2 * row_slices * m * gx)
     return (gx, gy, col_y, col_grid, col_slices, col_per, row_nt, row_grid, row_slices,
             row_per, sizes, tuple(int(c) for c in np.cumsum([0, *sizes])))
 
 
-def abft_work(m: int, n: int, k: int, variant: Variant) -> Any:
+def abft_work(m: int, n: int, k: int, variant: Variant, *, b_given: bool = False) -> Any:
     """The check's float64 work buffer for an (M, K)·(K, N) product, allocated on the current
     stream (one `cupy.empty`: cheap enough to come before the MMM kernel's launch, which
-    `launch_checked` needs for the side stream; `plan_abft(work=...)` cuts it).
+    `launch_checked` needs for the side stream; `plan_abft(work=...)` cuts it). `b_given`:
+    a "rows" check given B's vectors (`AbftWeightVectors`) needs no room for them.
 
     Raises:
         ValueError: a tile whose width does not divide the column kernel's 256 columns.
     """
     from safemon.kernels.compiler import import_cupy
 
-    return import_cupy().empty(_abft_layout(m, n, k, variant)[-1][-1], dtype="float64")
+    cuts = _abft_layout(m, n, k, variant, b_given)[-1]
+    return import_cupy().empty(max(1, cuts[-1]), dtype="float64")
 
 
-def plan_abft(m: int, n: int, k: int, variant: Variant, *, work: Any = None) -> AbftPlan:
+def plan_abft(m: int, n: int, k: int, variant: Variant, *, work: Any = None,
+              weights: AbftWeightVectors | None = None) -> AbftPlan:
     """Plan the check of an (M, K)·(K, N) product of `variant`: its kernel instances and
     grids, and the work buffer `work` (from `abft_work`; None allocates it now, on the
-    current stream) cut into its six parts. Queues nothing.
+    current stream) cut into its six parts. `weights`: B's vectors for a "rows" check
+    (ignored by "full", which forms them from its own pass over B). Queues nothing.
 
     Raises:
-        ValueError: a tile whose width does not divide the column kernel's 256 columns.
+        ValueError: a tile whose width does not divide the column kernel's 256 columns, a
+            work buffer of the wrong size, or `weights` of another B shape or tile width.
     """
+    rows = variant.abft_kind == "rows"
+    b_given = rows and weights is not None
     (gx, gy, col_y, col_grid, col_slices, col_per, row_nt, row_grid, row_slices, row_per,
-     _sizes, cuts) = _abft_layout(m, n, k, variant)
+     _sizes, cuts) = _abft_layout(m, n, k, variant, b_given)
     if work is None:
-        from safemon.kernels.compiler import import_cupy
-
-        work = import_cupy().empty(cuts[-1], dtype="float64")
-    if work.size != cuts[-1]:
+        work = abft_work(m, n, k, variant, b_given=b_given)
+    if work.size != max(1, cuts[-1]):
         raise ValueError(f"work buffer of {work.size} doubles, the plan needs {cuts[-1]}")
     a_sum, a_abs, b_sum, b_abs, col_part, row_part = (
         work[lo:hi] for lo, hi in itertools.pairwise(cuts))
-    return AbftPlan(m, n, k, variant.tile, gx, gy, variant.slices(k), work, a_sum, a_abs,
-                    b_sum, b_abs, col_part, row_part, col_y, col_grid, col_slices, col_per,
-                    row_nt, row_grid, row_slices, row_per)
+    if b_given:
+        assert weights is not None
+        if (weights.k, weights.n, weights.bn) != (k, n, variant.tile.bn):
+            raise ValueError(f"B's ABFT vectors are for a ({weights.k}, {weights.n}) B and "
+                             f"{weights.bn}-wide tiles, the product needs ({k}, {n}) and "
+                             f"{variant.tile.bn}")
+        b_sum, b_abs = weights.b_sum, weights.b_abs
+    return AbftPlan(variant.abft_kind, b_given, m, n, k, variant.tile, gx, gy,
+                    variant.slices(k), work, a_sum, a_abs, b_sum, b_abs, col_part, row_part,
+                    col_y, col_grid, col_slices, col_per, row_nt, row_grid, row_slices, row_per)
 
 
 class _SideStreams(threading.local):
@@ -433,8 +528,17 @@ def launch_abft_checksums(a: Any, b: Any, plan: AbftPlan, *, after: Any = None) 
 
 
 def _queue_checksums(function_for: Any, p: AbftPlan, a: Any, b: Any) -> None:
-    """The three checksum kernels of `launch_abft_checksums`, on the current stream."""
+    """The checksum kernels of `launch_abft_checksums`, on the current stream: "full" the A
+    vectors, the column products (with B's vectors) and the row products; "rows" B's
+    vectors unless given, then the row products."""
     i32 = np.int32
+    if p.kind == "rows":
+        if not p.b_given:
+            function_for(("abft",), abft_build, "safemon_abft_b_vectors")(
+                (-(-p.n // ABFT_COL_THREADS), -(-p.k // ABFT_KC), 1), (ABFT_COL_THREADS, 1, 1),
+                (b, p.b_sum, p.b_abs, i32(p.n), i32(p.k), i32(p.tile.bn), i32(p.gx)))
+        _queue_rows(function_for, p, a)
+        return
     function_for(("abft",), abft_build, "safemon_abft_a_vectors")(
         (-(-p.k // ABFT_THREADS), p.gy, 1), (ABFT_THREADS, 1, 1),
         (a, p.a_sum, p.a_abs, i32(p.m), i32(p.k), i32(p.tile.bm)))
@@ -442,6 +546,12 @@ def _queue_checksums(function_for: Any, p: AbftPlan, a: Any, b: Any) -> None:
         (*p.col_grid, p.col_slices), (ABFT_COL_THREADS, 1, 1),
         (b, p.a_sum, p.a_abs, p.col_part, p.b_sum, p.b_abs, i32(p.n), i32(p.k),
          i32(p.tile.bn), i32(p.gx), i32(p.gy), i32(p.col_per)))
+    _queue_rows(function_for, p, a)
+
+
+def _queue_rows(function_for: Any, p: AbftPlan, a: Any) -> None:
+    """The row checksum products (both kinds), on the current stream."""
+    i32 = np.int32
     function_for(("abft",), abft_build, f"safemon_abft_rows_{p.row_nt}")(
         (*p.row_grid, p.row_slices), (256, 1, 1),
         (a, p.b_sum, p.b_abs, p.row_part, i32(p.m), i32(p.k), i32(p.gx), i32(p.row_per)))
@@ -464,14 +574,15 @@ def launch_abft_verify(c: Any, plan: AbftPlan, status_ptr: int, *, after: Any = 
         (p.gx * p.gy, 1, 1), (ABFT_THREADS, 1, 1),
         (c, p.col_part, p.row_part, np.uintp(status_ptr), i32(p.m), i32(p.n), i32(p.k),
          i32(p.tile.bm), i32(p.tile.bn), i32(p.gx), i32(p.gy), i32(p.slices),
-         i32(p.col_slices), i32(p.row_slices)))
+         i32(p.col_slices), i32(p.row_slices), i32(p.kind == "full")))
 
 
 @dataclass(frozen=True)
 class AbftPending:
     """What `begin_abft` set up before the MMM kernel's launch, for `finish_abft`: the
     product's shape and variant, and for the side stream the work buffer and the event the
-    checksum products wait for (both None when they run after the kernel on its stream)."""
+    checksum products wait for (both None when they run after the kernel on its stream), and
+    B's vectors for a "rows" check when the caller has them."""
 
     m: int
     n: int
@@ -479,24 +590,28 @@ class AbftPending:
     variant: Variant
     work: Any
     ready: Any
+    weights: AbftWeightVectors | None = None
 
 
-def begin_abft(m: int, n: int, k: int, variant: Variant, *,
-               side: bool | None = None) -> AbftPending:
+def begin_abft(m: int, n: int, k: int, variant: Variant, *, side: bool | None = None,
+               weights: AbftWeightVectors | None = None) -> AbftPending:
     """Call just before queuing the MMM kernel of a checked (M, K)·(K, N) product, once A and
     B (and B's ECC check) are queued on the current stream. `side` None: the checksum
     products go on the side stream from `ABFT_OVERLAP_MIN_MACS` multiply-adds on (read at
     each call); True / False forces it. For the side stream this allocates the work buffer
     and then records the event (`launch_abft_checksums` says why in that order); nothing
-    else, so that the kernel's launch is not held back."""
+    else, so that the kernel's launch is not held back. `weights`: B's vectors for a "rows"
+    check (`abft_weight_vectors`, e.g. a weight's `ProtectedArray.derived` copy), ready
+    on this stream; None computes them with the check ("full" ignores them)."""
     from safemon.kernels.compiler import import_cupy
 
+    weights = weights if variant.abft_kind == "rows" else None
     if not (m * n * k >= ABFT_OVERLAP_MIN_MACS if side is None else side):
-        return AbftPending(m, n, k, variant, None, None)
-    work = abft_work(m, n, k, variant)
+        return AbftPending(m, n, k, variant, None, None, weights)
+    work = abft_work(m, n, k, variant, b_given=weights is not None)
     ready = import_cupy().cuda.Event(block=False, disable_timing=True)
     ready.record()
-    return AbftPending(m, n, k, variant, work, ready)
+    return AbftPending(m, n, k, variant, work, ready, weights)
 
 
 def finish_abft(pending: AbftPending, a: Any, b: Any, c: Any, status_ptr: int) -> None:
@@ -505,17 +620,19 @@ def finish_abft(pending: AbftPending, a: Any, b: Any, c: Any, status_ptr: int) -
     verify kernel on the current stream after them; a failure sets words 6–7 of the status
     block at `status_ptr`. No waiting."""
     p = pending
-    plan = plan_abft(p.m, p.n, p.k, p.variant, work=p.work)
+    plan = plan_abft(p.m, p.n, p.k, p.variant, work=p.work, weights=p.weights)
     done = launch_abft_checksums(a, b, plan, after=p.ready)
     launch_abft_verify(c, plan, status_ptr, after=done)
 
 
-def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
+def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int, *,
+                weights: AbftWeightVectors | None = None) -> None:
     """Queue the whole of abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on
     the current stream, after whatever produced C; a failure sets words 6–7 of the status
     block at `status_ptr`. No waiting. (`checked.launch_checked` may instead run the
-    checksum products beside the MMM kernel: `begin_abft` / `finish_abft`.)"""
-    plan = plan_abft(a.shape[0], b.shape[1], a.shape[1], variant)
+    checksum products beside the MMM kernel: `begin_abft` / `finish_abft`.) `weights`: as for
+    `begin_abft`."""
+    plan = plan_abft(a.shape[0], b.shape[1], a.shape[1], variant, weights=weights)
     launch_abft_checksums(a, b, plan)
     launch_abft_verify(c, plan, status_ptr)
 

@@ -180,7 +180,7 @@ def run_variant(
     if variant.abft:  # the device's check, mirrored on the host
         from safemon.kernels.abft import abft_check
 
-        check = abft_check(a, b, c, variant.tile, variant.slices(a.shape[1]))
+        check = abft_check(a, b, c, variant.tile, variant.slices(a.shape[1]), variant.abft_kind)
         if not check.ok:
             raise KernelCheckError("abft", check.failed_tiles[0])
     return MatmulResult(c=c, es=es, variant=variant, backend=resolved)
@@ -220,7 +220,8 @@ def _shape_of(a: Any, b: Any) -> tuple[int, int, int]:
 
 def _variant_for(
     a: Any, b: Any, checksum: str | None, level: str | None, mode: str,
-    tile: TileConfig | str | None, split: int | None, rmt: str = "none", abft: bool = False,
+    tile: TileConfig | str | None, split: int | None, rmt: str = "none",
+    abft: bool | str = False,
 ) -> Variant:
     """The variant of a call: tile and split default to pure functions of the shape."""
     shape = _shape_of(a, b)
@@ -243,7 +244,7 @@ def protected_matmul(
     split: int | None = None,
     wait: bool = True,
     rmt: str = "none",
-    abft: bool = False,
+    abft: bool | str = False,
 ) -> MatmulResult:
     """C = A·B with per-thread execution signatures.
 
@@ -265,7 +266,9 @@ def protected_matmul(
         rmt: "none", "warp" (intra-warp) or "block" (inter-block) redundant multithreading
             (docs/RMT.md); C is that of rmt="none" (ES too, on the same tile), and a replica
             mismatch raises `KernelCheckError`.
-        abft: check every C tile's row and column sums (safemon.kernels.abft); a failure
+        abft: True checks every C tile's row and column sums (safemon.kernels.abft), "rows"
+            its row sums alone (on B's tile-row sums, which a device `ProtectedArray` b
+            computes once and keeps: such a call never reads B for the check); a failure
             raises `KernelCheckError`.
 
     Returns:

@@ -12,6 +12,8 @@ from functools import lru_cache
 from typing import Literal
 
 __all__ = [
+    "ABFT_KINDS",
+    "ABFT_SUFFIXES",
     "CHECKSUMS",
     "CHECKSUM_WORDS",
     "COMBINATIONS",
@@ -68,6 +70,11 @@ MODES: tuple[str, ...] = ("exact", "fma")
 #: "block" (every block tile runs in two blocks of one grid, which compare their C tiles
 #: through global memory before the result counts as released).
 RMT_KINDS: tuple[str, ...] = ("none", "warp", "block")
+#: ABFT checks (docs/RMT.md, "ABFT"): none; "full", the row and column checksums of every C
+#: tile (name suffix "/abft"); "rows", the row checksums only, on B's tile-row sums, which a
+#: registered weight computes once (name suffix "/abft-rows"; `safemon.kernels.abft`).
+ABFT_KINDS: tuple[str, ...] = ("none", "full", "rows")
+ABFT_SUFFIXES: dict[str, str] = {"full": "abft", "rows": "abft-rows"}
 #: Every ordered pair of distinct checksums is a valid combination `X_Y`.
 COMBINATIONS: tuple[str, ...] = tuple(
     f"{x}_{y}" for x in CHECKSUMS for y in CHECKSUMS if x != y
@@ -272,8 +279,9 @@ class Variant:
     `split` is the requested split-K factor (1: no split); the number of K-slices actually
     launched for a given K is `slices(k)`. `rmt` is the redundant-multithreading kind
     (`RMT_KINDS`); it never changes C or ES, only how many lanes compute them and the check
-    made before the store. `abft` adds the checksum check of `safemon.kernels.abft` after the
-    kernel (C and ES unchanged).
+    made before the store. `abft_kind` (`ABFT_KINDS`) adds the checksum check of
+    `safemon.kernels.abft` after the kernel (C and ES unchanged); `abft` says whether there is
+    one.
     """
 
     checksum: str | None
@@ -282,7 +290,12 @@ class Variant:
     tile: TileConfig
     split: int = 1
     rmt: str = "none"
-    abft: bool = False
+    abft_kind: str = "none"
+
+    @property
+    def abft(self) -> bool:
+        """True when an ABFT check (of either kind) follows the kernel."""
+        return self.abft_kind != "none"
 
     @property
     def copies(self) -> int:
@@ -340,14 +353,15 @@ class Variant:
         if self.rmt != "none":
             suffix += f"/rmt-{self.rmt}"
         if self.abft:
-            suffix += "/abft"
+            suffix += "/" + ABFT_SUFFIXES[self.abft_kind]
         if self.checksum is None:
             return f"unprotected/{self.mode}/{self.tile.name}{suffix}"
         return f"{self.checksum}/{self.level}/{self.mode}/{self.tile.name}{suffix}"
 
     def as_dict(self) -> dict[str, object]:
-        """JSON form; `split` appears only when it is not 1 and `rmt` only when it is not
-        "none" (older files stay valid)."""
+        """JSON form; `split` appears only when it is not 1, `rmt` only when it is not
+        "none" and `abft` only with a check (True for "full", "rows" for the row check), so
+        older files stay valid."""
         t = self.tile
         out: dict[str, object] = {
             "checksum": self.checksum,
@@ -361,21 +375,22 @@ class Variant:
         if self.rmt != "none":
             out["rmt"] = self.rmt
         if self.abft:
-            out["abft"] = True
+            out["abft"] = True if self.abft_kind == "full" else self.abft_kind
         return out
 
 
 def make_variant(
     checksum: str | None, level: str | None, mode: str, tile: TileConfig | str, split: int = 1,
     rmt: str = "none",
-    abft: bool = False,
+    abft: bool | str = False,
 ) -> Variant:
     """Validate the parts and build a `Variant`.
 
     Raises:
         ValueError: unknown checksum, level, mode or tile name, a level that does not
             fit the checksum (a combination `X_Y` takes level "I" or "I+M"), or a split
-            outside 1..MAX_SPLIT, an unknown `rmt` kind, or a non-bool `abft`.
+            outside 1..MAX_SPLIT, an unknown `rmt` kind, or an `abft` that is neither a bool
+            (False: none, True: "full") nor one of `ABFT_KINDS`.
         TypeError: `tile` is neither a name nor a `TileConfig`.
     """
     if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= MAX_SPLIT:
@@ -390,17 +405,16 @@ def make_variant(
         raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     if rmt not in RMT_KINDS:
         raise ValueError(f"unknown rmt kind {rmt!r}; known: {', '.join(RMT_KINDS)}")
-    if not isinstance(abft, bool):
-        raise ValueError(f"abft must be a bool, not {abft!r}")
+    kind = abft_kind_of(abft)
     if checksum is None:
-        return Variant(None, None, mode, tile, split, rmt, abft)
+        return Variant(None, None, mode, tile, split, rmt, kind)
     if checksum in COMBINATIONS:
         if level not in ("I", COMBINED_LEVEL):
             raise ValueError(
                 f"combination {checksum!r} folds its first checksum at I and its second at M; "
                 f"level must be 'I' or 'I+M', not {level!r}"
             )
-        return Variant(checksum, COMBINED_LEVEL, mode, tile, split, rmt, abft)
+        return Variant(checksum, COMBINED_LEVEL, mode, tile, split, rmt, kind)
     if checksum not in CHECKSUMS:
         raise ValueError(
             f"unknown checksum {checksum!r}; known: {', '.join(CHECKSUMS)} "
@@ -408,7 +422,21 @@ def make_variant(
         )
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
-    return Variant(checksum, level, mode, tile, split, rmt, abft)
+    return Variant(checksum, level, mode, tile, split, rmt, kind)
+
+
+def abft_kind_of(abft: bool | str) -> str:
+    """The `ABFT_KINDS` entry an `abft` argument names: False → "none", True → "full", or the
+    kind itself.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(abft, bool):
+        return "full" if abft else "none"
+    if isinstance(abft, str) and abft in ABFT_KINDS:
+        return abft
+    raise ValueError(f"abft must be a bool or one of {', '.join(ABFT_KINDS)}, not {abft!r}")
 
 
 @lru_cache(maxsize=4096)
@@ -431,14 +459,16 @@ def variant_with_tile(base: Variant, tile: str | TileConfig, k: int) -> Variant:
     for split in range(1, MAX_SPLIT + 1):
         if slice_bounds(k, t.bk, k_slices(k, t.bk, split)) == want:
             return make_variant(base.checksum, base.level, base.mode, t, split, base.rmt,
-                                base.abft)
-    return make_variant(base.checksum, base.level, base.mode, t, base.split, base.rmt, base.abft)
+                                base.abft_kind)
+    return make_variant(base.checksum, base.level, base.mode, t, base.split, base.rmt,
+                        base.abft_kind)
 
 
 @lru_cache(maxsize=4096)
 def variant_for_shape(
     m: int, n: int, k: int, checksum: str | None, level: str | None, mode: str,
-    tile: TileConfig | str | None, split: int | None, rmt: str = "none", abft: bool = False,
+    tile: TileConfig | str | None, split: int | None, rmt: str = "none",
+    abft: bool | str = False,
 ) -> Variant:
     """The variant an (M, K)·(K, N) product runs: `tile` None picks `auto_tile` (by the
     variant's own level), `split` None `auto_split`. A pure function, cached, so one shape
@@ -487,17 +517,19 @@ def standard_variants(
 
 
 #: The in-kernel check variants (docs/RMT.md) that `safemon bench`, `safemon dc` and
-#: `safemon select` evaluate beside the ES-only catalog: (checksum, level, rmt, abft) for
+#: `safemon select` evaluate beside the ES-only catalog: (checksum, level, rmt, abft kind) for
 #: intra-warp RMT and ABFT alone, each with ES-M, and all three together; then inter-block
-#: RMT alone and with ES-M.
-IN_KERNEL_CHECKS: tuple[tuple[str | None, str | None, str, bool], ...] = (
-    (None, None, "warp", False),
-    (None, None, "none", True),
-    ("ones", "M", "warp", False),
-    ("ones", "M", "none", True),
-    ("ones", "M", "warp", True),
-    (None, None, "block", False),
-    ("ones", "M", "block", False),
+#: RMT alone and with ES-M; then the row-only ABFT alone and with ES-M.
+IN_KERNEL_CHECKS: tuple[tuple[str | None, str | None, str, str], ...] = (
+    (None, None, "warp", "none"),
+    (None, None, "none", "full"),
+    ("ones", "M", "warp", "none"),
+    ("ones", "M", "none", "full"),
+    ("ones", "M", "warp", "full"),
+    (None, None, "block", "none"),
+    ("ones", "M", "block", "none"),
+    (None, None, "none", "rows"),
+    ("ones", "M", "none", "rows"),
 )
 
 
@@ -508,18 +540,22 @@ def checked_variants(
     return [make_variant(c, lv, mode, tile, split, rmt=r, abft=ab) for c, lv, r, ab in IN_KERNEL_CHECKS]
 
 
-def split_check_suffix(text: str) -> tuple[str, str, bool]:
+def split_check_suffix(text: str) -> tuple[str, str, str]:
     """Split the check suffixes off a "/"-separated name or label: ("ones/M/rmt-warp/abft")
-    → ("ones/M", "warp", True). The suffixes are those `Variant.name` appends, in its order
-    (`/rmt-<kind>` before `/abft`).
+    → ("ones/M", "warp", "full"), ("unprotected/abft-rows") → ("unprotected", "none",
+    "rows"). The suffixes are those `Variant.name` appends, in its order (`/rmt-<kind>`
+    before `/abft` or `/abft-rows`); the third part is an `ABFT_KINDS` entry.
 
     Raises:
         ValueError: an unknown RMT kind.
     """
     parts = text.split("/")
-    abft = bool(parts) and parts[-1] == "abft"
-    if abft:
-        parts = parts[:-1]
+    abft = "none"
+    for kind, suffix in ABFT_SUFFIXES.items():
+        if parts and parts[-1] == suffix:
+            abft = kind
+            parts = parts[:-1]
+            break
     rmt = "none"
     if parts and parts[-1].startswith("rmt-"):
         rmt = parts.pop().removeprefix("rmt-")

@@ -20,7 +20,9 @@ caller queues or waits for on its stream comes after them):
    (`STATUS_ABFT`) and word 7 (`STATUS_ABFT_TILE`, encoded like word 5) when a tile fails.
    Its checksum products read only A and B: from `abft.ABFT_OVERLAP_MIN_MACS` multiply-adds
    on they run on this thread's side stream beside step 3 (their work buffer allocated and
-   an event recorded before it), and the verify kernel waits for them.
+   an event recorded before it), and the verify kernel waits for them. The row-only check
+   ("rows") of a `ProtectedArray` weight takes B's vectors from the weight
+   (`weight_vectors`: made once, from the verified weight) and never reads B.
 
 `read_status` then copies the 32-byte block to the host: the one host synchronisation of a
 call. A caller with a read-back of its own (a channel's digests) queues the copies first
@@ -50,8 +52,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from safemon.kernels.abft import begin_abft, finish_abft
-from safemon.kernels.catalog import Variant
+from safemon.kernels.abft import AbftWeightVectors, abft_weight_vectors, begin_abft, finish_abft
+from safemon.kernels.catalog import TileConfig, Variant
 from safemon.kernels.compiler import import_cupy
 from safemon.kernels.gpu import gpu_matmul
 from safemon.kernels.pinned import PinnedBuffer
@@ -173,6 +175,9 @@ def launch_checked(
 
 def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected: Any) -> CheckedLaunch:
     """Queue the sequence with the zeroed device block `status` (module docstring)."""
+    weights = None
+    if b_protected is not None and variant.abft_kind == "rows":
+        weights = weight_vectors(b_protected, variant.tile)
     if b_protected is not None:
         b = b_protected.launch_check(np.uintp(int(status.data.ptr) + 4 * STATUS_ECC))
     if not isinstance(a, cp.ndarray):
@@ -186,10 +191,25 @@ def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected:
     # that they take the multiprocessors its last wave leaves idle (they read only A and B);
     # the verify kernel waits for both on this stream. Smaller ones: all after the kernel,
     # as one sequence on this stream.
-    pending = begin_abft(a.shape[0], b.shape[1], a.shape[1], variant)
+    pending = begin_abft(a.shape[0], b.shape[1], a.shape[1], variant, weights=weights)
     c, es = gpu_matmul(a, b, variant, status=status)
     finish_abft(pending, a, b, c, int(status.data.ptr))
     return CheckedLaunch(c, es, status, b_protected is not None)
+
+
+def weight_vectors(b_protected: Any, tile: TileConfig) -> AbftWeightVectors:
+    """The row-only ABFT check's vectors of the weight `b_protected` (a device
+    `ProtectedArray`) for `tile`'s width: computed once, from the verified weight, and kept
+    with it (`ProtectedArray.derived`) until it is rewritten. The first call waits for them
+    (so that every stream may read them) and raises `UncorrectableError` for a weight that
+    fails its ECC check."""
+
+    def make(data: Any) -> AbftWeightVectors:
+        vectors = abft_weight_vectors(data, tile)
+        import_cupy().cuda.get_current_stream().synchronize()
+        return vectors
+
+    return b_protected.derived(("abft-b-vectors", tile.bn), make)  # type: ignore[no-any-return]
 
 
 class _ZeroBlocks(threading.local):

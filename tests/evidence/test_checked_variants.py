@@ -16,29 +16,35 @@ from safemon.kernels.catalog import (
 
 
 def test_checked_variants_are_rmt_and_abft_alone_and_with_es_m() -> None:
-    """`checked` expands to the seven issue-15 variants, each with the check it names."""
+    """`checked` expands to the nine issue-15 variants, each with the check it names."""
     vs = parse_variants("checked", "fma", "small")
     assert [variant_label(v) for v in vs] == [
         "unprotected/rmt-warp", "unprotected/abft", "ones/M/rmt-warp", "ones/M/abft",
-        "ones/M/rmt-warp/abft", "unprotected/rmt-block", "ones/M/rmt-block"]
+        "ones/M/rmt-warp/abft", "unprotected/rmt-block", "ones/M/rmt-block",
+        "unprotected/abft-rows", "ones/M/abft-rows"]
+    assert [v.abft_kind for v in vs] == ["none", "full", "none", "full", "full", "none",
+                                         "none", "rows", "rows"]
     assert len(vs) == len(IN_KERNEL_CHECKS)
     assert vs == checked_variants("fma", "small")
 
 
 @pytest.mark.parametrize("label", ["ones/M/rmt-warp/abft", "unprotected/abft", "xor_fletcher/abft",
                                    "twos/I/rmt-warp", "ones/I", "ones/M/rmt-block/abft",
-                                   "unprotected/rmt-block"])
+                                   "unprotected/rmt-block", "unprotected/abft-rows",
+                                   "ones/M/rmt-warp/abft-rows"])
 def test_a_label_parses_back_to_itself(label: str) -> None:
     """variant_label ∘ parse_variants is the identity on labels with check suffixes."""
     v = parse_variants(label, "exact", "large")[0]
     assert variant_label(v) == label
     assert v.rmt == ("warp" if "rmt-warp" in label else "block" if "rmt-block" in label
                      else "none")
-    assert v.abft == label.endswith("/abft")
+    assert v.abft_kind == ("full" if label.endswith("/abft") else
+                           "rows" if label.endswith("/abft-rows") else "none")
+    assert v.abft == (v.abft_kind != "none")
 
 
 @pytest.mark.parametrize("bad", ["unprotected", "ones/M/abft/rmt-warp", "ones/M/rmt-grid",
-                                 "ones/abft"])
+                                 "ones/abft", "ones/M/abft-cols", "ones/M/abft-rows/abft"])
 def test_malformed_check_labels_are_refused(bad: str) -> None:
     """The plain unprotected kernel, checks out of order, unknown RMT kinds and a missing
     level are clear errors."""
@@ -58,7 +64,8 @@ def test_variant_from_name_inverts_every_name() -> None:
 
 
 @pytest.mark.parametrize("bad", ["ones/I", "ones/I/fma", "ones/I/fma/huge", "unprotected/fma",
-                                 "ones/I/fma/small/abft/x", "ones/I/fma/small/split1"])
+                                 "ones/I/fma/small/abft/x", "ones/I/fma/small/split1",
+                                 "ones/I/fma/small/abft-cols"])
 def test_variant_from_name_refuses_what_no_variant_is_named(bad: str) -> None:
     with pytest.raises(ValueError):
         variant_from_name(bad)

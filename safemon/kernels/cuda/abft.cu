@@ -11,6 +11,10 @@
 // with S the K-slices of the product and n_terms the tile rows (column check) or columns (row
 // check). A non-finite sum of C fails, and so does a comparison that is not true (NaN).
 //
+// The row-only check ("rows", safemon/kernels/abft.py) applies the second rule alone: it runs
+// safemon_abft_b_vectors (or takes a weight's vectors computed once), the row products and the
+// verify kernel with check_cols = 0, never the A vectors or the column products.
+//
 // A failure sets status word 6 to 1 and word 7 to max(word 7, 0xFFFFFFFF − tile) with tile =
 // by·gx + bx, so word 7 names the lowest failing tile whatever the block order.
 //
@@ -29,6 +33,8 @@
 //                           Σ_{c∈tile bx} B[k,c] / |B[k,c]| from the same loads (a thread
 //                           per 32 columns and k, then the tile's parts in order; BN a
 //                           multiple of 32). 256 threads.
+//   safemon_abft_b_vectors  "rows" only: b_sum/b_abs alone, by the column kernel's own code
+//                           (a block per 256 columns × ABFT_KC k), so bit for bit its sums.
 //   safemon_abft_rows_NT    the row checksum products: row_part[z][bx][r] =
 //                           (Σ_k A[r,k]·b_sum[bx,k], Σ_k |A[r,k]|·b_abs[bx,k]) on the float64
 //                           tensor cores (mma.m8n8k4), a block per 64 rows (8 per warp) × 8·NT
@@ -45,7 +51,7 @@
 //                           p, with every 8th slice from p, goes through shared memory to warp
 //                           0, which adds the eight parts in order. 256 threads. Every sum in
 //                           a fixed order (no atomics), so a decision never depends on
-//                           scheduling.
+//                           scheduling. check_cols = 0 ("rows") stops after the rows.
 // B is read once (cols), A twice (a_vectors, rows), C once (verify).
 // Rounding: a checksum vector (a tile's n rows of A added in order, or its n columns of B in
 // parts of 32 added in order, then the parts in order) takes at most n − 1 float64 roundings.
@@ -124,6 +130,51 @@ __device__ __forceinline__ void safemon_dmma(double (&d)[2], double a, double b)
     asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
         : "+d"(d[0]), "+d"(d[1])
         : "d"(a), "d"(b));
+}
+
+// B's vectors of one k-stage: s_b holds kn ≤ ABFT_KC rows of the block's 256 columns as loaded
+// (column j at j + j/32; zeros past N). A thread per (k, 32 columns) adds its part in order;
+// then a thread per (tile, k) adds its tile's parts in order and stores
+// b_sum/b_abs[(k0 + kk)·gx + bx] (BN a multiple of 32 dividing 256: the caller checks). A b
+// vector sees at most 31 + BN/32 − 1 ≤ BN − 1 roundings. Every thread of the block calls it
+// (it has a barrier); it ends after its first barrier, so the caller's next barrier must come
+// before s_b or s_part are written again.
+__device__ __forceinline__ void safemon_abft_b_stage(
+    const float (*s_b)[ABFT_COL_THREADS + ABFT_COL_THREADS / 32],
+    double (*s_part)[ABFT_KC][ABFT_COL_THREADS / 32], double* __restrict__ b_sum,
+    double* __restrict__ b_abs, int k0, int kn, int BN, int gx) {
+    const int tiles = ABFT_COL_THREADS / BN, per_tile = BN / 32;
+    constexpr int parts = ABFT_COL_THREADS / 32;
+    static_assert(ABFT_COL_THREADS / parts == ABFT_KC, "a thread per (k, part)");
+    {
+        const int kk = threadIdx.x / parts, part = threadIdx.x % parts;
+        if (kk < kn) {
+            double ws = 0.0, wa = 0.0;
+#pragma unroll 8
+            for (int j = 0; j < 32; ++j) {
+                const double v = safemon_widen(s_b[kk][part * 33 + j]);
+                ws += v;
+                wa += fabs(v);
+            }
+            s_part[0][kk][part] = ws;
+            s_part[1][kk][part] = wa;
+        }
+    }
+    __syncthreads();
+    // Written k-major, the block's tiles of one k side by side.
+    for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
+        const int kk = i / tiles, t = i % tiles, bx = blockIdx.x * tiles + t;
+        const int q0 = t * per_tile;
+        double ws = s_part[0][kk][q0], wa = s_part[1][kk][q0];
+        for (int q = q0 + 1; q < q0 + per_tile; ++q) {
+            ws += s_part[0][kk][q];
+            wa += s_part[1][kk][q];
+        }
+        if (bx < gx) {
+            b_sum[(long long)(k0 + kk) * gx + bx] = ws;
+            b_abs[(long long)(k0 + kk) * gx + bx] = wa;
+        }
+    }
 }
 
 // Y: tile rows per column block (a power of two ≤ ABFT_COL_Y_MAX, the smallest ≥ gy up to it:
@@ -237,43 +288,7 @@ __device__ __forceinline__ void safemon_abft_cols_impl(
             }
         }
         __syncthreads();
-        if (with_b) {
-            // A thread per (k, 32 columns) adds them in order; then a thread per (tile, k) adds
-            // its tile's parts in order and stores the sum (BN ≥ 32: the caller checks). A b
-            // vector sees at most 31 + BN/32 − 1 ≤ BN − 1 roundings.
-            const int tiles = ABFT_COL_THREADS / BN, per_tile = BN / 32;
-            constexpr int parts = ABFT_COL_THREADS / 32;
-            static_assert(ABFT_COL_THREADS / parts == ABFT_KC, "a thread per (k, part)");
-            {
-                const int kk = threadIdx.x / parts, part = threadIdx.x % parts;
-                if (kk < kn) {
-                    double ws = 0.0, wa = 0.0;
-#pragma unroll 8
-                    for (int j = 0; j < 32; ++j) {
-                        const double v = safemon_widen(s_b[kk][part * 33 + j]);
-                        ws += v;
-                        wa += fabs(v);
-                    }
-                    s_part[0][kk][part] = ws;
-                    s_part[1][kk][part] = wa;
-                }
-            }
-            __syncthreads();
-            // Written k-major, the block's tiles of one k side by side.
-            for (int i = threadIdx.x; i < tiles * kn; i += ABFT_COL_THREADS) {
-                const int kk = i / tiles, t = i % tiles, bx = blockIdx.x * tiles + t;
-                const int q0 = t * per_tile;
-                double ws = s_part[0][kk][q0], wa = s_part[1][kk][q0];
-                for (int q = q0 + 1; q < q0 + per_tile; ++q) {
-                    ws += s_part[0][kk][q];
-                    wa += s_part[1][kk][q];
-                }
-                if (bx < gx) {
-                    b_sum[(long long)(k0 + kk) * gx + bx] = ws;
-                    b_abs[(long long)(k0 + kk) * gx + bx] = wa;
-                }
-            }
-        }
+        if (with_b) safemon_abft_b_stage(s_b, s_part, b_sum, b_abs, k0, kn, BN, gx);
         __syncthreads();  // s_b and the staged vectors are rewritten next stage
     }
     if constexpr (TC) {
@@ -322,6 +337,26 @@ SAFEMON_ABFT_COLS(2)
 SAFEMON_ABFT_COLS(4)
 SAFEMON_ABFT_COLS(8)
 SAFEMON_ABFT_COLS(16)
+
+// B's vectors alone, for the row-only check ("rows"): a block per 256 columns × ABFT_KC k,
+// its stage of B loaded like the column kernel's (zeros past N) and summed by the same
+// safemon_abft_b_stage, so the vectors equal the column kernel's bit for bit.
+extern "C" __global__ void __launch_bounds__(ABFT_COL_THREADS) safemon_abft_b_vectors(
+    const float* __restrict__ B, double* __restrict__ b_sum, double* __restrict__ b_abs, int N,
+    int K, int BN, int gx) {
+    __shared__ float s_b[ABFT_KC][ABFT_COL_THREADS + ABFT_COL_THREADS / 32];
+    __shared__ double s_part[2][ABFT_KC][ABFT_COL_THREADS / 32];
+    const int c = blockIdx.x * ABFT_COL_THREADS + threadIdx.x;
+    const int k0 = blockIdx.y * ABFT_KC, kn = min(ABFT_KC, K - k0);
+    float bv[ABFT_KC];
+#pragma unroll
+    for (int j = 0; j < ABFT_KC; ++j)  // every load in flight before the first store
+        bv[j] = c < N && j < kn ? B[(long long)(k0 + j) * N + c] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < ABFT_KC; ++j) s_b[j][threadIdx.x + threadIdx.x / 32] = bv[j];
+    __syncthreads();
+    safemon_abft_b_stage(s_b, s_part, b_sum, b_abs, k0, kn, BN, gx);
+}
 
 #define ABFT_ROW_PAD 4  // doubles / floats per shared row beyond the data: conflict-free reads
 
@@ -410,7 +445,7 @@ template <int RW, int CG>
 __device__ __forceinline__ void safemon_abft_verify_impl(
     const float* __restrict__ C, const double* __restrict__ col_part,
     const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N, int K,
-    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices) {
+    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices, int check_cols) {
     __shared__ double s_part[ABFT_VERIFY_PARTS][4][32];
     // RP threads per tile row add its slices' products (RP parts: thread part q takes every
     // RP-th slice from q; threads on consecutive rows, coalesced), then one thread adds the
@@ -496,6 +531,7 @@ __device__ __forceinline__ void safemon_abft_verify_impl(
             if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, tile);
         }
     }
+    if (!check_cols) return;  // the row-only check ("rows"); uniform over the block
     const int terms = r_end - r0;
     const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
 #pragma unroll
@@ -526,9 +562,10 @@ __device__ __forceinline__ void safemon_abft_verify_impl(
     extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify_##RW##_##CG(          \
         const float* __restrict__ C, const double* __restrict__ col_part,                      \
         const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N,     \
-        int K, int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices) {  \
+        int K, int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices,   \
+        int check_cols) {                                                                     \
         safemon_abft_verify_impl<RW, CG>(C, col_part, row_part, status, M, N, K, BM, BN, gx,  \
-                                         gy, slices, col_slices, row_slices);                 \
+                                         gy, slices, col_slices, row_slices, check_cols);     \
     }
 SAFEMON_ABFT_VERIFY(1, 8)
 SAFEMON_ABFT_VERIFY(4, 1)
