@@ -103,8 +103,9 @@ U64_F = 2.0**-53
 #: Extra float64 roundings of the device's sums (abft.cu's header): a sum of C takes at most
 #: ⌈n/8⌉ + 7 (columns: eight parts) or ⌈BN/32⌉ + 5 (rows: five shuffle levels), a checksum
 #: product k-per-slice, then ⌈S/8⌉ − 1 + min(7, S − 1) (columns) or at most S − 1 (rows:
-#: ⌈S/P⌉ − 1 + min(P − 1, S − 1) with P ≤ 8 parts) adding its S slices (`abft_k_slices`
-#: keeps the total ≤ K + 7); all ≤ n + K + 7.
+#: ⌈S/P⌉ − 1 + min(P − 1, S − 1) with P ≤ 8 parts; the row-only verify: 32 lanes, then five
+#: shuffle levels, a tree over S terms) adding its S slices (`abft_k_slices` keeps the total
+#: ≤ K + 7); all ≤ n + K + 7.
 F64_EXTRA = 7
 #: Threads per block of the A vectors and the verify kernels (abft.cu assumes 256 for verify).
 ABFT_THREADS = 256
@@ -559,8 +560,9 @@ def _queue_rows(function_for: Any, p: AbftPlan, a: Any) -> None:
 
 def launch_abft_verify(c: Any, plan: AbftPlan, status_ptr: int, *, after: Any = None) -> None:
     """Queue abft.cu's verify kernel over C (M, N) and `plan`'s products on the current
-    stream, after the event `after` (the side stream's products) when given; a failure sets
-    words 6–7 of the status block at `status_ptr`. No waiting."""
+    stream (a block per tile, or for "rows" a warp per row and tile column), after the event
+    `after` (the side stream's products) when given; a failure sets words 6–7 of the status
+    block at `status_ptr`. No waiting."""
     from safemon.kernels.compiler import import_cupy
     from safemon.kernels.gpu import function_for
 
@@ -568,13 +570,19 @@ def launch_abft_verify(c: Any, plan: AbftPlan, status_ptr: int, *, after: Any = 
     p = plan
     if after is not None:
         cp.cuda.get_current_stream().wait_event(after)
-    rw, cg = verify_instance(p.tile)
     i32 = np.int32
+    if p.kind == "rows":  # a warp per (row, tile column), eight per block
+        function_for(("abft",), abft_build, "safemon_abft_verify_rows")(
+            (-(-p.m * p.gx // 8), 1, 1), (ABFT_THREADS, 1, 1),
+            (c, p.row_part, np.uintp(status_ptr), i32(p.m), i32(p.n), i32(p.k), i32(p.tile.bm),
+             i32(p.tile.bn), i32(p.gx), i32(p.slices), i32(p.row_slices)))
+        return
+    rw, cg = verify_instance(p.tile)
     function_for(("abft",), abft_build, f"safemon_abft_verify_{rw}_{cg}")(
         (p.gx * p.gy, 1, 1), (ABFT_THREADS, 1, 1),
         (c, p.col_part, p.row_part, np.uintp(status_ptr), i32(p.m), i32(p.n), i32(p.k),
          i32(p.tile.bm), i32(p.tile.bn), i32(p.gx), i32(p.gy), i32(p.slices),
-         i32(p.col_slices), i32(p.row_slices), i32(p.kind == "full")))
+         i32(p.col_slices), i32(p.row_slices)))
 
 
 @dataclass(frozen=True)

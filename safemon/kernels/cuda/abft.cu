@@ -12,8 +12,8 @@
 // check). A non-finite sum of C fails, and so does a comparison that is not true (NaN).
 //
 // The row-only check ("rows", safemon/kernels/abft.py) applies the second rule alone: it runs
-// safemon_abft_b_vectors (or takes a weight's vectors computed once), the row products and the
-// verify kernel with check_cols = 0, never the A vectors or the column products.
+// safemon_abft_b_vectors (or takes a weight's vectors computed once), the row products and
+// safemon_abft_verify_rows, never the A vectors or the column products.
 //
 // A failure sets status word 6 to 1 and word 7 to max(word 7, 0xFFFFFFFF − tile) with tile =
 // by·gx + bx, so word 7 names the lowest failing tile whatever the block order.
@@ -51,7 +51,12 @@
 //                           p, with every 8th slice from p, goes through shared memory to warp
 //                           0, which adds the eight parts in order. 256 threads. Every sum in
 //                           a fixed order (no atomics), so a decision never depends on
-//                           scheduling. check_cols = 0 ("rows") stops after the rows.
+//                           scheduling.
+//   safemon_abft_verify_rows  "rows" only: a warp per (row r, tile column bx), eight per
+//                           block, no barrier. Lane l adds C[r, c0 + l + 32j] (j in order)
+//                           and the slice products of every 32nd slice from l, then a
+//                           shuffle tree adds the lanes; lane 0 checks. The row sum of C
+//                           sees at most ⌈BN/32⌉ + 4 roundings, the slices at most S − 1.
 // B is read once (cols), A twice (a_vectors, rows), C once (verify).
 // Rounding: a checksum vector (a tile's n rows of A added in order, or its n columns of B in
 // parts of 32 added in order, then the parts in order) takes at most n − 1 float64 roundings.
@@ -445,7 +450,7 @@ template <int RW, int CG>
 __device__ __forceinline__ void safemon_abft_verify_impl(
     const float* __restrict__ C, const double* __restrict__ col_part,
     const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N, int K,
-    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices, int check_cols) {
+    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices) {
     __shared__ double s_part[ABFT_VERIFY_PARTS][4][32];
     // RP threads per tile row add its slices' products (RP parts: thread part q takes every
     // RP-th slice from q; threads on consecutive rows, coalesced), then one thread adds the
@@ -531,7 +536,6 @@ __device__ __forceinline__ void safemon_abft_verify_impl(
             if (!(isfinite(g) && fabs(g - e) <= tol)) safemon_abft_flag(status, tile);
         }
     }
-    if (!check_cols) return;  // the row-only check ("rows"); uniform over the block
     const int terms = r_end - r0;
     const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
 #pragma unroll
@@ -562,13 +566,53 @@ __device__ __forceinline__ void safemon_abft_verify_impl(
     extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify_##RW##_##CG(          \
         const float* __restrict__ C, const double* __restrict__ col_part,                      \
         const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N,     \
-        int K, int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices,   \
-        int check_cols) {                                                                     \
+        int K, int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices) {  \
         safemon_abft_verify_impl<RW, CG>(C, col_part, row_part, status, M, N, K, BM, BN, gx,  \
-                                         gy, slices, col_slices, row_slices, check_cols);     \
+                                         gy, slices, col_slices, row_slices);                 \
     }
 SAFEMON_ABFT_VERIFY(1, 8)
 SAFEMON_ABFT_VERIFY(4, 1)
 SAFEMON_ABFT_VERIFY(4, 4)
 SAFEMON_ABFT_VERIFY(16, 4)
 SAFEMON_ABFT_VERIFY(16, 8)
+
+// The row-only verify ("rows"): a warp per (row r, tile column bx), warp w = r·gx + bx, eight
+// warps per block (the header above says what each lane adds). C's row part is read once,
+// coalesced; a failure flags tile (r / BM)·gx + bx. No shared memory and no barrier, so a
+// warp past the end simply leaves.
+extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify_rows(
+    const float* __restrict__ C, const double* __restrict__ row_part,
+    unsigned* __restrict__ status, int M, int N, int K, int BM, int BN, int gx, int slices,
+    int row_slices) {
+    const int lane = threadIdx.x & 31;
+    const long long w = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (w >= (long long)M * gx) return;
+    const int r = (int)(w / gx), bx = (int)(w % gx);
+    const int c0 = bx * BN, c_end = min(N, c0 + BN);
+    double g = 0.0, ga = 0.0, e = 0.0, bd = 0.0;
+    for (int c = c0 + lane; c < c_end; c += 32) {
+        const double v = safemon_widen(C[(long long)r * N + c]);
+        g += v;
+        ga += fabs(v);
+    }
+    for (int z = lane; z < row_slices; z += 32) {
+        const long long o = (((long long)z * gx + bx) * M + r) * 2;
+        e += row_part[o];
+        bd += row_part[o + 1];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        g += __shfl_xor_sync(0xFFFFFFFFu, g, off);
+        ga += __shfl_xor_sync(0xFFFFFFFFu, ga, off);
+        e += __shfl_xor_sync(0xFFFFFFFFu, e, off);
+        bd += __shfl_xor_sync(0xFFFFFFFFu, bd, off);
+    }
+    if (lane == 0) {
+        const int terms = c_end - c0;
+        const double g32 = safemon_gamma((double)K + slices, 0x1p-24);
+        const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
+        const double tol = g32 * bd + g64 * (bd + ga) + terms * ((double)K * slices * 0x1p-149);
+        if (!(isfinite(g) && fabs(g - e) <= tol))
+            safemon_abft_flag(status, (unsigned)((r / BM) * gx + bx));
+    }
+}
