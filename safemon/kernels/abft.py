@@ -451,8 +451,13 @@ def plan_abft(m: int, n: int, k: int, variant: Variant, *, work: Any = None,
         work = abft_work(m, n, k, variant, b_given=b_given)
     if work.size != max(1, cuts[-1]):
         raise ValueError(f"work buffer of {work.size} doubles, the plan needs {cuts[-1]}")
+    # Views of the parts the check uses only (None for an empty one; the whole buffer when it
+    # is the only part): each CuPy view costs host time on the call's critical path.
+    used = [hi > lo for lo, hi in itertools.pairwise(cuts)]
+    whole = sum(used) == 1
     a_sum, a_abs, b_sum, b_abs, col_part, row_part = (
-        work[lo:hi] for lo, hi in itertools.pairwise(cuts))
+        (work if whole else work[lo:hi]) if u else None
+        for u, (lo, hi) in zip(used, itertools.pairwise(cuts), strict=True))
     if b_given:
         assert weights is not None
         if (weights.k, weights.n, weights.bn) != (k, n, variant.tile.bn):
