@@ -169,3 +169,28 @@ def test_a_client_killed_mid_request_leaves_the_daemon_serving(tmp_path: Path) -
             got = client.matmul(cp.asarray(x), wid, timeout=10.0)
             assert client.last_request_device and same_bits(got.get(), reference(x, w1, cfg))
         assert daemon.core is not None and daemon.core.controller.mode.value == "NORMAL"
+
+
+def test_channels_with_the_row_abft_check_release_clean_and_refuse_overflowed(
+        tmp_path: Path) -> None:
+    """Process channels on the GPU running `abft: rows` on their ECC weights (the vectors made
+    once per weight): CuPy requests release the reference's bits, again and again; an input
+    that overflows C is refused by the check (channels without ABFT agree on the infinite C)."""
+    from safemon.errors import SafemonError
+
+    cp = _cp()
+    channels = [{"name": f"c{i}", "placement": "process", "variant": {"abft": "rows"}}
+                for i in range(3)]
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"backend": "cupy", "timing": GENEROUS, "channels": channels})
+    assert cfg.weights.ecc
+    x, w1, _w2, _b1 = _operands(m=64, k=256, n=384)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w1)
+        for _ in range(3):
+            got = client.matmul(cp.asarray(x), wid, timeout=10.0)
+            assert same_bits(got.get(), reference(x, w1, cfg))
+        with pytest.raises(SafemonError, match="abft"):
+            client.matmul(cp.asarray(np.full_like(x, 3e38)), wid, timeout=10.0)
+        got = client.matmul(cp.asarray(x), wid, timeout=10.0)
+        assert same_bits(got.get(), reference(x, w1, cfg))

@@ -17,12 +17,14 @@ from safemon.errors import SafemonError
 from .helpers import make_config, operands, reference, same_bits, system
 
 
-def _channels(abft: bool) -> list[dict[str, object]]:
+def _channels(abft: bool | str) -> list[dict[str, object]]:
     return [{"name": f"c{i}", "placement": "stream", "variant": {"abft": abft}} for i in range(3)]
 
 
-def test_abft_channels_release_clean_products_and_refuse_overflowed_ones(tmp_path: Path) -> None:
-    cfg = make_config(tmp_path, "2oo3", extra={"channels": _channels(True)})
+@pytest.mark.parametrize("abft", [True, "rows"])
+def test_abft_channels_release_clean_products_and_refuse_overflowed_ones(
+        tmp_path: Path, abft: bool | str) -> None:
+    cfg = make_config(tmp_path, "2oo3", extra={"channels": _channels(abft)})
     x, w = operands(3)
     huge = np.full_like(x, 3e38)
     with system(cfg) as (daemon, client):
