@@ -18,17 +18,24 @@ R the tile's rows, Q its columns, every sum in float64.
 Tolerance (a rigorous bound, so a healthy kernel never fails the check). Each Ĉ[r,c] is a
 float32 dot product of length K, summed by the kernel in one of its orders: per K-slice a
 recursive sum of rounded products (``exact``) or of fused multiply-adds (``fma``), then the
-S slices added in order. Every product takes part in at most K + S roundings, so (Higham,
-*Accuracy and Stability of Numerical Algorithms*, §3.1, with u = 2⁻²⁴, γ_n = nu/(1 − nu))
+S slices added in order. A slice holds at most k_S = `catalog.slice_k_max` k (K when S = 1;
+padded steps multiply by an exact zero and round nothing), so every product takes part in at
+most k_S + S roundings: its own (exact mode) or its fma, the later ones of its slice, and the
+additions of the slices. So (Higham, *Accuracy and Stability of Numerical Algorithms*, §3.1,
+with u = 2⁻²⁴, γ_n = nu/(1 − nu))
 
-    |Ĉ[r,c] − Σ_k A[r,k]B[k,c]| ≤ γ_{K+S} Σ_k |A[r,k]||B[k,c]| + (K+S)·2⁻¹⁵⁰,
+    |Ĉ[r,c] − Σ_k A[r,k]B[k,c]| ≤ γ_{k_S+S} Σ_k |A[r,k]||B[k,c]| + (K+S)·2⁻¹⁵⁰,
 
 the last term covering products that underflow (ftz is off; subnormal additions are exact).
-Summed over the tile's `n` rows (columns), the float32 part is γ_{K+S}·P with P =
+Summed over the tile's `n` rows (columns), the float32 part is γ_{k_S+S}·P with P =
 Σ_k (Σ_{r∈R}|A[r,k]|)|B[k,c]|. The float64 sums of the check add at most
 γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) (u = 2⁻⁵³; the 7 covers the device's warp reduction). Hence
 
-    tol = γ_{K+S}·P + γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) + n·K·S·2⁻¹⁴⁹.
+    tol = γ_{k_S+S}·P + γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) + n·K·S·2⁻¹⁴⁹.
+
+Until 2026-11-24 the first term was γ_{K+S}·P for every split: also a bound, but S times
+looser than need be for a product split S ways (64×4096×4096 on `wide64` is split 8: k_S +
+S = 520 against K + S = 4104).
 
 A non-finite sum of C fails outright, and so does a comparison that is not true (NaN):
 ABFT never vouches for a non-finite C. An error δ in one element of C is detected when |δ| exceeds the tolerance of
@@ -68,7 +75,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from safemon.kernels.catalog import TileConfig, Variant
+from safemon.kernels.catalog import TileConfig, Variant, slice_k_max
 from safemon.kernels.compiler import KernelBuild
 
 __all__ = [
@@ -163,9 +170,11 @@ class AbftResult:
 
 
 def abft_tolerances(
-    a: F32, b: F32, c_abs_col: F64, c_abs_row: F64, tile: TileConfig, slices: int
+    a: F32, b: F32, c_abs_col: F64, c_abs_row: F64, tile: TileConfig, slices: int,
+    k_slice: int | None = None,
 ) -> tuple[F64, F64]:
-    """(col_tol (gy, N), row_tol (M, gx)) of the module docstring, for given Σ|Ĉ| sums."""
+    """(col_tol (gy, N), row_tol (M, gx)) of the module docstring, for given Σ|Ĉ| sums;
+    `k_slice` the most k of a slice (None: K, which bounds it for any slicing)."""
     m, k = a.shape
     n = b.shape[1]
     gx, gy = tile.grid(m, n)
@@ -175,7 +184,7 @@ def abft_tolerances(
     p_row = np.abs(a.astype(np.float64)) @ b_abs
     rows = np.minimum(m - np.arange(gy) * tile.bm, tile.bm).astype(np.float64)[:, None]
     cols = np.minimum(n - np.arange(gx) * tile.bn, tile.bn).astype(np.float64)[None, :]
-    g32 = gamma(float(k + slices), U32_F)
+    g32 = gamma(float((k if k_slice is None else k_slice) + slices), U32_F)
     tiny = k * slices * 2.0**-149
     col_tol = g32 * p_col + gamma(rows + k + F64_EXTRA, U64_F) * (p_col + c_abs_col) + rows * tiny
     row_tol = g32 * p_row + gamma(cols + k + F64_EXTRA, U64_F) * (p_row + c_abs_row) + cols * tiny
@@ -183,24 +192,30 @@ def abft_tolerances(
 
 
 def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: int = 1,
-               kind: str = "full") -> AbftResult:
+               kind: str = "full", k_slice: int | None = None) -> AbftResult:
     """The ABFT rule on the host (float64), as abft.cu applies it on the device.
 
     Args:
         a: (M, K) float32; b: (K, N) float32; c: (M, N) float32, the product to check.
         tile: the tiling whose tiles are checked (the variant's; any tiling gives a valid check).
-        slices: the K-slices S the product was computed in (enters γ_{K+S}).
+        slices: the K-slices S the product was computed in (enters γ_{k_S+S}).
         kind: "full" (rows and columns) or "rows" (the row rule alone: the result's column
             residuals are then 0 and their tolerances +inf, so no column ever fails).
+        k_slice: k_S, the most k of any of the product's slices (`catalog.slice_k_max` of
+            the tiling that computed C, which may differ from `tile`); None takes K, a bound
+            for any slicing.
 
     Raises:
-        ValueError: shapes that do not chain, slices < 1, or an unknown kind.
+        ValueError: shapes that do not chain, slices < 1, k_slice outside 1..K, or an
+            unknown kind.
     """
     m, k = a.shape
     if b.shape[0] != k or c.shape != (m, b.shape[1]) or slices < 1:
         raise ValueError(f"abft_check: shapes {a.shape}·{b.shape} → {c.shape}, slices {slices}")
     if kind not in ("full", "rows"):
         raise ValueError(f"abft_check: kind must be 'full' or 'rows', not {kind!r}")
+    if k_slice is not None and not 1 <= k_slice <= max(1, k):
+        raise ValueError(f"abft_check: k_slice must lie in 1..{k}, not {k_slice}")
     n = b.shape[1]
     gx, gy = tile.grid(m, n)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
@@ -213,7 +228,7 @@ def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: in
         c_abs = np.abs(c64)
         col_tol, row_tol = abft_tolerances(
             a, b, _tile_sums(c_abs, tile.bm, gy, axis=0), _tile_sums(c_abs, tile.bn, gx, axis=1),
-            tile, slices)
+            tile, slices, k_slice)
         col_res, row_res = col_got - col_exp, row_got - row_exp
         if kind == "rows":  # no column rule: nothing to compare, nothing that can fail
             col_res, col_tol = np.zeros_like(col_res), np.full_like(col_tol, np.inf)
@@ -238,7 +253,9 @@ def abft_passes(a: F32, b: F32, c: npt.NDArray[Any], variant: Variant) -> bool:
     if c.ndim != 2 or c.shape != (a.shape[0], b.shape[1]) or a.shape[1] != b.shape[0]:
         return False
     kind = "rows" if variant.abft_kind == "rows" else "full"  # "none": the full rule
-    return abft_check(a, b, c, variant.tile, variant.slices(a.shape[1]), kind).ok
+    k = a.shape[1]
+    s = variant.slices(k)
+    return abft_check(a, b, c, variant.tile, s, kind, slice_k_max(k, variant.tile.bk, s)).ok
 
 
 def abft_campaign_reference(a: F32, b: F32, golden_c: F32, tile: TileConfig,
@@ -364,6 +381,7 @@ class AbftPlan:
 
     kind: str
     b_given: bool
+    k_slice: int
     m: int
     n: int
     k: int
@@ -465,8 +483,9 @@ def plan_abft(m: int, n: int, k: int, variant: Variant, *, work: Any = None,
                              f"{weights.bn}-wide tiles, the product needs ({k}, {n}) and "
                              f"{variant.tile.bn}")
         b_sum, b_abs = weights.b_sum, weights.b_abs
-    return AbftPlan(variant.abft_kind, b_given, m, n, k, variant.tile, gx, gy,
-                    variant.slices(k), work, a_sum, a_abs, b_sum, b_abs, col_part, row_part,
+    slices = variant.slices(k)
+    return AbftPlan(variant.abft_kind, b_given, slice_k_max(k, variant.tile.bk, slices), m, n, k,
+                    variant.tile, gx, gy, slices, work, a_sum, a_abs, b_sum, b_abs, col_part, row_part,
                     col_y, col_grid, col_slices, col_per, row_nt, row_grid, row_slices, row_per)
 
 
@@ -580,14 +599,15 @@ def launch_abft_verify(c: Any, plan: AbftPlan, status_ptr: int, *, after: Any = 
         function_for(("abft",), abft_build, "safemon_abft_verify_rows")(
             (-(-p.m * p.gx // 8), 1, 1), (ABFT_THREADS, 1, 1),
             (c, p.row_part, np.uintp(status_ptr), i32(p.m), i32(p.n), i32(p.k), i32(p.tile.bm),
-             i32(p.tile.bn), i32(p.gx), i32(p.slices), i32(p.row_slices)))
+             i32(p.tile.bn), i32(p.gx), i32(p.slices), i32(p.row_slices),
+             i32(p.k_slice + p.slices)))
         return
     rw, cg = verify_instance(p.tile)
     function_for(("abft",), abft_build, f"safemon_abft_verify_{rw}_{cg}")(
         (p.gx * p.gy, 1, 1), (ABFT_THREADS, 1, 1),
         (c, p.col_part, p.row_part, np.uintp(status_ptr), i32(p.m), i32(p.n), i32(p.k),
          i32(p.tile.bm), i32(p.tile.bn), i32(p.gx), i32(p.gy), i32(p.slices),
-         i32(p.col_slices), i32(p.row_slices)))
+         i32(p.col_slices), i32(p.row_slices), i32(p.k_slice + p.slices)))
 
 
 @dataclass(frozen=True)

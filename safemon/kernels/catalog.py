@@ -271,6 +271,13 @@ def slice_bounds(k: int, bk: int, slices: int) -> list[tuple[int, int]]:
     return [(z * per * bk, min(k, (z + 1) * per * bk)) for z in range(slices)]
 
 
+def slice_k_max(k: int, bk: int, slices: int) -> int:
+    """The most k of any of the `slices` K-slices (`slice_bounds`): the longest chain of
+    multiply-adds behind one partial sum of C, which bounds its roundings (ABFT's tolerance,
+    `safemon.kernels.abft`)."""
+    return max(hi - lo for lo, hi in slice_bounds(k, bk, slices))
+
+
 @dataclass(frozen=True)
 class Variant:
     """One kernel build: the checksum(s), where they fold, the arithmetic mode and the tiling.

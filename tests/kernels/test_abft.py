@@ -11,7 +11,7 @@ import pytest
 from safemon.errors import KernelCheckError
 from safemon.kernels.abft import U32_F, abft_check, abft_passes, gamma
 from safemon.kernels.api import run_variant
-from safemon.kernels.catalog import TILES, TileConfig, make_variant
+from safemon.kernels.catalog import TILES, TileConfig, make_variant, slice_k_max
 from safemon.kernels.reference import reference_matmul
 
 SMALL = TILES["small"]
@@ -46,15 +46,18 @@ KINDS = ("normal", "cancel", "range", "rows", "tiny")
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode,split", [("exact", 1), ("fma", 1), ("exact", 4), ("fma", 3)])
 def test_element_bound_holds_against_exact_sums(kind: str, mode: str, split: int) -> None:
-    """|Ĉ − exact| ≤ γ_{K+S}·Σ|a||b| + (K+S)·2⁻¹⁵⁰ for every element, the premise of the
-    tolerance (exact: math.fsum of float64 products, which are exact for float32 inputs)."""
+    """|Ĉ − exact| ≤ γ_{k_S+S}·Σ|a||b| + (K+S)·2⁻¹⁵⁰ for every element, k_S the most k of a
+    slice: the premise of the tolerance (exact: math.fsum of float64 products, which are exact
+    for float32 inputs)."""
     rng = np.random.default_rng(hash((kind, mode, split)) % 2**32)
     m, n, k = 9, 7, 300
     a, b = _adversarial(kind, m, n, k, rng)
     v = make_variant(None, None, mode, "small", split)
     c, _ = reference_matmul(a, b, v)
     s = v.slices(k)
-    g = gamma(float(k + s), U32_F)
+    k_s = slice_k_max(k, v.tile.bk, s)
+    assert k_s == (k if split == 1 else math.ceil(math.ceil(k / 8) / s) * 8)
+    g = gamma(float(k_s + s), U32_F)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     worst = 0.0
     for i in range(m):
@@ -65,6 +68,7 @@ def test_element_bound_holds_against_exact_sums(kind: str, mode: str, split: int
             assert err <= bound, (i, j, err, bound)
             worst = max(worst, err / bound if bound else 0.0)
     assert abft_check(a, b, c, SMALL, s).ok
+    assert abft_check(a, b, c, SMALL, s, k_slice=k_s).ok
     assert worst < 1.0
 
 
@@ -74,9 +78,10 @@ TILE4 = TileConfig("t4", bm=4, bn=4, bk=4, tm=4, tn=4)
 
 
 def _clean_group(rng: np.random.Generator, products: int) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray, int]:
+        np.ndarray, np.ndarray, np.ndarray, int, int]:
     """`products` independent 4×K·K×N products sharing B, stacked along M, computed by the
-    reference in a random mode and split, on random inputs of a random kind."""
+    reference in a random mode and split, on random inputs of a random kind; with the
+    slices and the most k of a slice (k_S)."""
     k = int(rng.integers(1, 64))
     n = int(rng.integers(1, 24))
     kind = KINDS[int(rng.integers(0, len(KINDS)))]
@@ -84,18 +89,20 @@ def _clean_group(rng: np.random.Generator, products: int) -> tuple[
     mode = ("exact", "fma")[int(rng.integers(0, 2))]
     v = make_variant(None, None, mode, "small", int(rng.integers(1, 5)))
     c, _ = reference_matmul(a, b, v)
-    return a, b, c, v.slices(k)
+    s = v.slices(k)
+    return a, b, c, s, slice_k_max(k, v.tile.bk, s)
 
 
 @pytest.mark.slow
 def test_no_false_positive_over_100000_random_products() -> None:
     """10⁵ clean products (50 groups of 2000 4×K·K×N products, random K < 64, N < 24, mode,
-    split and input kind) all pass the check of every one of their tiles."""
+    split and input kind) all pass the check of every one of their tiles, with the tolerance
+    of their longest slice."""
     rng = np.random.default_rng(15)
     products = 0
     for _ in range(50):
-        a, b, c, s = _clean_group(rng, 2000)
-        r = abft_check(a, b, c, TILE4, s)
+        a, b, c, s, k_s = _clean_group(rng, 2000)
+        r = abft_check(a, b, c, TILE4, s, k_slice=k_s)
         assert r.ok, r.failed_tiles[:5]
         products += 2000
     assert products == 100_000
@@ -104,9 +111,10 @@ def test_no_false_positive_over_100000_random_products() -> None:
 def test_no_false_positive_on_a_sample_of_products() -> None:
     rng = np.random.default_rng(16)
     for _ in range(5):
-        a, b, c, s = _clean_group(rng, 200)
+        a, b, c, s, k_s = _clean_group(rng, 200)
         assert abft_check(a, b, c, TILE4, s).ok
         assert abft_check(a, b, c, SMALL, s).ok
+        assert abft_check(a, b, c, TILE4, s, k_slice=k_s).ok
 
 
 def _flip(c: np.ndarray, i: int, j: int, bit: int) -> np.ndarray:
@@ -255,3 +263,29 @@ def test_row_products_of_one_row_block_spread_over_its_tile_columns(
     v = variant_for_shape(m, n, k, None, None, "fma", None, None, "none", True)
     layout = _abft_layout(m, n, k, v)
     assert (layout[6], layout[7]) == (nt, grid)
+
+
+def test_a_split_product_gets_the_tolerance_of_its_longest_slice() -> None:
+    """k_S + S roundings, not K + S: split 8 at K = 4096 on `wide64` gives 520, and the
+    tolerance shrinks by that ratio in its float32 part; the float64 parts are unchanged."""
+    from safemon.kernels.abft import abft_tolerances
+
+    v = make_variant(None, None, "fma", "wide64", 8)
+    assert (v.slices(4096), slice_k_max(4096, 8, 8)) == (8, 512)
+    assert slice_k_max(100, 8, 3) == 40 and slice_k_max(100, 8, 1) == 100  # 5, 5, 3 k-tiles
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((8, 4096)).astype(np.float32)
+    b = rng.standard_normal((4096, 256)).astype(np.float32)
+    zero_c = (np.zeros((1, 256)), np.zeros((8, 2)))
+    loose = abft_tolerances(a, b, *zero_c, v.tile, 8)
+    tight = abft_tolerances(a, b, *zero_c, v.tile, 8, 512)
+    for lo, ti in zip(loose, tight, strict=True):
+        assert (ti < lo).all()
+        assert np.allclose(ti / lo, gamma(520.0, U32_F) / gamma(4104.0, U32_F), rtol=0.01)
+
+
+def test_abft_check_refuses_a_k_slice_outside_k() -> None:
+    a = np.ones((4, 3), np.float32)
+    b = np.ones((3, 5), np.float32)
+    with pytest.raises(ValueError, match="k_slice"):
+        abft_check(a, b, a @ b, SMALL, 1, k_slice=4)

@@ -7,9 +7,9 @@
 // all sums in float64. The tolerance is the float32 rounding bound of the MMM kernel plus the
 // float64 rounding of this check (safemon/kernels/abft.py derives it):
 //   tol = g32 · Σ|A||B| + g64 · (Σ|A||B| + Σ|C|) + n_terms · KS · 2^-149,
-//   g32 = γ_{K+S} in float32 (u = 2^-24), g64 = γ_{n_terms+K+7} in float64 (u = 2^-53),
-// with S the K-slices of the product and n_terms the tile rows (column check) or columns (row
-// check). A non-finite sum of C fails, and so does a comparison that is not true (NaN).
+//   g32 = γ_{k_S+S} in float32 (u = 2^-24), g64 = γ_{n_terms+K+7} in float64 (u = 2^-53),
+// with S the K-slices of the product, k_S the most k of any slice (the host passes
+// roundings = k_S + S) and n_terms the tile rows (column check) or columns (row check). A non-finite sum of C fails, and so does a comparison that is not true (NaN).
 //
 // The row-only check ("rows", safemon/kernels/abft.py) applies the second rule alone: it runs
 // safemon_abft_b_vectors (or takes a weight's vectors computed once), the row products and
@@ -450,7 +450,7 @@ template <int RW, int CG>
 __device__ __forceinline__ void safemon_abft_verify_impl(
     const float* __restrict__ C, const double* __restrict__ col_part,
     const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N, int K,
-    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices) {
+    int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices, int roundings) {
     __shared__ double s_part[ABFT_VERIFY_PARTS][4][32];
     // RP threads per tile row add its slices' products (RP parts: thread part q takes every
     // RP-th slice from q; threads on consecutive rows, coalesced), then one thread adds the
@@ -458,7 +458,7 @@ __device__ __forceinline__ void safemon_abft_verify_impl(
     constexpr int RP = 256 / (8 * RW) < 8 ? 256 / (8 * RW) : 8;
     __shared__ double s_rowp[RP][8 * RW][2];
     __shared__ double s_row[8 * RW][2];
-    const double g32 = safemon_gamma((double)K + slices, 0x1p-24);
+    const double g32 = safemon_gamma((double)roundings, 0x1p-24);
     const double tiny = (double)K * slices * 0x1p-149;
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5;
     const int by = (int)(blockIdx.x / gx), bx = (int)(blockIdx.x % gx);
@@ -566,9 +566,10 @@ __device__ __forceinline__ void safemon_abft_verify_impl(
     extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify_##RW##_##CG(          \
         const float* __restrict__ C, const double* __restrict__ col_part,                      \
         const double* __restrict__ row_part, unsigned* __restrict__ status, int M, int N,     \
-        int K, int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices) {  \
+        int K, int BM, int BN, int gx, int gy, int slices, int col_slices, int row_slices,   \
+        int roundings) {                                                                      \
         safemon_abft_verify_impl<RW, CG>(C, col_part, row_part, status, M, N, K, BM, BN, gx,  \
-                                         gy, slices, col_slices, row_slices);                 \
+                                         gy, slices, col_slices, row_slices, roundings);      \
     }
 SAFEMON_ABFT_VERIFY(1, 8)
 SAFEMON_ABFT_VERIFY(4, 1)
@@ -583,7 +584,7 @@ SAFEMON_ABFT_VERIFY(16, 8)
 extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify_rows(
     const float* __restrict__ C, const double* __restrict__ row_part,
     unsigned* __restrict__ status, int M, int N, int K, int BM, int BN, int gx, int slices,
-    int row_slices) {
+    int row_slices, int roundings) {
     const int lane = threadIdx.x & 31;
     const long long w = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (w >= (long long)M * gx) return;
@@ -609,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(256) safemon_abft_verify_rows(
     }
     if (lane == 0) {
         const int terms = c_end - c0;
-        const double g32 = safemon_gamma((double)K + slices, 0x1p-24);
+        const double g32 = safemon_gamma((double)roundings, 0x1p-24);
         const double g64 = safemon_gamma((double)terms + K + 7, 0x1p-53);
         const double tol = g32 * bd + g64 * (bd + ga) + terms * ((double)K * slices * 0x1p-149);
         if (!(isfinite(g) && fabs(g - e) <= tol))
