@@ -188,8 +188,10 @@ def test_gpu_launch_checked_takes_the_side_stream_above_the_threshold(
     assert not report.ok and report.ecc_bad_words > 0
 
 
-def test_gpu_abft_flags_an_injected_exponent_flip_and_leaves_tiny_ones_below_tolerance() -> None:
-    v = make_variant(None, None, "exact", "small", abft=True)
+@pytest.mark.parametrize("abft", [True, "rows"], ids=["full", "rows"])
+def test_gpu_abft_flags_an_injected_exponent_flip_and_leaves_tiny_ones_below_tolerance(
+        abft: bool | str) -> None:
+    v = make_variant(None, None, "exact", "small", abft=abft)
     a, b = _inputs(80, 80, 80)
     gc, ges = reference_matmul(a, b, v)
     rows = injection_rows(2, target=TARGETS["accumulator"], thread=7, kstep=79, index=5,
