@@ -246,16 +246,16 @@ def abft_check(a: F32, b: F32, c: npt.NDArray[Any], tile: TileConfig, slices: in
 
 
 def abft_passes(a: F32, b: F32, c: npt.NDArray[Any], variant: Variant) -> bool:
-    """True when `c` passes `abft_check` for C = a·b computed by `variant` (its tile, its
-    K-slices in the rounding bound, and its kind; a variant without a check gets "full").
-    False, never an exception, for a `c` of the wrong shape (a channel's result that cannot
-    be this product)."""
+    """True when `c` passes the full `abft_check` (rows and columns, whatever the variant's
+    own kind: on the host B is at hand, so the stronger rule costs nothing extra) for C = a·b
+    computed by `variant` (its tile, and its K-slices in the rounding bound). The daemon's
+    per-request check of 1oo1D results. False, never an exception, for a `c` of the wrong
+    shape (a channel's result that cannot be this product)."""
     if c.ndim != 2 or c.shape != (a.shape[0], b.shape[1]) or a.shape[1] != b.shape[0]:
         return False
-    kind = "rows" if variant.abft_kind == "rows" else "full"  # "none": the full rule
     k = a.shape[1]
     s = variant.slices(k)
-    return abft_check(a, b, c, variant.tile, s, kind, slice_k_max(k, variant.tile.bk, s)).ok
+    return abft_check(a, b, c, variant.tile, s, "full", slice_k_max(k, variant.tile.bk, s)).ok
 
 
 def abft_campaign_reference(a: F32, b: F32, golden_c: F32, tile: TileConfig,

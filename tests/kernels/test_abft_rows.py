@@ -68,9 +68,9 @@ def test_errors_cancelling_in_a_tile_row_pass_rows_and_fail_full() -> None:
     assert abft_check(a, b, bad, SMALL).failed_tiles == (0,)
 
 
-def test_rows_passes_what_full_passes_and_fails_what_its_row_rule_fails() -> None:
-    """On clean products of every input kind "rows" passes (its rule is the full check's row
-    rule), and abft_passes follows the variant's kind."""
+def test_rows_passes_clean_products_and_the_host_check_stays_full() -> None:
+    """On clean products "rows" passes (its rule is the full check's row rule); the daemon's
+    host check (abft_passes) applies the full rule whatever the variant's kind."""
     rng = np.random.default_rng(5)
     for _ in range(20):
         m, n, k = (int(x) for x in rng.integers(1, 90, 3))
@@ -81,7 +81,7 @@ def test_rows_passes_what_full_passes_and_fails_what_its_row_rule_fails() -> Non
     bad = c.copy()
     bad[3, 1] += np.float32(100.0)
     bad[3, 2] -= np.float32(100.0)
-    assert abft_passes(a, b, bad, make_variant(None, None, "fma", "small", abft="rows"))
+    assert not abft_passes(a, b, bad, make_variant(None, None, "fma", "small", abft="rows"))
     assert not abft_passes(a, b, bad, make_variant(None, None, "fma", "small", abft=True))
     assert not abft_passes(a, b, bad, make_variant(None, None, "fma", "small"))  # none: full
 
@@ -139,12 +139,31 @@ def test_channel_config_takes_rows_and_refuses_other_strings() -> None:
         VariantConfig(abft="cols")  # type: ignore[arg-type]
 
 
-def test_numpy_backend_runs_the_row_check_and_returns_the_plain_product() -> None:
+def test_numpy_backend_runs_the_row_check_and_returns_the_plain_product(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clean call returns the plain product; a reference C with an exponent flip (the
+    reference patched) is refused by the row check, naming the tile."""
+    from safemon.errors import KernelCheckError
+    from safemon.kernels import reference
+
     a, b, _ = _product(9, 40, 70, 30)
     r = protected_matmul(a, b, checksum="ones", level="M", abft="rows", backend="numpy")
     plain = protected_matmul(a, b, checksum="ones", level="M", backend="numpy")
     assert r.variant.abft_kind == "rows"
     assert r.c.tobytes() == plain.c.tobytes() and r.es.tobytes() == plain.es.tobytes()
+    real = reference.reference_matmul
+
+    def flipped(*args: object, **kw: object) -> tuple[np.ndarray, np.ndarray]:
+        c, es = real(*args, **kw)  # type: ignore[arg-type]
+        c = c.copy()
+        c.view(np.uint32)[33, 40] ^= np.uint32(1 << 29)
+        return c, es
+
+    monkeypatch.setattr(reference, "reference_matmul", flipped)
+    with pytest.raises(KernelCheckError, match="abft") as err:
+        protected_matmul(a, b, checksum="ones", level="M", abft="rows", backend="numpy")
+    t = r.variant.tile
+    assert f"tile {(33 // t.bm) * t.grid(40, 70)[0] + 40 // t.bn};" in str(err.value)
 
 
 def test_protected_array_keeps_a_derived_value_until_update() -> None:

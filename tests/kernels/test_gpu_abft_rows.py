@@ -214,3 +214,45 @@ def test_gpu_rows_no_false_positive_in_10000_clean_runs_on_fresh_inputs() -> Non
         if runs % 997 == 0:
             assert cp.asnumpy(launch.c).tobytes() == reference_matmul(a, b, v)[0].tobytes()
         runs += 1
+
+
+@pytest.mark.parametrize("abft", [True, "rows"], ids=["full", "rows"])
+def test_gpu_split_products_decide_like_the_mirror_with_the_longest_slice(
+        abft: bool | str) -> None:
+    """Split 4 (k_S = 512 of K = 2048): after a flip of one bit of C the device's decision and
+    tile equal the mirror's with k_slice = k_S (k_S + S roundings). Flips of bits near the
+    tolerance are chosen so that the earlier rule (K + S) decides some of them otherwise: the
+    test asserts that some do, so a device still on the earlier count would fail it."""
+    import cupy as cp
+
+    from safemon.kernels.abft import launch_abft
+    from safemon.kernels.catalog import slice_k_max
+    from safemon.kernels.checked import STATUS_WORDS, StatusReport
+    from safemon.kernels.gpu import gpu_matmul
+
+    m, n, k = 64, 1024, 2048
+    v = make_variant(None, None, "fma", "wide64", 4, abft=abft)
+    s = v.slices(k)
+    k_s = slice_k_max(k, v.tile.bk, s)
+    assert (s, k_s) == (4, 512)
+    a, b = _inputs(m, n, k, seed=7)
+    da, db = cp.asarray(a), cp.asarray(b)
+    c, _ = gpu_matmul(da, db, v)
+    kind = "rows" if abft == "rows" else "full"
+    rng = np.random.default_rng(11)
+    separated = 0
+    for bit in range(18, 28):
+        for _ in range(10):
+            i, j = int(rng.integers(0, m)), int(rng.integers(0, n))
+            bad = c.copy()
+            bad.view(cp.uint32)[i, j] ^= cp.uint32(1 << bit)
+            status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+            launch_abft(da, db, bad, v, int(status.data.ptr))
+            report = StatusReport.from_words(status.get())
+            host = cp.asnumpy(bad)
+            new = abft_check(a, b, host, v.tile, s, kind, k_s)
+            old = abft_check(a, b, host, v.tile, s, kind)
+            assert report.abft_failed == (not new.ok), (bit, i, j)
+            assert report.abft_tile == (new.failed_tiles[0] if new.failed_tiles else None)
+            separated += new.ok != old.ok
+    assert separated > 0
