@@ -49,6 +49,9 @@ class MatmulResult:
     backend: Backend
     status: Any = field(default=None, compare=False)
     _inputs: tuple[Any, Any, int] | None = field(default=None, repr=False, compare=False)
+    #: A pending result's `CheckedLaunch.keep` (device arrays its kernels read), held until
+    #: the result is dropped.
+    _keep: Any = field(default=None, repr=False, compare=False)
 
     @property
     def pending(self) -> bool:
@@ -210,7 +213,7 @@ def _run_cupy(a: Any, b: Any, variant: Variant, *, ecc_retries: int, wait: bool)
                             _inputs=(a, b, ecc_retries)).wait(report)
     launch = launch_checked(a, b, variant, b_protected=pb)
     return MatmulResult(launch.c, launch.es, variant, Backend.CUPY, status=launch.status,
-                        _inputs=(a, b, ecc_retries))
+                        _inputs=(a, b, ecc_retries), _keep=launch.keep)
 
 
 def _shape_of(a: Any, b: Any) -> tuple[int, int, int]:

@@ -145,12 +145,17 @@ def _tile(word: np.uint32) -> int | None:
 @dataclass(frozen=True)
 class CheckedLaunch:
     """What `launch_checked` queued: device C and ES (poison if a check failed), the
-    device status block, and whether B's ECC check is part of it."""
+    device status block, and whether B's ECC check is part of it. `keep` holds what the
+    queued kernels read and nothing else may keep alive until they ran: a weight's ABFT
+    vectors, which `ProtectedArray.update` drops from the weight (allocated on the stream
+    that made them, their memory could otherwise go to a new allocation there while this
+    launch's stream still reads them). Hold the launch until its status was read."""
 
     c: Any
     es: Any
     status: Any
     ecc_checked: bool
+    keep: Any = None
 
 
 def launch_checked(
@@ -194,7 +199,7 @@ def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected:
     pending = begin_abft(a.shape[0], b.shape[1], a.shape[1], variant, weights=weights)
     c, es = gpu_matmul(a, b, variant, status=status)
     finish_abft(pending, a, b, c, int(status.data.ptr))
-    return CheckedLaunch(c, es, status, b_protected is not None)
+    return CheckedLaunch(c, es, status, b_protected is not None, weights)
 
 
 def weight_vectors(b_protected: Any, tile: TileConfig) -> AbftWeightVectors:

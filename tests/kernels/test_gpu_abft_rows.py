@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import safemon
 from safemon.dims import Dims
 from safemon.evidence.inkernel import run_inkernel_campaign
 from safemon.kernels.abft import abft_check
@@ -153,8 +154,14 @@ def test_gpu_protected_weight_makes_its_vectors_once_and_again_after_update() ->
     assert again is not first
     assert cp.asnumpy(again.b_sum).tobytes() == cp.asnumpy(-first.b_sum).tobytes()
     launch = launch_checked(cp.asarray(a), None, v, b_protected=pb)
+    assert launch.keep is again  # held by the launch: an update may drop them from the weight
     assert read_status(launch.status).ok
     assert cp.asnumpy(launch.c).tobytes() == reference_matmul(a, -b, v)[0].tobytes()
+    pending = safemon.protected_matmul(cp.asarray(a), pb, checksum="ones", level="M",
+                                       mode="fma", abft="rows", tile="wide64", wait=False)
+    assert pending._keep is again
+    done = pending.wait()
+    assert cp.asnumpy(done.c).tobytes() == reference_matmul(a, -b, done.variant)[0].tobytes()
 
 
 def test_gpu_uncorrectable_weight_keeps_no_vectors_and_raises() -> None:
