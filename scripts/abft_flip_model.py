@@ -26,7 +26,7 @@ import numpy as np
 from safemon.dims import parse_dims
 from safemon.evidence.inkernel import inputs_for
 from safemon.kernels.abft import abft_check
-from safemon.kernels.catalog import make_variant, slice_k_max
+from safemon.kernels.catalog import make_variant
 from safemon.kernels.reference import reference_matmul
 
 
@@ -46,7 +46,7 @@ def main() -> int:
     c, _ = reference_matmul(a, b, v)
     print(f"reference {v.name}: {time.perf_counter() - t0:.1f} s", flush=True)
     s = v.slices(d.k)
-    k_s = slice_k_max(d.k, v.tile.bk, s)
+    k_s = v.longest_slice(d.k)
     rng = np.random.default_rng(args.seed)
     i = rng.integers(0, d.m, args.flips)
     j = rng.integers(0, d.n, args.flips)

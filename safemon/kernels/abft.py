@@ -33,8 +33,8 @@ Summed over the tile's `n` rows (columns), the float32 part is γ_{k_S+S}·P wit
 
     tol = γ_{k_S+S}·P + γ⁽⁶⁴⁾_{n+K+7}·(P + Σ|Ĉ|) + n·K·S·2⁻¹⁴⁹.
 
-Until 2026-11-24 the first term was γ_{K+S}·P for every split: also a bound, but S times
-looser than need be for a product split S ways (64×4096×4096 on `wide64` is split 8: k_S +
+Until 2026-11-24 the first term was γ_{K+S}·P for every split: also a bound, but about S
+times looser than need be for a product split S ways (64×4096×4096 on `wide64` is split 8: k_S +
 S = 520 against K + S = 4104).
 
 A non-finite sum of C fails outright, and so does a comparison that is not true (NaN):
@@ -75,7 +75,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from safemon.kernels.catalog import TileConfig, Variant, slice_k_max
+from safemon.kernels.catalog import TileConfig, Variant
 from safemon.kernels.compiler import KernelBuild
 
 __all__ = [
@@ -254,8 +254,8 @@ def abft_passes(a: F32, b: F32, c: npt.NDArray[Any], variant: Variant) -> bool:
     if c.ndim != 2 or c.shape != (a.shape[0], b.shape[1]) or a.shape[1] != b.shape[0]:
         return False
     k = a.shape[1]
-    s = variant.slices(k)
-    return abft_check(a, b, c, variant.tile, s, "full", slice_k_max(k, variant.tile.bk, s)).ok
+    return abft_check(a, b, c, variant.tile, variant.slices(k), "full",
+                      variant.longest_slice(k)).ok
 
 
 def abft_campaign_reference(a: F32, b: F32, golden_c: F32, tile: TileConfig,
@@ -483,9 +483,8 @@ def plan_abft(m: int, n: int, k: int, variant: Variant, *, work: Any = None,
                              f"{weights.bn}-wide tiles, the product needs ({k}, {n}) and "
                              f"{variant.tile.bn}")
         b_sum, b_abs = weights.b_sum, weights.b_abs
-    slices = variant.slices(k)
-    return AbftPlan(variant.abft_kind, b_given, slice_k_max(k, variant.tile.bk, slices), m, n, k,
-                    variant.tile, gx, gy, slices, work, a_sum, a_abs, b_sum, b_abs, col_part, row_part,
+    return AbftPlan(variant.abft_kind, b_given, variant.longest_slice(k), m, n, k,
+                    variant.tile, gx, gy, variant.slices(k), work, a_sum, a_abs, b_sum, b_abs, col_part, row_part,
                     col_y, col_grid, col_slices, col_per, row_nt, row_grid, row_slices, row_per)
 
 
@@ -658,14 +657,13 @@ def finish_abft(pending: AbftPending, a: Any, b: Any, c: Any, status_ptr: int) -
     launch_abft_verify(c, plan, status_ptr, after=done)
 
 
-def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int, *,
-                weights: AbftWeightVectors | None = None) -> None:
+def launch_abft(a: Any, b: Any, c: Any, variant: Variant, status_ptr: int) -> None:
     """Queue the whole of abft.cu over the CuPy float32 arrays A (M, K), B (K, N), C (M, N) on
     the current stream, after whatever produced C; a failure sets words 6–7 of the status
     block at `status_ptr`. No waiting. (`checked.launch_checked` may instead run the
-    checksum products beside the MMM kernel: `begin_abft` / `finish_abft`.) `weights`: as for
-    `begin_abft`."""
-    plan = plan_abft(a.shape[0], b.shape[1], a.shape[1], variant, weights=weights)
+    checksum products beside the MMM kernel: `begin_abft` / `finish_abft`, which also take a
+    weight's B vectors.)"""
+    plan = plan_abft(a.shape[0], b.shape[1], a.shape[1], variant)
     launch_abft_checksums(a, b, plan)
     launch_abft_verify(c, plan, status_ptr)
 

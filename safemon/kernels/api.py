@@ -22,7 +22,7 @@ from safemon.errors import (
     UncorrectableError,
 )
 from safemon.kernels.backend import Backend, resolve_backend
-from safemon.kernels.catalog import TileConfig, Variant, slice_k_max, variant_for_shape
+from safemon.kernels.catalog import TileConfig, Variant, variant_for_shape
 from safemon.kernels.checked import _OK, StatusReport, launch_checked, read_status, run_checked
 from safemon.kernels.compiler import cupy_if_imported
 
@@ -184,9 +184,8 @@ def run_variant(
         from safemon.kernels.abft import abft_check
 
         k = a.shape[1]
-        s = variant.slices(k)
-        check = abft_check(a, b, c, variant.tile, s, variant.abft_kind,
-                           slice_k_max(k, variant.tile.bk, s))
+        check = abft_check(a, b, c, variant.tile, variant.slices(k), variant.abft_kind,
+                           variant.longest_slice(k))
         if not check.ok:
             raise KernelCheckError("abft", check.failed_tiles[0])
     return MatmulResult(c=c, es=es, variant=variant, backend=resolved)

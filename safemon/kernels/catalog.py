@@ -330,6 +330,10 @@ class Variant:
         """K-slices (`gridDim.z`) of a product with inner dimension `k`."""
         return k_slices(k, self.tile.bk, self.split)
 
+    def longest_slice(self, k: int) -> int:
+        """The most k of any of those slices (`slice_k_max`): ABFT's rounding count."""
+        return slice_k_max(k, self.tile.bk, self.slices(k))
+
     def es_threads(self, m: int, n: int, k: int) -> int:
         """Rows of the ES array: launched threads over all K-slices."""
         return self.tile.total_threads(m, n) * self.slices(k)
