@@ -226,10 +226,13 @@ class ChannelConfig(_Model):
     placement "stream": a CUDA stream inside the daemon process; such channels share the
     daemon's process (a crash takes all of them down, which the safety case must accept)
     and are always reached over `inproc://`, whatever `endpoints.channel_base` says.
+    placement "inline": a CUDA stream driven by the daemon's own loop thread, with no socket
+    and no thread of its own; the daemon queues every inline channel's device work before
+    it waits on any (`safemon.channels.inline`). Same shared process as "stream".
     """
 
     name: Name
-    placement: Literal["process", "stream"] = "process"
+    placement: Literal["process", "stream", "inline"] = "process"
     gpu: Annotated[StrictInt, Field(ge=0)] | None = None
     variant: VariantConfig = Field(default_factory=VariantConfig)
 

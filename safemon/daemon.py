@@ -34,6 +34,7 @@ import zmq
 from prometheus_client import CollectorRegistry
 
 from safemon import daemon_status
+from safemon.channels.inline import InlineChannels
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
 from safemon.channels.supervisor import Supervisor
@@ -189,6 +190,8 @@ class Daemon:
         self.injection_enabled = bool(config.testing.fault_injection)
         #: stimuli raised while effects are carried out (a failed weight send)
         self._feedback: collections.deque[st.Stimulus] = collections.deque()
+        #: the inline channels this loop drives (`safemon.channels.inline`); None: none
+        self._inline: InlineChannels | None = None
 
     # ================================================================== the core's roles
 
@@ -262,6 +265,8 @@ class Daemon:
         # its channels without link checks.
         link_key = getattr(launcher, "link_key", None)
         self._link_key = link_key if isinstance(link_key, bytes) else None
+        inline = getattr(launcher, "inline", None)
+        self._inline = inline if isinstance(inline, InlineChannels) and inline.names else None
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         self.core = RuntimeCore(cfg, scheduler, by_channel, self.supervisor, self.metrics,
                                 self.backend, self.clock,
@@ -271,7 +276,8 @@ class Daemon:
         now = self.clock()
         # Connect before the channels bind: DEALERs reconnect until the peer appears.
         for name in cfg.channel_names:
-            self._chan_socks[name] = self._connect_channel(name)
+            if not self._is_inline(name):
+                self._chan_socks[name] = self._connect_channel(name)
         self.supervisor.start_all(now)
         self._sock_incarnation = {n: self.supervisor.incarnation(n) for n in cfg.channel_names}
         self.log.info("daemon_started", backend=self.backend, policy=Policy(cfg.policy).value,
@@ -359,6 +365,7 @@ class Daemon:
                     timers_at = self._timers_at()
                     now = self.clock()  # the timers' work took time
                 self._poll_once(self._timeout_ms(now, timers_at))
+                self._pump_inline()
         finally:
             self._shutdown()
 
@@ -377,7 +384,8 @@ class Daemon:
         guard's reopening are due (whole ms, rounded up, at most 50)."""
         until = timers_at
         reopen = self._conn_guard.next_wakeup() if self._conn_guard is not None else None
-        for w in (self._drain_deadline, reopen):
+        inline = None if self._inline is None else self._inline.next_due()
+        for w in (self._drain_deadline, reopen, inline):
             if w is not None and w < until:
                 until = w
         return max(0, min(50, int((until - now) * 1000) + 1))
@@ -726,6 +734,9 @@ class Daemon:
         token = self._link_token(name)
         if token is not None:
             meta = {**meta, LINK_FIELD: token}
+        if self._inline is not None and name in self._inline.names:
+            return self._inline.deliver(name, kind, epoch=self.epoch, seq=seq, meta=meta,
+                                        arrays=arrays)
         frames = encode(kind, epoch=self.epoch, seq=seq, channel=name, meta=meta, arrays=arrays)
         try:
             send_message(self._chan_socks[name], frames, flags=zmq.NOBLOCK)
@@ -775,6 +786,33 @@ class Daemon:
             pass
         self._hooks.append(p)
 
+    # ================================================================== inline channels
+
+    def _is_inline(self, name: str) -> bool:
+        return self._inline is not None and name in self._inline.names
+
+    def _pump_inline(self) -> None:
+        """Run the inline channels (`safemon.channels.inline`) in lockstep rounds until none
+        has work, and hand every message they sent to `_channel_message`, as if it had come
+        on their sockets. A result can queue more work (the next request of a busy
+        channel): that runs in the next round."""
+        inline = self._inline
+        if inline is None:
+            return
+        inline.tick(self.clock())  # heartbeats due
+        while True:
+            if inline.has_work:
+                inline.run_round()
+            sent = inline.take(self.clock())
+            for _ in range(inline.take_corrupted()):  # what the transport would have dropped
+                self._rejects.record(RejectReason.BAD_CRC)
+            if not sent and not inline.has_work:
+                return
+            for name, msg in sent:
+                self._channel_message(name, msg)
+                if self._spin_s > 0.0 and msg.kind is not Kind.HEARTBEAT:
+                    self._last_message = time.monotonic()
+
     # ================================================================== time
 
     def _advance(self, now: float) -> None:
@@ -797,11 +835,12 @@ class Daemon:
                 self._feed(st.ChannelReplaced(name, now, st.stimulus_id("replaced")))
                 # A new incarnation binds afresh: a new pipe drops the old one's leftovers
                 # (and inproc:// does not reconnect to a re-bound endpoint by itself).
-                self._chan_socks[name].close(linger=0)
-                self._chan_socks[name] = self._connect_channel(name)
+                if not self._is_inline(name):
+                    self._chan_socks[name].close(linger=0)
+                    self._chan_socks[name] = self._connect_channel(name)
                 self._sock_incarnation[name] = self.supervisor.incarnation(name)
         for name in self._sock_incarnation:
-            if self.supervisor.awaiting_registration(name):
+            if self.supervisor.awaiting_registration(name) and not self._is_inline(name):
                 # The channel answers only the peer that spoke first with its link token;
                 # say hello until it registers (a send before the connection completes
                 # fails at once: the sockets are IMMEDIATE).

@@ -2,7 +2,8 @@
 requests and channel placements, each against a baseline measured in the same run.
 
 Needs CuPy and a GPU. Per placement ("process": three channel processes; "stream": three
-CUDA streams in the daemon process), a 2oo3 daemon (`safemon run`, ipc://) is started and
+CUDA streams on threads of the daemon process; "inline": three CUDA streams driven by the
+daemon's loop, every channel's device step queued before any is waited for), a 2oo3 daemon (`safemon run`, ipc://) is started and
 this process acts as the app, passing CuPy arrays to `Client`:
 
 - **matmul** at each size: round trip of `Client.matmul(cupy x)` (result back as a CuPy
@@ -49,6 +50,9 @@ FORMAT = "safemon.bench_runtime/2"
 #: digests over ZeroMQ: `safemon.device_io`) or "host" (copied through host memory, C and
 #: ES as frames), both measured against the same daemon in one run.
 PATHS = ("cuda-ipc", "host")
+
+PLACEMENTS = ("process", "stream", "inline")
+"""Channel placements the benchmark knows (`ChannelConfig.placement`)."""
 
 Progress = Callable[[str], None]
 
@@ -164,9 +168,9 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
     with running_daemon(cfg_path, work / f"daemon-{placement}.log", 240.0) as client:
         client.control_timeout_s = 60.0
         # As loaded (the environment's SAFEMON_TIMING__SPIN_S included): the client spins
-        # whatever the placement; the daemon and its channels not with stream channels.
+        # whatever the placement; the daemon (and channel processes) not with stream channels.
         res["client_spin_s"] = client.config.timing.spin_s
-        res["spin_s"] = client.config.timing.spin_s if placement == "process" else 0.0
+        res["spin_s"] = client.config.timing.spin_s if placement != "stream" else 0.0
         clean: dict[str, Any] = {}
         wids = {s.label: client.register_weight(ops[s.label][1]) for s in sizes}
         layers, weights, x_host = mops
@@ -254,8 +258,8 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
     cp = import_cupy()
     say = progress or (lambda _s: None)
     for p in placements:
-        if p not in ("process", "stream"):
-            raise ValueError(f"unknown placement {p!r}; known: process, stream")
+        if p not in PLACEMENTS:
+            raise ValueError(f"unknown placement {p!r}; known: {', '.join(PLACEMENTS)}")
     for p in paths:
         if p not in PATHS:
             raise ValueError(f"unknown path {p!r}; known: {', '.join(PATHS)}")

@@ -1,10 +1,13 @@
-"""Start and stop channel workers: spawned processes or streams (threads) in this process.
+"""Start and stop channel workers: spawned processes, streams (threads) in this process, or
+inline channels that the daemon's own loop drives (`safemon.channels.inline`).
 
 Process mode execs a fresh interpreter (`python -m safemon.channels.worker`), the `spawn`
 discipline CUDA needs: nothing (no zmq context, no CUDA context) is inherited, and the
 resolved config travels as JSON on stdin, never pickled. The child pins its CUDA device
 itself (`ChannelConfig.gpu`). Stream mode runs the worker on a thread of this process,
-on the caller's zmq context (inproc:// needs one context) and its own CUDA stream.
+on the caller's zmq context (inproc:// needs one context) and its own CUDA stream. Inline
+mode sets the channel up (device, warm-up) in the caller's thread and installs it in
+`RealLauncher.inline`, where the daemon finds it.
 
 `Launcher` is the OS effect the supervisor is given (STYLE.md item 9), so the supervisor's
 tests can use a fake one.
@@ -21,12 +24,20 @@ from typing import Protocol
 
 import structlog
 
+from safemon.channels.inline import InlineChannel, InlineChannels, InlineHandle
 from safemon.channels.link import link_token, new_link_key
 from safemon.channels.worker import ChannelWorker
 from safemon.config import Config
 from safemon.transport.sockets import Context
 
-__all__ = ["ChannelHandle", "Launcher", "ProcessHandle", "RealLauncher", "StreamHandle"]
+__all__ = [
+    "ChannelHandle",
+    "InlineHandle",
+    "Launcher",
+    "ProcessHandle",
+    "RealLauncher",
+    "StreamHandle",
+]
 
 log = structlog.get_logger("safemon.launcher")
 
@@ -132,8 +143,17 @@ class RealLauncher:
         self.link_key = new_link_key() if link_key is None else link_key
         self._placement = {c.name: c.placement for c in config.channels}
         self._json = config.model_dump_json().encode()
+        #: the inline channels' current incarnations, driven by the daemon's loop
+        self.inline = InlineChannels(tuple(c.name for c in config.channels
+                                           if c.placement == "inline"))
 
     def start(self, name: str, incarnation: int, epoch: int) -> ChannelHandle:
+        if self._placement[name] == "inline":
+            channel = InlineChannel(self.config, name, incarnation=incarnation, epoch=epoch,
+                                    link=link_token(self.link_key, name, incarnation))
+            self.inline.install(channel)
+            channel.start()
+            return InlineHandle(name, incarnation, channel)
         if self._placement[name] == "stream":
             worker = ChannelWorker(self.ctx, self.config, name, incarnation=incarnation, epoch=epoch,
                                    link=link_token(self.link_key, name, incarnation))

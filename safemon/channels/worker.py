@@ -39,7 +39,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,14 +57,27 @@ from safemon.errors import DeviceInputError, KernelCheckError, SafemonError, Unc
 from safemon.kernels.api import run_variant
 from safemon.kernels.backend import Backend, resolve_backend
 from safemon.kernels.catalog import TILES, make_variant
+from safemon.kernels.pinned import lane
+from safemon.steps import run_steps
 from safemon.transport import Kind, Limits, Message, encode, make_socket, recv_message, send_message
 from safemon.transport import messages as msgs
 from safemon.transport.sockets import Context, Socket
 from safemon.weight_id import weight_id_of
 
-__all__ = ["ChannelWorker", "main"]
+__all__ = ["ChannelWorker", "Reply", "main"]
 
 log = structlog.get_logger("safemon.channel")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A handled REQUEST's RESULT: its meta and frames, whether an injected `corrupt_frame`
+    spoils it on the way, and how long an injected `slow` fault holds it back (seconds)."""
+
+    meta: dict[str, Any]
+    arrays: tuple[Any, ...]
+    corrupt: bool
+    delay_s: float
 
 
 class _Crash(Exception):
@@ -127,6 +141,7 @@ class ChannelWorker:
         self._parent_pid = parent_pid
         self.foreign_dropped = 0
         self._imports = ImportedBuffers(clock=clock)  # device-resident requests' buffers
+        self._busy_s = 0.0  # this request's time inside its own device steps (`_on_stream`)
         self.log = log.bind(channel=name, epoch=epoch, incarnation=incarnation)
 
     # ---------------------------------------------------------------- public
@@ -236,7 +251,7 @@ class ChannelWorker:
 
     def _send(
         self,
-        sock: Socket,
+        sock: Socket | None,
         kind: Kind,
         seq: int,
         *,
@@ -258,7 +273,7 @@ class ChannelWorker:
             if bad:
                 bad[0] ^= 0xFF  # after the CRC was computed: the receiver must reject it
             frames[1] = bytes(bad)
-        if self._peer is None:
+        if self._peer is None or sock is None:
             return  # no daemon has spoken yet: nobody to send to
         try:
             send_message(sock, frames, identity=self._peer, flags=zmq.NOBLOCK)
@@ -267,7 +282,7 @@ class ChannelWorker:
             # DeadlineMiss, and heartbeats resume once it reconnects.
             self.log.debug("send_dropped", kind=kind.value)
 
-    def _register(self, sock: Socket) -> None:
+    def _register(self, sock: Socket | None) -> None:
         self._send(sock, Kind.REGISTER, self._next_seq(), meta={
             "variant": self._variant_text(),
             "pid": os.getpid(),
@@ -275,7 +290,7 @@ class ChannelWorker:
             "incarnation": self.incarnation,
         })
 
-    def _heartbeat(self, sock: Socket) -> None:
+    def _heartbeat(self, sock: Socket | None) -> None:
         corrected = sum(getattr(w, "corrected_total", 0) for w in self._weights.values())
         uncorrectable = sum(getattr(w, "uncorrectable_total", 0) for w in self._weights.values())
         self._send(sock, Kind.HEARTBEAT, self._next_seq(), meta={
@@ -328,7 +343,7 @@ class ChannelWorker:
             if spin > 0:  # the window runs from the end of this message's handling
                 last_message = time.monotonic()
 
-    def _control(self, sock: Socket, msg: Message) -> bool:
+    def _control(self, sock: Socket | None, msg: Message) -> bool:
         """Apply one control message; True means leave the loop."""
         command = msg.meta.get("command")
         args = msg.meta.get("args")
@@ -391,7 +406,20 @@ class ChannelWorker:
             return False
         return True
 
-    def _request(self, sock: Socket, msg: Message) -> None:
+    def _request(self, sock: Socket | None, msg: Message) -> None:
+        """Handle one REQUEST to its end and send its RESULT (after the delay an injected
+        `slow` fault adds)."""
+        reply = run_steps(self._request_steps(msg))
+        if reply.delay_s > 0:
+            self._stop.wait(reply.delay_s)
+        self._send(sock, Kind.RESULT, msg.seq, epoch=msg.epoch, meta=reply.meta,
+                   arrays=reply.arrays, corrupt=reply.corrupt)
+
+    def _request_steps(self, msg: Message) -> Generator[None, None, Reply]:
+        """A generator that handles one REQUEST and returns its `Reply`. A device-resident
+        request yields once, after its work is queued on this channel's stream and before
+        the wait (`safemon.channels.inline` queues every channel's work before waiting on
+        any); everything else runs without yielding."""
         job = msg.meta.get("job", "live")
         self._sm_frame: npt.NDArray[np.uint32] | None = None
         meta: dict[str, Any] = {"job": job, "variant": "", "ok": False, "kernel_seconds": 0.0}
@@ -400,7 +428,7 @@ class ChannelWorker:
         arrays_out: tuple[Any, ...] = ()
         try:
             if job in ("live", "model") and "x_ipc" in msg.meta:
-                arrays_out = self._run_device(msg, meta)
+                arrays_out = yield from self._run_device(msg, meta)
             elif job == "model" and len(msg.arrays) == 3:
                 arrays_out = self._run_model(msg, meta)
             elif job == "selftest" and len(msg.arrays) == 2:
@@ -426,18 +454,18 @@ class ChannelWorker:
         except Exception as exc:  # e.g. a CUDA runtime error: this channel failed, say so
             self.log.error("channel_compute_failed", error=repr(exc))
             meta["error"] = f"channel_error: {type(exc).__name__}: {exc}"
+        delay = 0.0
         if self._faults.slow:
             deadline_ms = msg.meta.get("deadline_ms")
             wait = float(deadline_ms) / 1000.0 if isinstance(deadline_ms, int | float) else 0.0
-            self._stop.wait(wait + self.config.timing.request_deadline_s * 0.5)
+            delay = wait + self.config.timing.request_deadline_s * 0.5
         corrupt = self._faults.corrupt_frame and bool(arrays_out)
         self._faults.corrupt_frame = self._faults.corrupt_frame and not corrupt
         arrays: tuple[Any, ...] = arrays_out if meta["ok"] else ()
         if arrays and self._sm_frame is not None:
             arrays += (self._sm_frame,)
         self._sm_frame = None
-        self._send(sock, Kind.RESULT, msg.seq, epoch=msg.epoch, meta=meta, arrays=arrays,
-                   corrupt=corrupt)
+        return Reply(meta, arrays, corrupt, delay)
 
     def _run_matmul(self, a: Any, weight: Any, job: Any, meta: dict[str, Any]
                     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint32]]:
@@ -457,8 +485,9 @@ class ChannelWorker:
         meta["ok"] = True
         return c, es
 
-    def _run_device(self, msg: Message, meta: dict[str, Any]) -> tuple[npt.NDArray[np.uint64], ...]:
-        """Device-resident work (docs/PROTOCOL.md section 11): read x from the client's input
+    def _run_device(self, msg: Message, meta: dict[str, Any]
+                    ) -> Generator[None, None, tuple[npt.NDArray[np.uint64], ...]]:
+        """A generator (yields once, between queuing and waiting): device-resident work (docs/PROTOCOL.md section 11): read x from the client's input
         buffer, compute on this channel's device, write the output into this channel's slot
         of the client's output buffer, and return only the digest frame: live [C, ES, x],
         model [out, ES_0, h_1, ..., x]. When the buffers cannot be read or written, sets
@@ -473,13 +502,10 @@ class ChannelWorker:
             meta["input_error"] = ("this channel computes on the host (numpy backend)"
                                    if not self.backend.on_device else "incomplete device fields")
             return ()
-        t0 = time.perf_counter()
+        self._busy_s = 0.0
         try:
-            with self._stream:
-                if model:
-                    digests = self._device_model(msg, work)
-                else:
-                    digests = self._device_product(work, meta)
+            steps = self._device_model(msg, work) if model else self._device_product(work, meta)
+            digests = yield from self._on_stream(steps)
         except Exception as exc:
             self._stream.synchronize()  # nothing queued may still use an import
             if not isinstance(exc, DeviceInputError):
@@ -487,9 +513,27 @@ class ChannelWorker:
             meta["ok"] = True  # the client's buffers could not be read or written
             meta["input_error"] = str(exc)[:400]
             return ()
-        meta["kernel_seconds"] = time.perf_counter() - t0
+        meta["kernel_seconds"] = self._busy_s
         meta["ok"] = True
         return (np.array(digests, dtype=np.uint64),)
+
+    def _on_stream(self, steps: Generator[None, None, list[int]]
+                   ) -> Generator[None, None, list[int]]:
+        """Run each part of `steps` (between its yields) with this channel's stream current
+        and its own page-locked read-back buffers (`safemon.kernels.pinned.lane`), and yield
+        between the parts: nothing of a suspended step stays current on the thread. Adds
+        the time spent inside the parts to `self._busy_s` (seconds): a channel's
+        `kernel_seconds` counts its own work, not the other channels' in between."""
+        while True:
+            t0 = time.perf_counter()
+            try:
+                with self._stream, lane(self.name):
+                    next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            finally:
+                self._busy_s += time.perf_counter() - t0
+            yield
 
     # A device step waits once, and its kernels run with no host or peer copy between them
     # (which channels time-sliced on one GPU pay for dearly: scripts/channel_step_probe.py;
@@ -502,9 +546,10 @@ class ChannelWorker:
     # slot and digests are redone. The slot holds the output before the answer leaves: its
     # copy was queued before the read-back.
 
-    def _device_product(self, work: Any, meta: dict[str, Any]) -> list[int]:
-        """One device-resident product; returns the digests [C, ES, x]. x is read, and C
-        written, by copy kernels that digest the words they copy (`DigestBatch.add_copy`)."""
+    def _device_product(self, work: Any, meta: dict[str, Any]) -> Generator[None, None, list[int]]:
+        """One device-resident product, a generator that yields between queuing and waiting
+        (run by `_on_stream`); returns the digests [C, ES, x]. x is read, and C written, by
+        copy kernels that digest the words they copy (`DigestBatch.add_copy`)."""
         from safemon.kernels.checked import queue_status_reads
         from safemon.kernels.compiler import import_cupy
         from safemon.kernels.model_gpu import DigestBatch
@@ -532,6 +577,7 @@ class ChannelWorker:
         batch.add(pending.es)
         batch.queue_read()
         reads = queue_status_reads([pending.status] if pending.pending else [])
+        yield  # queued: the wait may come after other channels' work is queued too
         (x_d, _), (c_d, _), (es_d, _) = batch.values()
         # Raises when a check failed: nothing is released.
         r = pending.wait(reads.reports()[0] if pending.pending else None)
@@ -542,12 +588,12 @@ class ChannelWorker:
             (c_d, _), (es_d, _) = again.values()
         return [c_d, es_d, x_d]
 
-    def _device_model(self, msg: Message, work: Any) -> list[int]:
-        """One device-resident whole-model request; returns its digest frame with the
-        digest of x last. x is copied in first, before any kernel; the pass copies its
+    def _device_model(self, msg: Message, work: Any) -> Generator[None, None, list[int]]:
+        """One device-resident whole-model request, a generator like `_device_product`;
+        returns its digest frame with the digest of x last. x is copied in first, before any kernel; the pass copies its
         output into the slot (`run_model`'s out_into)."""
         from safemon.kernels.compiler import import_cupy
-        from safemon.models import decode_model, run_model
+        from safemon.models import decode_model, run_model_steps
 
         spec, biases = msg.arrays
         shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
@@ -557,8 +603,9 @@ class ChannelWorker:
                                   "the output slot")
         x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
         self._imports.read(work.x_ipc, x, self._stream)
-        res = run_model(layers, self._weights, x, self.chan.variant, "cupy", self._model_fault,
-                        out_into=slot, extra_digests=[x], settle=self._data_fault_armed())
+        res = yield from run_model_steps(layers, self._weights, x, self.chan.variant, "cupy",
+                                         self._model_fault, out_into=slot, extra_digests=[x],
+                                         settle=self._data_fault_armed())
         return [*res.digest_frame().tolist(), *res.extra_digests]
 
     def _run_model(self, msg: Message, meta: dict[str, Any]

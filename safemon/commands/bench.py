@@ -65,8 +65,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument("--paths", default="cuda-ipc,host",
                    help="--runtime: comma list of cuda-ipc (the client's CUDA IPC buffers, "
                         "digests over ZeroMQ), host (arrays through host memory)")
-    v.add_argument("--placements", default="process,stream",
-                   help="--runtime: comma list of process, stream (default: %(default)s)")
+    v.add_argument("--placements", default="process,stream,inline",
+                   help="--runtime: comma list of process, stream, inline "
+                        "(default: %(default)s)")
     v.add_argument("--model", default="64x4096x4",
                    help="--runtime: BATCHxHIDDENxLAYERS of the MLP (default: %(default)s)")
     v.add_argument("--model-requests", type=int, default=30, help="--runtime: timed model runs")

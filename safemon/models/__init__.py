@@ -10,6 +10,7 @@ from safemon.models.forward import (
     first_diverging_layer,
     reference_forward,
     run_model,
+    run_model_steps,
 )
 from safemon.models.layers import (
     MAX_LAYERS,
@@ -34,5 +35,6 @@ __all__ = [
     "reference_forward",
     "relu_f32",
     "run_model",
+    "run_model_steps",
     "validate_layers",
 ]

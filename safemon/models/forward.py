@@ -9,7 +9,7 @@ name the first layer at which two channels diverged (`first_diverging_layer`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +23,16 @@ from safemon.kernels.api import run_variant
 from safemon.kernels.reference import reference_matmul
 from safemon.models.activations import epilogue
 from safemon.models.layers import Layer, validate_layers
+from safemon.steps import run_steps
 
-__all__ = ["LayerHook", "ModelResult", "first_diverging_layer", "reference_forward", "run_model"]
+__all__ = [
+    "LayerHook",
+    "ModelResult",
+    "first_diverging_layer",
+    "reference_forward",
+    "run_model",
+    "run_model_steps",
+]
 
 F32 = npt.NDArray[np.float32]
 
@@ -123,7 +131,26 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
               variant: VariantConfig, backend: str, hook: LayerHook | None = None, *,
               out_into: Any = None, extra_digests: Sequence[Any] = (),
               settle: bool = False) -> ModelResult:
-    """Run the whole forward pass on this channel's backend ("numpy" or "cupy"; for CuPy
+    """`run_model_steps` run to its end: the whole forward pass, waited for. Same
+    arguments, result and errors."""
+    return run_steps(run_model_steps(layers, weights, x, variant, backend, hook,
+                                     out_into=out_into, extra_digests=extra_digests,
+                                     settle=settle))
+
+
+def run_model_steps(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
+                    variant: VariantConfig, backend: str, hook: LayerHook | None = None, *,
+                    out_into: Any = None, extra_digests: Sequence[Any] = (),
+                    settle: bool = False) -> Generator[None, None, ModelResult]:
+    """A generator that runs the whole forward pass and returns its `ModelResult`.
+
+    On CuPy it yields once, after everything of the pass is queued and before its one wait,
+    so that a caller driving several channels on one thread (`safemon.channels.inline`) can
+    queue every channel's pass before waiting on any. Whoever resumes it must make the same
+    CuPy stream current again (a recomputation after an ECC correction is queued there).
+    On NumPy it does not yield.
+
+    Run the whole forward pass on this channel's backend ("numpy" or "cupy"; for CuPy
     on the current device and stream, `x` and the weights already there or uploaded by
     the kernel's checks). `weights` maps ids to resident weights (arrays or ECC-protected).
 
@@ -185,6 +212,7 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
             extra_at = [batch.add(a) for a in extra_digests]
             batch.queue_read()
             reads = queue_status_reads([res.status for res in pending if res.pending])
+            yield  # everything is queued: other channels may queue theirs before the wait
             sums = [d for d, _ in batch.values()]  # the one wait of the pass
             reports = iter(reads.reports())
             # wait() raises for a failed check; it recomputes a layer whose ECC-protected

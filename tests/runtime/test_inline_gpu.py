@@ -1,0 +1,116 @@
+"""Inline channels on a GPU (placement "inline", `safemon.channels.inline`): a `safemon run`
+daemon in its own process drives three channels on CUDA streams from its loop, and this
+process is the app. Device-resident requests (CuPy x through the client's CUDA IPC
+buffers) and whole-model requests are released bit for bit as the NumPy reference
+computes them; a bit flip in one channel is outvoted; ECC-protected weights are used as by
+process channels. The daemon must be another process: CUDA IPC handles cannot be opened by
+the process that exported them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from safemon.bench.vote import _bench_config, running_daemon
+from safemon.config import load_config
+from safemon.models import Layer, reference_forward
+from tests.runtime.helpers import reference, same_bits, wait_for
+
+pytestmark = pytest.mark.gpu
+
+
+@contextlib.contextmanager
+def _inline_daemon(tmp_path: Path, variants: list[dict[str, Any]] | None = None) -> Iterator[Any]:
+    cfg = _bench_config(tmp_path, "ipc", "cupy", ["16x16x16"])
+    cfg["name"] = "t-inline"
+    cfg["channels"] = [{"name": f"c{i}", "placement": "inline",
+                        "variant": (variants or [{}] * 3)[i]} for i in range(3)]
+    cfg["testing"] = {"fault_injection": True}
+    path = tmp_path / "inline.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with running_daemon(path, tmp_path / "daemon.log", 240.0) as client:
+        client.control_timeout_s = 30.0
+        yield client, load_config(path, env={})
+
+
+def _operands(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k)).astype(np.float32),
+            rng.standard_normal((k, n)).astype(np.float32))
+
+
+def test_device_requests_through_inline_channels_are_bit_exact(tmp_path: Path) -> None:
+    """matmul at several shape classes and a two-layer model, CuPy x: the device path is
+    used (no host fallback) and every output is the reference's, again and again."""
+    import cupy as cp
+
+    with _inline_daemon(tmp_path) as (client, cfg):
+        for m, k, n, seed in ((80, 80, 80, 1), (1, 4096, 512, 2), (64, 1024, 256, 3),
+                              (37, 91, 53, 4)):
+            x, w = _operands(m, k, n, seed)
+            wid = client.register_weight(w)
+            want = reference(x, w, cfg)
+            for _ in range(3):
+                got = client.matmul(cp.asarray(x), wid, timeout=30.0)
+                assert client.last_request_device, client.device_io_off_reason
+                assert same_bits(got.get(), want), (m, k, n)
+        x, w1 = _operands(64, 96, 40, 5)
+        _, w2 = _operands(40, 40, 24, 6)
+        b1 = np.random.default_rng(7).standard_normal(40).astype(np.float32)
+        layers = [Layer(client.register_weight(w1), b1, "gelu"),
+                  Layer(client.register_weight(w2))]
+        mid = client.register_model(layers)
+        want = reference_forward([w1, w2], layers, x)
+        for _ in range(3):
+            out = client.run(mid, cp.asarray(x), timeout=30.0)
+            assert client.last_request_device
+            assert same_bits(out.get(), want)
+
+
+def test_a_bit_flip_in_one_inline_channel_is_outvoted(tmp_path: Path) -> None:
+    """`bitflip-c` into c1 before each of several requests (matmul and model): 2oo3 releases
+    the reference's bits every time, and the daemon records c1's faults."""
+    import cupy as cp
+
+    with _inline_daemon(tmp_path) as (client, cfg):
+        x, w = _operands(80, 80, 80, 8)
+        wid = client.register_weight(w)
+        mid = client.register_model([Layer(wid, None, "relu"), Layer(wid)])
+        want = reference(x, w, cfg)
+        want_model = reference_forward([w, w], [Layer(wid, None, "relu"), Layer(wid)], x)
+        released = 0
+        for i in range(6):
+            with contextlib.suppress(Exception):
+                client.inject("c1", "bitflip-c")
+            if i % 2:
+                got = client.run(mid, cp.asarray(x), timeout=30.0)
+                assert same_bits(got.get(), want_model)
+            else:
+                got = client.matmul(cp.asarray(x), wid, timeout=30.0)
+                assert same_bits(got.get(), want)
+            released += 1
+        assert released == 6
+        assert wait_for(lambda: any(f["channel"] == "c1" for f in client.status()["faults"]), 10.0)
+
+
+def test_diverse_inline_channels_agree(tmp_path: Path) -> None:
+    """Diverse channels, as configs/hft2.yaml has them (ones/T on the `small`, `large` and
+    automatic tiles), on inline channels release the same bits as the reference."""
+    import cupy as cp
+
+    variants = [{"tile": "small"}, {"tile": "large"}, {"tile": "auto"}]
+    with _inline_daemon(tmp_path, variants) as (client, cfg):
+        x, w = _operands(64, 512, 256, 9)
+        wid = client.register_weight(w)
+        want = reference(x, w, cfg)
+        for _ in range(3):
+            got = client.matmul(cp.asarray(x), wid, timeout=30.0)
+            assert client.last_request_device and same_bits(got.get(), want)
+        st = client.status()
+        assert st["mode"] == "NORMAL", st
