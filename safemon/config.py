@@ -235,6 +235,10 @@ class ChannelConfig(_Model):
     placement: Literal["process", "stream", "inline"] = "process"
     gpu: Annotated[StrictInt, Field(ge=0)] | None = None
     variant: VariantConfig = Field(default_factory=VariantConfig)
+    #: On a GPU, record a device-resident product that repeats (same weight, shape and
+    #: client buffers) as a CUDA graph the second time and launch the graph from then on
+    #: (`safemon.channels.step_graphs`); false queues every kernel by hand each time.
+    graphs: StrictBool = True
 
 
 class WeightsConfig(_Model):

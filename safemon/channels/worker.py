@@ -1,4 +1,5 @@
-"""The channel worker: one redundant replica's loop (process or stream placement).
+"""The channel worker: one redundant replica's loop (process or stream placement), and the
+message handlers that inline channels run without the loop (`safemon.channels.inline`).
 
 A worker binds a DEALER socket at `config.channel_address(name)`; the daemon connects to
 it. Everything for this channel - live work, golden self-tests, scrubs, weight uploads,
@@ -50,6 +51,7 @@ import zmq
 
 from safemon.channels.faults import FaultState
 from safemon.channels.link import LINK_FIELD, link_ok
+from safemon.channels.step_graphs import StepGraphs
 from safemon.config import Config
 from safemon.device_io import ImportedBuffers
 from safemon.ecc import ProtectedArray
@@ -142,6 +144,9 @@ class ChannelWorker:
         self.foreign_dropped = 0
         self._imports = ImportedBuffers(clock=clock)  # device-resident requests' buffers
         self._busy_s = 0.0  # this request's time inside its own device steps (`_on_stream`)
+        #: device steps recorded as CUDA graphs (`safemon.channels.step_graphs`); None: off
+        self._graphs: StepGraphs | None = None
+        self.graph_launches = 0
         self.log = log.bind(channel=name, epoch=epoch, incarnation=incarnation)
 
     # ---------------------------------------------------------------- public
@@ -191,6 +196,8 @@ class ChannelWorker:
         # Stream placement: each channel gets its own non-blocking stream, so replicas in
         # one process do not serialise on the legacy default stream.
         self._stream = cupy.cuda.Stream(non_blocking=True)
+        if self.chan.graphs:
+            self._graphs = StepGraphs()
 
     def _warm_up(self) -> None:
         """Run every kernel this channel can launch once before registering.
@@ -564,19 +571,35 @@ class ChannelWorker:
         source = self._imports.view(work.x_ipc, 0, (work.x_rows, work.x_cols), "x")
         slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, n),
                                   "the output slot")
-        x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
-        batch = DigestBatch(3)
-        batch.add_copy(source, x)
-        pending = run_variant(x, weight, variant, "cupy", wait=False)
-        if self._data_fault_armed():
-            # An injected data fault hits the checked product, as on the host path (its
-            # hook reads C back anyway): settle first, then inject.
-            pending = pending.wait()
-            self._model_fault(0, pending.c, pending.es)
-        batch.add_copy(pending.c, slot)
-        batch.add(pending.es)
-        batch.queue_read()
-        reads = queue_status_reads([pending.status] if pending.pending else [])
+
+        def queue() -> tuple[Any, Any, Any]:
+            x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
+            batch = DigestBatch(3)
+            batch.add_copy(source, x)
+            pending = run_variant(x, weight, variant, "cupy", wait=False)
+            if self._data_fault_armed():
+                # An injected data fault hits the checked product, as on the host path (its
+                # hook reads C back anyway): settle first, then inject.
+                pending = pending.wait()
+                self._model_fault(0, pending.c, pending.es)
+            batch.add_copy(pending.c, slot)
+            batch.add(pending.es)
+            batch.queue_read()
+            return batch, pending, queue_status_reads([pending.status] if pending.pending else [])
+
+        step = None
+        if self._graphs is not None and not self._data_fault_armed() and not variant.abft:
+            storage = getattr(weight, "storage", (weight,))
+            key = ("product", wid, id(weight), *(id(a) for a in storage), variant.name,
+                   int(source.data.ptr), int(slot.data.ptr), work.x_rows, work.x_cols, n)
+            step = self._graphs.get(key)
+            if step is None and self._graphs.seen_before(key):
+                step = self._graphs.capture(key, self._stream, queue, keep=(weight, *storage))
+        if step is not None:
+            batch, pending, reads = step.launch(self._stream)
+            self.graph_launches += 1
+        else:
+            batch, pending, reads = queue()
         yield  # queued: the wait may come after other channels' work is queued too
         (x_d, _), (c_d, _), (es_d, _) = batch.values()
         # Raises when a check failed: nothing is released.

@@ -209,6 +209,13 @@ class ProtectedArray:
         return is_device_array(self._data)
 
     @property
+    def storage(self) -> tuple[Any, Any]:
+        """The arrays that hold the data and the check bits now. Work queued on them ahead
+        of time (a captured CUDA graph: `safemon.channels.step_graphs`) stays valid while
+        these are the arrays; `update` replaces the check bits' array."""
+        return self._data, self._check
+
+    @property
     def known_bad_words(self) -> tuple[int, ...]:
         """Words found uncorrectable so far (cleared by `update`)."""
         return tuple(int(w) for w in self._known_bad)

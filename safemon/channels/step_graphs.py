@@ -1,0 +1,127 @@
+"""Captured device steps: a channel's queued work for one request key, replayed as a graph.
+
+Queuing one device-resident product costs a channel about 340 µs of Python and CuPy calls
+on the H100 host (`evidence/h100-2026-11-24-inline/`), for a few tens of µs of GPU work at
+80³. A request that repeats (same weight, same shape, same client buffers at the same
+device addresses) queues the same kernels on the same memory every time, so the channel
+records that sequence once as a CUDA graph (stream capture) and afterwards launches the
+graph: one call in place of the whole sequence.
+
+Contract (`StepGraphs.capture`):
+- The sequence is captured on the channel's own stream, with every allocation it makes
+  drawn from a memory pool of its own. The pool is kept with the graph and nothing else
+  allocates from it, so the memory the graph reads and writes (the copy of x, C, ES, the
+  status block, the digest words, split-K partials) is never handed to anyone else.
+- The objects the sequence returns (the digest batch, the pending result, the status
+  read-backs) are kept with the graph; after each launch the caller waits and reads them
+  exactly as after queuing by hand. Their page-locked read-back rows are the lane's own
+  (`safemon.kernels.pinned.lane`): one request per channel is in flight at a time.
+- The key must name everything the graph depends on: the weight object and its storage
+  arrays (kept, so their addresses are not reused), the variant, the device addresses and
+  shapes of the client's buffers. A key is captured the second time it is seen (the first
+  request runs by hand, which also compiles and loads every kernel), and at most
+  `capacity` graphs are kept, the least recently used dropped first.
+- Anything that needs the host between kernels (an injected data fault, an ECC correction
+  and recomputation) runs by hand, outside the graph.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+__all__ = ["CapturedStep", "StepGraphs"]
+
+_T = TypeVar("_T")
+
+#: Graphs a channel keeps (each holds the device memory of one request's step).
+DEFAULT_CAPACITY = 16
+
+
+@dataclass
+class CapturedStep(Generic[_T]):
+    """One captured step: the graph, its private memory pool, what the captured sequence
+    returned (`outputs`), and objects kept alive for as long as the graph may run."""
+
+    graph: Any
+    pool: Any
+    outputs: _T
+    keep: tuple[Any, ...] = field(default=())
+
+    def launch(self, stream: Any) -> _T:
+        """Run the step on `stream` (no wait); returns the outputs to wait on and read."""
+        self.graph.launch(stream)
+        return self.outputs
+
+
+class StepGraphs:
+    """A channel's captured steps by key. Not thread-safe (one channel's loop uses it).
+
+    Args:
+        capacity: graphs kept at most (least recently used dropped first).
+    """
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._steps: collections.OrderedDict[Hashable, CapturedStep[Any]] = (
+            collections.OrderedDict())
+        self._seen: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
+        self.captured = 0
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def get(self, key: Hashable) -> CapturedStep[Any] | None:
+        """The captured step of `key`, or None."""
+        step = self._steps.get(key)
+        if step is not None:
+            self._steps.move_to_end(key)
+        return step
+
+    def seen_before(self, key: Hashable) -> bool:
+        """Whether `key` was seen before (this call records it): capture on the second
+        sight, so that a one-off request never pays for a capture."""
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return True
+        self._seen[key] = None
+        while len(self._seen) > 4 * self.capacity:
+            self._seen.popitem(last=False)
+        return False
+
+    def capture(self, key: Hashable, stream: Any, queue: Callable[[], _T],
+                keep: tuple[Any, ...] = ()) -> CapturedStep[_T]:
+        """Record `queue()` (which queues work on the current stream, `stream`, and returns
+        the handles to read afterwards) as a graph under `key`. Nothing runs: launch the
+        returned step to run it.
+
+        Raises:
+            whatever `queue` raises (the capture is ended and discarded first).
+        """
+        from safemon.kernels.compiler import import_cupy
+
+        cp = import_cupy()
+        pool = cp.cuda.MemoryPool()
+        with cp.cuda.using_allocator(pool.malloc):
+            stream.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)
+            try:
+                outputs = queue()
+            except BaseException:
+                stream.end_capture()  # end it: the stream must not stay capturing
+                raise
+            graph = stream.end_capture()
+        step = CapturedStep(graph, pool, outputs, keep)
+        self._steps[key] = step
+        self.captured += 1
+        while len(self._steps) > self.capacity:
+            self._steps.popitem(last=False)
+        return step
+
+    def clear(self) -> None:
+        """Drop every graph (their memory goes back with their pools)."""
+        self._steps.clear()
+        self._seen.clear()

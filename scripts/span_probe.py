@@ -1,0 +1,168 @@
+"""Device probe: where a voted device-resident request's time goes, span by span.
+
+usage: python3 scripts/span_probe.py [--placement inline|process|stream] [--size 80x80x80]
+                                     [--requests 300] [--spin-s 0] [--out DIR]
+
+Starts a 2oo3 CuPy daemon (`safemon run`, the runtime benchmark's config, ipc://) with a
+`sitecustomize` on its PYTHONPATH that times chosen functions in every process (the daemon
+and this client; `SPANS` below), then sends `--requests` sequential `Client.matmul` calls
+with a CuPy x. Prints, per span, how often it ran per request and its median and p90
+duration (µs, wall clock, waits included), and the round trip's median: what the spans do
+not cover is ZeroMQ's hops, the wake-ups and the loop between them. The timing adds about
+a microsecond per span. Nothing here is asserted; it is a probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+#: (module, attribute path, label): what is timed, in whichever process runs it.
+SPANS = [  # module functions first: later imports must bind the wrapped ones
+    ("safemon.kernels.api", "run_variant", "channel: run_variant (queued)"),
+    ("safemon.device_io", "ExchangeBuffers.stage", "client: stage x (copy, digest, wait)"),
+    ("safemon.device_io", "ExchangeBuffers.take", "client: take the slot (copy, digest, wait)"),
+    ("safemon.client", "Client._call", "client: send + wait for the reply"),
+    ("safemon.daemon", "Daemon._client_message", "daemon: a client message (core + effects)"),
+    ("safemon.daemon", "Daemon._channel_message", "daemon: a channel message (core + effects)"),
+    ("safemon.daemon", "Daemon._reply", "daemon: encode + send a reply"),
+    ("safemon.runtime.core", "RuntimeCore.handle", "daemon: RuntimeCore.handle"),
+    ("safemon.channels.inline", "InlineChannels.run_round", "inline: one lockstep round"),
+    ("safemon.channels.inline", "InlineChannel.launch", "inline: a channel's launch"),
+    ("safemon.channels.inline", "InlineChannel.finish", "inline: a channel's finish (wait)"),
+    ("safemon.kernels.model_gpu", "DigestBatch.values", "channel: read-back (the wait)"),
+    ("safemon.channels.step_graphs", "StepGraphs.capture", "channel: capture a step graph"),
+    ("safemon.channels.step_graphs", "CapturedStep.launch", "channel: launch a step graph"),
+]
+
+HOOK = textwrap.dedent('''
+    import atexit, importlib, json, os, time
+    _OUT = os.environ.get("SPAN_OUT")
+    if _OUT:
+        _rec = []
+        _now = time.monotonic_ns
+
+        def _dump():
+            with open(os.path.join(_OUT, f"{os.getpid()}.jsonl"), "w") as f:
+                for r in _rec:
+                    f.write(json.dumps(r) + "\\n")
+
+        atexit.register(_dump)
+        import signal
+        def _term(signum, frame, _prev=signal.getsignal(signal.SIGTERM)):
+            _dump()
+            if callable(_prev):
+                _prev(signum, frame)
+            else:
+                raise SystemExit(0)
+        signal.signal(signal.SIGTERM, _term)
+
+        def _wrap(owner, name, label):
+            inner = getattr(owner, name)
+
+            def wrapped(*a, **kw):
+                t0 = _now()
+                try:
+                    return inner(*a, **kw)
+                finally:
+                    _rec.append((t0, _now(), label))
+            setattr(owner, name, wrapped)
+
+        for mod, path, label in json.loads(os.environ["SPAN_LIST"]):
+            try:
+                owner = importlib.import_module(mod)
+            except ImportError:
+                continue
+            *parents, name = path.split(".")
+            for p in parents:
+                owner = getattr(owner, p)
+            _wrap(owner, name, label)
+''')
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--placement", default="inline")
+    ap.add_argument("--size", default="80x80x80")
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--spin-s", type=float, default=0.0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    out = Path(args.out or tempfile.mkdtemp(prefix="safemon-spans-"))
+    spans = out / "spans"
+    spans.mkdir(parents=True, exist_ok=True)
+    hook_dir = out / "hook"
+    hook_dir.mkdir(exist_ok=True)
+    (hook_dir / "sitecustomize.py").write_text(HOOK)
+    os.environ["SPAN_OUT"] = str(spans)
+    os.environ["SPAN_LIST"] = json.dumps(SPANS)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(hook_dir), os.environ.get("PYTHONPATH", "")])
+    if args.spin_s:
+        os.environ["SAFEMON_TIMING__SPIN_S"] = str(args.spin_s)
+    sys.path.insert(0, str(hook_dir))
+    hook: dict[str, object] = {"__name__": "span_hook"}
+    exec(compile(HOOK, "span-hook", "exec"), hook)  # this process too
+
+    import cupy as cp
+
+    from safemon.bench.vote import _bench_config, running_daemon
+
+    m, n, k = (int(v) for v in args.size.split("x"))
+    cfg = _bench_config(out, "ipc", "cupy", ["16x16x16"])
+    cfg["channels"] = [{"name": f"c{i}", "placement": args.placement} for i in range(3)]
+    path = out / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    rng = np.random.default_rng(0)
+    x = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    rtt = []
+    with running_daemon(path, out / "daemon.log", 240.0) as client:
+        wid = client.register_weight(w)
+        for _ in range(20):
+            client.matmul(x, wid, timeout=30.0)
+        t_begin = time.monotonic_ns()
+        for _ in range(args.requests):
+            t0 = time.perf_counter()
+            client.matmul(x, wid, timeout=30.0)
+            rtt.append(time.perf_counter() - t0)
+            assert client.last_request_device, client.device_io_off_reason
+        t_end = time.monotonic_ns()
+    hook["_dump"]()  # type: ignore[operator]  (the daemon's own dump ran at its exit)
+    print(f"{args.placement} {args.size}, spin_s {args.spin_s}")
+    print(report(out, args.requests, rtt, t_begin, t_end))
+    return 0
+
+
+def report(out: Path, requests: int, rtt: list[float], t_begin: int, t_end: int) -> str:
+    """The table: per span, count per request, median and p90 (µs)."""
+    durations: dict[str, list[float]] = defaultdict(list)
+    for f in (out / "spans").glob("*.jsonl"):
+        for line in f.read_text().splitlines():
+            b, e, label = json.loads(line)
+            if t_begin <= b and e <= t_end:
+                durations[label].append((e - b) / 1e3)
+    lines = [f"round trip: p50 {statistics.median(rtt) * 1e6:,.0f} µs, "
+             f"p90 {np.percentile(rtt, 90) * 1e6:,.0f} µs over {requests} requests", "",
+             "| span | per request | p50 µs | p90 µs |", "|---|---:|---:|---:|"]
+    for _mod, _path, label in SPANS:
+        d = durations.get(label)
+        if not d:
+            continue
+        lines.append(f"| {label} | {len(d) / requests:.2f} | {statistics.median(d):,.1f} | "
+                     f"{np.percentile(d, 90):,.1f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""Inline channels (placement "inline", `safemon.channels.inline`) on the NumPy backend: the
+daemon's loop drives them with no socket and no thread. The same guarantees as socket
+channels: clean requests release the reference's bits, no fault kind gets a wrong result
+released, an outvoted channel is restarted and rejoins; plus the lockstep contract (every
+channel's work queued before any is waited for), a `slow` channel that does not hold up
+the loop, and per-lane read-back buffers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from safemon.channels import inline
+from safemon.channels.faults import FAULT_KINDS
+from safemon.channels.worker import Reply
+from safemon.kernels.pinned import PinnedBuffer, lane
+from safemon.transport import Kind
+from safemon.transport.wire import RejectReason
+
+from .helpers import make_config, operands, reference, same_bits, system, wait_for
+from .test_system_inproc import check_no_wrong_result
+
+
+def test_inline_channels_release_the_reference_result(tmp_path: Path) -> None:
+    """2oo3 on three inline channels: every request released bit for bit, no socket per
+    channel, every channel UP and registered once."""
+    cfg = make_config(tmp_path, "2oo3", placement="inline")
+    x, w = operands()
+    with system(cfg) as (daemon, client):
+        assert daemon._chan_socks == {}  # no channel socket at all
+        wid = client.register_weight(w)
+        for i in range(5):
+            xi = (x + np.float32(i)).astype(np.float32)
+            assert same_bits(client.matmul(xi, wid, timeout=2.0), reference(xi, w, cfg))
+        st = client.status()
+        assert st["mode"] == "NORMAL"
+        assert [(c["state"], c["incarnation"]) for c in st["channels"]] == [("UP", 0)] * 3
+
+
+@pytest.mark.parametrize("policy", ["2oo3", "1oo2D"])
+@pytest.mark.parametrize("fault", FAULT_KINDS)
+def test_no_wrong_result_is_released_by_inline_channels(tmp_path: Path, policy: str,
+                                                         fault: str) -> None:
+    """Every fault kind in one inline channel: the app gets the clean result or a typed
+    error, never a wrong C, and the fault is noticed (the stream channels' test, inline)."""
+    check_no_wrong_result(tmp_path, policy, fault, "inline")
+
+
+def test_a_corrupted_inline_result_counts_as_a_bad_crc(tmp_path: Path) -> None:
+    """`corrupt-frame` spoils c0's RESULT: it never reaches the core, 2oo3 releases the
+    others' agreement, and the drop is counted as the transport counts a bad CRC."""
+    cfg = make_config(tmp_path, "2oo3", placement="inline", injection=True)
+    x, w = operands(4)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        client.inject("c0", "corrupt-frame")
+        assert same_bits(client.matmul(x, wid, timeout=1.0), reference(x, w, cfg))
+        assert wait_for(lambda: daemon._rejects[RejectReason.BAD_CRC] >= 1)
+
+
+def test_an_outvoted_inline_channel_is_restarted_and_rejoins(tmp_path: Path) -> None:
+    """A stuck bit in c1: the majority's C is released, c1 gets a new incarnation (a new
+    `InlineChannel`), passes its self-tests and votes again."""
+    cfg = make_config(tmp_path, "2oo3", placement="inline", injection=True)
+    x, w = operands(2)
+    ref = reference(x, w, cfg)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        first = daemon._inline._current["c1"] if daemon._inline else None
+        client.inject("c1", "stuck")
+        assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
+        assert wait_for(lambda: client.status()["channels"][1]["incarnation"] >= 1)
+        assert wait_for(lambda: client.status()["mode"] == "NORMAL"
+                        and client.status()["channels"][1]["state"] == "UP")
+        assert daemon._inline is not None and daemon._inline._current["c1"] is not first
+        assert first is not None and not first.running
+        for _ in range(3):
+            assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
+
+
+def test_a_slow_inline_channel_does_not_hold_up_the_loop(tmp_path: Path) -> None:
+    """`slow` in c0 holds back c0's RESULT past the deadline (as a sleeping process would)
+    without blocking the daemon's loop: 2oo3 still releases the other two channels'
+    agreement, and c0's miss is noticed. (c0 is the first channel of the round: a loop that
+    slept for it would reach c1 and c2 only after the request's deadline, and the request
+    would be refused, not released.)"""
+    cfg = make_config(tmp_path, "2oo3", placement="inline", injection=True)
+    x, w = operands(3)
+    ref = reference(x, w, cfg)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        client.inject("c0", "slow")
+        assert same_bits(client.matmul(x, wid, timeout=2.0), ref)
+        assert wait_for(lambda: any(f["channel"] == "c0" for f in client.status()["faults"]))
+
+
+def test_a_lockstep_round_queues_every_channel_before_waiting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contract of `InlineChannels.run_round`: each channel's step generator runs to
+    its yield (work queued) before any is resumed (the wait), and each RESULT carries its
+    own channel's reply."""
+    events: list[str] = []
+
+    def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
+        events.append(f"queue {self.name}")
+        yield
+        events.append(f"wait {self.name}")
+        return Reply({"job": "live", "variant": self.name, "ok": False, "kernel_seconds": 0.0,
+                      "error": "channel_error: probe"}, (), False, 0.0)
+
+    monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
+    monkeypatch.setattr(inline._InlineWorker, "_warm_up", lambda self: None)
+    cfg = make_config(tmp_path, "2oo3", placement="inline")
+    chans = inline.InlineChannels(("c0", "c1", "c2"))
+    for name in ("c0", "c1", "c2"):
+        ch = inline.InlineChannel(cfg, name, incarnation=0, epoch=7, link=None)
+        chans.install(ch)
+        ch.start()
+    for i, name in enumerate(("c0", "c1", "c2")):
+        assert chans.deliver(name, Kind.REQUEST, epoch=7, seq=10 + i,
+                             meta={"job": "live", "weight_id": "w", "deadline_ms": 100.0})
+    assert chans.has_work
+    chans.run_round()
+    assert events == ["queue c0", "queue c1", "queue c2", "wait c0", "wait c1", "wait c2"]
+    assert not chans.has_work
+    sent = [(n, m) for n, m in chans.take(time.monotonic()) if m.kind is Kind.RESULT]
+    assert [(n, m.seq, m.meta["variant"]) for n, m in sent] == [
+        ("c0", 10, "c0"), ("c1", 11, "c1"), ("c2", 12, "c2")]
+    assert not chans.deliver("c9", Kind.REQUEST, epoch=7, seq=1, meta={})  # no such channel
+
+
+def test_messages_to_inline_channels_are_read_only_views() -> None:
+    """What the daemon hands an inline channel cannot be written through (as a received
+    frame cannot), and it is the sender's bytes, not a copy that could differ."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    msg = inline.inline_message(Kind.REQUEST, epoch=1, seq=2, channel="c0", meta={"k": 1},
+                                arrays=(a,))
+    assert msg.kind is Kind.REQUEST and msg.channel == "c0" and msg.meta == {"k": 1}
+    assert np.shares_memory(msg.arrays[0], a) and not msg.arrays[0].flags.writeable
+    with pytest.raises(ValueError):
+        msg.arrays[0][0, 0] = 1.0
+    assert a.flags.writeable
+
+
+class _FakeCupy:
+    """Just what `PinnedBuffer.get` calls: `cuda.alloc_pinned_memory`."""
+
+    class cuda:
+        @staticmethod
+        def alloc_pinned_memory(nbytes: int) -> bytearray:
+            return bytearray(nbytes)
+
+
+def test_pinned_buffers_are_per_lane() -> None:
+    """Inside `lane(key)` a thread gets key's buffer, the same on every call; outside, its
+    default one. Nested lanes restore the outer key."""
+    buf = PinnedBuffer(np.uint64, 4)
+    cp = _FakeCupy()
+    default = buf.get(cp, 2)
+    with lane("c0"):
+        c0 = buf.get(cp, 2)
+        with lane("c1"):
+            c1 = buf.get(cp, 2)
+        assert buf.get(cp, 2) is c0
+    assert buf.get(cp, 2) is default
+    assert len({id(default), id(c0), id(c1)}) == 3
+    with lane("c0"):
+        assert buf.get(cp, 3) is c0  # same key, big enough: the same buffer
+        bigger = buf.get(cp, 100)
+        assert bigger.size >= 100 and bigger is not c0
