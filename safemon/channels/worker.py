@@ -613,22 +613,60 @@ class ChannelWorker:
 
     def _device_model(self, msg: Message, work: Any) -> Generator[None, None, list[int]]:
         """One device-resident whole-model request, a generator like `_device_product`;
-        returns its digest frame with the digest of x last. x is copied in first, before any kernel; the pass copies its
-        output into the slot (`run_model`'s out_into)."""
+        returns its digest frame with the digest of x last. x is copied in first, before
+        any kernel; the pass copies its output into the slot (`queue_pass`'s out_into). A
+        model request that repeats (same layers and biases, same weights, same buffers) is
+        launched as a captured graph, as a product is."""
         from safemon.kernels.compiler import import_cupy
         from safemon.models import decode_model, run_model_steps
+        from safemon.models.forward import device_biases, queue_pass
 
+        cp = import_cupy()
         spec, biases = msg.arrays
         shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
         layers = decode_model(spec, biases, shapes)
+        rows, cols = work.x_rows, work.x_cols
         out_cols = int(shapes[layers[-1].weight_id][1])
-        slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, out_cols),
+        slot = self._imports.view(work.out_ipc, work.out_offset, (rows, out_cols),
                                   "the output slot")
-        x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
-        self._imports.read(work.x_ipc, x, self._stream)
-        res = yield from run_model_steps(layers, self._weights, x, self.chan.variant, "cupy",
-                                         self._model_fault, out_into=slot, extra_digests=[x],
-                                         settle=self._data_fault_armed())
+        source = self._imports.view(work.x_ipc, 0, (rows, cols), "x")
+        settle = self._data_fault_armed()
+
+        def copy_x() -> Any:
+            x = cp.empty((rows, cols), dtype=np.float32)
+            self._imports.read(work.x_ipc, x, self._stream)  # from `source`'s address
+            return x
+
+        def queue(dev_biases: list[Any]) -> Any:
+            x = copy_x()
+            return queue_pass(layers, self._weights, x, self.chan.variant, dev_biases,
+                              self._model_fault, out_into=slot, extra_digests=[x],
+                              settle=settle)
+
+        step = None
+        if self._graphs is not None and not settle and not self.chan.variant.abft:
+            used = [self._weights[wid] for wid in dict.fromkeys(ly.weight_id for ly in layers)]
+            storage = [a for w in used for a in getattr(w, "storage", (w,))]
+            key = ("model", spec.tobytes(), biases.tobytes(), *(id(w) for w in used),
+                   *(id(a) for a in storage), int(source.data.ptr), int(slot.data.ptr),
+                   rows, cols)
+            step = self._graphs.get(key)
+            if step is None and self._graphs.seen_before(key):
+                dev_biases = device_biases(layers)  # uploaded before, kept with the graph
+                step = self._graphs.capture(key, self._stream, lambda: queue(dev_biases),
+                                            keep=(dev_biases, *used, *storage))
+        if step is not None:
+            queued = step.launch(self._stream)
+            self.graph_launches += 1
+        else:
+            queued = queue(device_biases(layers))
+        yield  # queued: the wait may come after other channels' work is queued too
+        res = queued.finish()
+        if res is None:  # a layer was recomputed on its corrected weight: again, settled
+            x = copy_x()
+            res = yield from run_model_steps(layers, self._weights, x, self.chan.variant,
+                                             "cupy", self._model_fault, out_into=slot,
+                                             extra_digests=[x], settle=True)
         return [*res.digest_frame().tolist(), *res.extra_digests]
 
     def _run_model(self, msg: Message, meta: dict[str, Any]

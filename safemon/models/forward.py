@@ -28,7 +28,10 @@ from safemon.steps import run_steps
 __all__ = [
     "LayerHook",
     "ModelResult",
+    "QueuedPass",
+    "device_biases",
     "first_diverging_layer",
+    "queue_pass",
     "reference_forward",
     "run_model",
     "run_model_steps",
@@ -103,10 +106,13 @@ class ModelResult:
         return np.array(words, dtype=np.uint64)
 
 
-def _device_biases(cp: Any, layers: Sequence[Layer]) -> list[Any]:
+def device_biases(layers: Sequence[Layer]) -> list[Any]:
     """Every layer's bias on the current device (None where a layer has none), uploaded as
     one float32 array and sliced: one host-to-device copy per pass instead of one per layer
     (each cost about 30 µs of host time on the H100 host)."""
+    from safemon.kernels.compiler import import_cupy
+
+    cp = import_cupy()
     host = [ly.bias for ly in layers if ly.bias is not None]  # 1-D float32 (Layer checks)
     if not host:
         return [None] * len(layers)
@@ -182,48 +188,21 @@ def run_model_steps(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
     es_d: list[int] = []
     h_d: list[int] = []
     if backend == "cupy":
-        from safemon.kernels.checked import queue_status_reads
         from safemon.kernels.compiler import import_cupy
-        from safemon.kernels.model_gpu import DigestBatch, launch_epilogue
 
         cp = import_cupy()
-        dev_biases = _device_biases(cp, layers)
+        dev_biases = device_biases(layers)
         # Every layer is queued without a wait, then the digests, the output's copy and the
         # read-backs of the digests and of the layers' status blocks: the one wait.
         for settle_each in ((True,) if settle else (False, True)):
             h = cp.ascontiguousarray(cp.asarray(x))
-            kept: list[Any] = []  # per layer ES and output, digested after the last layer
-            pending = []
-            for i, layer in enumerate(layers):
-                w = weights[layer.weight_id]
-                res = run_variant(h, w, variant.to_variant(*_shape(h, w)), "cupy",
-                                  wait=settle_each)
-                pending.append(res)
-                if hook is not None:
-                    hook(i, res.c, res.es)
-                launch_epilogue(res.c, dev_biases[i], layer.act)
-                kept += [res.es, res.c]
-                h = res.c
-            batch = DigestBatch(len(kept) + 1 + len(extra_digests))
-            for a in kept:
-                batch.add(a)
-            if out_into is not None:
-                batch.add_copy(h, out_into)
-            extra_at = [batch.add(a) for a in extra_digests]
-            batch.queue_read()
-            reads = queue_status_reads([res.status for res in pending if res.pending])
+            queued = queue_pass(layers, weights, h, variant, dev_biases, hook,
+                                out_into=out_into, extra_digests=extra_digests,
+                                settle=settle_each)
             yield  # everything is queued: other channels may queue theirs before the wait
-            sums = [d for d, _ in batch.values()]  # the one wait of the pass
-            reports = iter(reads.reports())
-            # wait() raises for a failed check; it recomputes a layer whose ECC-protected
-            # weight it had to correct, and then the layers after it ran on poison: the pass
-            # runs again, settling each layer before the next (the weight is corrected now).
-            # (all() stops at the first recomputed layer: the ones after it read poison.)
-            if all(res.wait(next(reports) if res.pending else None).c is res.c
-                   for res in pending):
-                ours = sums[:len(kept)]
-                return ModelResult(h, ours[-1], tuple(ours[0::2]), tuple(ours[1::2]),
-                                   tuple(sums[i] for i in extra_at))
+            result = queued.finish()
+            if result is not None:
+                return result
         raise AssertionError("a settled pass recomputed a layer")  # pragma: no cover
     for i, layer in enumerate(layers):
         w = weights[layer.weight_id]
@@ -238,6 +217,75 @@ def run_model_steps(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
         out_into[...] = h
     return ModelResult(h, h_d[-1], tuple(es_d), tuple(h_d),
                        tuple(digest64(a) for a in extra_digests))
+
+
+@dataclass
+class QueuedPass:
+    """A CuPy forward pass queued on the current stream and not yet waited for
+    (`queue_pass`). `finish` may be called once per time the pass ran: a pass recorded as a
+    CUDA graph (`safemon.channels.step_graphs`) is finished after every launch."""
+
+    out: Any
+    pending: list[Any]
+    layers: int
+    batch: Any
+    reads: Any
+    extra_at: list[int]
+
+    def finish(self) -> ModelResult | None:
+        """Wait (one host synchronisation), check every layer's status and return the
+        result; None when a layer had to be recomputed on its corrected ECC weight (the
+        layers after it read poison: run the pass again, settling each layer).
+
+        Raises:
+            InvalidInputError, KernelCheckError, UncorrectableError: as `run_variant`.
+        """
+        sums = [d for d, _ in self.batch.values()]
+        reports = iter(self.reads.reports())
+        # (all() stops at the first recomputed layer: the ones after it read poison.)
+        if not all(res.wait(next(reports) if res.pending else None).c is res.c
+                   for res in self.pending):
+            return None
+        ours = sums[:2 * self.layers]
+        return ModelResult(self.out, ours[-1], tuple(ours[0::2]), tuple(ours[1::2]),
+                           tuple(sums[i] for i in self.extra_at))
+
+
+def queue_pass(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
+               variant: VariantConfig, dev_biases: Sequence[Any], hook: LayerHook | None = None,
+               *, out_into: Any = None, extra_digests: Sequence[Any] = (),
+               settle: bool = False) -> QueuedPass:
+    """Queue the whole CuPy pass on the current stream without waiting: each layer's
+    checked product and epilogue, then the digests of every ES and output, the copy of the
+    output into `out_into`, the digests of `extra_digests`, and the read-backs of the
+    digests and of the status blocks. `x` is a C-contiguous CuPy float32 array;
+    `dev_biases` is `device_biases(layers)`. With `settle`, each layer's checks are waited
+    for before the next (so that `hook` sees checked results). Arguments otherwise as
+    `run_model`."""
+    from safemon.kernels.checked import queue_status_reads
+    from safemon.kernels.model_gpu import DigestBatch, launch_epilogue
+
+    h = x
+    kept: list[Any] = []  # per layer ES and output, digested after the last layer
+    pending = []
+    for i, layer in enumerate(layers):
+        w = weights[layer.weight_id]
+        res = run_variant(h, w, variant.to_variant(*_shape(h, w)), "cupy", wait=settle)
+        pending.append(res)
+        if hook is not None:
+            hook(i, res.c, res.es)
+        launch_epilogue(res.c, dev_biases[i], layer.act)
+        kept += [res.es, res.c]
+        h = res.c
+    batch = DigestBatch(len(kept) + 1 + len(extra_digests))
+    for a in kept:
+        batch.add(a)
+    if out_into is not None:
+        batch.add_copy(h, out_into)
+    extra_at = [batch.add(a) for a in extra_digests]
+    batch.queue_read()
+    reads = queue_status_reads([res.status for res in pending if res.pending])
+    return QueuedPass(h, pending, len(layers), batch, reads, extra_at)
 
 
 def _shape(h: Any, w: Any) -> tuple[int, int, int]:

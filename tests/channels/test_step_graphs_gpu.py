@@ -111,3 +111,48 @@ def test_an_ecc_error_in_the_weight_is_caught_between_launches() -> None:
         digests, result = _finish(step.launch(stream))
         assert result.c is step.outputs[1].c  # clean again: the graph's own C
         assert digests[1] == digest64(c_ref)
+
+
+def test_a_launched_model_pass_gives_the_reference_forward() -> None:
+    """A two-layer pass (`queue_pass`: products, bias, gelu, digests, the output's copy)
+    recorded once and launched on new inputs: the reference forward's bits every time. A
+    bit flipped in a weight after the capture makes `finish` answer None (recompute the
+    pass, settled, by hand), and that pass gives the reference output."""
+    import cupy as cp
+
+    from safemon.models import Layer, reference_forward, run_model
+    from safemon.models.forward import device_biases, queue_pass
+
+    m, k, h, n = 64, 256, 128, 48
+    rng = np.random.default_rng(11)
+    w1 = rng.standard_normal((k, h)).astype(np.float32)
+    w2 = rng.standard_normal((h, n)).astype(np.float32)
+    b1 = rng.standard_normal(h).astype(np.float32)
+    layers = [Layer("w1", b1, "gelu"), Layer("w2")]
+    variant = VariantConfig()
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        weights = {"w1": ProtectedArray.from_host(w1, name="w1", backend="cupy"),
+                   "w2": ProtectedArray.from_host(w2, name="w2", backend="cupy")}
+        xin = cp.empty((m, k), dtype=np.float32)
+        out = cp.empty((m, n), dtype=np.float32)
+        dev_b = device_biases(layers)
+        step = StepGraphs().capture(
+            "m", stream, lambda: queue_pass(layers, weights, xin, variant, dev_b,
+                                            out_into=out, extra_digests=[xin]),
+            keep=(dev_b,))
+        for i in range(4):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            xin.set(x, stream=stream)
+            res = step.launch(stream).finish()
+            want = reference_forward([w1, w2], layers, x)
+            assert res is not None
+            assert np.array_equal(out.get(stream=stream).view(np.uint32), want.view(np.uint32)), i
+            assert res.out_digest == digest64(want) and res.extra_digests == (digest64(x),)
+        data, _check = weights["w1"].storage
+        data.view(cp.uint32)[1, 2] ^= np.uint32(1 << 7)
+        stream.synchronize()
+        assert step.launch(stream).finish() is None
+        again = run_model(layers, weights, xin, variant, "cupy", out_into=out, settle=True)
+        assert np.array_equal(again.out.get().view(np.uint32), want.view(np.uint32))
+        assert weights["w1"].corrected_total == 1
