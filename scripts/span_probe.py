@@ -1,12 +1,13 @@
 """Device probe: where a voted device-resident request's time goes, span by span.
 
 usage: python3 scripts/span_probe.py [--placement inline|process|stream] [--size 80x80x80]
-                                     [--requests 300] [--spin-s 0] [--out DIR]
+                                     [--model BATCHxHIDDENxLAYERS] [--requests 300]
+                                     [--spin-s 0] [--out DIR]
 
 Starts a 2oo3 CuPy daemon (`safemon run`, the runtime benchmark's config, ipc://) with a
 `sitecustomize` on its PYTHONPATH that times chosen functions in every process (the daemon
 and this client; `SPANS` below), then sends `--requests` sequential `Client.matmul` calls
-with a CuPy x. Prints, per span, how often it ran per request and its median and p90
+with a CuPy x (with `--model`, `Client.run` of an MLP with gelu and biases). Prints, per span, how often it ran per request and its median and p90
 duration (µs, wall clock, waits included), and the round trip's median: what the spans do
 not cover is ZeroMQ's hops, the wake-ups and the loop between them. The timing adds about
 a microsecond per span. Nothing here is asserted; it is a probe.
@@ -44,6 +45,8 @@ SPANS = [  # module functions first: later imports must bind the wrapped ones
     ("safemon.kernels.model_gpu", "DigestBatch.values", "channel: read-back (the wait)"),
     ("safemon.channels.step_graphs", "StepGraphs.capture", "channel: capture a step graph"),
     ("safemon.channels.step_graphs", "CapturedStep.launch", "channel: launch a step graph"),
+    ("safemon.models.forward", "QueuedPass.finish", "channel: a model pass's wait and checks"),
+    ("safemon.models", "decode_model", "channel: decode the model's layers"),
 ]
 
 HOOK = textwrap.dedent('''
@@ -97,6 +100,7 @@ def main() -> int:
     ap.add_argument("--size", default="80x80x80")
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--spin-s", type=float, default=0.0)
+    ap.add_argument("--model", default=None, help="BATCHxHIDDENxLAYERS: whole-model requests")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="safemon-spans-"))
@@ -124,22 +128,36 @@ def main() -> int:
     path = out / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     rng = np.random.default_rng(0)
+    if args.model:
+        m, k, depth = (int(v) for v in args.model.split("x"))
+        n = k
     x = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
-    w = rng.standard_normal((k, n), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32) / np.float32(np.sqrt(k))
     rtt = []
     with running_daemon(path, out / "daemon.log", 240.0) as client:
         wid = client.register_weight(w)
+        if args.model:
+            from safemon.models import Layer
+
+            bias = rng.standard_normal(n).astype(np.float32)
+            mid = client.register_model([Layer(wid, bias, "gelu")] * depth)
+
+            def call() -> object:
+                return client.run(mid, x, timeout=30.0)
+        else:
+            def call() -> object:
+                return client.matmul(x, wid, timeout=30.0)
         for _ in range(20):
-            client.matmul(x, wid, timeout=30.0)
+            call()
         t_begin = time.monotonic_ns()
         for _ in range(args.requests):
             t0 = time.perf_counter()
-            client.matmul(x, wid, timeout=30.0)
+            call()
             rtt.append(time.perf_counter() - t0)
             assert client.last_request_device, client.device_io_off_reason
         t_end = time.monotonic_ns()
     hook["_dump"]()  # type: ignore[operator]  (the daemon's own dump ran at its exit)
-    print(f"{args.placement} {args.size}, spin_s {args.spin_s}")
+    print(f"{args.placement} {args.model or args.size}, spin_s {args.spin_s}")
     print(report(out, args.requests, rtt, t_begin, t_end))
     return 0
 
