@@ -135,6 +135,7 @@ def main() -> int:
     w = rng.standard_normal((k, n), dtype=np.float32) / np.float32(np.sqrt(k))
     rtt = []
     with running_daemon(path, out / "daemon.log", 240.0) as client:
+        client.control_timeout_s = 60.0  # a 4096-wide weight takes longer than 1 s to store
         wid = client.register_weight(w)
         if args.model:
             from safemon.models import Layer
