@@ -21,6 +21,8 @@ Contract (`StepGraphs.capture`):
   shapes of the client's buffers. A key is captured the second time it is seen (the first
   request runs by hand, which also compiles and loads every kernel), and at most
   `capacity` graphs are kept, the least recently used dropped first.
+- Only steps of at most `MAX_GRAPH_ELEMENTS` activation elements are captured
+  (`worth_a_graph`).
 - Anything that needs the host between kernels (an injected data fault, an ECC correction
   and recomputation) runs by hand, outside the graph.
 """
@@ -28,16 +30,28 @@ Contract (`StepGraphs.capture`):
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["CapturedStep", "StepGraphs"]
+__all__ = ["MAX_GRAPH_ELEMENTS", "CapturedStep", "StepGraphs", "worth_a_graph"]
 
 _T = TypeVar("_T")
 
 #: Graphs a channel keeps (each holds the device memory of one request's step).
 DEFAULT_CAPACITY = 16
+
+#: Steps whose activations hold more float32 elements than this (rows × (x's columns + every
+#: layer's output columns)) are queued by hand: a graph would keep their large buffers (x,
+#: C, split-K partials) allocated, and their kernels take long enough that the launches do
+#: not matter. 2**24 (64 MiB) admits the 4-layer 64×4096 MLP, not a 4096³ product.
+MAX_GRAPH_ELEMENTS = 2**24
+
+
+def worth_a_graph(rows: int, widths: Sequence[int]) -> bool:
+    """Whether a step over `rows` rows whose x and layer outputs have `widths` columns
+    (x's first) is captured (`MAX_GRAPH_ELEMENTS`)."""
+    return 0 < rows * sum(widths) <= MAX_GRAPH_ELEMENTS
 
 
 @dataclass

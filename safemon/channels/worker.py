@@ -51,7 +51,7 @@ import zmq
 
 from safemon.channels.faults import FaultState
 from safemon.channels.link import LINK_FIELD, link_ok
-from safemon.channels.step_graphs import StepGraphs
+from safemon.channels.step_graphs import StepGraphs, worth_a_graph
 from safemon.config import Config
 from safemon.device_io import ImportedBuffers
 from safemon.ecc import ProtectedArray
@@ -588,7 +588,8 @@ class ChannelWorker:
             return batch, pending, queue_status_reads([pending.status] if pending.pending else [])
 
         step = None
-        if self._graphs is not None and not self._data_fault_armed() and not variant.abft:
+        if (self._graphs is not None and not self._data_fault_armed() and not variant.abft
+                and worth_a_graph(work.x_rows, (work.x_cols, n))):
             storage = getattr(weight, "storage", (weight,))
             key = ("product", wid, id(weight), *(id(a) for a in storage), variant.name,
                    int(source.data.ptr), int(slot.data.ptr), work.x_rows, work.x_cols, n)
@@ -644,7 +645,9 @@ class ChannelWorker:
                               settle=settle)
 
         step = None
-        if self._graphs is not None and not settle and not self.chan.variant.abft:
+        widths = [cols, *(int(shapes[ly.weight_id][1]) for ly in layers)]
+        if (self._graphs is not None and not settle and not self.chan.variant.abft
+                and worth_a_graph(rows, widths)):
             used = [self._weights[wid] for wid in dict.fromkeys(ly.weight_id for ly in layers)]
             storage = [a for w in used for a in getattr(w, "storage", (w,))]
             key = ("model", spec.tobytes(), biases.tobytes(), *(id(w) for w in used),

@@ -106,3 +106,12 @@ def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError):
         StepGraphs(capacity=0)
     assert step_graphs.DEFAULT_CAPACITY >= 1
+
+
+def test_only_small_steps_are_worth_a_graph() -> None:
+    """Steps with large activations are queued by hand (a graph would keep their buffers)."""
+    assert step_graphs.worth_a_graph(64, [4096, 4096, 4096, 4096, 4096])  # the 4-layer MLP
+    assert step_graphs.worth_a_graph(80, [80, 80])
+    assert step_graphs.worth_a_graph(1024, [64, 1024])
+    assert not step_graphs.worth_a_graph(4096, [4096, 4096])  # 4096³
+    assert not step_graphs.worth_a_graph(0, [16])
