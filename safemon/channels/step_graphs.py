@@ -30,6 +30,7 @@ Contract (`StepGraphs.capture`):
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -84,6 +85,7 @@ class StepGraphs:
         self._steps: collections.OrderedDict[Hashable, CapturedStep[Any]] = (
             collections.OrderedDict())
         self._seen: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
+        self._refused: set[Hashable] = set()  # keys whose capture failed: by hand from then on
         self.captured = 0
 
     def __len__(self) -> int:
@@ -98,7 +100,10 @@ class StepGraphs:
 
     def seen_before(self, key: Hashable) -> bool:
         """Whether `key` was seen before (this call records it): capture on the second
-        sight, so that a one-off request never pays for a capture."""
+        sight, so that a one-off request never pays for a capture. Always False for a key
+        whose capture failed."""
+        if key in self._refused:
+            return False
         if key in self._seen:
             self._seen.move_to_end(key)
             return True
@@ -114,7 +119,8 @@ class StepGraphs:
         returned step to run it.
 
         Raises:
-            whatever `queue` raises (the capture is ended and discarded first).
+            whatever `queue` or the capture raises (the capture is ended and discarded
+            first, and `key` is never captured again: `seen_before` answers False).
         """
         from safemon.kernels.compiler import import_cupy
 
@@ -125,9 +131,15 @@ class StepGraphs:
             try:
                 outputs = queue()
             except BaseException:
-                stream.end_capture()  # end it: the stream must not stay capturing
+                self._refused.add(key)
+                with contextlib.suppress(Exception):  # a capture the error invalidated
+                    stream.end_capture()  # end it: the stream must not stay capturing
                 raise
-            graph = stream.end_capture()
+            try:
+                graph = stream.end_capture()
+            except BaseException:
+                self._refused.add(key)
+                raise
         step = CapturedStep(graph, pool, outputs, keep)
         self._steps[key] = step
         self.captured += 1
@@ -139,3 +151,4 @@ class StepGraphs:
         """Drop every graph (their memory goes back with their pools)."""
         self._steps.clear()
         self._seen.clear()
+        self._refused.clear()

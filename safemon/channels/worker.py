@@ -595,7 +595,7 @@ class ChannelWorker:
                    int(source.data.ptr), int(slot.data.ptr), work.x_rows, work.x_cols, n)
             step = self._graphs.get(key)
             if step is None and self._graphs.seen_before(key):
-                step = self._graphs.capture(key, self._stream, queue, keep=(weight, *storage))
+                step = self._capture(key, queue, (weight, *storage))
         if step is not None:
             batch, pending, reads = step.launch(self._stream)
             self.graph_launches += 1
@@ -611,6 +611,19 @@ class ChannelWorker:
             again.add(r.es)
             (c_d, _), (es_d, _) = again.values()
         return [c_d, es_d, x_d]
+
+    def _capture(self, key: Any, queue: Callable[[], Any], keep: tuple[Any, ...]) -> Any:
+        """`StepGraphs.capture` of `queue` under `key`; None (queue by hand, now and for this
+        key from then on) when the capture fails for another reason than the client's
+        buffers (a `DeviceInputError`, raised)."""
+        assert self._graphs is not None
+        try:
+            return self._graphs.capture(key, self._stream, queue, keep=keep)
+        except DeviceInputError:
+            raise
+        except Exception as exc:
+            self.log.warning("step_graph_capture_failed", error=repr(exc)[:300])
+            return None
 
     def _device_model(self, msg: Message, work: Any) -> Generator[None, None, list[int]]:
         """One device-resident whole-model request, a generator like `_device_product`;
@@ -656,8 +669,8 @@ class ChannelWorker:
             step = self._graphs.get(key)
             if step is None and self._graphs.seen_before(key):
                 dev_biases = device_biases(layers)  # uploaded before, kept with the graph
-                step = self._graphs.capture(key, self._stream, lambda: queue(dev_biases),
-                                            keep=(dev_biases, *used, *storage))
+                step = self._capture(key, lambda: queue(dev_biases),
+                                     (dev_biases, *used, *storage))
         if step is not None:
             queued = step.launch(self._stream)
             self.graph_launches += 1

@@ -100,6 +100,8 @@ def test_a_failed_capture_is_ended_and_not_kept() -> None:
     with pytest.raises(ValueError, match="bad shape"):
         graphs.capture("a", stream, queue)
     assert not stream.capturing and graphs.get("a") is None and graphs.captured == 0
+    # never tried again: the caller queues this key by hand from now on
+    assert not graphs.seen_before("a") and not graphs.seen_before("a")
 
 
 def test_capacity_must_be_positive() -> None:
