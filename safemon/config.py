@@ -731,6 +731,13 @@ class Config(_Model):
 
         self._resolve_endpoints(info, problems)
         self._check_channel_addresses(problems)
+        inline = [(i, ch.gpu) for i, ch in enumerate(self.channels or ()) if ch.placement == "inline"]
+        if len({gpu for _i, gpu in inline}) > 1:
+            # The daemon's loop thread drives every inline channel, and a CUDA stream can be
+            # used only while its own device is the thread's current one.
+            problems.append((f"channels.{inline[-1][0]}.gpu",
+                             "inline channels must all use the same GPU (the daemon's loop "
+                             "drives them on one thread); use process channels across GPUs"))
 
         tcp = [k for k, a in self.endpoints.addresses().items() if a.startswith("tcp://")]
         if tcp and not self.security.curve:

@@ -260,7 +260,7 @@ class Daemon:
         self._bind(cfg)
         if self._serve_metrics:
             self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
-        launcher = self._launcher or RealLauncher(cfg, self.ctx)
+        launcher = self._launcher or RealLauncher(cfg, self.ctx, clock=self.clock)
         # The key of the channel-link tokens; a launcher without one (a test's fake) runs
         # its channels without link checks.
         link_key = getattr(launcher, "link_key", None)
@@ -362,6 +362,7 @@ class Daemon:
                 timers_at = self._timers_at()
                 if now >= timers_at:
                     self._advance(now)
+                    self._pump_inline()  # what the timers sent inline channels runs now
                     timers_at = self._timers_at()
                     now = self.clock()  # the timers' work took time
                 self._poll_once(self._timeout_ms(now, timers_at))
@@ -382,6 +383,8 @@ class Daemon:
     def _timeout_ms(self, now: float, timers_at: float) -> int:
         """The poll's timeout: until the timers, the drain deadline or the connection
         guard's reopening are due (whole ms, rounded up, at most 50)."""
+        if self._inline is not None and self._inline.has_work:
+            return 0  # a pump that ran out of time left work: poll, then pump again
         until = timers_at
         reopen = self._conn_guard.next_wakeup() if self._conn_guard is not None else None
         inline = None if self._inline is None else self._inline.next_due()
@@ -795,18 +798,22 @@ class Daemon:
         """Run the inline channels (`safemon.channels.inline`) in lockstep rounds until none
         has work, and hand every message they sent to `_channel_message`, as if it had come
         on their sockets. A result can queue more work (the next request of a busy
-        channel): that runs in the next round."""
+        channel): that runs in the next round. Heartbeats are made before each round, and
+        after `TIMER_PERIOD_S` the pump returns to the loop (which polls and runs its timers,
+        then pumps again), so that a long queue of work cannot starve the other sockets or
+        make a channel look silent."""
         inline = self._inline
         if inline is None:
             return
-        inline.tick(self.clock())  # heartbeats due
+        until = self.clock() + TIMER_PERIOD_S
         while True:
-            if inline.has_work:
+            inline.tick(self.clock())  # heartbeats due
+            if inline.has_work and self.clock() < until:
                 inline.run_round()
             sent = inline.take(self.clock())
             for _ in range(inline.take_corrupted()):  # what the transport would have dropped
                 self._rejects.record(RejectReason.BAD_CRC)
-            if not sent and not inline.has_work:
+            if not sent and (not inline.has_work or self.clock() >= until):
                 return
             for name, msg in sent:
                 self._channel_message(name, msg)

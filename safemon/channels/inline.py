@@ -35,6 +35,7 @@ What it gives up (docs/RUNTIME.md, "Placements"):
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -135,9 +136,16 @@ class InlineChannel:
 
     def start(self) -> None:
         """Set up the device, compile and run every kernel once (`_warm_up`, seconds the
-        first time in a process), and queue the REGISTER. Blocks the caller meanwhile."""
-        self.worker._setup_device()
-        self.worker._warm_up()
+        first time in a process), and queue the REGISTER. Blocks the caller meanwhile. A
+        failure (out of device memory, say) is logged and leaves the incarnation not
+        running, which the supervisor sees as a crash: it never reaches the daemon's loop."""
+        try:
+            self.worker._setup_device()
+            self.worker._warm_up()
+        except Exception:
+            log.exception("inline_channel_start_failed", channel=self.name,
+                          incarnation=self.incarnation)
+            return
         self.running = True
         self.worker._register(None)
         self._next_heartbeat = self._clock() + self._interval
@@ -152,10 +160,18 @@ class InlineChannel:
             if self._suspended is not None:
                 self._suspended.steps.close()
                 self._suspended = None
-            if len(self.worker._imports):
+            with contextlib.suppress(Exception):  # a broken device must not stop the daemon
                 if self.worker._stream is not None:
-                    self.worker._stream.synchronize()  # nothing queued may still use one
-                self.worker._imports.close_all()
+                    self.worker._stream.synchronize()  # nothing queued may still run
+                if len(self.worker._imports):
+                    self.worker._imports.close_all()
+
+    def _fail(self, what: str) -> None:
+        """An exception escaped this channel's code: log it and end the incarnation (the
+        supervisor sees a crash and restarts it), as a channel process would die."""
+        log.exception("inline_channel_failed", channel=self.name, incarnation=self.incarnation,
+                      during=what)
+        self.stop()
 
     # ---------------------------------------------------------------- messages
 
@@ -196,18 +212,23 @@ class InlineChannel:
             except _Crash:
                 log.warning("channel_crash_injected", channel=self.name)
                 self.stop()
+            except Exception:
+                self._fail(msg.kind.value)
 
     def finish(self) -> None:
         """Resume the suspended request (its wait and read-backs) to its RESULT."""
         s, self._suspended = self._suspended, None
         if s is None or not self.running:
             return
-        while True:
-            try:
-                next(s.steps)
-            except StopIteration as done:
-                self._answer(s.msg, done.value)
-                return
+        try:
+            while True:
+                try:
+                    next(s.steps)
+                except StopIteration as done:
+                    self._answer(s.msg, done.value)
+                    return
+        except Exception:
+            self._fail("request")
 
     def _answer(self, msg: Message, reply: Reply) -> None:
         corrupted = self.worker.corrupted
@@ -220,11 +241,14 @@ class InlineChannel:
         """Heartbeat when due (not while hung), and close the imports of clients gone."""
         if not self.running or now < self._next_heartbeat:
             return
-        if not self.worker._faults.hang:
-            self.worker._heartbeat(None)
-        if len(self.worker._imports):
-            self.worker._imports.close_idle()
         self._next_heartbeat = now + self._interval
+        try:
+            if not self.worker._faults.hang:
+                self.worker._heartbeat(None)
+            if len(self.worker._imports):
+                self.worker._imports.close_idle()
+        except Exception:
+            self._fail("heartbeat")
 
     def next_due(self) -> float | None:
         """When a held RESULT or the next heartbeat is due (None: not running)."""

@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -134,15 +136,18 @@ class RealLauncher:
         ctx: the daemon's zmq context, used only by stream channels.
         link_key: the key of the channel-link tokens (`safemon.channels.link`); None = a
             fresh random one. The daemon reads `link_key` to check what channels send.
+        clock: the daemon's monotonic clock, which inline channels share.
     """
 
-    def __init__(self, config: Config, ctx: Context, link_key: bytes | None = None) -> None:
+    def __init__(self, config: Config, ctx: Context, link_key: bytes | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         assert config.channels is not None
         self.config = config
         self.ctx = ctx
         self.link_key = new_link_key() if link_key is None else link_key
         self._placement = {c.name: c.placement for c in config.channels}
         self._json = config.model_dump_json().encode()
+        self._clock = clock
         #: the inline channels' current incarnations, driven by the daemon's loop
         self.inline = InlineChannels(tuple(c.name for c in config.channels
                                            if c.placement == "inline"))
@@ -150,7 +155,8 @@ class RealLauncher:
     def start(self, name: str, incarnation: int, epoch: int) -> ChannelHandle:
         if self._placement[name] == "inline":
             channel = InlineChannel(self.config, name, incarnation=incarnation, epoch=epoch,
-                                    link=link_token(self.link_key, name, incarnation))
+                                    link=link_token(self.link_key, name, incarnation),
+                                    clock=self._clock)
             self.inline.install(channel)
             channel.start()
             return InlineHandle(name, incarnation, channel)

@@ -85,7 +85,8 @@ class StepGraphs:
         self._steps: collections.OrderedDict[Hashable, CapturedStep[Any]] = (
             collections.OrderedDict())
         self._seen: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
-        self._refused: set[Hashable] = set()  # keys whose capture failed: by hand from then on
+        #: keys whose capture failed: queued by hand from then on (the latest few)
+        self._refused: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
         self.captured = 0
 
     def __len__(self) -> int:
@@ -131,14 +132,14 @@ class StepGraphs:
             try:
                 outputs = queue()
             except BaseException:
-                self._refused.add(key)
+                self._refuse(key)
                 with contextlib.suppress(Exception):  # a capture the error invalidated
                     stream.end_capture()  # end it: the stream must not stay capturing
                 raise
             try:
                 graph = stream.end_capture()
             except BaseException:
-                self._refused.add(key)
+                self._refuse(key)
                 raise
         step = CapturedStep(graph, pool, outputs, keep)
         self._steps[key] = step
@@ -146,6 +147,11 @@ class StepGraphs:
         while len(self._steps) > self.capacity:
             self._steps.popitem(last=False)
         return step
+
+    def _refuse(self, key: Hashable) -> None:
+        self._refused[key] = None
+        while len(self._refused) > 4 * self.capacity:
+            self._refused.popitem(last=False)
 
     def clear(self) -> None:
         """Drop every graph (their memory goes back with their pools)."""

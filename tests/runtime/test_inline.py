@@ -173,3 +173,41 @@ def test_pinned_buffers_are_per_lane() -> None:
         assert buf.get(cp, 3) is c0  # same key, big enough: the same buffer
         bigger = buf.get(cp, 100)
         assert bigger.size >= 100 and bigger is not c0
+
+
+def test_inline_channels_on_different_gpus_are_refused(tmp_path: Path) -> None:
+    """The daemon's one loop thread drives every inline channel: they must share a GPU."""
+    from safemon.errors import ConfigError
+
+    channels = [{"name": f"c{i}", "placement": "inline", "gpu": i % 2} for i in range(3)]
+    with pytest.raises(ConfigError, match="inline channels must all use the same GPU"):
+        make_config(tmp_path, "2oo3", extra={"backend": "cupy", "channels": channels})
+    same = [{"name": f"c{i}", "placement": "inline", "gpu": 0} for i in range(3)]
+    assert make_config(tmp_path, "2oo3", extra={"backend": "cupy", "channels": same}).channels
+
+
+def test_an_exception_in_an_inline_channel_is_a_crash_of_that_channel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception escaping a channel's code (here: its scrub) ends that incarnation only:
+    the daemon keeps serving, the supervisor restarts the channel, results stay exact."""
+    cfg = make_config(tmp_path, "2oo3", placement="inline")
+    x, w = operands(5)
+    ref = reference(x, w, cfg)
+    boom = {"left": 1}
+    control = inline._InlineWorker._control
+
+    def failing(self: Any, sock: Any, msg: Any) -> bool:
+        if self.name == "c2" and boom["left"] and msg.meta.get("command") == "scrub":
+            boom["left"] -= 1
+            raise MemoryError("out of device memory")
+        return control(self, sock, msg)
+
+    monkeypatch.setattr(inline._InlineWorker, "_control", failing)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        assert wait_for(lambda: not boom["left"], 10.0)  # a scrub reached c2 and failed
+        assert wait_for(lambda: client.status()["channels"][2]["incarnation"] >= 1, 10.0)
+        assert wait_for(lambda: client.status()["mode"] == "NORMAL", 10.0)
+        for _ in range(3):
+            assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
+        assert daemon.stopped.is_set() is False
