@@ -275,7 +275,7 @@ class InlineChannel:
 class InlineChannels:
     """The daemon's inline channels, the current incarnation of each by name. The
     launcher adds incarnations (`install`); the daemon delivers messages, runs them in
-    lockstep (`run`) and collects what they sent."""
+    lockstep (`run_round`) and collects what they sent (`take`)."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = frozenset(names)
