@@ -737,7 +737,7 @@ class Daemon:
         token = self._link_token(name)
         if token is not None:
             meta = {**meta, LINK_FIELD: token}
-        if self._inline is not None and name in self._inline.names:
+        if self._inline is not None and self._is_inline(name):
             return self._inline.deliver(name, kind, epoch=self.epoch, seq=seq, meta=meta,
                                         arrays=arrays)
         frames = encode(kind, epoch=self.epoch, seq=seq, channel=name, meta=meta, arrays=arrays)

@@ -146,7 +146,6 @@ class ChannelWorker:
         self._busy_s = 0.0  # this request's time inside its own device steps (`_on_stream`)
         #: device steps recorded as CUDA graphs (`safemon.channels.step_graphs`); None: off
         self._graphs: StepGraphs | None = None
-        self.graph_launches = 0
         self.log = log.bind(channel=name, epoch=epoch, incarnation=incarnation)
 
     # ---------------------------------------------------------------- public
@@ -572,7 +571,7 @@ class ChannelWorker:
         slot = self._imports.view(work.out_ipc, work.out_offset, (work.x_rows, n),
                                   "the output slot")
 
-        def queue() -> tuple[Any, Any, Any]:
+        def queue(_prepared: None) -> tuple[Any, Any, Any]:
             x = import_cupy().empty((work.x_rows, work.x_cols), dtype=np.float32)
             batch = DigestBatch(3)
             batch.add_copy(source, x)
@@ -587,20 +586,12 @@ class ChannelWorker:
             batch.queue_read()
             return batch, pending, queue_status_reads([pending.status] if pending.pending else [])
 
-        step = None
-        if (self._graphs is not None and not self._data_fault_armed() and not variant.abft
-                and worth_a_graph(work.x_rows, (work.x_cols, n))):
-            storage = getattr(weight, "storage", (weight,))
-            key = ("product", wid, id(weight), *(id(a) for a in storage), variant.name,
-                   int(source.data.ptr), int(slot.data.ptr), work.x_rows, work.x_cols, n)
-            step = self._graphs.get(key)
-            if step is None and self._graphs.seen_before(key):
-                step = self._capture(key, queue, (weight, *storage))
-        if step is not None:
-            batch, pending, reads = step.launch(self._stream)
-            self.graph_launches += 1
-        else:
-            batch, pending, reads = queue()
+        storage = getattr(weight, "storage", (weight,))
+        batch, pending, reads = self._queue(
+            work.x_rows, (work.x_cols, n),
+            lambda: ("product", wid, id(weight), *(id(a) for a in storage), variant.name,
+                     int(source.data.ptr), int(slot.data.ptr), work.x_rows, work.x_cols, n),
+            (weight, *storage), queue)
         yield  # queued: the wait may come after other channels' work is queued too
         (x_d, _), (c_d, _), (es_d, _) = batch.values()
         # Raises when a check failed: nothing is released.
@@ -612,18 +603,32 @@ class ChannelWorker:
             (c_d, _), (es_d, _) = again.values()
         return [c_d, es_d, x_d]
 
-    def _capture(self, key: Any, queue: Callable[[], Any], keep: tuple[Any, ...]) -> Any:
-        """`StepGraphs.capture` of `queue` under `key`; None (queue by hand, now and for this
-        key from then on) when the capture fails for another reason than the client's
-        buffers (a `DeviceInputError`, raised)."""
-        assert self._graphs is not None
-        try:
-            return self._graphs.capture(key, self._stream, queue, keep=keep)
-        except DeviceInputError:
-            raise
-        except Exception as exc:
-            self.log.warning("step_graph_capture_failed", error=repr(exc)[:300])
-            return None
+    def _queue(self, rows: int, widths: tuple[int, ...] | list[int], key_of: Callable[[], Any],
+               keep: tuple[Any, ...], queue: Callable[[Any], Any],
+               prepare: Callable[[], Any] = lambda: None) -> Any:
+        """Queue one device step on this channel's stream and return what to wait on and
+        read: by launching its captured graph (`safemon.channels.step_graphs`) when the step
+        is eligible and its key (`key_of()`) has one, capturing it on the key's second
+        sight, else by calling `queue(prepare())`. `prepare()` makes what the step reads that
+        a graph must keep (a model's device biases); `keep` is what else it must keep alive.
+        A capture that fails for another reason than the client's buffers (a
+        `DeviceInputError`, raised) is logged, and the key is queued by hand from then on."""
+        graphs = self._graphs
+        if (graphs is None or self._data_fault_armed() or self.chan.variant.abft
+                or not worth_a_graph(rows, widths)):
+            return queue(prepare())
+        key = key_of()
+        step = graphs.get(key)
+        if step is None and graphs.seen_before(key):
+            prepared = prepare()
+            try:
+                step = graphs.capture(key, self._stream, lambda: queue(prepared),
+                                      keep=(*keep, prepared))
+            except DeviceInputError:
+                raise
+            except Exception as exc:
+                self.log.warning("step_graph_capture_failed", error=repr(exc)[:300])
+        return queue(prepare()) if step is None else step.launch(self._stream)
 
     def _device_model(self, msg: Message, work: Any) -> Generator[None, None, list[int]]:
         """One device-resident whole-model request, a generator like `_device_product`;
@@ -657,25 +662,15 @@ class ChannelWorker:
                               self._model_fault, out_into=slot, extra_digests=[x],
                               settle=settle)
 
-        step = None
-        widths = [cols, *(int(shapes[ly.weight_id][1]) for ly in layers)]
-        if (self._graphs is not None and not settle and not self.chan.variant.abft
-                and worth_a_graph(rows, widths)):
-            used = [self._weights[wid] for wid in dict.fromkeys(ly.weight_id for ly in layers)]
-            storage = [a for w in used for a in getattr(w, "storage", (w,))]
-            key = ("model", spec.tobytes(), biases.tobytes(), *(id(w) for w in used),
-                   *(id(a) for a in storage), int(source.data.ptr), int(slot.data.ptr),
-                   rows, cols)
-            step = self._graphs.get(key)
-            if step is None and self._graphs.seen_before(key):
-                dev_biases = device_biases(layers)  # uploaded before, kept with the graph
-                step = self._capture(key, lambda: queue(dev_biases),
-                                     (dev_biases, *used, *storage))
-        if step is not None:
-            queued = step.launch(self._stream)
-            self.graph_launches += 1
-        else:
-            queued = queue(device_biases(layers))
+        used = [self._weights[wid] for wid in dict.fromkeys(ly.weight_id for ly in layers)]
+        storage = [a for w in used for a in getattr(w, "storage", (w,))]
+        queued = self._queue(
+            rows, [cols, *(int(shapes[ly.weight_id][1]) for ly in layers)],
+            lambda: ("model", spec.tobytes(), biases.tobytes(), *(id(w) for w in used),
+                     *(id(a) for a in storage), int(source.data.ptr), int(slot.data.ptr),
+                     rows, cols),
+            (*used, *storage), queue,
+            prepare=lambda: device_biases(layers))  # uploaded first, kept with a graph
         yield  # queued: the wait may come after other channels' work is queued too
         res = queued.finish()
         if res is None:  # a layer was recomputed on its corrected weight: again, settled
