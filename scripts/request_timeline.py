@@ -24,35 +24,15 @@ import os
 import statistics
 import sys
 import tempfile
-import textwrap
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import yaml
+from probe_hook import install
 
-HOOK = textwrap.dedent('''
-    import atexit, json, os, time
-    _OUT = os.environ.get("SMTL_OUT")
-    if _OUT:
-        _rec = []
-        _now = time.monotonic_ns
-
-        def _dump():
-            with open(os.path.join(_OUT, f"{os.getpid()}.jsonl"), "w") as f:
-                for r in _rec:
-                    f.write(json.dumps(r) + "\\n")
-
-        atexit.register(_dump)
-        import signal
-        def _term(signum, frame, _prev=signal.getsignal(signal.SIGTERM)):
-            _dump()
-            if callable(_prev):
-                _prev(signum, frame)
-            else:
-                raise SystemExit(0)
-        signal.signal(signal.SIGTERM, _term)
-
+#: What the hook records (`probe_hook`'s preamble gives it `_rec` and `_now`).
+HOOK = '''
         import safemon.transport.sockets as S
         _send, _recv = S.send_message, S.recv_message
 
@@ -112,20 +92,7 @@ HOOK = textwrap.dedent('''
         _span(MG.DigestBatch, "add", "ch: digest queued")
         _span(MG.DigestBatch, "queue_read", "ch: digests' read-back queued")
         _span(CK, "queue_status_reads", "ch: status read-back queued")
-''')
-
-#: The child processes' sitecustomize: the hook, then the sitecustomize this one shadows
-#: (the machine's own, if any), so that nothing it sets up is lost.
-SITECUSTOMIZE = textwrap.dedent('''
-    import os, sys
-    import safemon_tl_hook
-    _here = os.path.dirname(os.path.abspath(__file__))
-    for _d in sys.path:
-        _c = os.path.join(_d, "sitecustomize.py")
-        if os.path.abspath(_d or ".") != _here and os.path.isfile(_c):
-            exec(compile(open(_c).read(), _c, "exec"), {"__name__": "sitecustomize", "__file__": _c})
-            break
-''')
+'''
 
 
 def _load(out: Path) -> dict[int, list[tuple]]:
@@ -249,15 +216,8 @@ def main() -> int:
     work = Path(args.out or tempfile.mkdtemp(prefix="safemon-tl-"))
     events_dir = work / "events"
     events_dir.mkdir(parents=True, exist_ok=True)
-    site = work / "site"
-    site.mkdir(exist_ok=True)
-    (site / "safemon_tl_hook.py").write_text(HOOK)
-    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(site), os.environ.get("PYTHONPATH", ""), str(Path(__file__).resolve().parents[1])])
     os.environ["SMTL_OUT"] = str(events_dir)
-    sys.path.insert(0, str(site))
-    import safemon_tl_hook as hook  # this process: the client
+    hook = install(work, "safemon_tl_hook", "SMTL_OUT", HOOK)  # and this process: the client
 
     from safemon.bench.runtime import channel_variant
     from safemon.bench.vote import _bench_config, running_daemon

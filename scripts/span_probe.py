@@ -19,15 +19,14 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
-import textwrap
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import yaml
+from probe_hook import install
 
 #: (module, attribute path, label): what is timed, in whichever process runs it.
 SPANS = [  # module functions first: later imports must bind the wrapped ones
@@ -49,49 +48,33 @@ SPANS = [  # module functions first: later imports must bind the wrapped ones
     ("safemon.models", "decode_model", "channel: decode the model's layers"),
 ]
 
-HOOK = textwrap.dedent('''
-    import atexit, importlib, json, os, time
-    _OUT = os.environ.get("SPAN_OUT")
-    if _OUT:
-        _rec = []
-        _now = time.monotonic_ns
+#: What the hook records (`probe_hook`'s preamble gives it `_rec` and `_now`): each span in
+#: `SPAN_LIST` as (begin ns, end ns, label).
+HOOK = '''
+    import importlib
 
-        def _dump():
-            with open(os.path.join(_OUT, f"{os.getpid()}.jsonl"), "w") as f:
-                for r in _rec:
-                    f.write(json.dumps(r) + "\\n")
+    def _wrap(owner, name, label):
+        inner = getattr(owner, name)
 
-        atexit.register(_dump)
-        import signal
-        def _term(signum, frame, _prev=signal.getsignal(signal.SIGTERM)):
-            _dump()
-            if callable(_prev):
-                _prev(signum, frame)
-            else:
-                raise SystemExit(0)
-        signal.signal(signal.SIGTERM, _term)
-
-        def _wrap(owner, name, label):
-            inner = getattr(owner, name)
-
-            def wrapped(*a, **kw):
-                t0 = _now()
-                try:
-                    return inner(*a, **kw)
-                finally:
-                    _rec.append((t0, _now(), label))
-            setattr(owner, name, wrapped)
-
-        for mod, path, label in json.loads(os.environ["SPAN_LIST"]):
+        def wrapped(*a, **kw):
+            t0 = _now()
             try:
-                owner = importlib.import_module(mod)
-            except ImportError:
-                continue
-            *parents, name = path.split(".")
-            for p in parents:
-                owner = getattr(owner, p)
-            _wrap(owner, name, label)
-''')
+                return inner(*a, **kw)
+            finally:
+                _rec.append((t0, _now(), label))
+        setattr(owner, name, wrapped)
+
+    for mod, path, label in json.loads(os.environ["SPAN_LIST"]):
+        try:
+            owner = importlib.import_module(mod)
+        except ImportError:
+            continue
+        *parents, name = path.split(".")
+        for p in parents:
+            owner = getattr(owner, p)
+        _wrap(owner, name, label)
+'''
+
 
 
 def main() -> int:
@@ -106,17 +89,11 @@ def main() -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="safemon-spans-"))
     spans = out / "spans"
     spans.mkdir(parents=True, exist_ok=True)
-    hook_dir = out / "hook"
-    hook_dir.mkdir(exist_ok=True)
-    (hook_dir / "sitecustomize.py").write_text(HOOK)
     os.environ["SPAN_OUT"] = str(spans)
     os.environ["SPAN_LIST"] = json.dumps(SPANS)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(hook_dir), os.environ.get("PYTHONPATH", "")])
     if args.spin_s:
         os.environ["SAFEMON_TIMING__SPIN_S"] = str(args.spin_s)
-    sys.path.insert(0, str(hook_dir))
-    hook: dict[str, object] = {"__name__": "span_hook"}
-    exec(compile(HOOK, "span-hook", "exec"), hook)  # this process too
+    hook = install(out, "safemon_span_hook", "SPAN_OUT", HOOK)  # and this process too
 
     import cupy as cp
 
@@ -157,7 +134,7 @@ def main() -> int:
             rtt.append(time.perf_counter() - t0)
             assert client.last_request_device, client.device_io_off_reason
         t_end = time.monotonic_ns()
-    hook["_dump"]()  # type: ignore[operator]  (the daemon's own dump ran at its exit)
+    hook._dump()  # (the daemon's own dump ran at its exit)
     print(f"{args.placement} {args.model or args.size}, spin_s {args.spin_s}")
     print(report(out, args.requests, rtt, t_begin, t_end))
     return 0
