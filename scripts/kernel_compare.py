@@ -39,6 +39,11 @@ def parse_spec(text: str) -> tuple[str | None, str | None, str]:
     return (None, None, parts[1]) if parts[0] == "unprotected" else (parts[0], parts[1], parts[2])
 
 
+def _reads_a_transposed(build: KernelBuild) -> bool:
+    """True when `build` sets A_KMAJOR=1 (mmm.cu then reads Aᵀ)."""
+    return str(dict(build.defines).get("A_KMAJOR", 0)) == "1"
+
+
 def _compile(build: KernelBuild) -> None:
     """Compile `build` in a pool worker (fills CuPy's on-disk cache for the parent)."""
     load_module(build)
@@ -100,8 +105,12 @@ def main() -> int:
             print(f"{m}x{n}x{k}: cupy.matmul kernel {blas[(m, n, k)]:.1f} us", flush=True)
         a, b = inputs[(m, n, k)]
         blas_us = blas[(m, n, k)]
-        new = variant_launcher(cp, v, a, b, load_module(new_build).get_function(KERNEL_NAME))
-        old = variant_launcher(cp, v, a, b, load_module(old_build).get_function(KERNEL_NAME))
+        # A build with A_KMAJOR=1 reads Aᵀ (a baseline mmm.cu older than that define
+        # ignores it: give it -B A_KMAJOR=0).
+        new = variant_launcher(cp, v, a, b, load_module(new_build).get_function(KERNEL_NAME),
+                               _reads_a_transposed(new_build))
+        old = variant_launcher(cp, v, a, b, load_module(old_build).get_function(KERNEL_NAME),
+                               _reads_a_transposed(old_build))
         c_new, es_new = (x.copy() for x in new())
         c_old, es_old = (x.copy() for x in old())
         same = bool(cp.array_equal(c_new.view(cp.uint32), c_old.view(cp.uint32))) and (

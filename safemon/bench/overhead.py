@@ -96,17 +96,26 @@ def device_info(cp: Any) -> dict[str, Any]:
 
 
 def variant_launcher(
-    cp: Any, variant: Variant, a: Any, b: Any, kernel: Any = None
+    cp: Any, variant: Variant, a: Any, b: Any, kernel: Any = None,
+    a_transposed: bool | None = None,
 ) -> Callable[[], tuple[Any, Any]]:
-    """The variant's kernels alone, on preallocated buffers: the MMM kernel over its K-slices,
+    """The variant's kernels alone, on preallocated buffers: for a variant that reads Aᵀ
+    (`Variant.reads_a_transposed`) the transpose of A, the MMM kernel over its K-slices,
     when split the reduction, and for an ABFT variant the check kernels of abft.cu (no input
     checks: those are part of the API wall time). A row-only ABFT check ("rows") takes B's
     vectors made once, before the first call, as a registered weight has them. Each call
     returns the (c, es) buffers.
     `kernel`: another compilation of the MMM kernel to launch instead of the variant's own
-    (scripts/kernel_compare.py times an earlier mmm.cu this way)."""
+    (scripts/kernel_compare.py times an earlier mmm.cu this way); `a_transposed` says whether
+    that build reads Aᵀ (None: as the variant's own build does)."""
     from safemon.kernels.abft import abft_weight_vectors, begin_abft, finish_abft
-    from safemon.kernels.gpu import kernel_for, reduce_slices, rmt_block_buffers, rmt_block_shapes
+    from safemon.kernels.gpu import (
+        kernel_for,
+        reduce_slices,
+        rmt_block_buffers,
+        rmt_block_shapes,
+        transpose,
+    )
 
     m, k = a.shape
     n = b.shape[1]
@@ -120,9 +129,14 @@ def variant_launcher(
     # RMT and ABFT report through a status block (checked.py); the input-check words stay 0.
     checks = variant.rmt != "none" or variant.abft
     status = cp.zeros(STATUS_WORDS, dtype=cp.uint32) if checks else None
+    # Aᵀ, remade on every call (a caller pays it with every product).
+    if a_transposed is None:
+        a_transposed = variant.reads_a_transposed
+    a_t = cp.empty((k, m), dtype=cp.float32) if a_transposed else None
     # The array itself is the argument: the closure keeps it alive (a bare pointer would let
     # the memory pool hand its memory to the next allocation).
-    args: tuple[Any, ...] = (a, b, out, es, np.int32(m), np.int32(n), np.int32(k),
+    args: tuple[Any, ...] = (a if a_t is None else a_t, b, out, es, np.int32(m), np.int32(n),
+                             np.int32(k),
                              np.uintp(0) if status is None else status)
     # Inter-block RMT: copy 1's C tiles and the arrival counters, cleared before every
     # launch (the clearing is timed with the kernel: every call pays it).
@@ -143,6 +157,8 @@ def variant_launcher(
                    if status is not None and variant.abft else None)
         if counters is not None:
             counters.data.memset_async(0, counters.nbytes)
+        if a_t is not None:
+            transpose(a, a_t)
         kernel((gx, gy * variant.grid_copies, slices), (variant.block_threads, 1, 1), args)
         if slices > 1:
             reduce_slices(out, c)

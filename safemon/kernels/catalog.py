@@ -101,6 +101,13 @@ class TileConfig:
     #: implementation choice of the kernel that changes neither C nor ES, hence not part of a
     #: tile's identity (equality, hash) either.
     async_copy: bool = field(default=False, compare=False)
+    #: With asynchronous copies, read A transposed (mmm.cu's A_KMAJOR): the host passes Aᵀ
+    #: (K×M, made by transpose.cu on the same stream), whose k-tiles are BK rows of BM
+    #: consecutive words, copied 16 bytes at a time straight into the transposed shared tile
+    #: instead of one word per copy. Like `async_copy`, it changes neither C nor ES and is not
+    #: part of the tile's identity. Builds that copy through registers (a fold at every MAC on
+    #: a TN = 8 tile, the injection build) read A as it is (`Variant.reads_a_transposed`).
+    a_kmajor: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         for attr in ("bm", "bn", "bk", "tm", "tn"):
@@ -139,8 +146,12 @@ class TileConfig:
 TILES: dict[str, TileConfig] = {
     # Small matrices (the seed's 20²..80²): many blocks even for tiny outputs.
     "small": TileConfig("small", bm=32, bn=32, bk=8, tm=4, tn=4),
-    # Throughput: 256 threads, 8×8 register tile per thread.
-    "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8),
+    # Throughput: 256 threads, 8×8 register tile per thread. Asynchronous copies from a
+    # transposed A: 1.03-1.15× faster unprotected and 1.10-1.21× with folds at M or T, kernel
+    # alone, than copying through registers (evidence/h100-2026-11-24-kmajor/); with the
+    # one-word copies of A that `wide` uses it was 0.88-0.92× as fast.
+    "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8, async_copy=True,
+                        a_kmajor=True),
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
     # Asynchronous copies: 1.10-1.44× faster on the H100 (evidence/h100-2026-11-23-async/).
     "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8, async_copy=True),
@@ -337,6 +348,17 @@ class Variant:
     def es_threads(self, m: int, n: int, k: int) -> int:
         """Rows of the ES array: launched threads over all K-slices."""
         return self.tile.total_threads(m, n) * self.slices(k)
+
+    @property
+    def reads_a_transposed(self) -> bool:
+        """True when the production build of this variant reads Aᵀ (K×M) instead of A
+        (`TileConfig.a_kmajor`): its tile copies k-tiles asynchronously from a transposed A,
+        and no fold at every MAC on a TN = 8 tile sends it back to register copies (mmm.cu's
+        ASYNC_COPY rule, which refuses to compile A_KMAJOR without it). The fault-injection
+        build never does (`gpu.build_for`)."""
+        t = self.tile
+        every_mac = any(level == "I" for _, level in self.parts)
+        return t.a_kmajor and t.async_copy and not (t.tn >= 8 and every_mac)
 
     @property
     def is_combination(self) -> bool:

@@ -3,7 +3,9 @@
 Kernels are compiled once per (device, variant) through `compiler.load_module` and launched on
 CuPy's current stream, so a channel in stream mode only needs `with stream:` around the call.
 A variant whose K is split (`Variant.slices(k) > 1`) launches the kernel over a (gx, gy, S)
-grid into S partial products and then `splitk.cu`'s reduction, both on that stream.
+grid into S partial products and then `splitk.cu`'s reduction, both on that stream. A variant
+that reads Aᵀ (`Variant.reads_a_transposed`) first gets it from `transpose.cu`, on that
+stream too.
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ __all__ = [
     "rmt_block_buffers",
     "rmt_block_shapes",
     "splitk_build",
+    "transpose",
+    "transpose_build",
 ]
 
 CUDA_DIR = Path(__file__).parent / "cuda"
 MMM_SOURCE = CUDA_DIR / "mmm.cu"
 FINITE_SOURCE = CUDA_DIR / "finite.cu"
 SPLITK_SOURCE = CUDA_DIR / "splitk.cu"
+TRANSPOSE_SOURCE = CUDA_DIR / "transpose.cu"
 #: Threads per block of the split-K reduction and of the finite check.
 AUX_THREADS = 256
 #: Grid cap of those grid-stride kernels (blocks); enough to fill an H100 several times.
@@ -85,6 +90,8 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
     }
     if t.async_copy:  # only then, so the other tiles keep their exact cache keys and code
         defines["TILE_ASYNC"] = 1
+    if variant.reads_a_transposed and not inject:  # the injection build flips A in registers
+        defines["A_KMAJOR"] = 1
     if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
         defines["RMT_WARP"] = 1
     elif variant.rmt == "block":
@@ -167,8 +174,8 @@ class _Plan:
     variant, M, N, K, build); a call then costs a dictionary look-up instead of the Python of
     tile arithmetic and kernel look-up (issue 14: per-call host cost)."""
 
-    __slots__ = ("block", "c_shape", "dims", "es_empty", "es_shape", "grid", "kernel",
-                 "partial_shape", "reduce", "rmt_shapes", "variant")
+    __slots__ = ("a_transposed", "block", "c_shape", "dims", "es_empty", "es_shape", "grid",
+                 "kernel", "partial_shape", "reduce", "rmt_shapes", "variant")
 
     def __init__(self, variant: Variant, m: int, n: int, k: int, record_sm: bool) -> None:
         t = variant.tile
@@ -182,6 +189,7 @@ class _Plan:
         self.es_shape = (gx * gy * t.threads * slices, variant.words)
         self.partial_shape = None if slices == 1 else (slices, m, n)
         self.dims = (np.int32(m), np.int32(n), np.int32(k))
+        self.a_transposed = variant.reads_a_transposed  # the self-test build too
         self.kernel = kernel_for(variant, record_sm=record_sm)
         self.reduce = None if slices == 1 else _function(("splitk",), splitk_build,
                                                           "safemon_splitk_reduce")
@@ -221,6 +229,8 @@ def _launch_mmm(
     m, k = a_d.shape
     n = b_d.shape[1]
     plan = _plan_for(variant, m, n, k, record_sm)
+    if plan.a_transposed:
+        a_d = transpose(a_d)
     c = cp.empty(plan.c_shape, dtype=cp.float32)
     es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
     out = c if plan.partial_shape is None else cp.empty(plan.partial_shape, dtype=cp.float32)
@@ -298,6 +308,46 @@ def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any,
     if variant.split != 1:
         raise ValueError(f"{variant.name}: the self-test build runs split 1 only")
     return _launch_mmm(a, b, variant, None, record_sm=True)
+
+
+def transpose_build() -> KernelBuild:
+    """The compilation of transpose.cu (one build for every shape)."""
+    return KernelBuild.make(TRANSPOSE_SOURCE)
+
+
+#: transpose.cu's block: 32 columns × 8 rows of threads, one 32×32 tile per iteration.
+_TRANSPOSE_BLOCK = (32, 8, 1)
+#: Grid cap along y (CUDA's limit for gridDim.y); the kernel strides over further tiles.
+_GRID_Y_MAX = 65535
+
+
+def transpose(x: Any, out: Any = None) -> Any:
+    """xᵀ as a new C-contiguous array (or into `out`), on the current stream, no waiting.
+
+    Args:
+        x: (rows, cols) C-contiguous CuPy array of a 4-byte dtype (float32 for the kernels);
+            every word is moved as its bit pattern.
+        out: None, or a (cols, rows) C-contiguous CuPy array of x's dtype to fill.
+    Returns:
+        (cols, rows) CuPy array of x's dtype.
+    Raises:
+        ValueError: x is not 2-D, C-contiguous and of a 4-byte dtype, or `out` does not fit.
+    """
+    cp = import_cupy()
+    if x.ndim != 2 or x.dtype.itemsize != 4 or not x.flags.c_contiguous:
+        raise ValueError(f"transpose needs a 2-D C-contiguous array of 4-byte words, got "
+                         f"{x.dtype} {tuple(x.shape)}")
+    rows, cols = (int(d) for d in x.shape)
+    if out is None:
+        out = cp.empty((cols, rows), dtype=x.dtype)
+    elif out.shape != (cols, rows) or out.dtype != x.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {x.dtype} array of shape {(cols, rows)}, "
+                         f"got {out.dtype} {tuple(out.shape)}")
+    if x.size:
+        kernel = _function(("transpose",), transpose_build, "safemon_transpose")
+        grid = (-(-cols // 32), min(_GRID_Y_MAX, -(-rows // 32)), 1)
+        kernel(grid, _TRANSPOSE_BLOCK, (x, out, np.int32(rows), np.int32(cols)))
+    return out
 
 
 def finite_build() -> KernelBuild:
@@ -383,4 +433,5 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(abft_build())
     builds.append(finite_build())
     builds.append(splitk_build())
+    builds.append(transpose_build())
     return builds

@@ -149,6 +149,7 @@ def test_pending_result_holds_poison_until_wait_raises() -> None:
 # that put it in the first, a middle or the last (partly padded) K-slice and edge tile.
 FUSED_SHAPES = [((1, 4096, 4096), "skinny", None), ((37, 129, 777), "small", 5),
                 ((64, 300, 2000), "wide", None), ((130, 140, 1500), "large", 3),
+                ((256, 136, 1000), "large", None),  # `large` reads Aᵀ in 16-byte runs (M % 4 = 0)
                 ((8, 900, 8), "skinny", 1)]
 
 

@@ -135,7 +135,17 @@ static_assert(!(RMT_WARP && RMT_BLOCK), "one RMT kind per build");
 #define B_LOADS ((BK * BN + BLOCK_THREADS - 1) / BLOCK_THREADS)
 #define A_PARTIAL ((BM * BK) % BLOCK_THREADS != 0)
 #define B_PARTIAL ((BK * BN) % BLOCK_THREADS != 0)
+#ifndef A_KMAJOR
+#define A_KMAJOR 0
+#endif
+#if A_KMAJOR
+// A arrives transposed (A_KMAJOR: the host passes Aᵀ, K×M row-major, element (r, k) at
+// A[k·M + r]): a k-tile of A is BK rows of BM consecutive words, copied like B's in runs of VA
+// along m, straight into the transposed shared tile. Asynchronous copies only.
+#define VA (A_LOADS % 4 == 0 ? 4 : A_LOADS % 2 == 0 ? 2 : 1)
+#else
 #define VA (!WIDE_FRAGMENTS ? 1 : A_LOADS % 4 == 0 && BK % 4 == 0 ? 4 : A_LOADS % 2 == 0 && BK % 2 == 0 ? 2 : 1)
+#endif
 #define VB (!(WIDE_FRAGMENTS || ASYNC_COPY) ? 1 : B_LOADS % 4 == 0 ? 4 : B_LOADS % 2 == 0 ? 2 : 1)
 // Shared-memory stages: two (the next k-tile is stored while this one is read, one barrier per
 // k-tile) when both fit in 40 KiB of static shared memory, else one (two barriers per k-tile);
@@ -168,6 +178,9 @@ static_assert(!(RMT_WARP && RMT_BLOCK), "one RMT kind per build");
 #define STAGES ASYNC_STAGES
 static_assert(!SAFEMON_INJECT, "the injection build flips loaded words in registers");
 static_assert(ASYNC_STAGES == 2 || ASYNC_STAGES == 3, "the k loop is written for 2 or 3 stages");
+#endif
+#if A_KMAJOR && !ASYNC_COPY
+#error "A_KMAJOR needs asynchronous copies (TILE_ASYNC, no injection, no fold at every MAC)"
 #endif
 
 static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
@@ -509,6 +522,9 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     // Vector loads need K (N) a multiple of the width and A (B) aligned to it; otherwise every
     // element is loaded alone. Either way the same elements, zero-padded, reach shared memory.
     const bool vec_b = N % VB == 0 && (reinterpret_cast<unsigned long long>(B) % (4 * VB)) == 0;
+#if A_KMAJOR
+    const bool vec_a = M % VA == 0 && (reinterpret_cast<unsigned long long>(A) % (4 * VA)) == 0;
+#endif
 #if !ASYNC_COPY
     const bool vec_a = K % VA == 0 && (reinterpret_cast<unsigned long long>(A) % (4 * VA)) == 0;
     float ra[A_LOADS], rb[B_LOADS];  // the next k-tile, between global and shared memory
@@ -657,6 +673,20 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             for (int r = 0; r < A_LOADS / VA; ++r) {
                 const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
                 if (A_PARTIAL && e >= BM * BK) break;
+#if A_KMAJOR
+                const int gk = k0 + e / BM, gr = row0 + e % BM;
+                float* dst = &As[e / BM][e % BM];
+                if (vec_a) {  // the run is whole or wholly outside A
+                    const bool valid = gk < K && gr < M;
+                    async_copy<4 * VA>(dst, valid ? A + ((long long)gk * M + gr) : A, valid);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < VA; ++q) {
+                        const bool valid = gk < K && gr + q < M;
+                        async_copy<4>(dst + q, valid ? A + ((long long)gk * M + gr + q) : A, valid);
+                    }
+                }
+#else
                 const int gr = row0 + e / BK, gk = k0 + e % BK;
 #pragma unroll
                 for (int q = 0; q < VA; ++q) {
@@ -664,6 +694,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
                     async_copy<4>(&As[e % BK + q][e / BK],
                                   valid ? A + ((long long)gr * K + gk + q) : A, valid);
                 }
+#endif
             }
 #pragma unroll
             for (int r = 0; r < B_LOADS / VB; ++r) {
@@ -693,7 +724,12 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
             if (A_PARTIAL && e >= BM * BK) break;
 #pragma unroll
-            for (int q = 0; q < VA; ++q) finite_a = finite_acc(finite_a, As[e % BK + q][e / BK]);
+            for (int q = 0; q < VA; ++q)
+#if A_KMAJOR
+                finite_a = finite_acc(finite_a, As[e / BM][e % BM + q]);
+#else
+                finite_a = finite_acc(finite_a, As[e % BK + q][e / BK]);
+#endif
         }
 #pragma unroll
         for (int r = 0; r < B_LOADS / VB; ++r) {
