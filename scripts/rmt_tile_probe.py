@@ -10,7 +10,8 @@ k-tile loads, the other computes. This probe times, with CUDA events in interlea
 candidate tiles, cuBLAS (`cupy.matmul`) in the same run, and checks on every candidate that
 RMT's C and ES are the unprotected kernel's bit for bit (same K-slices) and that its status
 block stays clear. Candidates are tiles of the catalog, `auto` (the tile `safemon.matmul` picks at the shape) or
-`NAME:BMxBNxBK/TMxTN` specs (a trailing `a`: k-tiles copied asynchronously, as `wide`).
+`NAME:BMxBNxBK/TMxTN` specs (a trailing `a`: k-tiles copied asynchronously, as `wide`; `ak`:
+from Aᵀ, as `large`).
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ def parse_tile(text: str) -> TileConfig:
     """A catalog name, or `NAME:BMxBNxBK/TMxTN`, with a trailing `a` for asynchronous copies."""
     if text in TILES:
         return TILES[text]
-    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)", text)
+    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)(k?)", text)
     if m is None:
-        raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN[a])")
-    name, *dims, asynchronous = m.groups()
+        raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN[a[k]])")
+    name, *dims, asynchronous, kmajor = m.groups()
     bm, bn, bk, tm, tn = map(int, dims)
-    return TileConfig(name, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, async_copy=asynchronous == "a")
+    return TileConfig(name, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, async_copy=asynchronous == "a",
+                      a_kmajor=kmajor == "k")
 
 
 def main() -> int:
