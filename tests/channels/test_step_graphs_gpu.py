@@ -46,8 +46,9 @@ def _finish(handles: tuple[Any, Any, Any]) -> tuple[list[int], Any]:
     return digests, result
 
 
+# (M, K, N); (256, 256, 2048) runs `large`, whose graph holds the transpose of A as well.
 @pytest.mark.parametrize("shape", [(80, 80, 80), (64, 1024, 512), (1, 4096, 256),
-                                   (37, 91, 53)])
+                                   (37, 91, 53), (256, 256, 2048)])
 def test_a_launched_graph_gives_the_bits_of_the_hand_queued_step(shape: tuple[int, int, int]
                                                                  ) -> None:
     import cupy as cp
