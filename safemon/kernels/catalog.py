@@ -147,9 +147,11 @@ TILES: dict[str, TileConfig] = {
     # Small matrices (the seed's 20²..80²): many blocks even for tiny outputs.
     "small": TileConfig("small", bm=32, bn=32, bk=8, tm=4, tn=4),
     # Throughput: 256 threads, 8×8 register tile per thread. Asynchronous copies from a
-    # transposed A: 1.03-1.15× faster unprotected and 1.10-1.21× with folds at M or T, kernel
-    # alone, than copying through registers (evidence/h100-2026-11-24-kmajor/); with the
-    # one-word copies of A that `wide` uses it was 0.88-0.92× as fast.
+    # transposed A, the transpose included: at 512×4096×4096 to 4096³ 1.02-1.07× faster
+    # unprotected and 1.07-1.15× with ones' complement folds at M or T than copying through
+    # registers, but 0.96-0.97× unprotected and twos/M at 1024³ (split 4; the transpose costs
+    # more than it gains there: evidence/h100-2026-11-24-kmajor/, call 3); with the one-word
+    # copies of A that `wide` uses it was 0.88-0.92× as fast.
     "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8, async_copy=True,
                         a_kmajor=True),
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.

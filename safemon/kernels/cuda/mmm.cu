@@ -259,6 +259,24 @@ __device__ __forceinline__ void async_copy(float* dst, const float* src, bool va
                      "n"(BYTES), "r"(size)
                      : "memory");
 }
+// Queue the copy of the run of V words at row r, columns c .. c + V − 1 of the row-major
+// rows×cols matrix `src` into dst[0 .. V): one V-wide copy when `vector` (cols a multiple of V
+// and src V-aligned, so that the run is whole or wholly outside), else one copy per word.
+// Words outside the matrix are zero-filled, never read.
+template <int V>
+__device__ __forceinline__ void async_copy_run(float* dst, const float* src, int r, int c,
+                                               int rows, int cols, bool vector) {
+    if (vector) {
+        const bool valid = r < rows && c < cols;
+        async_copy<4 * V>(dst, valid ? src + ((long long)r * cols + c) : src, valid);
+    } else {
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+            const bool valid = r < rows && c + q < cols;
+            async_copy<4>(dst + q, valid ? src + ((long long)r * cols + c + q) : src, valid);
+        }
+    }
+}
 __device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Wait until at most N of this thread's committed copy groups are still in flight.
 template <int N>
@@ -666,27 +684,17 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #if ASYNC_COPY
     // Queue the copies of the k-tile at k0 into (As, Bs), one commit group per k-tile (an
     // empty one past k_stop, so that every thread counts the same groups). A is stored
-    // transposed, one word per copy; a B run of VB words is one copy when it may be loaded as
-    // a vector (vec_b), else one copy per word.
+    // transposed, one word per copy (from Aᵀ with A_KMAJOR, a run of VA words as for B); a B
+    // run of VB words is one copy when it may be loaded as a vector (vec_b), else one copy per
+    // word.
     auto issue_tile = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED]) {
         if (k0 < k_stop) {
 #pragma unroll
             for (int r = 0; r < A_LOADS / VA; ++r) {
                 const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
                 if (A_PARTIAL && e >= BM * BK) break;
-#if A_KMAJOR
-                const int gk = k0 + e / BM, gr = row0 + e % BM;
-                float* dst = &As[e / BM][e % BM];
-                if (vec_a) {  // the run is whole or wholly outside A
-                    const bool valid = gk < K && gr < M;
-                    async_copy<4 * VA>(dst, valid ? A + ((long long)gk * M + gr) : A, valid);
-                } else {
-#pragma unroll
-                    for (int q = 0; q < VA; ++q) {
-                        const bool valid = gk < K && gr + q < M;
-                        async_copy<4>(dst + q, valid ? A + ((long long)gk * M + gr + q) : A, valid);
-                    }
-                }
+#if A_KMAJOR  // Aᵀ is K×M: row k0 + e / BM, column row0 + e % BM
+                async_copy_run<VA>(&As[e / BM][e % BM], A, k0 + e / BM, row0 + e % BM, K, M, vec_a);
 #else
                 const int gr = row0 + e / BK, gk = k0 + e % BK;
 #pragma unroll
@@ -701,18 +709,8 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             for (int r = 0; r < B_LOADS / VB; ++r) {
                 const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
                 if (B_PARTIAL && e >= BK * BN) break;
-                const int gk = k0 + e / BN, gc = col0 + e % BN;
-                float* dst = &Bs[e / BN][B_COL(e % BN)];
-                if (vec_b) {  // the run is whole or wholly outside B
-                    const bool valid = gk < K && gc < N;
-                    async_copy<4 * VB>(dst, valid ? B + ((long long)gk * N + gc) : B, valid);
-                } else {
-#pragma unroll
-                    for (int q = 0; q < VB; ++q) {
-                        const bool valid = gk < K && gc + q < N;
-                        async_copy<4>(dst + q, valid ? B + ((long long)gk * N + gc + q) : B, valid);
-                    }
-                }
+                async_copy_run<VB>(&Bs[e / BN][B_COL(e % BN)], B, k0 + e / BN, col0 + e % BN, K, N,
+                                   vec_b);
             }
         }
         async_commit();
