@@ -84,6 +84,7 @@ def test_every_case_is_split() -> None:
     assert all(v.slices(d[2]) > 1 for d, v in CASES)
 
 
+@pytest.mark.timeout(1800)  # the session fixture's references and compiles (test_gpu.py)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{'x'.join(map(str, d))}-{v.name}" for d, v in CASES])
 def test_split_gpu_equals_reference_bit_for_bit(index: int, split_references: dict[int, tuple[bytes, bytes]]) -> None:
     import cupy as cp
