@@ -27,7 +27,7 @@ from safemon.bench.overhead import variant_launcher
 from safemon.bench.timing import median_kernel_ms
 from safemon.kernels.catalog import TILES, auto_split, auto_tile, make_variant
 from safemon.kernels.compiler import KernelBuild, load_module
-from safemon.kernels.gpu import CUDA_DIR, KERNEL_NAME, build_for
+from safemon.kernels.gpu import CUDA_DIR, KERNEL_NAME, build_for, build_reads_a_transposed
 
 SHAPES = "4096x4096x4096,1024x1024x1024,64x4096x4096,1x4096x4096,256x1024x4096,80x80x80,97x61x113"
 SPECS = "unprotected/fma,ones/M/fma,ones/F/fma,ones/I/fma,unprotected/exact"
@@ -37,11 +37,6 @@ def parse_spec(text: str) -> tuple[str | None, str | None, str]:
     """`unprotected/fma` or `ones/M/fma` → make_variant's (checksum, level, mode)."""
     parts = text.split("/")
     return (None, None, parts[1]) if parts[0] == "unprotected" else (parts[0], parts[1], parts[2])
-
-
-def _reads_a_transposed(build: KernelBuild) -> bool:
-    """True when `build` sets A_KMAJOR=1 (mmm.cu then reads Aᵀ)."""
-    return str(dict(build.defines).get("A_KMAJOR", 0)) == "1"
 
 
 def _compile(build: KernelBuild) -> None:
@@ -108,9 +103,9 @@ def main() -> int:
         # A build with A_KMAJOR=1 reads Aᵀ (a baseline mmm.cu older than that define
         # ignores it: give it -B A_KMAJOR=0).
         new = variant_launcher(cp, v, a, b, load_module(new_build).get_function(KERNEL_NAME),
-                               _reads_a_transposed(new_build))
+                               build_reads_a_transposed(new_build))
         old = variant_launcher(cp, v, a, b, load_module(old_build).get_function(KERNEL_NAME),
-                               _reads_a_transposed(old_build))
+                               build_reads_a_transposed(old_build))
         c_new, es_new = (x.copy() for x in new())
         c_old, es_old = (x.copy() for x in old())
         same = bool(cp.array_equal(c_new.view(cp.uint32), c_old.view(cp.uint32))) and (

@@ -25,7 +25,7 @@ from safemon.bench.overhead import variant_launcher
 from safemon.bench.timing import median_kernel_ms
 from safemon.kernels.catalog import auto_split, auto_tile, make_variant
 from safemon.kernels.compiler import KernelBuild, load_module
-from safemon.kernels.gpu import KERNEL_NAME, build_for, transpose
+from safemon.kernels.gpu import KERNEL_NAME, build_for, build_reads_a_transposed, transpose
 
 #: name → (defines removed from the production build, defines set on it). A build reads Aᵀ
 #: exactly when it ends up with A_KMAJOR=1.
@@ -77,8 +77,7 @@ def main() -> int:
                 build = KernelBuild(base.source, tuple(sorted(defines.items())), base.options,
                                     base.include_dirs)
                 fn = load_module(build).get_function(KERNEL_NAME)
-                launchers[name] = variant_launcher(cp, v, a, b, fn,
-                                                   str(defines.get("A_KMAJOR", 0)) == "1")
+                launchers[name] = variant_launcher(cp, v, a, b, fn, build_reads_a_transposed(build))
             c0, es0 = (x.copy() for x in launchers["production"]())
             same = {}
             for name in names:

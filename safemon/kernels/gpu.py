@@ -31,6 +31,7 @@ __all__ = [
     "SIG_CODES",
     "all_finite",
     "build_for",
+    "build_reads_a_transposed",
     "finite_build",
     "function_for",
     "gpu_matmul",
@@ -102,6 +103,13 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
         defines["SAFEMON_RECORD_SM"] = 1
     fmad = "--fmad=true" if variant.mode == "fma" else "--fmad=false"
     return KernelBuild.make(MMM_SOURCE, defines, (fmad,))
+
+
+def build_reads_a_transposed(build: KernelBuild) -> bool:
+    """True when the MMM build `build` sets A_KMAJOR=1, i.e. takes Aᵀ (K×M) for A: what
+    `build_for` sets for `Variant.reads_a_transposed`, read back from any build (the probes
+    compare builds with edited defines)."""
+    return str(dict(build.defines).get("A_KMAJOR", 0)) == "1"
 
 
 _functions: dict[tuple[Any, ...], Any] = {}

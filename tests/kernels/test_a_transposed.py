@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from safemon.kernels.catalog import TILES, make_variant
 from safemon.kernels.compiler import KernelBuild
-from safemon.kernels.gpu import build_for
+from safemon.kernels.gpu import build_for, build_reads_a_transposed
 
 NVCC = shutil.which("nvcc")
 
@@ -36,6 +37,7 @@ def test_which_variants_read_a_transposed(checksum: str | None, level: str | Non
     v = make_variant(checksum, level, "fma", tile)
     assert v.reads_a_transposed is expected
     assert (dict(build_for(v).defines).get("A_KMAJOR") == "1") is expected
+    assert build_reads_a_transposed(build_for(v)) is expected
 
 
 def test_the_injection_build_never_reads_a_transposed() -> None:
@@ -48,8 +50,6 @@ def test_a_kmajor_is_not_part_of_the_tile_identity() -> None:
     """Like `async_copy`: C and ES do not depend on it, so stored results stay comparable."""
     t = TILES["large"]
     assert t.a_kmajor and t.async_copy
-    from dataclasses import replace
-
     assert replace(t, a_kmajor=False, async_copy=False) == t
 
 
