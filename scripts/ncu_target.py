@@ -1,7 +1,8 @@
 """One product for Nsight Compute: `python3 scripts/ncu_target.py MxNxK:variant`.
 
-variant is "unprotected" or "checksum/level" (fma mode, automatic tile and split). Runs the
-call five times through `safemon.protected_matmul` / `safemon.matmul` with device arrays.
+variant is "unprotected", "checksum/level" (fma mode, automatic tile and split) or "cublas"
+(cupy.matmul, the baseline). Runs the call five times through `safemon.protected_matmul` /
+`safemon.matmul` / `cupy.matmul` with device arrays.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ def main(spec: str) -> None:
     a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
     b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
     for _ in range(5):
-        if variant == "unprotected":
+        if variant == "cublas":
+            cp.matmul(a, b)
+        elif variant == "unprotected":
             safemon.matmul(a, b, mode="fma")
         else:
             checksum, level = variant.split("/")

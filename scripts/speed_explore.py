@@ -12,6 +12,9 @@ and variant kind (unprotected, a middle-loop fold, a fold at every MAC), auto_ti
 marked with `*`: the data behind `auto_tile`.
 `python3 scripts/speed_explore.py sweep_async`: candidate tiles between `wide` and `large`
 with asynchronous copies, at several splits, next to cupy.matmul's kernel.
+`python3 scripts/speed_explore.py splits`: the automatic tile of each of `SPLIT_SHAPES` at
+every split from 1 to 64 (powers of two), next to cupy.matmul's kernel: the data behind
+`auto_split`.
 """
 
 from __future__ import annotations
@@ -176,6 +179,31 @@ def sweep_async() -> None:
         _time_tiles((m, n, k), ASYNC_CANDIDATES, a, b, 10)
 
 
+#: Shapes for `splits`: batch rows against inference weights, and squares that split.
+SPLIT_SHAPES = [(1, 4096, 4096), (4, 4096, 4096), (8, 4096, 4096), (1, 1024, 4096),
+                (1, 4096, 1024), (1, 11008, 4096), (1, 4096, 11008), (16, 4096, 4096),
+                (64, 4096, 4096), (256, 1024, 4096), (1024, 1024, 1024)]
+
+
+def splits() -> None:
+    """Unprotected fma kernel medians of each `SPLIT_SHAPES` shape's automatic tile at splits
+    1, 2, 4, ..., 64 (the automatic one marked), against cupy.matmul's kernel in the same run."""
+    from safemon.kernels.catalog import auto_tile
+
+    rng = np.random.default_rng(0)
+    for m, n, k in SPLIT_SHAPES:
+        a, b = _inputs(rng, m, n, k)
+        tile = auto_tile(m, n, k)
+        auto = auto_split(m, n, k, tile)
+        blas = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), 30, 5) * 1e3
+        cells = []
+        for split in (1, 2, 4, 8, 16, 32, 64):
+            v = make_variant(None, None, "fma", tile, split)
+            us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 30, 5) * 1e3
+            cells.append(f"{split}{'*' if split == auto else ''}:{us:.1f}")
+        print(f"{m}x{n}x{k} {tile.name} cuBLAS {blas:.1f} us | " + " ".join(cells), flush=True)
+
+
 if __name__ == "__main__":
     {"profile": profile, "tiles": tiles, "sweep": sweep, "choose": choose,
-     "sweep_async": sweep_async}[sys.argv[1]]()
+     "sweep_async": sweep_async, "splits": splits}[sys.argv[1]]()
