@@ -12,14 +12,17 @@ and variant kind (unprotected, a middle-loop fold, a fold at every MAC), auto_ti
 marked with `*`: the data behind `auto_tile`.
 `python3 scripts/speed_explore.py sweep_async`: candidate tiles between `wide` and `large`
 with asynchronous copies, at several splits, next to cupy.matmul's kernel.
-`python3 scripts/speed_explore.py splits`: the automatic tile of each of `SPLIT_SHAPES` at
-every split from 1 to 64 (powers of two), next to cupy.matmul's kernel: the data behind
-`auto_split`.
+`python3 scripts/speed_explore.py splits [S,S,...] [MxNxK,...]`: the automatic tile of each
+of `SPLIT_SHAPES` (or the shapes given) at each split given (default: powers of two from 1
+to 64), next to cupy.matmul's kernel: the data behind `auto_split`. The variant is
+unprotected fma, or `SPLIT_SPEC` (`checksum/level/mode[/rmt]`, e.g. `ones/T/fma`,
+`none/none/fma/warp`).
 """
 
 from __future__ import annotations
 
 import cProfile
+import os
 import pstats
 import sys
 
@@ -186,19 +189,26 @@ SPLIT_SHAPES = [(1, 4096, 4096), (4, 4096, 4096), (8, 4096, 4096), (1, 1024, 409
 
 
 def splits() -> None:
-    """Unprotected fma kernel medians of each `SPLIT_SHAPES` shape's automatic tile at splits
-    1, 2, 4, ..., 64 (the automatic one marked), against cupy.matmul's kernel in the same run."""
+    """Unprotected fma kernel medians of each shape's automatic tile at each split (argv[2],
+    default 1, 2, 4, ..., 64; the automatic one marked, and timed too when not listed),
+    against cupy.matmul's kernel in the same run. Shapes: argv[3] or `SPLIT_SHAPES`."""
     from safemon.kernels.catalog import auto_tile
 
+    wanted = [int(v) for v in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 2, 4, 8, 16, 32, 64]
+    shapes = ([tuple(int(v) for v in s.split("x")) for s in sys.argv[3].split(",")]
+              if len(sys.argv) > 3 else SPLIT_SHAPES)
+    checksum, level, mode, *rmt = os.environ.get("SPLIT_SPEC", "none/none/fma").split("/")
+    spec = (None if checksum == "none" else checksum, None if level == "none" else level, mode)
+    print(f"# {'/'.join(x or 'unprotected' for x in spec[:2])}/{mode} rmt={rmt[0] if rmt else 'none'}")
     rng = np.random.default_rng(0)
-    for m, n, k in SPLIT_SHAPES:
+    for m, n, k in shapes:
         a, b = _inputs(rng, m, n, k)
-        tile = auto_tile(m, n, k)
+        tile = auto_tile(m, n, k, spec[1])
         auto = auto_split(m, n, k, tile)
         blas = median_kernel_ms(cp, lambda a=a, b=b: cp.matmul(a, b), 30, 5) * 1e3
         cells = []
-        for split in (1, 2, 4, 8, 16, 32, 64):
-            v = make_variant(None, None, "fma", tile, split)
+        for split in sorted({*wanted, auto}):
+            v = make_variant(*spec, tile, split, rmt=rmt[0] if rmt else "none")
             us = median_kernel_ms(cp, variant_launcher(cp, v, a, b), 30, 5) * 1e3
             cells.append(f"{split}{'*' if split == auto else ''}:{us:.1f}")
         print(f"{m}x{n}x{k} {tile.name} cuBLAS {blas:.1f} us | " + " ".join(cells), flush=True)

@@ -425,7 +425,7 @@ def test_an_unprotected_channel_and_every_unprotected_call_pick_one_variant(
 def test_a_long_k_is_split_and_a_short_one_is_not() -> None:
     vc = VariantConfig()
     assert vc.to_variant(64, 4096, 4096).name == "ones/T/fma/wide64/split8"
-    assert vc.to_variant(1, 4096, 4096).name == "ones/T/fma/skinny/split16"
+    assert vc.to_variant(1, 4096, 4096).name == "ones/T/fma/skinny/split32"
     # A fold at every MAC keeps `small` (catalog.auto_tile), with its own split.
     every_mac = VariantConfig(checksum="ones", level="I", mode="exact")
     assert every_mac.to_variant(64, 4096, 4096).name == "ones/I/exact/small/split4"

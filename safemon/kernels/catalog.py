@@ -26,7 +26,6 @@ __all__ = [
     "RMT_WARP_TILES",
     "SPLIT_MIN_SLICE_K",
     "SPLIT_TARGET_BLOCKS",
-    "SPLIT_TARGET_BLOCKS_OF",
     "SPLIT_TARGET_THREADS",
     "STANDARD_COMBINATIONS",
     "STRONG_LEVELS",
@@ -230,15 +229,20 @@ def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
 
 #: Split-K: a product whose grid holds fewer threads than this is split over K until it holds
 #: about this many (512 per multiprocessor of a 132-SM H100: two blocks of the 256-thread
-#: `large` tile). A constant, never read from the device, so that replicas on different devices
-#: pick the same decomposition.
+#: tiles, four of the 128-thread `skinny`, which its 128 registers and 34 KiB of shared memory
+#: per block allow: one full wave either way). A constant, never read from the device, so that
+#: replicas on different devices pick the same decomposition.
+#:
+#: `skinny` had half this target (256 blocks) until 2026-11-24, from the sweep of its
+#: register-staged 32-wide version (evidence/h100-2026-11-22-speed2/sweep.txt). With its
+#: asynchronous copies B streams best with the whole wave resident: on the H100 the full
+#: target made ones/T 1.24× faster at 1×11008×4096, 1.21× at 1×14336×4096, 1.09–1.10× at
+#: 1×8192×8192 and 1×5120×5120 and 1.00× at 1×4096×4096, and the unprotected kernel alike; it
+#: made a fold at every MAC (ones/I) up to 0.89× as fast and intra-warp RMT, whose blocks are
+#: twice as wide, 0.40–0.89× at some of these shapes (evidence/h100-2026-11-24-split/).
 SPLIT_TARGET_THREADS = 132 * 512
 #: The first split rule's target in `large` blocks (SPLIT_TARGET_THREADS / 256).
 SPLIT_TARGET_BLOCKS = 264
-#: Tiles whose block target is not SPLIT_TARGET_THREADS / THREADS: `skinny` blocks stream B
-#: and run best fewer and longer (16 slices beat 32 at 1×4096×4096 and 8×4096×4096 on the
-#: H100, evidence/h100-2026-11-22-speed2/sweep.txt).
-SPLIT_TARGET_BLOCKS_OF: dict[TileConfig, int] = {TILES["skinny"]: 256}
 #: Every K-slice of an automatic split keeps at least this many k steps (16 k-tiles of BK = 8).
 SPLIT_MIN_SLICE_K = 128
 #: The largest split factor a variant may ask for.
@@ -248,15 +252,14 @@ MAX_SPLIT = 64
 def auto_split(m: int, n: int, k: int, tile: TileConfig) -> int:
     """The split factor `split=None` picks: a pure function of the shape and the tile.
 
-    With `want = SPLIT_TARGET_THREADS // THREADS` blocks (`SPLIT_TARGET_BLOCKS_OF` for the
-    tiles named there): 1 when the output grid already has
+    With `want = SPLIT_TARGET_THREADS // THREADS` blocks: 1 when the output grid already has
     `want` blocks or K is short; else `want // blocks`, rounded down so that the grid never
     exceeds the target (a grid just over one wave runs its last blocks almost alone), and
     keeping at least `SPLIT_MIN_SLICE_K` k steps (whole k-tiles) per slice.
     """
     gx, gy = tile.grid(m, n)
     blocks = gx * gy
-    want = SPLIT_TARGET_BLOCKS_OF.get(tile, max(1, SPLIT_TARGET_THREADS // tile.threads))
+    want = max(1, SPLIT_TARGET_THREADS // tile.threads)
     if blocks <= 0 or k <= 0 or blocks >= want:
         return 1  # empty shapes are rejected later by validation
     ktiles = -(-k // tile.bk)

@@ -13,7 +13,6 @@ from safemon.kernels.catalog import (
     MAX_SPLIT,
     SPLIT_MIN_SLICE_K,
     SPLIT_TARGET_BLOCKS,
-    SPLIT_TARGET_BLOCKS_OF,
     SPLIT_TARGET_THREADS,
     TILES,
     TileConfig,
@@ -59,13 +58,29 @@ def test_auto_split_is_a_pure_function_of_shape_and_tile() -> None:
         tile = auto_tile(m, n, k)
         s = auto_split(m, n, k, tile)
         gx, gy = tile.grid(m, n)
-        want = SPLIT_TARGET_BLOCKS_OF.get(tile, SPLIT_TARGET_THREADS // tile.threads)
+        want = SPLIT_TARGET_THREADS // tile.threads
         capped = s == -(-k // tile.bk) // -(-SPLIT_MIN_SLICE_K // tile.bk)  # slices that short
         assert s > 1 and gx * gy * s <= want
         assert capped or gx * gy * (s + 1) > want
         assert s == auto_split(m, n, k, tile)
     for m, n, k in [(4096, 4096, 4096), (80, 80, 80), (18, 230400, 64), (160, 160, 160)]:
         assert auto_split(m, n, k, auto_tile(m, n, k)) == 1
+
+
+def test_skinny_splits_fill_one_wave_of_four_blocks_per_multiprocessor() -> None:
+    """`skinny` (128 threads) is split to at most 528 blocks, one wave of four per SM of a
+    132-SM H100: the splits that measured fastest for the channels' default variant
+    (evidence/h100-2026-11-24-split/). N/256 tiles of one row: 16 → 32, 43 → 12, 56 → 9,
+    32 → 16, 20 → 26 (and 5120 k-tiles of 16 give 25 slices of 13)."""
+    t = TILES["skinny"]
+    assert SPLIT_TARGET_THREADS // t.threads == 528
+    got = {(n, k): auto_split(1, n, k, t) for n, k in
+           [(4096, 4096), (11008, 4096), (14336, 4096), (8192, 8192), (5120, 5120)]}
+    assert got == {(4096, 4096): 32, (11008, 4096): 12, (14336, 4096): 9, (8192, 8192): 16,
+                   (5120, 5120): 26}
+    assert k_slices(5120, t.bk, got[(5120, 5120)]) == 25
+    for (n, k), s in got.items():
+        assert auto_tile(1, n, k) == t and t.grid(1, n)[0] * k_slices(k, t.bk, s) <= 528
 
 
 def test_auto_split_rounds_down_where_the_first_rule_ran_over_one_wave() -> None:
@@ -85,7 +100,7 @@ def test_auto_split_keeps_slices_long_and_the_grid_under_target(
     assert 1 <= s <= MAX_SPLIT
     if s > 1:
         gx, gy = t.grid(m, n)
-        assert gx * gy * s <= SPLIT_TARGET_BLOCKS_OF.get(t, SPLIT_TARGET_THREADS // t.threads)
+        assert gx * gy * s <= SPLIT_TARGET_THREADS // t.threads
         per_slice_tiles = -(-t.k_padded(k) // t.bk // k_slices(k, t.bk, s))
         assert per_slice_tiles * t.bk >= SPLIT_MIN_SLICE_K
 
