@@ -237,9 +237,10 @@ def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
 #: register-staged 32-wide version (evidence/h100-2026-11-22-speed2/sweep.txt). With its
 #: asynchronous copies B streams best with the whole wave resident: on the H100 the full
 #: target made ones/T 1.24× faster at 1×11008×4096, 1.21× at 1×14336×4096, 1.09–1.10× at
-#: 1×8192×8192 and 1×5120×5120 and 1.00× at 1×4096×4096, and the unprotected kernel alike; it
-#: made a fold at every MAC (ones/I) up to 0.89× as fast and intra-warp RMT, whose blocks are
-#: twice as wide, 0.40–0.89× at some of these shapes (evidence/h100-2026-11-24-split/).
+#: 1×8192×8192 and 1×5120×5120, 1.00× at 1×4096×4096 and 0.96–0.98× at 8×4096×4096, and the
+#: unprotected kernel alike. At four of those shapes it made a fold at every MAC (ones/I)
+#: 0.90–0.93× as fast, and intra-warp RMT, whose blocks are twice as wide, 0.88–0.97×, and
+#: 0.40× at 1×5120×5120 (evidence/h100-2026-11-24-split/).
 SPLIT_TARGET_THREADS = 132 * 512
 #: The first split rule's target in `large` blocks (SPLIT_TARGET_THREADS / 256).
 SPLIT_TARGET_BLOCKS = 264
