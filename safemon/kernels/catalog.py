@@ -245,6 +245,9 @@ SPLIT_TARGET_THREADS = 132 * 512
 #: The first split rule's target in `large` blocks (SPLIT_TARGET_THREADS / 256).
 SPLIT_TARGET_BLOCKS = 264
 #: Every K-slice of an automatic split keeps at least this many k steps (16 k-tiles of BK = 8).
+#: Halving it was measured on 2026-11-24: ones/T 1.07–1.26× faster at batch-1 shapes with K of
+#: 512 to 1024 and 1.22× at 32×1024×512, but it would also split the seed's 160³ in two, whose
+#: C the evidence compares across versions; not changed (evidence/h100-2026-11-24-split/).
 SPLIT_MIN_SLICE_K = 128
 #: The largest split factor a variant may ask for.
 MAX_SPLIT = 64
@@ -256,7 +259,8 @@ def auto_split(m: int, n: int, k: int, tile: TileConfig) -> int:
     With `want = SPLIT_TARGET_THREADS // THREADS` blocks: 1 when the output grid already has
     `want` blocks or K is short; else `want // blocks`, rounded down so that the grid never
     exceeds the target (a grid just over one wave runs its last blocks almost alone), and
-    keeping at least `SPLIT_MIN_SLICE_K` k steps (whole k-tiles) per slice.
+    keeping at least `SPLIT_MIN_SLICE_K` k steps (whole k-tiles) per slice; returned as the
+    number of slices that factor launches (`k_slices`), which can be fewer.
     """
     gx, gy = tile.grid(m, n)
     blocks = gx * gy
@@ -265,7 +269,9 @@ def auto_split(m: int, n: int, k: int, tile: TileConfig) -> int:
         return 1  # empty shapes are rejected later by validation
     ktiles = -(-k // tile.bk)
     min_tiles = max(1, -(-SPLIT_MIN_SLICE_K // tile.bk))
-    return max(1, min(want // blocks, ktiles // min_tiles, MAX_SPLIT))
+    # The slices that split launches (k_slices), so that the variant names what runs: at
+    # 1×4096×4096 the target allows 33, whose slices of 8 k-tiles are 32.
+    return k_slices(k, tile.bk, max(1, min(want // blocks, ktiles // min_tiles, MAX_SPLIT)))
 
 
 def k_slices(k: int, bk: int, split: int) -> int:
