@@ -189,9 +189,10 @@ SPLIT_SHAPES = [(1, 4096, 4096), (4, 4096, 4096), (8, 4096, 4096), (1, 1024, 409
 
 
 def splits() -> None:
-    """Unprotected fma kernel medians of each shape's automatic tile at each split (argv[2],
-    default 1, 2, 4, ..., 64; the automatic one marked, and timed too when not listed),
-    against cupy.matmul's kernel in the same run. Shapes: argv[3] or `SPLIT_SHAPES`."""
+    """Kernel medians of `SPLIT_SPEC`'s variant (default unprotected fma) on each shape's
+    automatic tile at each split (argv[2], default 1, 2, 4, ..., 64; the automatic one marked,
+    and timed too when not listed), against cupy.matmul's kernel in the same run. Shapes:
+    argv[3] or `SPLIT_SHAPES`."""
     from safemon.kernels.catalog import auto_tile
 
     wanted = [int(v) for v in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 2, 4, 8, 16, 32, 64]

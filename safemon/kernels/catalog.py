@@ -270,7 +270,7 @@ def auto_split(m: int, n: int, k: int, tile: TileConfig) -> int:
     ktiles = -(-k // tile.bk)
     min_tiles = max(1, -(-SPLIT_MIN_SLICE_K // tile.bk))
     # The slices that split launches (k_slices), so that the variant names what runs: at
-    # 1×4096×4096 the target allows 33, whose slices of 8 k-tiles are 32.
+    # 1×5120×5120 the target allows 26, whose slices of 13 k-tiles are 25.
     return k_slices(k, tile.bk, max(1, min(want // blocks, ktiles // min_tiles, MAX_SPLIT)))
 
 

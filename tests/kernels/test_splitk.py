@@ -61,7 +61,7 @@ def test_auto_split_is_a_pure_function_of_shape_and_tile() -> None:
         want = SPLIT_TARGET_THREADS // tile.threads
         capped = s == -(-k // tile.bk) // -(-SPLIT_MIN_SLICE_K // tile.bk)  # slices that short
         assert s > 1 and gx * gy * s <= want
-        # One more would exceed the target, or launch the same slices (1×4096×4096: 33 → 32).
+        # One more would exceed the target or launch no more slices (`k_slices`).
         assert capped or gx * gy * (s + 1) > want or k_slices(k, tile.bk, s + 1) == s
         assert s == auto_split(m, n, k, tile)
     for m, n, k in [(4096, 4096, 4096), (80, 80, 80), (18, 230400, 64), (160, 160, 160)]:
@@ -71,9 +71,9 @@ def test_auto_split_is_a_pure_function_of_shape_and_tile() -> None:
 def test_skinny_splits_fill_one_wave_of_four_blocks_per_multiprocessor() -> None:
     """`skinny` (128 threads) is split to at most 528 blocks, one wave of four per SM of a
     132-SM H100: the splits that measured fastest for the channels' default variant
-    (evidence/h100-2026-11-24-split/). N/256 tiles of one row: 16 → 33, which launches 32
-    slices of 8 k-tiles, 43 → 12, 56 → 9, 32 → 16, 20 → 26, which launches 25 slices of 13:
-    the split returned is the number launched."""
+    (evidence/h100-2026-11-24-split/). N/256 tiles of one row: 16 → 32 (capped by the
+    minimum slice of 128 k), 43 → 12, 56 → 9, 32 → 16, 20 → 26, which launches 25 slices of
+    13 k-tiles: the split returned is the number launched."""
     t = TILES["skinny"]
     assert SPLIT_TARGET_THREADS // t.threads == 528
     got = {(n, k): auto_split(1, n, k, t) for n, k in
