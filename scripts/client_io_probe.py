@@ -1,6 +1,7 @@
 """Device probe: what a client's device-resident staging and release check cost alone.
 
-usage: python3 scripts/client_io_probe.py [--size 80x80x80] [--iters 500] [--gaps-us 0,1500]
+usage: python3 scripts/client_io_probe.py [--size 80x80x80] [--iters 500] [--gaps-us 0,-1500,1500]
+                                         [--other-context]
 
 In one process, with no daemon: `ExchangeBuffers.stage` (x copied into the exported input
 buffer, digested and finite-checked: one kernel, one read-back) and `ExchangeBuffers.take`
@@ -12,7 +13,9 @@ two is what the request's surroundings add (another CUDA context on the GPU, wak
 `--gaps-us` repeats every row with the process asleep (`time.sleep`) for that long before each
 timed call, as a client is while the daemon votes, next to a host-only row (the same Python
 bookkeeping with no device call) and the SM clock nvidia-smi reads meanwhile: whether a slow
-step after a gap is the host's wake-up or the GPU's. Figures are reported, never asserted.
+step after a gap is the host's wake-up or the GPU's. A negative gap is spent spinning instead
+(the process never sleeps); `--other-context` keeps another process using the GPU meanwhile.
+Figures are reported, never asserted.
 """
 
 from __future__ import annotations
