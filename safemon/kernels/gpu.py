@@ -26,6 +26,7 @@ from safemon.kernels.catalog import (
     make_variant,
 )
 from safemon.kernels.compiler import KernelBuild, import_cupy, load_module, on_clear
+from safemon.kernels.launch import arg_block, function_pointer, launch
 
 __all__ = [
     "SIG_CODES",
@@ -183,7 +184,8 @@ class _Plan:
     tile arithmetic and kernel look-up (issue 14: per-call host cost)."""
 
     __slots__ = ("a_transposed", "block", "c_shape", "dims", "es_empty", "es_shape", "grid",
-                 "kernel", "partial_shape", "reduce", "rmt_shapes", "variant")
+                 "kernel", "lean", "mmm_function", "partial_bytes", "partial_shape", "reduce",
+                 "reduce_function", "reduce_grid", "rmt_shapes", "sizes", "variant")
 
     def __init__(self, variant: Variant, m: int, n: int, k: int, record_sm: bool) -> None:
         t = variant.tile
@@ -205,6 +207,14 @@ class _Plan:
         # call of the plan (it holds no memory, so nothing can be written through it).
         self.es_empty = (import_cupy().empty(self.es_shape, dtype=np.uint32)
                          if variant.words == 0 else None)
+        # The lean launch (`_launch_lean`): every production build but inter-block RMT's,
+        # whose extra buffers keep the RawKernel call.
+        self.lean = not record_sm and self.rmt_shapes is None
+        self.sizes = (m, n, k, m * n, slices)
+        self.mmm_function = function_pointer(self.kernel) if self.lean else 0
+        self.partial_bytes = 0 if slices == 1 else 4 * slices * m * n
+        self.reduce_function = function_pointer(self.reduce) if self.reduce is not None else 0
+        self.reduce_grid = (_reduce_blocks(m * n), 1, 1)
 
 
 #: Launch plans by (device, id(variant), M, N, K, record_sm); cleared with the kernels. The
@@ -239,6 +249,9 @@ def _launch_mmm(
     plan = _plan_for(variant, m, n, k, record_sm)
     if plan.a_transposed:
         a_d = transpose(a_d)
+    if plan.lean:
+        c, es = _launch_lean(cp, plan, a_d, b_d, status)
+        return c, es, None
     c = cp.empty(plan.c_shape, dtype=cp.float32)
     es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
     out = c if plan.partial_shape is None else cp.empty(plan.partial_shape, dtype=cp.float32)
@@ -256,6 +269,37 @@ def _launch_mmm(
 
 
 _NULL = np.uintp(0)
+
+
+def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any) -> tuple[Any, Any]:
+    """`_launch_mmm` for a plan with `lean` set, through `safemon.kernels.launch` (no
+    per-call boxing of arguments). A split product's MMM kernel writes the partials, not C,
+    so C is allocated after that launch, while the kernel runs, and the partials are a bare
+    pool allocation: the host work before the kernel starts is what a caller waits for."""
+    m, n, k, mn, slices = plan.sizes
+    es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
+    args = arg_block(8)  # mmm.cu: A, B, C (or the partials), ES, M, N, K, status
+    v = args.values
+    v[0], v[1], v[3] = a.data.ptr, b.data.ptr, es.data.ptr
+    v[4], v[5], v[6] = m, n, k
+    v[7] = 0 if status is None else status.data.ptr
+    if not plan.partial_bytes:
+        c = cp.empty(plan.c_shape, dtype=cp.float32)
+        v[2] = c.data.ptr
+        launch(plan.mmm_function, plan.grid, plan.block, args)
+        return c, es
+    partials = cp.cuda.alloc(plan.partial_bytes)  # back to the stream's pool on return
+    v[2] = partials.ptr
+    launch(plan.mmm_function, plan.grid, plan.block, args)
+    c = cp.empty(plan.c_shape, dtype=cp.float32)
+    reduce_args = arg_block(4)  # splitk.cu: P, C, MN, S
+    r = reduce_args.values
+    r[0], r[1], r[2], r[3] = partials.ptr, c.data.ptr, mn, slices
+    launch(plan.reduce_function, plan.reduce_grid, _AUX_BLOCK, reduce_args)
+    return c, es
+
+
+_AUX_BLOCK = (AUX_THREADS, 1, 1)
 
 
 def rmt_block_shapes(
@@ -296,12 +340,16 @@ def reduce_slices(partials: Any, c: Any) -> None:
     _reduce(_function(("splitk",), splitk_build, "safemon_splitk_reduce"), partials, c)
 
 
+def _reduce_blocks(mn: int) -> int:
+    """Blocks of splitk.cu's reduction over `mn` elements (4 per thread when mn % 4 == 0)."""
+    units = mn // 4 if mn % 4 == 0 else mn
+    return max(1, min(AUX_MAX_BLOCKS, (units + AUX_THREADS - 1) // AUX_THREADS))
+
+
 def _reduce(kernel: Any, partials: Any, c: Any) -> None:
     s = int(partials.shape[0])
     mn = int(c.size)
-    units = mn // 4 if mn % 4 == 0 else mn
-    blocks = max(1, min(AUX_MAX_BLOCKS, (units + AUX_THREADS - 1) // AUX_THREADS))
-    kernel((blocks, 1, 1), (AUX_THREADS, 1, 1), (partials, c, np.int64(mn), np.int32(s)))
+    kernel((_reduce_blocks(mn), 1, 1), _AUX_BLOCK, (partials, c, np.int64(mn), np.int32(s)))
 
 
 def gpu_matmul_recording_sm(a: Any, b: Any, variant: Variant) -> tuple[Any, Any, Any]:
