@@ -43,6 +43,12 @@ REPS, WARMUP = 2000, 200
 SHAPES = ["1x4096x4096", "64x4096x4096", "256x1024x4096", "1x11008x4096", "80x80x80"]
 
 
+def gpu_module() -> object:
+    from safemon.kernels import gpu
+
+    return gpu
+
+
 class ArgBlock:
     """cuLaunchKernel's kernelParams for n arguments of at most 8 bytes: n 8-byte slots and
     an array of their addresses, both built once."""
@@ -199,6 +205,8 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
                 steps.setdefault(name, []).append(t[i + 1] - t[i])
     step_us = {name: float(np.median(s)) / 1e3 for name, s in steps.items()}
     step_us.update(public_path_marks(a, b, sync))
+    if hasattr(gpu_module(), "launch"):
+        step_us.update(python_layers(m, n, k))
     return {"shape": f"{m}x{n}x{k}", "variant": variant.name, "split": slices,
             "bit_exact": same, "wall_us": wall, "host_steps_us": step_us}
 
@@ -240,6 +248,46 @@ def public_path_marks(a: cp.ndarray, b: cp.ndarray, sync: Callable[[], None]) ->
     finally:
         gpu.launch, checked.read_status = real_launch, real_read
     return {name: float(np.median(s)) / 1e3 for name, s in rows.items()}
+
+
+def python_layers(m: int, n: int, k: int) -> dict[str, float]:
+    """Host time (µs per call, 20000 calls) of each layer of the synchronous public path with
+    the kernel launches and the status read stubbed out: what the Python of each layer costs,
+    the difference between a row and the next."""
+    from safemon.kernels import checked, gpu
+
+    rng = np.random.default_rng(0)
+    a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+    b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
+    variant = api._variant_for(a, b, None, None, "fma", None, None)
+    real_launch, real_read = gpu.launch, checked.read_status
+    gpu.launch = lambda *args: None
+    checked.read_status = lambda status: checked._OK
+    status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
+    rows = {
+        "matmul": lambda: safemon.matmul(a, b, mode="fma"),
+        "run_variant": lambda: api.run_variant(a, b, variant),
+        "run_checked": lambda: checked.run_checked(a, b, variant),
+        "gpu_matmul": lambda: gpu.gpu_matmul(a, b, variant, status),
+        "_launch_mmm": lambda: gpu._launch_mmm(a, b, variant, status, record_sm=False),
+        "_variant_for": lambda: api._variant_for(a, b, None, None, "fma", None, None),
+        "getDevice": cp.cuda.runtime.getDevice,
+        "cp.empty C": lambda: cp.empty((m, n), dtype=cp.float32),
+        "cp.cuda.alloc": lambda: cp.cuda.alloc(4 * m * n),
+        "MatmulResult": lambda: api.MatmulResult(a, b, variant, api.Backend.CUPY),
+    }
+    out: dict[str, float] = {}
+    try:
+        for name, fn in rows.items():
+            for _ in range(500):
+                fn()
+            t0 = time.perf_counter()
+            for _ in range(20000):
+                fn()
+            out[f"py {name}"] = (time.perf_counter() - t0) / 20000 * 1e6
+    finally:
+        gpu.launch, checked.read_status = real_launch, real_read
+    return out
 
 
 def main() -> None:
