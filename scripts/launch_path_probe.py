@@ -17,6 +17,8 @@ For each shape, two tables:
      lean+raw         ... and both kernels launched through cuLaunchKernel with an argument
                       block built once (`cupy.cuda.driver.launchKernel`)
      lean+raw+part    ... and the partials as a bare pool allocation (no ndarray)
+     -reduce, -status lean+raw+part without the split-K reduction / without the status
+                      read-back (a bare synchronisation): timing only, C is not the product
 
 Every variant's C is compared bit for bit with safemon.matmul's once before timing. Figures
 are reported, never asserted.
@@ -104,7 +106,8 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         read()
         return c
 
-    def lean_raw(bare_partials: bool) -> Callable[[], cp.ndarray]:
+    def lean_raw(bare_partials: bool, reduce: bool = True,
+                 status_copy: bool = True) -> Callable[[], cp.ndarray]:
         def call() -> cp.ndarray:
             s = stream.ptr
             v = mmm_args.values
@@ -122,10 +125,14 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
                     v[2] = part.data.ptr
                 launch(mmm_fn, gx, gy, gz, bx, 1, 1, 0, s, mmm_args.address, 0)
                 c = cp.empty(plan.c_shape, dtype=cp.float32)
-                r = red_args.values
-                r[0], r[1] = v[2], c.data.ptr
-                launch(red_fn, red_blocks, 1, 1, 256, 1, 1, 0, s, red_args.address, 0)
-            read()
+                if reduce:
+                    r = red_args.values
+                    r[0], r[1] = v[2], c.data.ptr
+                    launch(red_fn, red_blocks, 1, 1, 256, 1, 1, 0, s, red_args.address, 0)
+            if status_copy:
+                read()
+            else:
+                stream.synchronize()
             return c
         return call
 
@@ -143,13 +150,16 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         "lean": lean,
         "lean+raw": lean_raw(False),
         "lean+raw+part": lean_raw(True),
+        # timing only (C not reduced / status not read): what those two steps cost
+        "-reduce (timing)": lean_raw(True, reduce=False),
+        "-status (timing)": lean_raw(True, status_copy=False),
     }
     if lean_flag:  # a tree with the lean launch: time its RawKernel path too
         ways["safemon.matmul RawKernel"] = rawkernel_path
     want = safemon.matmul(a, b, mode="fma")
     same = {}
     for name, fn in ways.items():
-        if name == "cupy.matmul":
+        if name == "cupy.matmul" or "timing" in name:
             continue
         got = fn()
         stream.synchronize()
