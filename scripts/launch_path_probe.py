@@ -143,16 +143,6 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         finally:
             plan.lean = lean_flag
 
-    def memcpy_status_path() -> object:  # the public call reading its status by a copy
-        device = cp.cuda.runtime.getDevice()
-        checked._writes_host[device] = False
-        try:
-            return safemon.matmul(a, b, mode="fma")
-        finally:
-            checked._writes_host[device] = True
-
-    from safemon.kernels import checked
-
     lean_flag = getattr(plan, "lean", False)
     ways: dict[str, Callable[[], object]] = {
         "cupy.matmul": lambda: cp.matmul(a, b),
@@ -166,9 +156,6 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
     }
     if lean_flag:  # a tree with the lean launch: time its RawKernel path too
         ways["safemon.matmul RawKernel"] = rawkernel_path
-    if getattr(checked, "device_writes_host", None) and checked.device_writes_host(
-            cp, cp.cuda.runtime.getDevice()):  # and the status read by a copy
-        ways["safemon.matmul memcpy status"] = memcpy_status_path
     want = safemon.matmul(a, b, mode="fma")
     same = {}
     for name, fn in ways.items():
@@ -235,23 +222,28 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
 
 
 def public_path_marks(a: cp.ndarray, b: cp.ndarray, sync: Callable[[], None]) -> dict[str, float]:
-    """Host time of safemon.matmul from its start to its first kernel launch, and in all
-    (the GPU idle before each call): a mark set by wrapping the module global
-    `safemon.kernels.gpu.launch`."""
-    from safemon.kernels import gpu
+    """Host time of safemon.matmul from its start to its first kernel launch, to its status
+    read, and in all (the GPU idle before each call): marks set by wrapping the module
+    globals `safemon.kernels.gpu.launch` and `safemon.kernels.checked.read_status`."""
+    from safemon.kernels import checked, gpu
 
     if not hasattr(gpu, "launch"):
         return {}
     marks: dict[str, int] = {}
     ns = time.perf_counter_ns
-    real_launch = gpu.launch
+    real_launch, real_read = gpu.launch, checked.read_status
 
     def launch(*args: object) -> None:
         marks.setdefault("launch", ns())
         real_launch(*args)
 
-    gpu.launch = launch
-    rows: dict[str, list[int]] = {"public: to 1st launch": [], "public: whole call": []}
+    def read_status(status: object) -> object:
+        marks["read"] = ns()
+        return real_read(status)
+
+    gpu.launch, checked.read_status = launch, read_status
+    rows: dict[str, list[int]] = {"public: to 1st launch": [], "public: to status read": [],
+                                  "public: whole call": []}
     try:
         for rep in range(REPS + WARMUP):
             sync()
@@ -261,9 +253,10 @@ def public_path_marks(a: cp.ndarray, b: cp.ndarray, sync: Callable[[], None]) ->
             t1 = ns()
             if rep >= WARMUP:
                 rows["public: to 1st launch"].append(marks["launch"] - t0)
+                rows["public: to status read"].append(marks["read"] - t0)
                 rows["public: whole call"].append(t1 - t0)
     finally:
-        gpu.launch = real_launch
+        gpu.launch, checked.read_status = real_launch, real_read
     return {name: float(np.median(s)) / 1e3 for name, s in rows.items()}
 
 
@@ -280,9 +273,6 @@ def python_layers(m: int, n: int, k: int) -> dict[str, float]:
     real_launch, real_read = gpu.launch, checked.read_status
     gpu.launch = lambda *args: None
     checked.read_status = lambda status: checked._OK
-    writes_host = dict(getattr(checked, "_writes_host", {}))
-    if hasattr(checked, "_writes_host"):  # the copy path, whose read is stubbed here
-        checked._writes_host[cp.cuda.runtime.getDevice()] = False
     status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
     rows = {
         "matmul": lambda: safemon.matmul(a, b, mode="fma"),
@@ -307,8 +297,6 @@ def python_layers(m: int, n: int, k: int) -> dict[str, float]:
             out[f"py {name}"] = (time.perf_counter() - t0) / 20000 * 1e6
     finally:
         gpu.launch, checked.read_status = real_launch, real_read
-        if hasattr(checked, "_writes_host"):
-            checked._writes_host.update(writes_host)
     return out
 
 

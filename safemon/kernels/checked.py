@@ -25,12 +25,7 @@ caller queues or waits for on its stream comes after them):
    (`weight_vectors`: made once, from the verified weight) and never reads B.
 
 `read_status` then copies the 32-byte block to the host: the one host synchronisation of a
-call. A caller that waits at once (`run_checked`) on a device with unified addressing
-(`device_writes_host`) queues no copy: the device itself writes the final block into this
-thread's page-locked row, from the split-K reduction kernel or from status.cu's one-warp
-kernel after the last checked kernel (`gpu.publish_status`), and the call reads the row once
-its stream synchronisation returns. A copy-engine operation queued behind the kernels cost
-more wall time than a kernel (evidence/h100-2026-11-24-launch/). A caller with a read-back of its own (a channel's digests) queues the copies first
+call. A caller with a read-back of its own (a channel's digests) queues the copies first
 (`queue_status_reads`) and pays one synchronisation for both. `StatusReport` says which
 check failed. The ECC check only counts; the caller
 corrects with `ProtectedArray.verified()` and computes again (`safemon.kernels.api`).
@@ -60,7 +55,7 @@ import numpy.typing as npt
 from safemon.kernels.abft import AbftWeightVectors, abft_weight_vectors, begin_abft, finish_abft
 from safemon.kernels.catalog import TileConfig, Variant
 from safemon.kernels.compiler import import_cupy
-from safemon.kernels.gpu import gpu_matmul, publish_status
+from safemon.kernels.gpu import gpu_matmul
 from safemon.kernels.pinned import PinnedBuffer
 
 __all__ = [
@@ -183,11 +178,8 @@ def launch_checked(
     return _launch(cp, a, b, variant, cp.zeros(STATUS_WORDS, dtype=cp.uint32), b_protected)
 
 
-def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected: Any,
-            publish_to: int = 0) -> CheckedLaunch:
-    """Queue the sequence with the zeroed device block `status` (module docstring), and
-    with `publish_to` (a page-locked host address) the device's copy of the final block
-    there after its last kernel."""
+def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected: Any) -> CheckedLaunch:
+    """Queue the sequence with the zeroed device block `status` (module docstring)."""
     weights = None
     if b_protected is not None and variant.abft_kind == "rows":
         weights = weight_vectors(b_protected, variant.tile)
@@ -198,7 +190,7 @@ def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected:
     if not isinstance(b, cp.ndarray):
         b = cp.asarray(b)
     if not variant.abft:
-        c, es = gpu_matmul(a, b, variant, status=status, publish_to=publish_to)
+        c, es = gpu_matmul(a, b, variant, status=status)
         return CheckedLaunch(c, es, status, b_protected is not None)
     # Large products: the checksum products on a side stream, queued after the MMM kernel so
     # that they take the multiprocessors its last wave leaves idle (they read only A and B);
@@ -207,8 +199,6 @@ def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected:
     pending = begin_abft(a.shape[0], b.shape[1], a.shape[1], variant, weights=weights)
     c, es = gpu_matmul(a, b, variant, status=status)
     finish_abft(pending, a, b, c, int(status.data.ptr))
-    if publish_to:
-        publish_status(status, publish_to)
     return CheckedLaunch(c, es, status, b_protected is not None, weights)
 
 
@@ -252,14 +242,8 @@ def run_checked(a: Any, b: Any, variant: Variant, *, b_protected: Any = None
     status = _zero_blocks.by_device.pop(device, None)
     if status is None:
         status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-    if device_writes_host(cp, device):
-        row, ptr, zero_view = _host_row(cp)
-        launch = _launch(cp, a, b, variant, status, b_protected, publish_to=ptr)
-        cp.cuda.get_current_stream().synchronize()
-        report = _decode(row, zero_view)
-    else:
-        launch = _launch(cp, a, b, variant, status, b_protected)
-        report = read_status(status)
+    launch = _launch(cp, a, b, variant, status, b_protected)
+    report = read_status(status)
     if report is _OK:  # all eight words read back zero, after every write queued to them
         _zero_blocks.by_device[device] = status
     return launch, report
@@ -309,32 +293,12 @@ def read_status(status: Any) -> StatusReport:
     cp.cuda.runtime.memcpyAsync(ptr, status.data.ptr, 4 * STATUS_WORDS,
                                 cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
     stream.synchronize()
-    return _decode(row, zero_view)
-
-
-def _decode(row: npt.NDArray[np.uint32], zero_view: memoryview) -> StatusReport:
-    """The report of the block in this thread's first host row, once it has arrived."""
     if zero_view.tobytes() == _ZERO_BYTES:
         return _OK
     return StatusReport.from_words(row[:STATUS_WORDS].copy())
 
 
 _ZERO_BYTES = bytes(4 * STATUS_WORDS)
-#: Device id → whether its kernels may write page-locked host memory at the host's own
-#: address (unified addressing, host memory mappable): what `publish_status` needs.
-_writes_host: dict[int, bool] = {}
-
-
-def device_writes_host(cp: Any, device: int) -> bool:
-    """True when kernels on `device` can store to page-locked host memory directly (the
-    synchronous call then has the device publish its status block instead of queuing a
-    copy; module docstring). Asked of the driver once per device."""
-    known = _writes_host.get(device)
-    if known is None:
-        props = cp.cuda.runtime.getDeviceProperties(device)
-        known = bool(props.get("unifiedAddressing")) and bool(props.get("canMapHostMemory"))
-        _writes_host[device] = known
-    return known
 
 
 class _HostRow(threading.local):

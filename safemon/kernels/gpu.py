@@ -43,7 +43,6 @@ __all__ = [
     "rmt_block_buffers",
     "rmt_block_shapes",
     "splitk_build",
-    "status_build",
     "transpose",
     "transpose_build",
 ]
@@ -53,7 +52,6 @@ MMM_SOURCE = CUDA_DIR / "mmm.cu"
 FINITE_SOURCE = CUDA_DIR / "finite.cu"
 SPLITK_SOURCE = CUDA_DIR / "splitk.cu"
 TRANSPOSE_SOURCE = CUDA_DIR / "transpose.cu"
-STATUS_SOURCE = CUDA_DIR / "status.cu"
 #: Threads per block of the split-K reduction and of the finite check.
 AUX_THREADS = 256
 #: Grid cap of those grid-stride kernels (blocks); enough to fill an H100 several times.
@@ -123,7 +121,6 @@ def _clear_functions() -> None:
     with _functions_lock:
         _functions.clear()
         _plans.clear()
-        _publish_functions.clear()
 
 
 on_clear(_clear_functions)
@@ -162,8 +159,7 @@ def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = Fals
     )
 
 
-def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None, *,
-               publish_to: int = 0) -> tuple[Any, Any]:
+def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[Any, Any]:
     """Run the kernel of `variant` on the current CuPy stream (no host synchronisation).
 
     Args:
@@ -173,15 +169,11 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None, *,
             any of words 0-3 is nonzero at the start the kernel stores poison instead of
             computing, and its fused finite check sets word 0 (1) and poisons the tiles that
             loaded a NaN or infinity from A (B) (mmm.cu). Without it nothing is checked.
-        publish_to: 0, or the address of STATUS_WORDS uint32 words of page-locked host
-            memory (with `status`): after the last kernel that writes `status`, the block is
-            copied there by the device (`publish_status`; fused into the split-K
-            reduction), so that a caller reads it after one stream synchronisation.
     Returns:
         (c, es) as CuPy arrays on the current device: (M, N) float32 and
         (variant.es_threads(M, N, K), words) uint32.
     """
-    c, es, _ = _launch_mmm(a, b, variant, status, record_sm=False, publish_to=publish_to)
+    c, es, _ = _launch_mmm(a, b, variant, status, record_sm=False)
     return c, es
 
 
@@ -193,8 +185,7 @@ class _Plan:
 
     __slots__ = ("a_transposed", "block", "c_shape", "dims", "es_empty", "es_shape", "grid",
                  "kernel", "lean", "mmm_function", "partial_bytes", "partial_shape", "reduce",
-                 "reduce_function", "reduce_grid", "reduce_publish_function", "rmt_shapes",
-                 "sizes", "variant")
+                 "reduce_function", "reduce_grid", "rmt_shapes", "sizes", "variant")
 
     def __init__(self, variant: Variant, m: int, n: int, k: int, record_sm: bool) -> None:
         t = variant.tile
@@ -223,10 +214,6 @@ class _Plan:
         self.mmm_function = function_pointer(self.kernel) if self.lean else 0
         self.partial_bytes = 0 if slices == 1 else 4 * slices * m * n
         self.reduce_function = function_pointer(self.reduce) if self.reduce is not None else 0
-        self.reduce_publish_function = (
-            0 if self.reduce is None
-            else function_pointer(_function(("splitk",), splitk_build,
-                                            "safemon_splitk_reduce_publish")))
         self.reduce_grid = (_reduce_blocks(m * n), 1, 1)
 
 
@@ -250,11 +237,10 @@ def _plan_for(variant: Variant, m: int, n: int, k: int, record_sm: bool) -> _Pla
 
 
 def _launch_mmm(
-    a: Any, b: Any, variant: Variant, status: Any, *, record_sm: bool, publish_to: int = 0
+    a: Any, b: Any, variant: Variant, status: Any, *, record_sm: bool
 ) -> tuple[Any, Any, Any]:
     """Queue `variant`'s kernel (the self-test build when `record_sm`) over its K-slices and
-    reduce them, then publish `status` to `publish_to` when that is nonzero (`gpu_matmul`);
-    returns (c, es, sm), sm None unless `record_sm` ((gx·gy,) uint32)."""
+    reduce them; returns (c, es, sm), sm None unless `record_sm` ((gx·gy,) uint32)."""
     cp = import_cupy()
     a_d = a if isinstance(a, cp.ndarray) else cp.asarray(a)
     b_d = b if isinstance(b, cp.ndarray) else cp.asarray(b)
@@ -264,7 +250,7 @@ def _launch_mmm(
     if plan.a_transposed:
         a_d = transpose(a_d)
     if plan.lean:
-        c, es = _launch_lean(cp, plan, a_d, b_d, status, publish_to)
+        c, es = _launch_lean(cp, plan, a_d, b_d, status)
         return c, es, None
     c = cp.empty(plan.c_shape, dtype=cp.float32)
     es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
@@ -279,21 +265,17 @@ def _launch_mmm(
     plan.kernel(plan.grid, plan.block, tuple(args))
     if plan.reduce is not None:
         _reduce(plan.reduce, out, c)
-    if publish_to:
-        publish_status(status, publish_to)
     return c, es, sm
 
 
 _NULL = np.uintp(0)
 
 
-def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any,
-                 publish_to: int) -> tuple[Any, Any]:
+def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any) -> tuple[Any, Any]:
     """`_launch_mmm` for a plan with `lean` set, through `safemon.kernels.launch` (no
     per-call boxing of arguments). A split product's MMM kernel writes the partials, not C,
     so C is allocated after that launch, while the kernel runs, and the partials are a bare
-    pool allocation: the host work before the kernel starts is what a caller waits for.
-    A split product publishes the status block from its reduction kernel."""
+    pool allocation: the host work before the kernel starts is what a caller waits for."""
     m, n, k, mn, slices = plan.sizes
     es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
     args = arg_block(8)  # mmm.cu: A, B, C (or the partials), ES, M, N, K, status
@@ -305,54 +287,16 @@ def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any,
         c = cp.empty(plan.c_shape, dtype=cp.float32)
         v[2] = c.data.ptr
         launch(plan.mmm_function, plan.grid, plan.block, args)
-        if publish_to:
-            publish_status(status, publish_to)
         return c, es
     partials = cp.cuda.alloc(plan.partial_bytes)  # back to the stream's pool on return
     v[2] = partials.ptr
     launch(plan.mmm_function, plan.grid, plan.block, args)
     c = cp.empty(plan.c_shape, dtype=cp.float32)
-    if publish_to:  # splitk.cu: P, C, MN, S, status, row
-        reduce_args = arg_block(6)
-        r = reduce_args.values
-        r[4], r[5] = status.data.ptr, publish_to
-        function = plan.reduce_publish_function
-    else:  # P, C, MN, S
-        reduce_args = arg_block(4)
-        r = reduce_args.values
-        function = plan.reduce_function
+    reduce_args = arg_block(4)  # splitk.cu: P, C, MN, S
+    r = reduce_args.values
     r[0], r[1], r[2], r[3] = partials.ptr, c.data.ptr, mn, slices
-    launch(function, plan.reduce_grid, _AUX_BLOCK, reduce_args)
+    launch(plan.reduce_function, plan.reduce_grid, _AUX_BLOCK, reduce_args)
     return c, es
-
-
-def status_build() -> KernelBuild:
-    """The compilation of status.cu (one build for every shape)."""
-    return KernelBuild.make(STATUS_SOURCE)
-
-
-_PUBLISH_GRID = (1, 1, 1)
-_PUBLISH_BLOCK = (32, 1, 1)
-
-
-def publish_status(status: Any, row: int) -> None:
-    """Queue status.cu on the current stream: the device copies the STATUS_WORDS words of the
-    CuPy block `status` to `row`, the address of page-locked host memory (unified
-    addressing: `checked.device_writes_host`). No waiting; read `row` after a
-    synchronisation of this stream."""
-    args = arg_block(2)
-    args.values[0], args.values[1] = status.data.ptr, row
-    device = import_cupy().cuda.runtime.getDevice()
-    function = _publish_functions.get(device)
-    if function is None:
-        function = function_pointer(_function(("status",), status_build,
-                                              "safemon_status_publish"))
-        _publish_functions[device] = function
-    launch(function, _PUBLISH_GRID, _PUBLISH_BLOCK, args)
-
-
-#: status.cu's CUfunction by device (cleared with the kernels).
-_publish_functions: dict[int, int] = {}
 
 
 _AUX_BLOCK = (AUX_THREADS, 1, 1)
@@ -545,6 +489,5 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(abft_build())
     builds.append(finite_build())
     builds.append(splitk_build())
-    builds.append(status_build())
     builds.append(transpose_build())
     return builds

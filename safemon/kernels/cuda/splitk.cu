@@ -11,17 +11,14 @@
 // Grid-stride over elements; each thread handles 4 consecutive elements with 16-byte loads
 // when MN is a multiple of 4 (the partial buffers are 256-byte aligned), else one at a time.
 
-#include "status.cuh"
-
 __device__ __forceinline__ float safemon_add(float a, float b) {
     float out;
     asm("add.rn.f32 %0, %1, %2;" : "=f"(out) : "f"(a), "f"(b));
     return out;
 }
 
-// The reduction itself, shared by both entry points below.
-__device__ __forceinline__ void splitk_reduce(const float* __restrict__ P, float* __restrict__ C,
-                                              long long MN, int S) {
+extern "C" __global__ void safemon_splitk_reduce(const float* __restrict__ P,
+                                                 float* __restrict__ C, long long MN, int S) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if ((MN & 3) == 0) {
@@ -46,23 +43,4 @@ __device__ __forceinline__ void splitk_reduce(const float* __restrict__ P, float
             C[e] = acc;
         }
     }
-}
-
-extern "C" __global__ void safemon_splitk_reduce(const float* __restrict__ P,
-                                                 float* __restrict__ C, long long MN, int S) {
-    splitk_reduce(P, C, MN, S);
-}
-
-// The same reduction, and the status block of the launch it ends (safemon/kernels/checked.py:
-// STATUS_WORDS words, final once the MMM kernel before it on the stream has run) copied to
-// `row`, page-locked host memory the device writes directly (unified addressing): the
-// synchronous call then reads its status after one stream synchronisation, with no copy of
-// its own queued behind this kernel (status.cu says why).
-extern "C" __global__ void safemon_splitk_reduce_publish(const float* __restrict__ P,
-                                                         float* __restrict__ C, long long MN,
-                                                         int S,
-                                                         const unsigned* __restrict__ status,
-                                                         unsigned* __restrict__ row) {
-    if (blockIdx.x == 0 && threadIdx.x < STATUS_WORDS) row[threadIdx.x] = status[threadIdx.x];
-    splitk_reduce(P, C, MN, S);
 }
