@@ -6,6 +6,14 @@ A variant whose K is split (`Variant.slices(k) > 1`) launches the kernel over a 
 grid into S partial products and then `splitk.cu`'s reduction, both on that stream. A variant
 that reads Aᵀ (`Variant.reads_a_transposed`) first gets it from `transpose.cu`, on that
 stream too.
+
+Per-call host cost (issue 14, item 1): everything about a launch that depends only on the
+variant and the shape is computed once (`_Plan`). Production builds other than inter-block
+RMT's launch through `safemon.kernels.launch` (an argument block written in place, no
+per-argument boxing), a split product's partials are a bare pool allocation, and its C is
+allocated after the MMM launch, while the kernel runs (`_launch_lean`). On the H100 this
+took 9–15 µs off a synchronous call at the inference shapes
+(evidence/h100-2026-11-24-launch/).
 """
 
 from __future__ import annotations
