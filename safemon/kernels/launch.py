@@ -4,7 +4,8 @@
 The per-call path of a synchronous product (issue 14, item 1) instead writes its few
 changing values (the arrays' device addresses) into 8-byte slots whose addresses it hands
 to `cupy.cuda.driver.launchKernel`. On the H100 this and two other host-path changes
-(safemon.kernels.gpu) took 10–15 µs off a call (evidence/h100-2026-11-24-launch/).
+(safemon.kernels.gpu) took 9–15 µs off a synchronous call at the inference shapes
+(evidence/h100-2026-11-24-launch/).
 
 Contract of a slot: it holds one kernel parameter of at most 8 bytes, little-endian, so a
 pointer, an `int` or a `long long` are written as the Python int they hold (a 4-byte `int`
