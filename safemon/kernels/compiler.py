@@ -112,7 +112,6 @@ def import_cupy() -> ModuleType:
     return module
 
 
-@functools.cache
 def cupy_if_imported() -> ModuleType | None:
     """The cupy module when `import_cupy` has succeeded in this process (CuPy imported and a
     device answered), else None; never imports. For per-call paths that take the device
@@ -120,6 +119,7 @@ def cupy_if_imported() -> ModuleType | None:
     return _cupy_module
 
 
+@functools.cache
 def cuda_available() -> bool:
     """True when CuPy imports and at least one CUDA device answers. Cached for the process."""
     try:

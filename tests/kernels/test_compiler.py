@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from safemon.kernels.compiler import KernelBuild
 from safemon.kernels.gpu import MMM_SOURCE
 
@@ -35,3 +37,16 @@ def test_a_change_to_a_shipped_header_changes_the_mmm_code(tmp_path: Path) -> No
     sig.write_text(sig.read_text() + "\n// edited\n")
     assert build.code() != before
     assert build.code().startswith(MMM_SOURCE.read_text())
+
+
+def test_cupy_if_imported_follows_the_import_at_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-call device route asks `cupy_if_imported` on every call: a value cached before
+    CuPy was imported would keep every later call on the validating path (it did, from
+    2026-11-23 to 2026-11-24: the decorator of `cuda_available` had slid onto it)."""
+    from safemon.kernels import compiler
+
+    monkeypatch.setattr(compiler, "_cupy_module", None)
+    assert compiler.cupy_if_imported() is None
+    sentinel = object()
+    monkeypatch.setattr(compiler, "_cupy_module", sentinel)
+    assert compiler.cupy_if_imported() is sentinel
