@@ -20,7 +20,7 @@ import ctypes
 import threading
 from typing import Any
 
-__all__ = ["ArgBlock", "arg_block", "function_pointer", "launch", "stream_pointer"]
+__all__ = ["ArgBlock", "arg_block", "function_pointer", "launch"]
 
 
 class ArgBlock:
@@ -77,17 +77,11 @@ class _Driver:
             cls.stream_ptr = lambda: cupy.cuda.get_current_stream().ptr
 
 
-def stream_pointer() -> int:
-    """The current CuPy stream's handle, the one `cupy.RawKernel` would launch on."""
-    if _Driver.stream_ptr is None:
-        _Driver.load()
-    return int(_Driver.stream_ptr())
-
-
 def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
            args: ArgBlock) -> None:
-    """Queue `function` over `grid` × `block` on the current stream with the parameters
-    in `args`; no shared memory beyond the kernel's static one. No waiting.
+    """Queue `function` over `grid` × `block` on the current CuPy stream (the one
+    `cupy.RawKernel` would launch on) with the parameters in `args`; no shared memory
+    beyond the kernel's static one. No waiting.
 
     Raises:
         cupy.cuda.driver.CUDADriverError: the driver refused the launch.
