@@ -9,7 +9,7 @@ For each shape, two tables:
    (`perf_counter_ns` between steps, median of 2000 calls): what the host does before the
    MMM kernel can start, and what it does while the kernel runs;
 2. wall p50/p99 (µs, the call and a stream synchronisation, 2000 calls after 200 warm-up) of
-   the same call built five ways, interleaved round by round so that drift hits all alike:
+   the same call built several ways, interleaved round by round so that drift hits all alike:
      cupy.matmul      cuBLAS (the issue's baseline)
      safemon.matmul   the public call as it stands
      lean             the same kernels and status block, with C allocated after the MMM
@@ -19,6 +19,9 @@ For each shape, two tables:
      lean+raw+part    ... and the partials as a bare pool allocation (no ndarray)
      -reduce, -status lean+raw+part without the split-K reduction / without the status
                       read-back (a bare synchronisation): timing only, C is not the product
+     RawKernel        the public call through the plan's RawKernel launch (before 45cf814)
+     validating       the public call on its validating path (every call outside the tests
+                      until d96a946)
 
 Every variant's C is compared bit for bit with safemon.matmul's once before timing. Figures
 are reported, never asserted.
@@ -143,6 +146,14 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         finally:
             plan.lean = lean_flag
 
+    def validating_path() -> object:  # the public call as when cupy_if_imported said None
+        real = api.cupy_if_imported
+        api.cupy_if_imported = lambda: None
+        try:
+            return safemon.matmul(a, b, mode="fma")
+        finally:
+            api.cupy_if_imported = real
+
     lean_flag = getattr(plan, "lean", False)
     ways: dict[str, Callable[[], object]] = {
         "cupy.matmul": lambda: cp.matmul(a, b),
@@ -156,6 +167,9 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
     }
     if lean_flag:  # a tree with the lean launch: time its RawKernel path too
         ways["safemon.matmul RawKernel"] = rawkernel_path
+    # The validating path (backend resolution, both operands validated), which every call
+    # outside the tests took while cupy_if_imported was cached (until d96a946).
+    ways["safemon.matmul validating"] = validating_path
     want = safemon.matmul(a, b, mode="fma")
     same = {}
     for name, fn in ways.items():
