@@ -55,13 +55,16 @@ U64 = npt.NDArray[np.uint64]
 
 @cache
 def crc32c_table() -> U32:
-    """The 256-entry byte table of reflected CRC-32C (the table the CUDA kernels use)."""
+    """The 256-entry byte table of reflected CRC-32C (the table the CUDA kernels use).
+    Read-only: one cached array serves every caller, so a write would change every CRC
+    signature the reference computes afterwards."""
     table = np.zeros(256, dtype=np.uint32)
     for i in range(256):
         c = i
         for _ in range(8):
             c = (c >> 1) ^ CRC32C_POLY if c & 1 else c >> 1
         table[i] = c
+    table.flags.writeable = False
     return table
 
 

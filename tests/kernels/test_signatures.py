@@ -35,6 +35,13 @@ def test_crc32c_check_value_of_12345678_folded_as_two_le_words() -> None:
     assert expected == 0x6087809A
 
 
+def test_the_cached_crc32c_table_cannot_be_written() -> None:
+    table = crc32c_table()
+    with pytest.raises(ValueError, match="read-only"):
+        table[0] = 1
+    assert crc32c_table()[0] == 0
+
+
 def test_crc32c_standard_check_value_123456789() -> None:
     # The published check value is over 9 bytes; fold the first 8 as words, then verify the table
     # reproduces the standard value byte-wise.
