@@ -24,12 +24,13 @@ For each shape, two tables:
                       until d96a946)
 
 Every variant's C is compared bit for bit with safemon.matmul's once before timing. Figures
-are reported, never asserted.
+are reported, never asserted. It needs a tree with `safemon.kernels.launch` (call 1 of
+evidence/h100-2026-11-24-launch/ ran an earlier version, with its own argument block, on the
+tree before it).
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import sys
@@ -43,26 +44,10 @@ import safemon
 from safemon.kernels import api
 from safemon.kernels.checked import STATUS_WORDS
 from safemon.kernels.gpu import _plan_for
+from safemon.kernels.launch import ArgBlock
 
 REPS, WARMUP = 2000, 200
 SHAPES = ["1x4096x4096", "64x4096x4096", "256x1024x4096", "1x11008x4096", "80x80x80"]
-
-
-def gpu_module() -> object:
-    from safemon.kernels import gpu
-
-    return gpu
-
-
-class ArgBlock:
-    """cuLaunchKernel's kernelParams for n arguments of at most 8 bytes: n 8-byte slots and
-    an array of their addresses, both built once."""
-
-    def __init__(self, n: int) -> None:
-        self.values = (ctypes.c_uint64 * n)()
-        base = ctypes.addressof(self.values)
-        self.pointers = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-        self.address = ctypes.addressof(self.pointers)
 
 
 def probe(m: int, n: int, k: int) -> dict[str, object]:
@@ -76,11 +61,9 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
     host = cp.cuda.alloc_pinned_memory(4 * STATUS_WORDS)
     host_words = np.frombuffer(host, np.uint32, STATUS_WORDS)
     mn = m * n
-    units = mn // 4 if mn % 4 == 0 else mn
-    red_blocks = max(1, min(1024, (units + 255) // 256))
+    red_blocks = plan.reduce_grid[0]
     slices = plan.grid[2]
-    mmm_fn = plan.kernel.kernel.ptr
-    red_fn = plan.reduce.kernel.ptr if plan.reduce is not None else 0
+    mmm_fn, red_fn = plan.mmm_function, plan.reduce_function
     mmm_args, red_args = ArgBlock(8), ArgBlock(4)
     mmm_args.values[4], mmm_args.values[5], mmm_args.values[6] = m, n, k
     red_args.values[2], red_args.values[3] = mn, slices
@@ -144,7 +127,7 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         try:
             return safemon.matmul(a, b, mode="fma")
         finally:
-            plan.lean = lean_flag
+            plan.lean = True
 
     def validating_path() -> object:  # the public call as when cupy_if_imported said None
         real = api.cupy_if_imported
@@ -154,7 +137,6 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         finally:
             api.cupy_if_imported = real
 
-    lean_flag = getattr(plan, "lean", False)
     ways: dict[str, Callable[[], object]] = {
         "cupy.matmul": lambda: cp.matmul(a, b),
         "safemon.matmul": lambda: safemon.matmul(a, b, mode="fma"),
@@ -164,12 +146,11 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         # timing only (C not reduced / status not read): what those two steps cost
         "-reduce (timing)": lean_raw(True, reduce=False),
         "-status (timing)": lean_raw(True, status_copy=False),
+        "safemon.matmul RawKernel": rawkernel_path,
+        # Backend resolution and both operands validated: what a process whose first call
+        # preceded CuPy's import took while cupy_if_imported was cached (until d96a946).
+        "safemon.matmul validating": validating_path,
     }
-    if lean_flag:  # a tree with the lean launch: time its RawKernel path too
-        ways["safemon.matmul RawKernel"] = rawkernel_path
-    # The validating path (backend resolution, both operands validated), which every call
-    # outside the tests took while cupy_if_imported was cached (until d96a946).
-    ways["safemon.matmul validating"] = validating_path
     want = safemon.matmul(a, b, mode="fma")
     same = {}
     for name, fn in ways.items():
@@ -229,8 +210,7 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
                 steps.setdefault(name, []).append(t[i + 1] - t[i])
     step_us = {name: float(np.median(s)) / 1e3 for name, s in steps.items()}
     step_us.update(public_path_marks(a, b, sync))
-    if hasattr(gpu_module(), "launch"):
-        step_us.update(python_layers(m, n, k))
+    step_us.update(python_layers(m, n, k))
     return {"shape": f"{m}x{n}x{k}", "variant": variant.name, "split": slices,
             "bit_exact": same, "wall_us": wall, "host_steps_us": step_us}
 
@@ -241,8 +221,6 @@ def public_path_marks(a: cp.ndarray, b: cp.ndarray, sync: Callable[[], None]) ->
     globals `safemon.kernels.gpu.launch` and `safemon.kernels.checked.read_status`."""
     from safemon.kernels import checked, gpu
 
-    if not hasattr(gpu, "launch"):
-        return {}
     marks: dict[str, int] = {}
     ns = time.perf_counter_ns
     real_launch, real_read = gpu.launch, checked.read_status
