@@ -20,6 +20,7 @@ import numpy.typing as npt
 from safemon.digest import finish
 from safemon.kernels.compiler import KernelBuild, import_cupy
 from safemon.kernels.gpu import AUX_MAX_BLOCKS, AUX_THREADS, function_for
+from safemon.kernels.launch import arg_block, function_pointer, launch
 from safemon.kernels.pinned import PinnedBuffer
 from safemon.models.activations import Activation
 
@@ -48,6 +49,9 @@ def nvcc_builds() -> list[KernelBuild]:
 
 def _blocks(n: int) -> int:
     return int(max(1, min(AUX_MAX_BLOCKS, (n + AUX_THREADS - 1) // AUX_THREADS)))
+
+
+_AUX_BLOCK = (AUX_THREADS, 1, 1)
 
 
 def launch_epilogue(h: Any, bias: Any | None, activation: Activation) -> None:
@@ -89,25 +93,40 @@ class DigestBatch:
 
     def __init__(self, capacity: int) -> None:
         self._cp = import_cupy()
-        self._sums = self._cp.zeros(2 * max(capacity, 1), dtype=self._cp.uint64)
+        self._capacity = max(capacity, 1)
+        # A bare pool allocation zeroed on the current stream: no ndarray is made, since
+        # the kernels and the read-back only need its address (`cupy.zeros` costs several
+        # microseconds more per batch, and a channel's step makes one per request).
+        self._sums = self._cp.cuda.alloc(16 * self._capacity)
+        self._sums.memset_async(0, 16 * self._capacity)
         self._sizes: list[int] = []
         self._host: npt.NDArray[np.uint64] | None = None
         self._stream: Any = None
 
-    def _enqueue(self, kernel: str, src: Any, *args: Any) -> int:
-        """Launch `kernel` of digest.cu over `src` into the next entry's two words (args
-        between `src` and the count); returns the entry's index."""
+    def _enqueue(self, kernel: str, src: Any, dst: Any | None) -> int:
+        """Launch `kernel` of digest.cu over `src` (and `dst` for the copying kernel, None
+        for its digest-only form) into the next entry's two words; returns the entry's
+        index. The launch goes through `safemon.kernels.launch` (no per-call boxing of
+        arguments): same kernel, grid and arguments as a `RawKernel` call."""
         if self._host is not None:
             raise ValueError("digests added after queue_read")
         i = len(self._sizes)
-        if 2 * i >= int(self._sums.size):
-            raise ValueError(f"a DigestBatch of {self._sums.size // 2} digests is full")
+        if i >= self._capacity:
+            raise ValueError(f"a DigestBatch of {self._capacity} digests is full")
         n = int(src.size)
         self._sizes.append(n)
         if n:
-            function_for(("digest",), digest_build, kernel)(
-                (_blocks(n), 1, 1), (AUX_THREADS, 1, 1),
-                (src, *args, np.uint64(n), self._sums[2 * i:2 * i + 2]))
+            function = function_pointer(function_for(("digest",), digest_build, kernel))
+            out = self._sums.ptr + 16 * i
+            if kernel == "safemon_digest_sum":  # (words, n, out)
+                args = arg_block(3)
+                v = args.values
+                v[0], v[1], v[2] = src.data.ptr, n, out
+            else:  # safemon_copy_digest (src, dst, n, out)
+                args = arg_block(4)
+                v = args.values
+                v[0], v[1], v[2], v[3] = src.data.ptr, 0 if dst is None else dst.data.ptr, n, out
+            launch(function, (_blocks(n), 1, 1), _AUX_BLOCK, args)
         return i
 
     def add(self, a: Any) -> int:
@@ -118,7 +137,7 @@ class DigestBatch:
             ValueError: another element size, a non-contiguous array, or a full batch.
         """
         _check_words("an array", a)
-        return self._enqueue("safemon_digest_sum", a)
+        return self._enqueue("safemon_digest_sum", a, None)
 
     def add_copy(self, src: Any, dst: Any | None) -> int:
         """Queue the copy of `src` into `dst` (CuPy arrays of equal size, C-contiguous,
@@ -134,8 +153,7 @@ class DigestBatch:
             if int(dst.size) != int(src.size):
                 raise ValueError(f"copy_digest: src has {int(src.size)} elements, "
                                  f"dst {int(dst.size)}")
-        return self._enqueue("safemon_copy_digest", src,
-                             dst if dst is not None else np.uintp(0))
+        return self._enqueue("safemon_copy_digest", src, dst)
 
     def queue_read(self) -> None:
         """Queue the read-back on the current stream (no wait)."""
@@ -146,7 +164,7 @@ class DigestBatch:
         self._host = _HOST_WORDS.get(self._cp, n)
         if n:
             rt = self._cp.cuda.runtime
-            rt.memcpyAsync(self._host.ctypes.data, self._sums.data.ptr, 8 * n,
+            rt.memcpyAsync(self._host.ctypes.data, self._sums.ptr, 8 * n,
                            rt.memcpyDeviceToHost, self._stream.ptr)
 
     def values(self) -> list[tuple[int, int]]:
