@@ -47,7 +47,7 @@ import ctypes
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from safemon.digest import DIGEST_NAME
@@ -72,6 +72,9 @@ IMPORT_CAPACITY = 8
 
 IMPORT_IDLE_S = 30.0
 """A channel closes a handle no request has used for this long (seconds)."""
+
+#: Views kept per import (`ImportedBuffers.view`); more distinct ranges start the set afresh.
+_VIEWS_PER_IMPORT = 16
 
 _MIN_BUFFER_BYTES = 1 << 20
 _CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction (and device) from the pointers (UVA)
@@ -231,6 +234,12 @@ class _Import:
     pointer: int
     size: int
     used: float
+    device: int
+    #: float32 views made by `ImportedBuffers.view`, by (offset, shape): a request's x and
+    #: output slot are the same ranges request after request, and a CuPy array over an
+    #: imported pointer costs tens of microseconds to make (H100, py-spy of a daemon with
+    #: inline channels, evidence/h100-2026-11-25-digests/). Dropped with the import.
+    views: dict[tuple[int, tuple[int, ...]], Any] = field(default_factory=dict)
 
 
 def _allocation_size(pointer: int) -> int:
@@ -289,7 +298,8 @@ class ImportedBuffers:
             raise
         while len(self._open) >= self.capacity:
             self._close(next(iter(self._open)))
-        entry = self._open[handle] = _Import(pointer, size, self._clock())
+        entry = self._open[handle] = _Import(pointer, size, self._clock(),
+                                             int(rt.getDevice()))
         return entry
 
     def _close(self, handle: str) -> None:
@@ -314,18 +324,28 @@ class ImportedBuffers:
              what: str = "the range") -> Any:
         """A float32 CuPy array of `shape` over the buffer `handle` from byte `offset`
         (C order, no copy): a channel's product reads x from it, and its output is written
-        into it directly. Valid until the import is closed: by `close_idle`, `close_all`, or
+        into it directly. The same range gives the same array object while the import is
+        open (callers must not reshape it in place). Valid until the import is closed: by `close_idle`, `close_all`, or
         eviction when a later `pointer` opens another handle at capacity (the two most
         recently used, a request's input and output buffers, are never evicted then).
 
         Raises:
             DeviceInputError: as `pointer`.
         """
-        cp = _cupy()
+        shape = tuple(int(d) for d in shape)
         nbytes = 4 * math.prod(shape)
-        ptr = self.pointer(handle, offset, nbytes, what)
-        mem = cp.cuda.UnownedMemory(ptr, nbytes, self)
-        return cp.ndarray(shape, dtype=cp.float32, memptr=cp.cuda.MemoryPointer(mem, 0))
+        ptr = self.pointer(handle, offset, nbytes, what)  # checks the range, marks the use
+        entry = self._open[handle]
+        key = (offset, shape)
+        view = entry.views.get(key)
+        if view is None:
+            cp = _cupy()
+            if len(entry.views) >= _VIEWS_PER_IMPORT:
+                entry.views.clear()
+            mem = cp.cuda.UnownedMemory(ptr, nbytes, self, entry.device)
+            view = entry.views[key] = cp.ndarray(shape, dtype=cp.float32,
+                                                 memptr=cp.cuda.MemoryPointer(mem, 0))
+        return view
 
     def read(self, handle: str, into: Any, stream: Any) -> None:
         """Copy the first `into.nbytes` bytes of the buffer `handle` (x) into the CuPy array

@@ -41,6 +41,9 @@ class FakeRuntime:
     def memcpyAsync(self, dst: int, src: int, n: int, kind: int, stream: int) -> None:
         self.copies.append((dst, src, n))
 
+    def getDevice(self) -> int:
+        return 3
+
 
 class Clock:
     def __init__(self) -> None:
@@ -53,7 +56,15 @@ class Clock:
 @pytest.fixture
 def rt(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime:
     fake = FakeRuntime()
-    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=fake))
+    cupy = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(
+            runtime=fake,
+            UnownedMemory=lambda ptr, size, owner, device: types.SimpleNamespace(
+                ptr=ptr, size=size, owner=owner, device=device),
+            MemoryPointer=lambda mem, offset: types.SimpleNamespace(mem=mem, offset=offset)),
+        float32="float32",
+        ndarray=lambda shape, dtype, memptr: types.SimpleNamespace(shape=shape, dtype=dtype,
+                                                                   memptr=memptr))
     fake_cupy: Any = cupy
     fake_cupy.cuda.runtime.CUDARuntimeError = FakeRuntime.CUDARuntimeError
     monkeypatch.setattr(device_io, "_cupy", lambda: cupy)
@@ -130,6 +141,25 @@ def test_digests_and_handles_travel_as_fixed_width_hex() -> None:
     assert parse_digest(digest_hex(123456789)) == 123456789
     assert parse_digest("123") is None and parse_digest("g" * 16) is None and parse_digest(5) is None
     assert valid_handle("0a" * 64) and not valid_handle("0a" * 63) and not valid_handle(None)
+
+
+def test_a_range_gives_the_same_view_until_its_import_is_closed(rt: FakeRuntime) -> None:
+    """`view` makes one array per (offset, shape) of an open import, on the device the
+    import was opened on, and makes it afresh once the import was closed and reopened."""
+    imp = ImportedBuffers(capacity=2, clock=Clock())
+    x = imp.view(_handle(1), 0, (4, 8), "x")
+    assert imp.view(_handle(1), 0, (4, 8), "x") is x
+    assert x.shape == (4, 8) and x.memptr.mem.ptr == 0x1000_0000
+    assert x.memptr.mem.size == 128 and x.memptr.mem.device == 3
+    slot = imp.view(_handle(1), 4096, (4, 8))
+    assert slot is not x and slot.memptr.mem.ptr == 0x1000_0000 + 4096
+    assert imp.view(_handle(1), 0, (8, 4)) is not x  # another shape, another array
+    imp.view(_handle(2), 0, (1, 1))
+    imp.view(_handle(3), 0, (1, 1))  # evicts handle 1: its views go with it
+    again = imp.view(_handle(1), 0, (4, 8), "x")
+    assert again is not x and again.memptr.mem.ptr == 0x4000_0000
+    with pytest.raises(DeviceInputError, match=r"x: .*outside"):
+        imp.view(_handle(1), (1 << 20) - 64, (4, 8), "x")  # the range is checked every time
 
 
 def test_fewer_than_two_imports_are_refused() -> None:
