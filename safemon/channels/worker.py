@@ -35,6 +35,7 @@ for the daemon's staleness filter.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import os
 import sys
@@ -133,6 +134,9 @@ class ChannelWorker:
         self._stop = threading.Event()
         self._stop_signalled = False  # set by stop_from_signal, read by the loop
         self._weights: dict[str, ProtectedArray | npt.NDArray[np.float32]] = {}
+        #: decoded layer lists by their two wire frames' bytes (`_layers_of`)
+        self._decoded: collections.OrderedDict[tuple[bytes, bytes], list[Any]] = (
+            collections.OrderedDict())
         self._faults = FaultState()
         self._counter = 0
         self._started = clock()
@@ -630,6 +634,34 @@ class ChannelWorker:
                 self.log.warning("step_graph_capture_failed", error=repr(exc)[:300])
         return queue(prepare()) if step is None else step.launch(self._stream)
 
+    def _layers_of(self, spec: npt.NDArray[Any], biases: npt.NDArray[Any]
+                   ) -> tuple[list[Any], tuple[bytes, bytes]]:
+        """The layers a model request's frames carry (`safemon.models.decode_model`,
+        validated against this channel's weights) and the frames' bytes, which key them.
+
+        A model repeats request after request, and decoding it (JSON, one validated and
+        copied bias per layer) costs tens of microseconds per channel, so the last
+        `DECODED_MODELS` decodings are kept. A kept decoding stays valid: weight ids are
+        content addresses (a stored id always holds the same shape) and a channel never
+        drops a weight. Frames that fail to decode raise every time (nothing is kept).
+
+        Raises:
+            InvalidInputError: as `decode_model`.
+        """
+        from safemon.models import decode_model
+
+        frames = (spec.tobytes(), biases.tobytes())
+        layers = self._decoded.get(frames)
+        if layers is None or any(ly.weight_id not in self._weights for ly in layers):
+            shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
+            layers = decode_model(spec, biases, shapes)
+            while len(self._decoded) >= DECODED_MODELS:
+                self._decoded.popitem(last=False)
+            self._decoded[frames] = layers
+        else:
+            self._decoded.move_to_end(frames)
+        return layers, frames
+
     def _device_model(self, msg: Message, work: Any) -> Generator[None, None, list[int]]:
         """One device-resident whole-model request, a generator like `_device_product`;
         returns its digest frame with the digest of x last. x is copied in first, before
@@ -637,15 +669,14 @@ class ChannelWorker:
         model request that repeats (same layers and biases, same weights, same buffers) is
         launched as a captured graph, as a product is."""
         from safemon.kernels.compiler import import_cupy
-        from safemon.models import decode_model, run_model_steps
+        from safemon.models import run_model_steps
         from safemon.models.forward import device_biases, queue_pass
 
         cp = import_cupy()
         spec, biases = msg.arrays
-        shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
-        layers = decode_model(spec, biases, shapes)
+        layers, frames = self._layers_of(spec, biases)
         rows, cols = work.x_rows, work.x_cols
-        out_cols = int(shapes[layers[-1].weight_id][1])
+        out_cols = int(self._weights[layers[-1].weight_id].shape[1])
         slot = self._imports.view(work.out_ipc, work.out_offset, (rows, out_cols),
                                   "the output slot")
         source = self._imports.view(work.x_ipc, 0, (rows, cols), "x")
@@ -665,8 +696,8 @@ class ChannelWorker:
         used = [self._weights[wid] for wid in dict.fromkeys(ly.weight_id for ly in layers)]
         storage = [a for w in used for a in getattr(w, "storage", (w,))]
         queued = self._queue(
-            rows, [cols, *(int(shapes[ly.weight_id][1]) for ly in layers)],
-            lambda: ("model", spec.tobytes(), biases.tobytes(), *(id(w) for w in used),
+            rows, [cols, *(int(self._weights[ly.weight_id].shape[1]) for ly in layers)],
+            lambda: ("model", *frames, *(id(w) for w in used),
                      *(id(a) for a in storage), int(source.data.ptr), int(slot.data.ptr),
                      rows, cols),
             (*used, *storage), queue,
@@ -685,11 +716,10 @@ class ChannelWorker:
         """A whole-model request: frames [x, spec, biases]. Returns the host output and the
         digest frame (`ModelResult.digest_frame`); fills `meta`. Injected data faults hit
         layer 0's product, before its epilogue, so they propagate like a real one."""
-        from safemon.models import decode_model, run_model
+        from safemon.models import run_model
 
         x, spec, biases = msg.arrays
-        shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
-        layers = decode_model(spec, biases, shapes)
+        layers, _frames = self._layers_of(spec, biases)
         t0 = time.perf_counter()
         if self.backend.on_device:
             with self._stream:
@@ -815,6 +845,9 @@ def main(argv: list[str] | None = None) -> int:
         ctx.term()
     return 0
 
+
+#: Decoded models a channel keeps (`ChannelWorker._layers_of`).
+DECODED_MODELS = 16
 
 ORPHAN_EXIT = 71
 """Exit status of a channel process whose daemon died."""

@@ -1,0 +1,78 @@
+"""A channel decodes a whole-model request's frames once per model
+(`ChannelWorker._layers_of`): later requests with the same frames reuse the decoding,
+frames that fail to decode are refused every time, and the cache is bounded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from safemon.channels import worker as worker_module
+from safemon.channels.worker import ChannelWorker
+from safemon.errors import InvalidInputError
+from safemon.models import Layer, encode_model
+from safemon.weight_id import weight_id_of
+
+from ..runtime.helpers import make_config
+
+
+@pytest.fixture
+def worker(tmp_path: Path):  # type: ignore[no-untyped-def]
+    ctx = zmq.Context()
+    try:
+        yield ChannelWorker(ctx, make_config(tmp_path, "2oo3"), "c0", incarnation=0, epoch=1,
+                            link="")
+    finally:
+        ctx.term()
+
+
+def _weight(worker: ChannelWorker, k: int, n: int, seed: int) -> str:
+    w = np.random.default_rng(seed).standard_normal((k, n)).astype(np.float32)
+    wid = weight_id_of(w)
+    assert worker._store_weight(wid, w)
+    return wid
+
+
+def test_the_same_frames_are_decoded_once(worker: ChannelWorker,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import safemon.models as models
+
+    w1, w2 = _weight(worker, 8, 6, 1), _weight(worker, 6, 4, 2)
+    layers = [Layer(w1, np.arange(6, dtype=np.float32), "relu"), Layer(w2, None, "gelu")]
+    spec, biases = encode_model(layers)
+    calls = []
+    real = models.decode_model
+    monkeypatch.setattr(models, "decode_model", lambda *a: calls.append(1) or real(*a))
+    first, frames = worker._layers_of(spec, biases)
+    again, _ = worker._layers_of(spec.copy(), biases.copy())  # equal bytes, new arrays
+    assert again is first and len(calls) == 1
+    assert frames == (spec.tobytes(), biases.tobytes())
+    assert [(ly.weight_id, ly.act.value) for ly in first] == [(w1, "relu"), (w2, "gelu")]
+    assert first[0].bias is not None and first[0].bias.tolist() == list(range(6))
+    other, _ = worker._layers_of(*encode_model(layers[:1]))
+    assert other is not first and len(calls) == 2
+
+
+def test_frames_that_fail_are_refused_every_time(worker: ChannelWorker) -> None:
+    unknown = Layer("w" + "0" * 40, None, "identity")
+    spec, biases = encode_model([unknown])
+    for _ in range(2):
+        with pytest.raises(InvalidInputError):
+            worker._layers_of(spec, biases)
+    assert not worker._decoded
+
+
+def test_the_cache_keeps_the_most_recently_used_models(worker: ChannelWorker,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "DECODED_MODELS", 2)
+    wid = _weight(worker, 4, 4, 3)
+    models = [encode_model([Layer(wid, np.full(4, v, np.float32), "identity")]) for v in (1, 2, 3)]
+    a = worker._layers_of(*models[0])[0]
+    worker._layers_of(*models[1])
+    assert worker._layers_of(*models[0])[0] is a  # used again: now the most recent
+    worker._layers_of(*models[2])  # evicts models[1]
+    assert list(worker._decoded) == [tuple(x.tobytes() for x in models[0]),
+                                     tuple(x.tobytes() for x in models[2])]
