@@ -230,6 +230,8 @@ class Metrics:
         self.policies: tuple[Policy, ...] = config.policy_chain()
         self._channel_set = frozenset(self.channels)
         self._channel_labels = _channel_labels(config, devices or {})
+        #: kernel_seconds' child per channel (made by `_preinitialise`)
+        self._kernel_seconds_of: dict[str, Histogram] = {}
         self._policy_values = frozenset(p.value for p in self.policies)
         self._lock = threading.Lock()
         # (channel, buffer kind, "corrected"|"uncorrectable") -> (incarnation, last total)
@@ -420,7 +422,7 @@ class Metrics:
             for r in SelftestResult:
                 self.selftests.labels(**lab, result=r.value)
             self.dti_overruns.labels(**lab)
-            self.kernel_seconds.labels(**lab)
+            self._kernel_seconds_of[ch] = self.kernel_seconds.labels(**lab)
         for b in BufferKind:
             self.ecc_corrected.labels(buffer=b.value)
             self.ecc_uncorrectable.labels(buffer=b.value)
@@ -591,9 +593,11 @@ class Metrics:
 
     def observe_kernel(self, channel: str, seconds: float) -> None:
         """One protected kernel time reported by `channel` in a RESULT header."""
-        self.kernel_seconds.labels(**self._channel(channel)).observe(
-            _check_seconds("kernel", seconds)
-        )
+        child = self._kernel_seconds_of.get(channel)  # per RESULT: the label look-up once
+        if child is None:
+            child = self._kernel_seconds_of[channel] = self.kernel_seconds.labels(
+                **self._channel(channel))  # raises UnknownLabelError
+        child.observe(_check_seconds("kernel", seconds))
 
     def count_rejected(self, reason: RejectReason | str) -> None:
         """One received message dropped for `reason` (usable as the wire format's

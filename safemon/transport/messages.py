@@ -79,10 +79,10 @@ class Schema:
         out: dict[str, MetaValue] = {}
         if self.TAG is not None:
             out[self.TAG[0]] = self.TAG[1]
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        for name in _names(type(self)):
+            value = getattr(self, name)
             if value is not None:
-                out[f.name] = value
+                out[name] = value
         return out
 
     @classmethod
@@ -91,38 +91,56 @@ class Schema:
         if cls.TAG is not None and meta.get(cls.TAG[0]) != cls.TAG[1]:
             raise MetaError(f"{cls.__name__}: {cls.TAG[0]} must be {cls.TAG[1]!r}")
         values: dict[str, Any] = {}
-        for name, allowed, required in _spec(cls):
-            if name not in meta:
+        for name, allowed, required, exact in _spec(cls):
+            value = meta.get(name, _MISSING)
+            if value is _MISSING:
                 if required:
                     raise MetaError(f"{cls.__name__}: meta key {name!r} is missing")
                 continue
-            values[name] = _check(cls.__name__, name, meta[name], allowed)
+            # A value of exactly an allowed type (float aside) fits as it is: the common
+            # case, decided without `_check`'s per-type tests (parse runs per message).
+            values[name] = value if type(value) in exact else _check(cls.__name__, name, value,
+                                                                     allowed)
         return cls(**values)
 
     @classmethod
     def fields(cls) -> dict[str, str]:
         """Field name -> its wire type in words (for the protocol document)."""
         return {name: " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-                for name, allowed, _required in _spec(cls)}
+                for name, allowed, _required, _exact in _spec(cls)}
 
 
-_Spec = tuple[tuple[str, tuple[type, ...], bool], ...]
+_Spec = tuple[tuple[str, tuple[type, ...], bool, frozenset[type]], ...]
 _SPECS: dict[str, _Spec] = {}
+_NAMES: dict[type, tuple[str, ...]] = {}
+_MISSING = object()
 
 
 def _spec(cls: type[Schema]) -> _Spec:
-    """Per field of `cls`: its name, the types it allows and whether it is required
-    (computed once per schema: resolving annotations is slow, and parse runs per message)."""
+    """Per field of `cls`: its name, the types it allows, whether it is required, and the
+    types a value may have exactly to fit without `_check` (the allowed ones but float,
+    whose values `_check` also tests for finiteness). Computed once per schema: resolving
+    annotations is slow, and parse runs per message."""
     spec = _SPECS.get(cls.__qualname__)
     if spec is None:
         hints = typing.get_type_hints(cls)
         # A schema's own fields first, then the shared keyword-only ones (DeviceInput,
         # DeviceWork), which dataclasses would list first.
         ordered = sorted(dataclasses.fields(cls), key=lambda f: f.kw_only is True)
-        spec = tuple((f.name, _allowed(hints[f.name]), f.default is dataclasses.MISSING)
-                     for f in ordered)
+        spec = tuple((f.name, allowed, f.default is dataclasses.MISSING,
+                      frozenset(t for t in allowed if t is not float))
+                     for f in ordered for allowed in (_allowed(hints[f.name]),))
         _SPECS[cls.__qualname__] = spec
     return spec
+
+
+def _names(cls: type[Schema]) -> tuple[str, ...]:
+    """The field names of `cls` in `dataclasses.fields` order (cached: to_meta runs per
+    message)."""
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def _allowed(tp: Any) -> tuple[type, ...]:
