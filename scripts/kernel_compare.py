@@ -63,6 +63,8 @@ def main() -> int:
                     help="compile every build in a pool of processes first (CuPy's disk cache)")
     ap.add_argument("--tile", default=None,
                     help="a tile name for every shape instead of auto_tile's (split: auto_split)")
+    ap.add_argument("--split", type=int, default=None,
+                    help="this split-K factor for every shape instead of auto_split's")
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     specs = [parse_spec(s) for s in args.specs.split(",")]
@@ -73,7 +75,7 @@ def main() -> int:
     for m, n, k in shapes:
         for spec in specs:
             tile = auto_tile(m, n, k, spec[1]) if args.tile is None else TILES[args.tile]
-            v = make_variant(*spec, tile, auto_split(m, n, k, tile))
+            v = make_variant(*spec, tile, args.split or auto_split(m, n, k, tile))
             build = build_for(v)
             old_defines = {**dict(build.defines), **dict(d.split("=", 1) for d in args.baseline_defines)}
             old_build = KernelBuild(args.baseline, tuple(sorted(old_defines.items())), build.options,

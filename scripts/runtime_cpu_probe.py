@@ -2,6 +2,8 @@
 
 usage: python3 scripts/runtime_cpu_probe.py [--tree DIR ...] [--rounds 4] [--requests 1000]
                                             [--size 8] [--variant unprotected] [--out FILE]
+                                            [--device] [--placement process|stream|inline]
+                                            [--model BATCHxHIDDENxLAYERS]
 
 Starts a 2oo3 daemon on the NumPy backend (three channel processes, ipc://, the vote
 benchmark's config), registers an N×N weight and sends `--requests` sequential
@@ -14,6 +16,10 @@ costs next to nothing: what is left is safemon's own per-request work (message c
 sockets, the daemon's loop and core, the channels' loop). CPU time, unlike a round trip,
 does not depend on how the 2-core CI VM schedules five busy processes, so it is the
 steadier figure there; round trips on such a machine mostly measure contention.
+
+`--device` measures the GPU path instead (a CuPy daemon, CuPy x: device-resident requests),
+`--placement` the channels' placement, `--model` whole-model requests of an MLP with gelu
+and biases instead of products.
 
 `--tree` (repeatable) runs the same measurement against another source tree, e.g. a
 `git worktree` of an older commit (its `safemon` package is put first on PYTHONPATH, for
@@ -102,27 +108,43 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def measure(size: int, requests: int, variant: str) -> dict[str, float]:
+def measure(size: int, requests: int, variant: str, device: bool = False,
+            placement: str = "process", model: str | None = None) -> dict[str, float]:
     """One measurement in this process (the client): CPU µs per request by process, and
-    the round trip's p50 / p90 in µs."""
+    the round trip's p50 / p90 in µs. `device`: a CuPy daemon and CuPy x (device-resident
+    requests); `model` BATCHxHIDDENxLAYERS: `Client.run` of that MLP instead of a product."""
     import numpy as np
     import yaml
 
     from safemon.bench.vote import _bench_config, running_daemon
 
     work = Path(tempfile.mkdtemp(prefix="smcpu-"))
-    cfg = _bench_config(work, "ipc", "numpy", [f"{size}x{size}x{size}"])
+    cfg = _bench_config(work, "ipc", "cupy" if device else "numpy", [f"{size}x{size}x{size}"])
     for ch in cfg["channels"]:
         ch["variant"] = VARIANTS[variant]
+        ch["placement"] = placement
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((size, size)).astype(np.float32)
-    x = rng.standard_normal((size, size)).astype(np.float32)
-    with running_daemon(path, work / "daemon.log", 60.0) as client:
+    m, k, depth = (int(v) for v in model.split("x")) if model else (size, size, 0)
+    w = (rng.standard_normal((k, k)) / np.sqrt(k)).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    if device:
+        import cupy
+
+        x = cupy.asarray(x)
+    with running_daemon(path, work / "daemon.log", 240.0) as client:
+        client.control_timeout_s = 60.0
         wid = client.register_weight(w)
+        call = lambda: client.matmul(x, wid)  # noqa: E731
+        if model:
+            from safemon.models import Layer
+
+            mid = client.register_model(
+                [Layer(wid, rng.standard_normal(k).astype(np.float32), "gelu")] * depth)
+            call = lambda: client.run(mid, x)  # noqa: E731
         for _ in range(50):
-            client.matmul(x, wid)
+            call()
         (daemon,) = _children(os.getpid())
         procs = {"client": os.getpid(), "daemon": daemon}
         procs.update({f"channel{i}": p for i, p in enumerate(sorted(_children(daemon)))})
@@ -132,7 +154,7 @@ def measure(size: int, requests: int, variant: str) -> dict[str, float]:
         times = []
         for _ in range(requests):
             t0 = time.perf_counter()
-            client.matmul(x, wid)
+            call()
             times.append(time.perf_counter() - t0)
         after = {k: _thread_cpu_s(p) for k, p in procs.items()}
         timers_after = int(timers.read_text()) if timers.exists() else 0
@@ -152,11 +174,17 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--size", type=int, default=8, help="N of the N×N×N product")
     ap.add_argument("--variant", choices=sorted(VARIANTS), default="unprotected")
+    ap.add_argument("--device", action="store_true",
+                    help="a CuPy daemon and device-resident CuPy x (needs a GPU)")
+    ap.add_argument("--placement", default="process", choices=("process", "stream", "inline"))
+    ap.add_argument("--model", default=None,
+                    help="BATCHxHIDDENxLAYERS: whole-model requests of that MLP")
     ap.add_argument("--out", default=None, help="write every round as JSON here")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child run
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(measure(args.size, args.requests, args.variant)))
+        print(json.dumps(measure(args.size, args.requests, args.variant, args.device,
+                                 args.placement, args.model)))
         return 0
     trees = [str(HERE), *[str(Path(t).resolve()) for t in args.tree]]
     site = Path(tempfile.mkdtemp(prefix="smprobe-site-"))
@@ -166,9 +194,11 @@ def main() -> int:
         for tree in trees:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), tree]),
                        SMPROBE_TIMERS=str(site / f"timers-{r}-{trees.index(tree)}"))
+            extra = (["--device"] if args.device else []) + ["--placement", args.placement]
+            extra += ["--model", args.model] if args.model else []
             res = subprocess.run(
                 [sys.executable, __file__, "--one", "--size", str(args.size),
-                 "--requests", str(args.requests), "--variant", args.variant],
+                 "--requests", str(args.requests), "--variant", args.variant, *extra],
                 env=env, capture_output=True, text=True, check=False)
             if res.returncode != 0:
                 print(res.stderr[-2000:], file=sys.stderr)
@@ -176,8 +206,10 @@ def main() -> int:
             rounds[tree].append(json.loads(res.stdout.strip().splitlines()[-1]))
             print(f"round {r + 1}/{args.rounds} {tree}: done", file=sys.stderr, flush=True)
     keys = list(rounds[trees[0]][0])
-    print(f"{args.size}x{args.size}x{args.size} {args.variant}, {args.requests} requests, "
-          f"median of {args.rounds} rounds (µs per request)")
+    what = f"model {args.model}" if args.model else f"{args.size}x{args.size}x{args.size}"
+    print(f"{what} {args.variant}, {'device-resident, cupy' if args.device else 'host, numpy'}, "
+          f"{args.placement} channels, {args.requests} requests, median of {args.rounds} rounds "
+          "(µs per request)")
     print("| tree | " + " | ".join(keys) + " |")
     print("|---|" + "---:|" * len(keys))
     for tree in trees:

@@ -167,7 +167,9 @@ static_assert(!(RMT_WARP && RMT_BLOCK), "one RMT kind per build");
 // occupancy. 1 for blocks of 512 threads or more, and for tiles whose threads load more than
 // 32 B elements per k-tile (the 32-wide `skinny` of earlier kernels; no catalog tile today)
 // or more than 64 accumulators (a register tile that cannot fit 128 registers).
+#ifndef MIN_BLOCKS
 #define MIN_BLOCKS (BLOCK_THREADS >= 512 || B_LOADS > 32 || TM * TN > 64 ? 1 : 512 / BLOCK_THREADS)
+#endif
 
 #if ASYNC_COPY
 // Three stages when they fit the 48 KiB of static shared memory (`wide`), else two
