@@ -325,9 +325,10 @@ class ImportedBuffers:
         """A float32 CuPy array of `shape` over the buffer `handle` from byte `offset`
         (C order, no copy): a channel's product reads x from it, and its output is written
         into it directly. The same range gives the same array object while the import is
-        open (callers must not reshape it in place). Valid until the import is closed: by `close_idle`, `close_all`, or
-        eviction when a later `pointer` opens another handle at capacity (the two most
-        recently used, a request's input and output buffers, are never evicted then).
+        open (callers must not reshape it in place). Valid until the import is closed: by
+        `close_idle`, `close_all`, or eviction when a later `pointer` opens another handle
+        at capacity (the two most recently used, a request's input and output buffers, are
+        never evicted then).
 
         Raises:
             DeviceInputError: as `pointer`.
