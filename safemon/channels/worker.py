@@ -640,9 +640,11 @@ class ChannelWorker:
         validated against this channel's weights) and the frames' bytes, which key them.
 
         A model repeats request after request, and decoding it (JSON, one validated and
-        copied bias per layer) costs tens of microseconds per channel, so the last
-        `DECODED_MODELS` decodings are kept. A kept decoding stays valid: weight ids are
-        content addresses (a stored id always holds the same shape) and a channel never
+        copied bias per layer) costs tens of microseconds per channel, so the most recently
+        used decodings are kept: at most `DECODED_MODELS` of them, and beyond the newest,
+        no more than `DECODED_MODEL_BYTES` of frames (a kept decoding holds its frames'
+        bytes as its key and a copy of its biases). A kept decoding stays valid: weight ids
+        are content addresses (a stored id always holds the same shape) and a channel never
         drops a weight. Frames that fail to decode raise every time (nothing is kept).
 
         Raises:
@@ -655,9 +657,12 @@ class ChannelWorker:
         if layers is None or any(ly.weight_id not in self._weights for ly in layers):
             shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
             layers = decode_model(spec, biases, shapes)
-            while len(self._decoded) >= DECODED_MODELS:
-                self._decoded.popitem(last=False)
             self._decoded[frames] = layers
+            kept = sum(len(a) + len(b) for a, b in self._decoded)
+            while len(self._decoded) > 1 and (len(self._decoded) > DECODED_MODELS
+                                              or kept > DECODED_MODEL_BYTES):
+                (a, b), _ = self._decoded.popitem(last=False)
+                kept -= len(a) + len(b)
         else:
             self._decoded.move_to_end(frames)
         return layers, frames
@@ -846,8 +851,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: Decoded models a channel keeps (`ChannelWorker._layers_of`).
+#: Decoded models a channel keeps (`ChannelWorker._layers_of`), and the bytes of their
+#: frames it keeps beyond the most recent one.
 DECODED_MODELS = 16
+DECODED_MODEL_BYTES = 64 << 20
 
 ORPHAN_EXIT = 71
 """Exit status of a channel process whose daemon died."""

@@ -76,3 +76,18 @@ def test_the_cache_keeps_the_most_recently_used_models(worker: ChannelWorker,
     worker._layers_of(*models[2])  # evicts models[1]
     assert list(worker._decoded) == [tuple(x.tobytes() for x in models[0]),
                                      tuple(x.tobytes() for x in models[2])]
+
+
+def test_the_cache_keeps_no_more_than_its_byte_budget_beyond_the_newest(
+        worker: ChannelWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+    wid = _weight(worker, 4, 64, 4)
+    models = [encode_model([Layer(wid, np.full(64, v, np.float32), "identity")])
+              for v in (1, 2, 3)]
+    one = sum(len(x.tobytes()) for x in models[0])
+    monkeypatch.setattr(worker_module, "DECODED_MODEL_BYTES", 2 * one)
+    for m in models:
+        worker._layers_of(*m)
+    assert list(worker._decoded) == [tuple(x.tobytes() for x in m) for m in models[1:]]
+    monkeypatch.setattr(worker_module, "DECODED_MODEL_BYTES", 1)
+    worker._layers_of(*models[0])  # over budget on its own: kept alone, the newest
+    assert list(worker._decoded) == [tuple(x.tobytes() for x in models[0])]
