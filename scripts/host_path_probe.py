@@ -40,7 +40,7 @@ from safemon.bench.timing import median_kernel_ms, percentiles, wall_samples_s
 from safemon.kernels import api
 from safemon.kernels.backend import resolve_backend
 from safemon.kernels.checked import STATUS_WORDS, launch_checked, read_status
-from safemon.kernels.gpu import NO_FUSED_SPLIT, _plan_for
+from safemon.kernels.gpu import _plan_for
 
 REPS, WARMUP = 2000, 200
 
@@ -66,7 +66,6 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
     b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
     variant = api._variant_for(a, b, None, None, "fma", None, None)
     plan = _plan_for(variant, m, n, k, False)
-    split = NO_FUSED_SPLIT if plan.split_args else ()  # mmm.cu's SPLIT_ARGS: the host reduces
     c = cp.empty(plan.c_shape, dtype=cp.float32)
     es = cp.empty(plan.es_shape, dtype=cp.uint32)
     out = c if plan.partial_shape is None else cp.empty(plan.partial_shape, dtype=cp.float32)
@@ -77,11 +76,11 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
     null = np.uintp(0)
 
     def kernel_only() -> None:
-        plan.kernel(plan.grid, plan.block, (a, b, out, es, *plan.dims, null, *split))
+        plan.kernel(plan.grid, plan.block, (a, b, out, es, *plan.dims, null))
 
     def with_status() -> None:
         status.data.memset_async(0, 4 * STATUS_WORDS)
-        plan.kernel(plan.grid, plan.block, (a, b, out, es, *plan.dims, status, *split))
+        plan.kernel(plan.grid, plan.block, (a, b, out, es, *plan.dims, status))
         cp.cuda.runtime.memcpyAsync(host_ptr, status.data.ptr, 4 * STATUS_WORDS,
                                     cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
 
@@ -90,7 +89,7 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         c2 = cp.empty(plan.c_shape, dtype=cp.float32)
         es2 = cp.empty(plan.es_shape, dtype=cp.uint32)
         o2 = c2 if plan.partial_shape is None else cp.empty(plan.partial_shape, dtype=cp.float32)
-        plan.kernel(plan.grid, plan.block, (a, b, o2, es2, *plan.dims, st, *split))
+        plan.kernel(plan.grid, plan.block, (a, b, o2, es2, *plan.dims, st))
         cp.cuda.runtime.memcpyAsync(host_ptr, st.data.ptr, 4 * STATUS_WORDS,
                                     cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
 

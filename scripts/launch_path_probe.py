@@ -43,7 +43,7 @@ import numpy as np
 import safemon
 from safemon.kernels import api
 from safemon.kernels.checked import STATUS_WORDS
-from safemon.kernels.gpu import NO_FUSED_SPLIT, _plan_for
+from safemon.kernels.gpu import _plan_for
 from safemon.kernels.launch import ArgBlock
 
 REPS, WARMUP = 2000, 200
@@ -64,8 +64,7 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
     red_blocks = plan.reduce_grid[0]
     slices = plan.grid[2]
     mmm_fn, red_fn = plan.mmm_function, plan.reduce_function
-    split = NO_FUSED_SPLIT if plan.split_args else ()  # mmm.cu's SPLIT_ARGS: the host reduces
-    mmm_args, red_args = ArgBlock(8 + len(split)), ArgBlock(4)
+    mmm_args, red_args = ArgBlock(8), ArgBlock(4)
     mmm_args.values[4], mmm_args.values[5], mmm_args.values[6] = m, n, k
     red_args.values[2], red_args.values[3] = mn, slices
     launch = cp.cuda.driver.launchKernel
@@ -84,10 +83,10 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
     def lean() -> cp.ndarray:
         if plan.partial_shape is None:
             c = cp.empty(plan.c_shape, dtype=cp.float32)
-            plan.kernel(plan.grid, plan.block, (a, b, c, es, *plan.dims, status, *split))
+            plan.kernel(plan.grid, plan.block, (a, b, c, es, *plan.dims, status))
         else:
             part = cp.empty(plan.partial_shape, dtype=cp.float32)
-            plan.kernel(plan.grid, plan.block, (a, b, part, es, *plan.dims, status, *split))
+            plan.kernel(plan.grid, plan.block, (a, b, part, es, *plan.dims, status))
             c = cp.empty(plan.c_shape, dtype=cp.float32)
             plan.reduce((red_blocks, 1, 1), (256, 1, 1), (part, c, np.int64(mn), np.int32(slices)))
         read()
@@ -194,8 +193,7 @@ def probe(m: int, n: int, k: int) -> dict[str, object]:
         t.append(ns())
         out = c if p.partial_shape is None else cp.empty(p.partial_shape, dtype=cp.float32)
         t.append(ns())
-        p.kernel(p.grid, p.block, (a, b, out, p.es_empty, *p.dims, st,
-                                     *(NO_FUSED_SPLIT if p.split_args else ())))
+        p.kernel(p.grid, p.block, (a, b, out, p.es_empty, *p.dims, st))
         t.append(ns())
         if p.reduce is not None:
             p.reduce((red_blocks, 1, 1), (256, 1, 1), (out, c, np.int64(mn), np.int32(slices)))

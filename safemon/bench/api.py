@@ -4,9 +4,8 @@ For each size, inputs are CuPy arrays already on the device and every call is ti
 user would see it: `time.perf_counter()` around the call and a synchronisation of the
 current stream (so work still queued is paid for). Each call's kernels are also timed alone
 with CUDA events (the launch sequence of `safemon.bench.overhead`: a spin kernel queued first,
-so that launch latency is not counted; a split product reducing in its MMM kernel, as the
-synchronous call does), which splits the wall time into kernel time and everything else
-(checks, allocation, Python, launches, the status read-back).
+so that launch latency is not counted), which splits the wall time into kernel time and
+everything else (checks, allocation, Python, launches, the status read-back).
 
 Calls: `cupy.matmul` (cuBLAS, allocating its output), `safemon.matmul` and
 `safemon.protected_matmul` with the shape's automatic tile and split, and
@@ -100,8 +99,7 @@ def _time_size(
             progress(f"api {dims.label} {label}")
         v = _variant_for(a, b, checksum, level, mode, None, None)
         p50, p99 = _wall_us(cp, _call_for(a, pb if ecc else b, checksum, level, mode), reps, warmup)
-        kernel = median_kernel_ms(cp, variant_launcher(cp, v, a, b, fused_split=True), reps,
-                                  warmup) * 1e3
+        kernel = median_kernel_ms(cp, variant_launcher(cp, v, a, b), reps, warmup) * 1e3
         rows.append(_row(label, v.name, dims, reps, p50, p99, kernel, cupy_p50))
     return rows
 

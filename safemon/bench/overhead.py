@@ -97,7 +97,7 @@ def device_info(cp: Any) -> dict[str, Any]:
 
 def variant_launcher(
     cp: Any, variant: Variant, a: Any, b: Any, kernel: Any = None,
-    a_transposed: bool | None = None, fused_split: bool = False,
+    a_transposed: bool | None = None,
 ) -> Callable[[], tuple[Any, Any]]:
     """The variant's kernels alone, on preallocated buffers: for a variant that reads Aᵀ
     (`Variant.reads_a_transposed`) the transpose of A, the MMM kernel over its K-slices,
@@ -107,15 +107,9 @@ def variant_launcher(
     returns the (c, es) buffers.
     `kernel`: another compilation of the MMM kernel to launch instead of the variant's own
     (scripts/kernel_compare.py times an earlier mmm.cu this way); `a_transposed` says whether
-    that build reads Aᵀ (None: as the variant's own build does). `fused_split`: a split
-    product reduces its K-slices in the MMM kernel, as the synchronous API call does
-    (`safemon.kernels.gpu.gpu_matmul` with arrival counters), where its build takes
-    SPLIT_ARGS; otherwise splitk.cu reduces, as a channel's step does."""
+    that build reads Aᵀ (None: as the variant's own build does)."""
     from safemon.kernels.abft import abft_weight_vectors, begin_abft, finish_abft
     from safemon.kernels.gpu import (
-        NO_FUSED_SPLIT,
-        arrival_counters,
-        has_split_args,
         kernel_for,
         reduce_slices,
         rmt_block_buffers,
@@ -151,11 +145,6 @@ def variant_launcher(
     if rmt is not None:
         spare, counters = rmt_block_buffers(rmt)
         args += (spare, counters)
-    # mmm.cu's SPLIT_ARGS: C and arrival counters (which every completed launch leaves zero)
-    # for a fused reduction, else null.
-    fused = fused_split and slices > 1 and has_split_args(variant)
-    if has_split_args(variant):
-        args += (c, arrival_counters(gx * gy)) if fused else NO_FUSED_SPLIT
 
     # The row-only ABFT check of a weight: B's vectors made once, before timing, as a channel's
     # ECC-protected weight keeps them (`checked.weight_vectors`).
@@ -171,7 +160,7 @@ def variant_launcher(
         if a_t is not None:
             transpose(a, a_t)
         kernel((gx, gy * variant.grid_copies, slices), (variant.block_threads, 1, 1), args)
-        if slices > 1 and not fused:
+        if slices > 1:
             reduce_slices(out, c)
         if pending is not None:
             assert status is not None
@@ -341,7 +330,7 @@ def _ecc_mmm(
 ) -> list[dict[str, Any]]:
     """ECC-verified B + MMM vs MMM alone (ones/I, fma, auto tile), same run."""
     from safemon.ecc import ProtectedArray
-    from safemon.kernels.gpu import NO_FUSED_SPLIT, kernel_for
+    from safemon.kernels.gpu import kernel_for
 
     out = []
     for dims in dims_list:
@@ -364,7 +353,7 @@ def _ecc_mmm(
                          es: Any = es, grid: tuple[int, int, int] = (gx, gy, 1),
                          block: tuple[int, int, int] = (v.block_threads, 1, 1),
                          shape: tuple[Any, ...] = shape) -> None:
-            kernel(grid, block, (a, pb.verified(), c, es, *shape, np.uintp(0), *NO_FUSED_SPLIT))
+            kernel(grid, block, (a, pb.verified(), c, es, *shape, np.uintp(0)))
 
         reps = _repeats_for(dims, repeats)
         mmm = median_kernel_ms(cp, run_mmm, reps, warmup)

@@ -8,8 +8,7 @@ caller queues or waits for on its stream comes after them):
 1. a zeroed status block of `STATUS_WORDS` uint32 words;
 2. when `b` is a `ProtectedArray` on the device, its read-only ECC check, which adds the
    number of bad code words to words 2–3 (one uint64, `STATUS_ECC`);
-3. the MMM kernel (and for a split variant the split-K reduction, fused into the MMM kernel
-   for `run_checked`: below). It reads words 0–3 first
+3. the MMM kernel (and for a split variant the split-K reduction). It reads words 0–3 first
    and, when any is nonzero, computes nothing and stores poison (canonical NaN in C,
    0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers. The
    finite check of A and B is fused into its tile loads (mmm.cu): a block that loaded NaN
@@ -38,12 +37,6 @@ launch queued with it), so it is still zero when the thread's next call takes it
 the block out of the slot before launching and puts it back only after a read that found it
 zero; a failed check, an exception or a pending (`wait=False`) call never returns it, and the
 next call zeroes a fresh one. The measured saving is in evidence/h100-2026-11-23-host/.
-The same thread-and-device slot holds the split-K arrival counters of `run_checked`: a split
-product of a variant without RMT then reduces its K-slices in the MMM kernel (the last block
-of each tile, `gpu.gpu_matmul`, the same C bits as splitk.cu) instead of in a second kernel.
-A completed launch leaves every counter zero, and the counters go back under the same rule
-as the status block; `launch_checked` (pending calls, channels, captured step graphs) keeps
-the separate reduction, whose launches may overlap on other streams.
 Until issue 14's second session the finite check was a separate kernel (finite.cu) that
 read every input word once more before the product; `safemon.kernels.gpu.all_finite` keeps
 it for callers that check an array alone.
@@ -62,7 +55,7 @@ import numpy.typing as npt
 from safemon.kernels.abft import AbftWeightVectors, abft_weight_vectors, begin_abft, finish_abft
 from safemon.kernels.catalog import TileConfig, Variant
 from safemon.kernels.compiler import import_cupy
-from safemon.kernels.gpu import arrival_counters, gpu_matmul
+from safemon.kernels.gpu import gpu_matmul
 from safemon.kernels.pinned import PinnedBuffer
 
 __all__ = [
@@ -185,10 +178,8 @@ def launch_checked(
     return _launch(cp, a, b, variant, cp.zeros(STATUS_WORDS, dtype=cp.uint32), b_protected)
 
 
-def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected: Any,
-            arrivals: Any = None) -> CheckedLaunch:
-    """Queue the sequence with the zeroed device block `status` (module docstring);
-    `arrivals`: zeroed counters for a fused split-K reduction (`gpu.gpu_matmul`), or None."""
+def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected: Any) -> CheckedLaunch:
+    """Queue the sequence with the zeroed device block `status` (module docstring)."""
     weights = None
     if b_protected is not None and variant.abft_kind == "rows":
         weights = weight_vectors(b_protected, variant.tile)
@@ -199,14 +190,14 @@ def _launch(cp: Any, a: Any, b: Any, variant: Variant, status: Any, b_protected:
     if not isinstance(b, cp.ndarray):
         b = cp.asarray(b)
     if not variant.abft:
-        c, es = gpu_matmul(a, b, variant, status=status, arrivals=arrivals)
+        c, es = gpu_matmul(a, b, variant, status=status)
         return CheckedLaunch(c, es, status, b_protected is not None)
     # Large products: the checksum products on a side stream, queued after the MMM kernel so
     # that they take the multiprocessors its last wave leaves idle (they read only A and B);
     # the verify kernel waits for both on this stream. Smaller ones: all after the kernel,
     # as one sequence on this stream.
     pending = begin_abft(a.shape[0], b.shape[1], a.shape[1], variant, weights=weights)
-    c, es = gpu_matmul(a, b, variant, status=status, arrivals=arrivals)
+    c, es = gpu_matmul(a, b, variant, status=status)
     finish_abft(pending, a, b, c, int(status.data.ptr))
     return CheckedLaunch(c, es, status, b_protected is not None, weights)
 
@@ -227,17 +218,13 @@ def weight_vectors(b_protected: Any, tile: TileConfig) -> AbftWeightVectors:
 
 
 class _ZeroBlocks(threading.local):
-    """This thread's status blocks and split-K arrival counters known to be all zero, by
-    device id (module docstring)."""
+    """This thread's status blocks known to be all zero, by device id (module docstring)."""
 
     def __init__(self) -> None:
         self.by_device: dict[int, Any] = {}
-        self.arrivals: dict[int, Any] = {}
 
 
 _zero_blocks = _ZeroBlocks()
-#: Arrival counters of a thread's first set (grown when a product has more tiles).
-_ARRIVALS_MIN = 1024
 
 
 def run_checked(a: Any, b: Any, variant: Variant, *, b_protected: Any = None
@@ -255,24 +242,11 @@ def run_checked(a: Any, b: Any, variant: Variant, *, b_protected: Any = None
     status = _zero_blocks.by_device.pop(device, None)
     if status is None:
         status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-    arrivals = _zero_blocks.arrivals.pop(device, None)
-    if arrivals is None:
-        arrivals = arrival_counters(_ARRIVALS_MIN)
-    tiles = variant.tile.grid(int(a.shape[0]), _columns(b, b_protected))
-    if tiles[0] * tiles[1] > int(arrivals.size):
-        arrivals = arrival_counters(tiles[0] * tiles[1])
-    launch = _launch(cp, a, b, variant, status, b_protected, arrivals)
+    launch = _launch(cp, a, b, variant, status, b_protected)
     report = read_status(status)
     if report is _OK:  # all eight words read back zero, after every write queued to them
         _zero_blocks.by_device[device] = status
-        # The launch completed, so every tile's last block set its counter back to zero.
-        _zero_blocks.arrivals[device] = arrivals
     return launch, report
-
-
-def _columns(b: Any, b_protected: Any) -> int:
-    """N of the product: B's columns (of the ProtectedArray when given)."""
-    return int((b_protected if b_protected is not None else b).shape[1])
 
 
 #: Page-locked rows for status read-backs, 4 blocks' worth to start.

@@ -71,16 +71,6 @@ SIG_CODES: dict[str | None, int] = {
 }
 
 
-def has_split_args(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> bool:
-    """True when the build of `variant` takes mmm.cu's SPLIT_ARGS (C_out, arrivals: the fused
-    split-K reduction) after its other arguments: production builds without RMT."""
-    return not inject and not record_sm and variant.rmt == "none"
-
-
-#: SPLIT_ARGS for a launch that leaves the reduction to splitk.cu (or has one K-slice).
-NO_FUSED_SPLIT = (np.uintp(0), np.uintp(0))
-
-
 def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False) -> KernelBuild:
     """The compilation of `variant` (the injection build when `inject`; the self-test build,
     which records each block's SM, when `record_sm`).
@@ -177,8 +167,7 @@ def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = Fals
     )
 
 
-def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None,
-               arrivals: Any = None) -> tuple[Any, Any]:
+def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[Any, Any]:
     """Run the kernel of `variant` on the current CuPy stream (no host synchronisation).
 
     Args:
@@ -188,23 +177,12 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None,
             any of words 0-3 is nonzero at the start the kernel stores poison instead of
             computing, and its fused finite check sets word 0 (1) and poisons the tiles that
             loaded a NaN or infinity from A (B) (mmm.cu). Without it nothing is checked.
-        arrivals: None, or a uint32 CuPy array of at least gx·gy zeros (`arrival_counters`)
-            that no launch queued on another stream is using: a split product of a build
-            with SPLIT_ARGS then reduces its K-slices in the MMM kernel (the last block of
-            each tile; mmm.cu, "Fused split-K reduction") instead of with splitk.cu, with
-            the same C bits, and leaves the counters zero once it completes.
     Returns:
         (c, es) as CuPy arrays on the current device: (M, N) float32 and
         (variant.es_threads(M, N, K), words) uint32.
     """
-    c, es, _ = _launch_mmm(a, b, variant, status, record_sm=False, arrivals=arrivals)
+    c, es, _ = _launch_mmm(a, b, variant, status, record_sm=False)
     return c, es
-
-
-def arrival_counters(tiles: int) -> Any:
-    """A zeroed uint32 CuPy array of `tiles` arrival counters for `gpu_matmul` (current
-    device and stream)."""
-    return import_cupy().zeros(max(1, tiles), dtype=np.uint32)
 
 
 class _Plan:
@@ -215,8 +193,7 @@ class _Plan:
 
     __slots__ = ("a_transposed", "block", "c_shape", "dims", "es_empty", "es_shape", "grid",
                  "kernel", "lean", "mmm_function", "partial_bytes", "partial_shape", "reduce",
-                 "reduce_function", "reduce_grid", "rmt_shapes", "sizes", "split_args",
-                 "tiles", "variant")
+                 "reduce_function", "reduce_grid", "rmt_shapes", "sizes", "variant")
 
     def __init__(self, variant: Variant, m: int, n: int, k: int, record_sm: bool) -> None:
         t = variant.tile
@@ -241,8 +218,6 @@ class _Plan:
         # The lean launch (`_launch_lean`): every production build but inter-block RMT's,
         # whose extra buffers keep the RawKernel call.
         self.lean = not record_sm and self.rmt_shapes is None
-        self.split_args = has_split_args(variant, record_sm=record_sm)
-        self.tiles = gx * gy  # arrival counters a fused reduction uses
         self.sizes = (m, n, k, m * n, slices)
         self.mmm_function = function_pointer(self.kernel) if self.lean else 0
         self.partial_bytes = 0 if slices == 1 else 4 * slices * m * n
@@ -270,11 +245,10 @@ def _plan_for(variant: Variant, m: int, n: int, k: int, record_sm: bool) -> _Pla
 
 
 def _launch_mmm(
-    a: Any, b: Any, variant: Variant, status: Any, *, record_sm: bool, arrivals: Any = None
+    a: Any, b: Any, variant: Variant, status: Any, *, record_sm: bool
 ) -> tuple[Any, Any, Any]:
     """Queue `variant`'s kernel (the self-test build when `record_sm`) over its K-slices and
-    reduce them (in the kernel with `arrivals`: `gpu_matmul`); returns (c, es, sm), sm None
-    unless `record_sm` ((gx·gy,) uint32)."""
+    reduce them; returns (c, es, sm), sm None unless `record_sm` ((gx·gy,) uint32)."""
     cp = import_cupy()
     a_d = a if isinstance(a, cp.ndarray) else cp.asarray(a)
     b_d = b if isinstance(b, cp.ndarray) else cp.asarray(b)
@@ -284,7 +258,7 @@ def _launch_mmm(
     if plan.a_transposed:
         a_d = transpose(a_d)
     if plan.lean:
-        c, es = _launch_lean(cp, plan, a_d, b_d, status, arrivals)
+        c, es = _launch_lean(cp, plan, a_d, b_d, status)
         return c, es, None
     c = cp.empty(plan.c_shape, dtype=cp.float32)
     es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
@@ -305,23 +279,18 @@ def _launch_mmm(
 _NULL = np.uintp(0)
 
 
-def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any,
-                 arrivals: Any = None) -> tuple[Any, Any]:
+def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any) -> tuple[Any, Any]:
     """`_launch_mmm` for a plan with `lean` set, through `safemon.kernels.launch` (no
-    per-call boxing of arguments). A split product's MMM kernel writes the partials, not C:
-    with `arrivals` (`gpu_matmul`) its last block per tile also reduces them into C, so no
-    second kernel is launched; without, C is allocated after that launch, while the kernel
-    runs, and splitk.cu reduces. The partials are a bare pool allocation. The host work
-    before the kernel starts is what a caller waits for."""
+    per-call boxing of arguments). A split product's MMM kernel writes the partials, not C,
+    so C is allocated after that launch, while the kernel runs, and the partials are a bare
+    pool allocation: the host work before the kernel starts is what a caller waits for."""
     m, n, k, mn, slices = plan.sizes
     es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
-    args = arg_block(10 if plan.split_args else 8)  # mmm.cu: A, B, C (or the partials), ES,
-    v = args.values                                 # M, N, K, status [, C_out, arrivals]
+    args = arg_block(8)  # mmm.cu: A, B, C (or the partials), ES, M, N, K, status
+    v = args.values
     v[0], v[1], v[3] = a.data.ptr, b.data.ptr, es.data.ptr
     v[4], v[5], v[6] = m, n, k
     v[7] = 0 if status is None else status.data.ptr
-    if plan.split_args:
-        v[8] = v[9] = 0
     if not plan.partial_bytes:
         c = cp.empty(plan.c_shape, dtype=cp.float32)
         v[2] = c.data.ptr
@@ -329,13 +298,6 @@ def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any,
         return c, es
     partials = cp.cuda.alloc(plan.partial_bytes)  # back to the stream's pool on return
     v[2] = partials.ptr
-    if arrivals is not None and plan.split_args:
-        if int(arrivals.size) < plan.tiles:
-            raise ValueError(f"{plan.tiles} arrival counters needed, {int(arrivals.size)} given")
-        c = cp.empty(plan.c_shape, dtype=cp.float32)
-        v[8], v[9] = c.data.ptr, arrivals.data.ptr
-        launch(plan.mmm_function, plan.grid, plan.block, args)
-        return c, es
     launch(plan.mmm_function, plan.grid, plan.block, args)
     c = cp.empty(plan.c_shape, dtype=cp.float32)
     reduce_args = arg_block(4)  # splitk.cu: P, C, MN, S

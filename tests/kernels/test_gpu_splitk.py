@@ -99,52 +99,6 @@ def test_split_gpu_equals_reference_bit_for_bit(index: int, split_references: di
         c, es = gpu_matmul(a_d, b_d, v)
         assert cp.asnumpy(c).tobytes() == c_ref, f"C differs for {v.name}"
         assert cp.asnumpy(es).tobytes() == es_ref, f"ES differs for {v.name}"
-    # The reduction fused into the MMM kernel (the synchronous call's path): the same bits,
-    # and every arrival counter back to zero after each launch, so the next launch reuses them.
-    counters = cp.zeros(4096, dtype=cp.uint32)
-    for _ in range(2):
-        c, es = gpu_matmul(a_d, b_d, v, arrivals=counters)
-        assert cp.asnumpy(c).tobytes() == c_ref, f"fused C differs for {v.name}"
-        assert cp.asnumpy(es).tobytes() == es_ref, f"fused ES differs for {v.name}"
-        assert not bool(counters.any()), f"arrival counters left set by {v.name}"
-
-
-@pytest.mark.parametrize(("where", "m", "n", "k", "tile", "split"), [
-    ("a", 64, 4096, 4096, "wide64", 8), ("b", 64, 4096, 4096, "wide64", 8),
-    ("a", 1, 4096, 4096, "skinny", 32), ("b", 37, 129, 777, "small", 5),
-    ("status", 256, 1024, 4096, "wide64", 8), ("status", 5, 300, 999, "wide", 7),
-])
-def test_fused_reduction_poisons_as_the_separate_one(where: str, m: int, n: int, k: int,
-                                                     tile: str, split: int) -> None:
-    """A non-finite A or B element, or a status word already set (a failed ECC check before
-    the kernel), gives the same C, ES and status block with the reduction fused into the
-    MMM kernel as with splitk.cu's, NaN where a tile was poisoned, and leaves the arrival
-    counters zero."""
-    import cupy as cp
-
-    from safemon.kernels.checked import STATUS_WORDS
-    from safemon.kernels.gpu import gpu_matmul
-
-    v = make_variant("ones", "T", "fma", tile, split)
-    a, b = _inputs(m, n, k)
-    if where == "a":
-        a = _bad(a, np.nan)
-    elif where == "b":
-        b = _bad(b, -np.inf)
-    a_d, b_d = cp.asarray(a), cp.asarray(b)
-    counters = cp.zeros(4096, dtype=cp.uint32)
-    out = []
-    for arrivals in (None, counters):
-        status = cp.zeros(STATUS_WORDS, dtype=cp.uint32)
-        if where == "status":
-            status[2] = 1  # as the ECC check of a protected B sets it
-        c, es = gpu_matmul(a_d, b_d, v, status=status, arrivals=arrivals)
-        out.append((cp.asnumpy(c), cp.asnumpy(es), cp.asnumpy(status)))
-    (c0, es0, st0), (c1, es1, st1) = out
-    assert c0.tobytes() == c1.tobytes() and es0.tobytes() == es1.tobytes()
-    assert st0.tobytes() == st1.tobytes() and st0.any()
-    assert np.isnan(c1).any() and (where != "status" or np.isnan(c1).all())
-    assert not bool(counters.any())
 
 
 # ---------------------------------------------------------------- the checked sequence

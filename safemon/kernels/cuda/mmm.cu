@@ -196,13 +196,6 @@ static_assert(BLOCK_THREADS % 32 == 0 || !RMT_WARP, "RMT pairs lanes of whole wa
 // with it the compiler emits .ftz arithmetic that flushes subnormal operands and results to
 // zero, while nvcc and the NumPy reference keep them. An instruction written in inline PTX is
 // emitted as written: no .ftz, never contracted, round-to-nearest-even.
-// The float32 add of splitk.cu's reduction (PTX, so that -ftz never flushes a subnormal sum).
-__device__ __forceinline__ float safemon_add(float a, float b) {
-    float out;
-    asm("add.rn.f32 %0, %1, %2;" : "=f"(out) : "f"(a), "f"(b));
-    return out;
-}
-
 __device__ __forceinline__ float safemon_mac(float acc, float a, float b) {
     float out;
 #if MODE_FMA
@@ -340,18 +333,6 @@ struct Injection {
 #else
 #define RMT_ARGS
 #endif
-// Fused split-K reduction (production builds without RMT or SM recording). With `arrivals`
-// set and gridDim.z > 1, C is the partial products and each tile counts its slices in at
-// arrivals[by * gridDim.x + bx] after storing; the block that arrives last sums the tile's
-// partials in slice order into C_out, with the adds of splitk.cu (so bit for bit its C),
-// and sets the counter back to zero. Every counter must be zero at launch; a launch that
-// completes leaves them zero. With `arrivals` null the host reduces with splitk.cu.
-#define FUSED_SPLIT (!SAFEMON_INJECT && !SAFEMON_RECORD_SM && !RMT_WARP && !RMT_BLOCK)
-#if FUSED_SPLIT
-#define SPLIT_ARGS , float* __restrict__ C_out, unsigned* __restrict__ arrivals
-#else
-#define SPLIT_ARGS
-#endif
 
 #if SAFEMON_INJECT && SAFEMON_ABFT_VERDICT
 // Campaign model of abft.cu for one injected copy of the product: a fault reaches one block
@@ -437,8 +418,7 @@ __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __rest
 
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-            unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS RMT_ARGS
-            SPLIT_ARGS) {
+            unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS RMT_ARGS) {
     // One array per stage (not one array indexed by the stage), so that the PTX audit sees
     // that a k-tile's reads and the next k-tile's stores touch different shared symbols.
     __shared__ __align__(16) float As0[BK][BM + A_PAD];  // transposed: As[k][m]
@@ -492,38 +472,6 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     C += (long long)blockIdx.z * M * N;  // this slice's partial product
 #endif
     const long long g = block_id * THREADS + t;
-#if FUSED_SPLIT
-    // Called by every thread of the block once its partial tile and ES are stored, on every
-    // path that stores (block-uniform, so the barriers are reached by all).
-    __shared__ unsigned split_last;
-    auto split_done = [&]() {
-        if (arrivals == nullptr || gridDim.z == 1) return;
-        __threadfence();  // this thread's partial words are visible device-wide before the count
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            const unsigned tile = by * gridDim.x + blockIdx.x;
-            split_last = atomicAdd(&arrivals[tile], 1u) == gridDim.z - 1;
-            if (split_last) arrivals[tile] = 0u;  // every slice has arrived: ready for reuse
-        }
-        __syncthreads();
-        if (!split_last) return;
-        __threadfence();
-        const long long MN = (long long)M * N;
-        const float* const P = C - (long long)blockIdx.z * MN;  // slice 0's partial
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const int r = row0 + ty * TM + i, c = col0 + tx * TN + j;
-                if (r < M && c < N) {
-                    const long long e = (long long)r * N + c;
-                    float sum = __ldcg(P + e);  // L2: other blocks wrote these
-                    for (int z = 1; z < (int)gridDim.z; ++z) sum = safemon_add(sum, __ldcg(P + z * MN + e));
-                    C_out[e] = sum;
-                }
-            }
-    };
-#endif
 #if SAFEMON_RECORD_SM
     // Self-test coverage: which SM ran this block (PTX special register %smid). Inter-block
     // RMT builds record copy 1's blocks after copy 0's.
@@ -541,13 +489,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #if !SAFEMON_INJECT
     if (status != nullptr) {
         const uint4 s = *reinterpret_cast<const uint4*>(status);
-        bool failed = (s.x | s.y | s.z | s.w) != 0u;
-#if FUSED_SPLIT
-        // A fused reduction counts the block in after this path's stores, behind barriers:
-        // one decision for the whole block (another block may set a word between two reads).
-        if (arrivals != nullptr && gridDim.z > 1) failed = __syncthreads_or(failed) != 0;
-#endif
-        if (failed) {  // an input check failed: release nothing usable
+        if (s.x | s.y | s.z | s.w) {  // an input check failed: release nothing usable
 #if RMT_WARP || RMT_BLOCK
             if (copy != 0) return;  // replica 1 stores nothing (no block ever waits on another)
 #endif
@@ -557,10 +499,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
                     if (r < M && c < N) C[(long long)r * N + c] = __uint_as_float(0x7FFFFFFFu);
                 }
             for (int w = 0; w < ES_WORDS; ++w) ES[g * ES_WORDS + w] = 0xFFFFFFFFu;
-#if FUSED_SPLIT
-            split_done();  // the poisoned partial counts in: C_out is NaN there too
-#endif
-            return;  // uniform over the block
+            return;  // uniform over the block, before any barrier
         }
     }
 #endif
@@ -897,9 +836,6 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
                     if (bad_b) atomicOr(&status[STATUS_B], 1u);
                 }
             }
-#if FUSED_SPLIT
-            split_done();
-#endif
             return;  // the whole block: bad_a and bad_b are block-uniform
         }
     }
@@ -1063,7 +999,4 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 
     store_c(C);
     if (ES_WORDS > 0) store_es(ES + g * ES_WORDS);
-#if FUSED_SPLIT
-    split_done();
-#endif
 }
