@@ -230,7 +230,8 @@ class Metrics:
         self.policies: tuple[Policy, ...] = config.policy_chain()
         self._channel_set = frozenset(self.channels)
         self._channel_labels = _channel_labels(config, devices or {})
-        #: kernel_seconds' child per channel (made by `_preinitialise`)
+        #: kernel_seconds' child per configured channel (made by `_preinitialise`: a
+        #: RESULT then costs no label look-up)
         self._kernel_seconds_of: dict[str, Histogram] = {}
         self._policy_values = frozenset(p.value for p in self.policies)
         self._lock = threading.Lock()
@@ -593,11 +594,8 @@ class Metrics:
 
     def observe_kernel(self, channel: str, seconds: float) -> None:
         """One protected kernel time reported by `channel` in a RESULT header."""
-        child = self._kernel_seconds_of.get(channel)  # per RESULT: the label look-up once
-        if child is None:
-            child = self._kernel_seconds_of[channel] = self.kernel_seconds.labels(
-                **self._channel(channel))  # raises UnknownLabelError
-        child.observe(_check_seconds("kernel", seconds))
+        self._channel(channel)  # raises UnknownLabelError
+        self._kernel_seconds_of[channel].observe(_check_seconds("kernel", seconds))
 
     def count_rejected(self, reason: RejectReason | str) -> None:
         """One received message dropped for `reason` (usable as the wire format's

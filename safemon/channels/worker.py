@@ -654,7 +654,7 @@ class ChannelWorker:
 
         frames = (spec.tobytes(), biases.tobytes())
         layers = self._decoded.get(frames)
-        if layers is None or any(ly.weight_id not in self._weights for ly in layers):
+        if layers is None:
             shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
             layers = decode_model(spec, biases, shapes)
             self._decoded[frames] = layers
