@@ -279,6 +279,26 @@ __device__ __forceinline__ void async_copy_run(float* dst, const float* src, int
         }
     }
 }
+// Read back a run of V words (V = 1, 2 or 4) of a shared B tile as one V-wide read: the run
+// starts at a multiple of V words of a row whose length (BN_PADDED) is a multiple of 4, so it
+// is V-word aligned. Read word by word, the runs of a warp's threads lie V words apart and
+// their banks repeat V-fold: on `skinny` those 4-way conflicted reads of the fused finite
+// check were more shared-memory wavefronts than its fragment reads. One read per run made
+// `skinny` 1.01-1.05x faster on the H100, the other tiles the same within 2 %
+// (evidence/h100-2026-11-25-readback/). A's runs (A_KMAJOR) stay word by word: read as
+// vectors, `large` spilled registers, with no gain.
+template <int V>
+__device__ __forceinline__ void read_run(const float* src, float* out) {
+    if (V == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+    } else if (V == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(src);
+        out[0] = v.x; out[1] = v.y;
+    } else {
+        out[0] = src[0];
+    }
+}
 __device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Wait until at most N of this thread's committed copy groups are still in flight.
 template <int N>
@@ -736,9 +756,10 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         for (int r = 0; r < B_LOADS / VB; ++r) {
             const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
             if (B_PARTIAL && e >= BK * BN) break;
+            float v[VB];
+            read_run<VB>(&Bs[e / BN][B_COL(e % BN)], v);
 #pragma unroll
-            for (int q = 0; q < VB; ++q)
-                finite_b = finite_acc(finite_b, Bs[e / BN][B_COL(e % BN) + q]);
+            for (int q = 0; q < VB; ++q) finite_b = finite_acc(finite_b, v[q]);
         }
     };
     // One k-tile from (As, Bs): wait for this thread's copies of it, meet every thread (their
