@@ -10,6 +10,11 @@
 //
 // Grid-stride over elements; each thread handles 4 consecutive elements with 16-byte loads
 // when MN is a multiple of 4 (the partial buffers are 256-byte aligned), else one at a time.
+// A thread loads the slices BATCH at a time before adding them, still in slice order, so that
+// their loads are in flight together: a batch-1 layer has few elements (4,096 at
+// 1×4096×4096, on 1,024 threads) and many slices (32), and one load after another made the
+// reduction a chain of dependent L2 round trips.
+#define BATCH 16
 
 __device__ __forceinline__ float safemon_add(float a, float b) {
     float out;
@@ -27,19 +32,34 @@ extern "C" __global__ void safemon_splitk_reduce(const float* __restrict__ P,
         float4* C4 = reinterpret_cast<float4*>(C);
         for (long long e = first; e < n4; e += stride) {
             float4 acc = P4[e];
-            for (int z = 1; z < S; ++z) {
-                const float4 p = P4[(long long)z * n4 + e];
-                acc.x = safemon_add(acc.x, p.x);
-                acc.y = safemon_add(acc.y, p.y);
-                acc.z = safemon_add(acc.z, p.z);
-                acc.w = safemon_add(acc.w, p.w);
+            for (int z = 1; z < S; z += BATCH) {
+                float4 p[BATCH];
+#pragma unroll
+                for (int q = 0; q < BATCH; ++q)
+                    if (z + q < S) p[q] = P4[(long long)(z + q) * n4 + e];
+#pragma unroll
+                for (int q = 0; q < BATCH; ++q)
+                    if (z + q < S) {
+                        acc.x = safemon_add(acc.x, p[q].x);
+                        acc.y = safemon_add(acc.y, p[q].y);
+                        acc.z = safemon_add(acc.z, p[q].z);
+                        acc.w = safemon_add(acc.w, p[q].w);
+                    }
             }
             C4[e] = acc;
         }
     } else {
         for (long long e = first; e < MN; e += stride) {
             float acc = P[e];
-            for (int z = 1; z < S; ++z) acc = safemon_add(acc, P[(long long)z * MN + e]);
+            for (int z = 1; z < S; z += BATCH) {
+                float p[BATCH];
+#pragma unroll
+                for (int q = 0; q < BATCH; ++q)
+                    if (z + q < S) p[q] = P[(long long)(z + q) * MN + e];
+#pragma unroll
+                for (int q = 0; q < BATCH; ++q)
+                    if (z + q < S) acc = safemon_add(acc, p[q]);
+            }
             C[e] = acc;
         }
     }
