@@ -21,46 +21,39 @@ __device__ __forceinline__ float safemon_add(float a, float b) {
     asm("add.rn.f32 %0, %1, %2;" : "=f"(out) : "f"(a), "f"(b));
     return out;
 }
+__device__ __forceinline__ float4 safemon_add(float4 a, float4 b) {
+    return make_float4(safemon_add(a.x, b.x), safemon_add(a.y, b.y), safemon_add(a.z, b.z),
+                       safemon_add(a.w, b.w));
+}
+
+// C[e] for e = first, first + stride, ... < n, over T = float (one element) or float4 (four
+// consecutive elements) of the S slices P + z*n.
+template <typename T>
+__device__ __forceinline__ void reduce_units(const T* __restrict__ P, T* __restrict__ C,
+                                             long long n, int S, long long first,
+                                             long long stride) {
+    for (long long e = first; e < n; e += stride) {
+        T acc = P[e];
+        for (int z = 1; z < S; z += BATCH) {
+            T p[BATCH];
+#pragma unroll
+            for (int q = 0; q < BATCH; ++q)
+                if (z + q < S) p[q] = P[(long long)(z + q) * n + e];
+#pragma unroll
+            for (int q = 0; q < BATCH; ++q)
+                if (z + q < S) acc = safemon_add(acc, p[q]);
+        }
+        C[e] = acc;
+    }
+}
 
 extern "C" __global__ void safemon_splitk_reduce(const float* __restrict__ P,
                                                  float* __restrict__ C, long long MN, int S) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if ((MN & 3) == 0) {
-        const long long n4 = MN >> 2;
-        const float4* P4 = reinterpret_cast<const float4*>(P);
-        float4* C4 = reinterpret_cast<float4*>(C);
-        for (long long e = first; e < n4; e += stride) {
-            float4 acc = P4[e];
-            for (int z = 1; z < S; z += BATCH) {
-                float4 p[BATCH];
-#pragma unroll
-                for (int q = 0; q < BATCH; ++q)
-                    if (z + q < S) p[q] = P4[(long long)(z + q) * n4 + e];
-#pragma unroll
-                for (int q = 0; q < BATCH; ++q)
-                    if (z + q < S) {
-                        acc.x = safemon_add(acc.x, p[q].x);
-                        acc.y = safemon_add(acc.y, p[q].y);
-                        acc.z = safemon_add(acc.z, p[q].z);
-                        acc.w = safemon_add(acc.w, p[q].w);
-                    }
-            }
-            C4[e] = acc;
-        }
-    } else {
-        for (long long e = first; e < MN; e += stride) {
-            float acc = P[e];
-            for (int z = 1; z < S; z += BATCH) {
-                float p[BATCH];
-#pragma unroll
-                for (int q = 0; q < BATCH; ++q)
-                    if (z + q < S) p[q] = P[(long long)(z + q) * MN + e];
-#pragma unroll
-                for (int q = 0; q < BATCH; ++q)
-                    if (z + q < S) acc = safemon_add(acc, p[q]);
-            }
-            C[e] = acc;
-        }
-    }
+    if ((MN & 3) == 0)
+        reduce_units(reinterpret_cast<const float4*>(P), reinterpret_cast<float4*>(C), MN >> 2, S,
+                     first, stride);
+    else
+        reduce_units(P, C, MN, S, first, stride);
 }
