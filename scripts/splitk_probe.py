@@ -15,13 +15,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import cupy as cp
 import numpy as np
 
 from safemon.bench.timing import median_kernel_ms
 from safemon.kernels.compiler import KernelBuild, load_module
-from safemon.kernels.gpu import _AUX_BLOCK, SPLITK_SOURCE, _reduce_blocks
+from safemon.kernels.gpu import SPLITK_SOURCE, _reduce  # the production launch, any build
 
 #: (S, M, N): 1×4096×4096, 8×4096×4096 (32); 64×4096×4096, 256×1024×4096 (8); 1×11008×4096
 #: (12); 1×14336×4096 (9); 1×5120×5120 (25); 1024³ (4); odd M·N; the largest split (64).
@@ -44,15 +45,12 @@ def main() -> int:
     for s, m, n in CASES:
         p = cp.asarray(rng.standard_normal((s, m, n), dtype=np.float32))
         c_new, c_old = cp.empty((m, n), cp.float32), cp.empty((m, n), cp.float32)
-        grid = (_reduce_blocks(m * n), 1, 1)
-        new_args = (p, c_new, np.int64(m * n), np.int32(s))
-        old_args = (p, c_old, np.int64(m * n), np.int32(s))
 
-        def run_new(grid=grid, a=new_args) -> None:
-            new(grid, _AUX_BLOCK, a)
+        def run_new(p: Any = p, c: Any = c_new) -> None:
+            _reduce(new, p, c)
 
-        def run_old(grid=grid, a=old_args) -> None:
-            old(grid, _AUX_BLOCK, a)
+        def run_old(p: Any = p, c: Any = c_old) -> None:
+            _reduce(old, p, c)
 
         run_new()
         run_old()
