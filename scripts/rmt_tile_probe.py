@@ -11,7 +11,11 @@ candidate tiles, cuBLAS (`cupy.matmul`) in the same run, and checks on every can
 RMT's C and ES are the unprotected kernel's bit for bit (same K-slices) and that its status
 block stays clear. Candidates are tiles of the catalog, `auto` (the tile `safemon.matmul` picks at the shape) or
 `NAME:BMxBNxBK/TMxTN` specs (a trailing `a`: k-tiles copied asynchronously, as `wide`; `ak`:
-from Aᵀ, as `large`).
+from Aᵀ, as `large`). Any candidate may end in `@N` (N K-slices) or `@own` (the split
+`auto_split` gives that tile, as it would if `auto_tile` picked it); without either it cuts K
+as the automatic variant does, so that its C can be compared with the automatic one's.
+`--variant ones/T` (CHECKSUM/LEVEL) times a protected variant instead of the unprotected one;
+C is compared with the first candidate's wherever the K-slices agree.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from safemon.kernels.catalog import (
     auto_split,
     auto_tile,
     make_variant,
+    slice_bounds,
     variant_with_tile,
 )
 
@@ -61,29 +66,41 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--no-rmt", action="store_true", help="time the unprotected kernels only")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--variant", default="unprotected",
+                    help="CHECKSUM/LEVEL (e.g. ones/T) or 'unprotected' (default)")
     args = ap.parse_args()
+    checksum, level = (None, None) if args.variant == "unprotected" else args.variant.split("/")
     names = args.tiles.split(",")
     rng = np.random.default_rng(0)
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"]
     dev = dev.decode() if isinstance(dev, bytes) else dev
-    report: dict = {"device": dev, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    report: dict = {"device": dev, "variant": args.variant, "date": datetime.now(UTC).isoformat(timespec="seconds"),
                     "rounds": args.rounds, "repeats": args.repeats, "shapes": {}}
-    print(f"# {report['device']}, {report['date']}; kernel µs, medians of {args.rounds} interleaved rounds")
+    print(f"# {report['device']}, {report['date']}; {args.variant} kernel µs, medians of "
+          f"{args.rounds} interleaved rounds")
     for shape in args.shapes.split(","):
         m, n, k = map(int, shape.split("x"))
         a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
         b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
-        auto = make_variant(None, None, "fma", auto_tile(m, n, k), auto_split(m, n, k, auto_tile(m, n, k)))
+        auto_t = auto_tile(m, n, k, level)
+        auto = make_variant(checksum, level, "fma", auto_t, auto_split(m, n, k, auto_t))
         cases: dict[str, object] = {"cuBLAS": lambda a=a, b=b: cp.matmul(a, b)}
         checks: dict[str, str] = {}
         # "auto": the tile safemon.matmul picks at this shape (the unprotected kernel users run).
-        tiles = [auto.tile if t == "auto" else parse_tile(t) for t in names]
-        tiles = list(dict.fromkeys(tiles))
-        for t in tiles:
-            # The split that cuts K as the automatic unprotected variant does (same C).
-            split = variant_with_tile(auto, t, k).split
+        first_c: dict[tuple, np.ndarray] = {}  # slice bounds -> the first candidate's C there
+        picked: list[tuple[TileConfig, str]] = []
+        for spec in names:
+            tile_text, _, split_text = spec.partition("@")
+            picked.append((auto.tile if tile_text == "auto" else parse_tile(tile_text), split_text))
+        for t, split_text in dict.fromkeys(picked):
+            if split_text == "own":
+                split = auto_split(m, n, k, t)
+            elif split_text:
+                split = int(split_text)
+            else:  # the split that cuts K as the automatic variant does (same C)
+                split = variant_with_tile(auto, t, k).split
             for rmt in ("none",) if args.no_rmt else ("none", "warp"):
-                v = make_variant(None, None, "fma", t, split, rmt=rmt)
+                v = make_variant(checksum, level, "fma", t, split, rmt=rmt)
                 try:
                     run = variant_launcher(cp, v, a, b)
                     c, _es = run()
@@ -94,6 +111,13 @@ def main() -> int:
                 cases[f"{t.describe()} split {split} {rmt}"] = run
                 if rmt == "none":
                     ref_c = cp.asnumpy(c)
+                    bounds = tuple(slice_bounds(k, t.bk, v.slices(k)))
+                    if bounds in first_c:
+                        same = np.array_equal(first_c[bounds].view(np.uint32), ref_c.view(np.uint32))
+                        checks[f"{t.describe()} split {split} C vs first at these slices"] = (
+                            "C equal" if same else "MISMATCH")
+                    else:
+                        first_c[bounds] = ref_c
                 else:
                     # Unprotected: no ES words (its one-word buffer is never written).
                     same = np.array_equal(cp.asnumpy(c).view(np.uint32), ref_c.view(np.uint32))
