@@ -37,20 +37,38 @@ template <> struct Sig<SIG_NONE> {
     __device__ __forceinline__ void store(unsigned*) const {}
 };
 
+// xor and the twos' complement sum fold into two lanes: even-numbered words (the 1st, 3rd,
+// ...) into s0, the others into s1, combined once at the store. Both operations are
+// associative and commutative, so the ES word is the one-by-one fold's bit for bit (the NumPy
+// reference folds word by word). The lanes halve the chain of dependent adds that every
+// freshly computed accumulator joins: on the H100, twos/M on `large` 1.06-1.07x and xor/T on
+// `wide64` 1.04-1.05x faster, nothing measurably slower (evidence/h100-2026-11-25-lanes/).
+// Every call site folds an even number of words per loop trip, so `odd` is a compile-time
+// constant at each fold once the loops are unrolled; were it not, the branch would cost
+// time, never bits. The ones' complement policy below keeps one lane: with two its 64-bit
+// sums measured 0.96x (ones/M) and 0.95x (ones/F) on `large`.
 template <> struct Sig<SIG_XOR> {
     static constexpr int WORDS = 1;
-    unsigned s = 0u;
-    __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s ^= w; }
+    unsigned s0 = 0u, s1 = 0u;
+    bool odd = false;
+    __device__ __forceinline__ void fold(unsigned w, const unsigned*) {
+        if (odd) s1 ^= w; else s0 ^= w;
+        odd = !odd;
+    }
     __device__ __forceinline__ void tile_end() {}
-    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
+    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s0 ^ s1; }
 };
 
 template <> struct Sig<SIG_TWOS> {
     static constexpr int WORDS = 1;
-    unsigned s = 0u;
-    __device__ __forceinline__ void fold(unsigned w, const unsigned*) { s += w; }
+    unsigned s0 = 0u, s1 = 0u;
+    bool odd = false;
+    __device__ __forceinline__ void fold(unsigned w, const unsigned*) {
+        if (odd) s1 += w; else s0 += w;
+        odd = !odd;
+    }
     __device__ __forceinline__ void tile_end() {}
-    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s; }
+    __device__ __forceinline__ void store(unsigned* out) const { out[0] = s0 + s1; }
 };
 
 // The ones' complement sum without a carry per word: the words are summed exactly in 64 bits
