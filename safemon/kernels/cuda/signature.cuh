@@ -41,8 +41,9 @@ template <> struct Sig<SIG_NONE> {
 // ...) into s0, the others into s1, combined once at the store. Both operations are
 // associative and commutative, so the ES word is the one-by-one fold's bit for bit (the NumPy
 // reference folds word by word). The lanes halve the chain of dependent adds that every
-// freshly computed accumulator joins: on the H100, twos/M on `large` 1.06-1.07x and xor/T on
-// `wide64` 1.04-1.05x faster, nothing measurably slower (evidence/h100-2026-11-25-lanes/).
+// freshly computed accumulator joins: on the H100, twos/M and xor/M on `large` 1.04-1.07x and
+// T-level folds on `wide64` 1.04x faster, T and I on `large` 0.97-0.98x
+// (evidence/h100-2026-11-25-lanes/).
 // Every call site folds an even number of words per loop trip, so `odd` is a compile-time
 // constant at each fold once the loops are unrolled; were it not, the branch would cost
 // time, never bits. The ones' complement policy below keeps one lane: with two its 64-bit
