@@ -37,8 +37,8 @@ template <> struct Sig<SIG_NONE> {
     __device__ __forceinline__ void store(unsigned*) const {}
 };
 
-// xor and the twos' complement sum fold into two lanes: even-numbered words (the 1st, 3rd,
-// ...) into s0, the others into s1, combined once at the store. Both operations are
+// xor and the twos' complement sum fold into two lanes: a policy's 1st, 3rd, 5th, ... word into
+// s0, its 2nd, 4th, ... into s1, combined once at the store. Both operations are
 // associative and commutative, so the ES word is the one-by-one fold's bit for bit (the NumPy
 // reference folds word by word). The lanes halve the chain of dependent adds that every
 // freshly computed accumulator joins: on the H100, twos/M and xor/M on `large` 1.04-1.07x and
