@@ -35,6 +35,7 @@ from safemon.kernels.catalog import (
     COMBINATIONS,
     LEVELS,
     MODES,
+    TILE_BUILDS,
     TILES,
     Variant,
     make_variant,
@@ -59,7 +60,7 @@ def shipped_variants() -> list[Variant]:
     kinds += [(c, lv) for c in CHECKSUMS for lv in LEVELS] + [(c, "I") for c in COMBINATIONS]
     for checksum, level in kinds:
         for mode in MODES:
-            for tile in TILES:
+            for tile in TILE_BUILDS:
                 v = make_variant(checksum, level, mode, tile)
                 b = build_for(v)
                 if b in wanted and b not in seen:

@@ -7,7 +7,7 @@ variants are equal. `docs/SIGNATURES.md` states the rules each variant implement
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -192,6 +192,20 @@ AUTO_LARGE_MIN_BLOCKS = 32
 #: Outputs between `wide`'s and `large`'s use `wide` (split over K) from this K on, `small`
 #: below it (short products fill the GPU better with small's many blocks).
 AUTO_WIDE_MIN_K = 1024
+#: `wide64` reading Aᵀ (`TileConfig.a_kmajor`): the same tile, hence the same C and ES, with
+#: A's k-tiles copied 8 bytes at a time from a transposed A instead of one word per copy, the
+#: transpose (transpose.cu) paid with every call. `auto_tile` picks it where M fills whole
+#: 64-row tiles and the output spans at least `AUTO_WIDE64_AT_MIN_TILES` tiles, which read
+#: each k-tile of A often enough to repay the transpose. Measured on the H100, transpose
+#: included (evidence/h100-2026-11-25-lanes/, call 10): unprotected 1.03× at 64×4096×4096
+#: and 256×1024×4096 (32 tiles), 1.07–1.08× at 64×11008×4096 and 64×4096×11008; ones/T
+#: 1.02–1.07×; twos/M 0.99–1.03×; but 0.95× at 64×1024×4096 (8 tiles), 0.87–0.89× at 2 to 8
+#: tiles of shorter products, and 0.98× at 40 rows, which pad the tile.
+WIDE64_READS_AT = replace(TILES["wide64"], a_kmajor=True)
+AUTO_WIDE64_AT_MIN_TILES = 32
+#: Every tile as the kernels build it: the catalog's, and `wide64` reading Aᵀ (equal to
+#: `TILES["wide64"]`, another build). What warms up, audits or tests "every tile" iterates this.
+TILE_BUILDS: tuple[TileConfig, ...] = (*TILES.values(), WIDE64_READS_AT)
 
 
 def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
@@ -202,8 +216,10 @@ def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
     for outputs of at most `AUTO_SMALL_MAX_ELEMENTS`; `wide` for flat ones (at most 32
     rows); `large` from `AUTO_LARGE_MIN_ROWS` rows when its grid has at least
     `AUTO_LARGE_MIN_BLOCKS` blocks; else, when K ≥ `AUTO_WIDE_MIN_K` and the level folds
-    nothing at every MAC, `wide64` if M spans an even number of `wide`'s 32-row tiles and
-    `wide` if odd; else `small` (the split then fills the GPU).
+    nothing at every MAC, `wide64` if M spans an even number of `wide`'s 32-row tiles (the
+    same tile reading Aᵀ, `WIDE64_READS_AT`, where M is a multiple of 64 and the output spans
+    at least `AUTO_WIDE64_AT_MIN_TILES` tiles) and `wide` if odd; else `small` (the split then
+    fills the GPU).
 
     `level` is the variant's level ("I", "M", "I+M", ...; None unprotected). A fold at every
     MAC (I) keeps `wide` on register staging (mmm.cu), where `small` measured as fast or
@@ -222,8 +238,13 @@ def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
         return TILES["large"]
     every_mac = level is not None and "I" in level.split("+")
     if k >= AUTO_WIDE_MIN_K and not every_mac:
-        # `wide64` where it pads M no more than `wide` does (an even number of 32-row tiles).
-        return TILES["wide64"] if -(-m // TILES["wide"].bm) % 2 == 0 else TILES["wide"]
+        # `wide64` where it pads M no more than `wide` does (an even number of 32-row tiles),
+        # reading Aᵀ where that pays (`WIDE64_READS_AT`).
+        if -(-m // TILES["wide"].bm) % 2:
+            return TILES["wide"]
+        t = TILES["wide64"]
+        gx, gy = t.grid(m, n)
+        return WIDE64_READS_AT if m % t.bm == 0 and gx * gy >= AUTO_WIDE64_AT_MIN_TILES else t
     return TILES["small"]
 
 

@@ -29,6 +29,7 @@ from safemon.kernels.catalog import (
     CHECKSUMS,
     LEVELS,
     TILES,
+    WIDE64_READS_AT,
     TileConfig,
     Variant,
     make_variant,
@@ -160,8 +161,10 @@ def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = Fals
     """The compiled `cupy.RawKernel` of `variant` on the current device."""
     if inject and variant.split != 1:
         build_for(variant, inject=True)  # raises: the injection build runs split 1 only
+    # Whether the build reads Aᵀ is part of the key: variants that differ only there (the
+    # tile's `a_kmajor`, not part of its identity) compare equal but are different builds.
     return _function(
-        ("mmm", variant, inject, record_sm),
+        ("mmm", variant, variant.reads_a_transposed, inject, record_sm),
         lambda: build_for(variant, inject=inject, record_sm=record_sm),
         KERNEL_NAME,
     )
@@ -471,6 +474,9 @@ def nvcc_builds() -> list[KernelBuild]:
     for i, tile in enumerate(tiles):
         builds.append(build_for(make_variant(None, None, ("fma", "exact")[i % 2], tile)))
     builds.append(build_for(make_variant("ones_crc32c", "I", "exact", "large")))
+    # `wide64` reading Aᵀ, as auto_tile picks it at wide outputs (catalog.WIDE64_READS_AT).
+    builds.append(build_for(make_variant("ones", "T", "fma", WIDE64_READS_AT)))
+    builds.append(build_for(make_variant(None, None, "exact", WIDE64_READS_AT)))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
     builds.append(build_for(make_variant("ones", "M", "exact", "large", rmt="warp")))
     builds.append(build_for(make_variant("crc32c", "E", "fma", "wide", rmt="warp")))

@@ -15,7 +15,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from safemon.kernels.catalog import Variant, auto_tile, make_variant, standard_variants
+from safemon.kernels.catalog import (
+    TILE_BUILDS,
+    TILES,
+    WIDE64_READS_AT,
+    TileConfig,
+    Variant,
+    auto_tile,
+    make_variant,
+    standard_variants,
+)
 from safemon.kernels.precompile import compile_variant
 
 pytestmark = pytest.mark.gpu
@@ -41,7 +50,8 @@ def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
             for v in standard_variants(mode, tile):
                 cases.append((dims, v))
             cases.append((dims, make_variant(None, None, mode, tile)))
-    for tile in ("small", "large", "wide", "skinny", "half", "wide64"):  # every tile on an odd shape
+    # Every tile on an odd shape, and `wide64` reading Aᵀ (the same tile, another build).
+    for tile in TILE_BUILDS:
         for spec in [("ones", "I"), ("crc32c", "I"), ("fletcher", "E")]:
             cases.append(((97, 61, 113), make_variant(*spec, "exact", tile)))
     for c, lv, mode in BIG_SPECS:
@@ -112,8 +122,12 @@ def _offset_copy(cp: Any, x: np.ndarray, offset: int) -> Any:
 VECTOR_SHAPES = [(64, 96, 128), (5, 300, 114), (40, 131, 66)]
 
 
+#: The tiles by name, and `wide64` reading Aᵀ as "wide64-at".
+LOAD_TILES: dict[str, TileConfig] = {**TILES, "wide64-at": WIDE64_READS_AT}
+
+
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "offset1"])
-@pytest.mark.parametrize("tile", ["small", "large", "wide", "skinny", "half", "wide64"])
+@pytest.mark.parametrize("tile", list(LOAD_TILES))
 @pytest.mark.parametrize("dims", VECTOR_SHAPES, ids=lambda d: "x".join(map(str, d)))
 def test_vector_and_scalar_tile_loads_give_the_reference_bits(
     dims: tuple[int, int, int], tile: str, offset: int
@@ -126,7 +140,8 @@ def test_vector_and_scalar_tile_loads_give_the_reference_bits(
     from safemon.kernels.reference import reference_matmul
 
     a, b = _inputs(*dims)
-    for v in (make_variant("ones", "F", "fma", tile), make_variant("crc32c", "T", "exact", tile)):
+    t = LOAD_TILES[tile]
+    for v in (make_variant("ones", "F", "fma", t), make_variant("crc32c", "T", "exact", t)):
         c_ref, es_ref = reference_matmul(a, b, v)
         c, es = gpu_matmul(_offset_copy(cp, a, offset), _offset_copy(cp, b, offset), v)
         assert cp.asnumpy(c).tobytes() == c_ref.tobytes(), f"C differs for {v.name}"
@@ -240,3 +255,29 @@ def test_golden_families_bit_identical_to_the_reference(case: tuple[str, tuple[i
         f"C differs at {diff_c.size} elements, first {diff_c[:5].tolist()}: gpu "
         f"{c_h.ravel()[diff_c[:3]].tolist()} ref {c_ref.ravel()[diff_c[:3]].tolist()}")
     assert np.array_equal(es_h, es_ref), f"ES differs at {int(np.sum(es_h != es_ref))} words"
+
+
+@pytest.mark.parametrize("spec", [(None, None), ("ones", "T"), ("twos", "M")],
+                         ids=lambda s: "/".join(map(str, s)))
+def test_wide64_with_and_without_a_transposed_are_separate_builds(
+    spec: tuple[str | None, str | None],
+) -> None:
+    """At 64×4096×1024 `auto_tile` picks `wide64` reading Aᵀ. The same tile read as it is
+    (the catalog's `wide64`, e.g. from a variant name) makes a variant that compares equal but
+    needs another build; both must give the reference bits in either order, which they would
+    not if one kernel served both (it would read A with the other layout)."""
+    import cupy as cp
+
+    from safemon.kernels.gpu import gpu_matmul
+    from safemon.kernels.reference import reference_matmul
+
+    m, n, k = 64, 4096, 1024
+    picked = make_variant(*spec, "fma", auto_tile(m, n, k, spec[1]), 8)
+    plain = make_variant(*spec, "fma", TILES["wide64"], 8)
+    assert picked == plain and picked.reads_a_transposed and not plain.reads_a_transposed
+    a, b = _inputs(m, n, k)
+    c_ref, es_ref = reference_matmul(a, b, picked)
+    for v in (picked, plain, picked):
+        c, es = gpu_matmul(cp.asarray(a), cp.asarray(b), v)
+        assert cp.asnumpy(c).tobytes() == c_ref.tobytes(), f"C differs, Aᵀ: {v.reads_a_transposed}"
+        assert cp.asnumpy(es).tobytes() == es_ref.tobytes(), f"ES differs, Aᵀ: {v.reads_a_transposed}"
