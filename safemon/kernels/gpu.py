@@ -194,9 +194,10 @@ class _Plan:
     variant, M, N, K, build); a call then costs a dictionary look-up instead of the Python of
     tile arithmetic and kernel look-up (issue 14: per-call host cost)."""
 
-    __slots__ = ("a_transposed", "block", "c_shape", "dims", "es_empty", "es_shape", "grid",
-                 "kernel", "lean", "mmm_function", "partial_bytes", "partial_shape", "reduce",
-                 "reduce_function", "reduce_grid", "rmt_shapes", "sizes", "variant")
+    __slots__ = ("a_t_bytes", "a_transposed", "block", "c_shape", "dims", "es_empty", "es_shape",
+                 "grid", "kernel", "lean", "mmm_function", "partial_bytes", "partial_shape",
+                 "reduce", "reduce_function", "reduce_grid", "rmt_shapes", "sizes",
+                 "transpose_function", "transpose_grid", "variant")
 
     def __init__(self, variant: Variant, m: int, n: int, k: int, record_sm: bool) -> None:
         t = variant.tile
@@ -226,6 +227,13 @@ class _Plan:
         self.partial_bytes = 0 if slices == 1 else 4 * slices * m * n
         self.reduce_function = function_pointer(self.reduce) if self.reduce is not None else 0
         self.reduce_grid = (_reduce_blocks(m * n), 1, 1)
+        # A lean launch of a build that reads Aᵀ queues transpose.cu itself (`transpose`'s
+        # grid for an M×K A) into a bare pool allocation of a_t_bytes.
+        lean_t = self.lean and self.a_transposed
+        self.transpose_function = function_pointer(
+            _function(("transpose",), transpose_build, "safemon_transpose")) if lean_t else 0
+        self.transpose_grid = (-(-k // 32), min(_GRID_Y_MAX, -(-m // 32)), 1)
+        self.a_t_bytes = 4 * m * k
 
 
 #: Launch plans by (device, id(variant), M, N, K, record_sm); cleared with the kernels. The
@@ -258,11 +266,11 @@ def _launch_mmm(
     m, k = a_d.shape
     n = b_d.shape[1]
     plan = _plan_for(variant, m, n, k, record_sm)
-    if plan.a_transposed:
-        a_d = transpose(a_d)
     if plan.lean:
         c, es = _launch_lean(cp, plan, a_d, b_d, status)
         return c, es, None
+    if plan.a_transposed:
+        a_d = transpose(a_d)
     c = cp.empty(plan.c_shape, dtype=cp.float32)
     es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
     out = c if plan.partial_shape is None else cp.empty(plan.partial_shape, dtype=cp.float32)
@@ -286,12 +294,23 @@ def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any) -> tuple[Any
     """`_launch_mmm` for a plan with `lean` set, through `safemon.kernels.launch` (no
     per-call boxing of arguments). A split product's MMM kernel writes the partials, not C,
     so C is allocated after that launch, while the kernel runs, and the partials are a bare
-    pool allocation: the host work before the kernel starts is what a caller waits for."""
+    pool allocation: the host work before the kernel starts is what a caller waits for. A
+    build that reads Aᵀ gets it from transpose.cu the same way (a bare allocation, this
+    launch path): through `transpose` it cost about 10 µs more per call (H100,
+    evidence/h100-2026-11-25-lanes/)."""
     m, n, k, mn, slices = plan.sizes
+    a_ptr = a.data.ptr
+    if plan.transpose_function:
+        a_t = cp.cuda.alloc(plan.a_t_bytes)  # back to the stream's pool on return
+        t_args = arg_block(4)  # transpose.cu: src, dst, rows, cols
+        t = t_args.values
+        t[0], t[1], t[2], t[3] = a_ptr, a_t.ptr, m, k
+        launch(plan.transpose_function, plan.transpose_grid, _TRANSPOSE_BLOCK, t_args)
+        a_ptr = a_t.ptr
     es = plan.es_empty if plan.es_empty is not None else cp.empty(plan.es_shape, dtype=cp.uint32)
     args = arg_block(8)  # mmm.cu: A, B, C (or the partials), ES, M, N, K, status
     v = args.values
-    v[0], v[1], v[3] = a.data.ptr, b.data.ptr, es.data.ptr
+    v[0], v[1], v[3] = a_ptr, b.data.ptr, es.data.ptr
     v[4], v[5], v[6] = m, n, k
     v[7] = 0 if status is None else status.data.ptr
     if not plan.partial_bytes:
