@@ -232,7 +232,7 @@ class _Plan:
         lean_t = self.lean and self.a_transposed
         self.transpose_function = function_pointer(
             _function(("transpose",), transpose_build, "safemon_transpose")) if lean_t else 0
-        self.transpose_grid = (-(-k // 32), min(_GRID_Y_MAX, -(-m // 32)), 1)
+        self.transpose_grid = _transpose_grid(m, k)
         self.a_t_bytes = 4 * m * k
 
 
@@ -296,8 +296,8 @@ def _launch_lean(cp: Any, plan: _Plan, a: Any, b: Any, status: Any) -> tuple[Any
     so C is allocated after that launch, while the kernel runs, and the partials are a bare
     pool allocation: the host work before the kernel starts is what a caller waits for. A
     build that reads Aᵀ gets it from transpose.cu the same way (a bare allocation, this
-    launch path): through `transpose` it cost about 10 µs more per call (H100,
-    evidence/h100-2026-11-25-lanes/)."""
+    launch path): through `transpose` it cost 10–15 µs more per call (H100,
+    evidence/h100-2026-11-25-lanes/, call 15)."""
     m, n, k, mn, slices = plan.sizes
     a_ptr = a.data.ptr
     if plan.transpose_function:
@@ -431,9 +431,15 @@ def transpose(x: Any, out: Any = None) -> Any:
                          f"got {out.dtype} {tuple(out.shape)}")
     if x.size:
         kernel = _function(("transpose",), transpose_build, "safemon_transpose")
-        grid = (-(-cols // 32), min(_GRID_Y_MAX, -(-rows // 32)), 1)
-        kernel(grid, _TRANSPOSE_BLOCK, (x, out, np.int32(rows), np.int32(cols)))
+        kernel(_transpose_grid(rows, cols), _TRANSPOSE_BLOCK,
+               (x, out, np.int32(rows), np.int32(cols)))
     return out
+
+
+def _transpose_grid(rows: int, cols: int) -> tuple[int, int, int]:
+    """transpose.cu's grid for a rows×cols source: one 32-column tile per block along x,
+    32-row tiles along y up to CUDA's gridDim.y limit (the kernel strides over the rest)."""
+    return (-(-cols // 32), min(_GRID_Y_MAX, -(-rows // 32)), 1)
 
 
 def finite_build() -> KernelBuild:
