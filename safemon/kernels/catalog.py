@@ -82,12 +82,17 @@ COMBINATIONS: tuple[str, ...] = tuple(
 STANDARD_COMBINATIONS: tuple[str, ...] = ("xor_fletcher", "ones_fletcher", "twos_fletcher")
 
 
+#: Thread rows × columns a warp runs under each non-trivial lane map (`TileConfig.lane_map`).
+LANE_MAP_WARPS: dict[int, tuple[int, int]] = {1: (2, 16), 2: (4, 8)}
+
+
 @dataclass(frozen=True)
 class TileConfig:
     """A 2-D register tiling: BM×BN block tile in shared memory, BK-wide k-tiles, TM×TN per thread.
 
     Thread `t` of a block owns rows `ty*TM .. ty*TM+TM-1` and columns `tx*TN .. tx*TN+TN-1`
-    of the block tile, with `ty = t // (BN // TN)` and `tx = t % (BN // TN)`.
+    of the block tile, with `ty = t // (BN // TN)` and `tx = t % (BN // TN)`. `t` is the
+    logical thread (ES row); `lane_map` says which launched thread runs it.
     """
 
     name: str
@@ -107,6 +112,14 @@ class TileConfig:
     #: part of the tile's identity. Builds that copy through registers (a fold at every MAC on
     #: a TN = 8 tile, the injection build) read A as it is (`Variant.reads_a_transposed`).
     a_kmajor: bool = field(default=False, compare=False)
+    #: Which launched thread runs which logical thread `t` (mmm.cu's LANE_MAP): 0, a warp runs
+    #: consecutive `t`; 1, a warp runs two thread rows of 16 threads, lane bit 0 picking the row;
+    #: 2, four rows of 8. The logical threads, their sub-tiles and their ES rows are the same
+    #: under every map, so C and ES are too (an implementation choice, not part of the tile's
+    #: identity). Under 1 and 2 neighbouring lanes share fragment addresses, which halves the
+    #: shared-memory wavefronts of a warp's 16-byte fragment reads. Intra-warp RMT builds keep
+    #: map 0 (their replica lanes already share every address).
+    lane_map: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         for attr in ("bm", "bn", "bk", "tm", "tn"):
@@ -119,6 +132,14 @@ class TileConfig:
         if self.tm % 4 or self.tn % 4:
             # The kernels read register fragments from shared memory as float4.
             raise ValueError(f"tile {self.name!r}: TM and TN must be multiples of 4")
+        if self.lane_map not in LANE_MAP_WARPS and self.lane_map != 0:
+            raise ValueError(f"tile {self.name!r}: lane_map must be 0, 1 or 2")
+        if self.lane_map:
+            rows, cols = LANE_MAP_WARPS[self.lane_map]
+            if (self.bn // self.tn) % cols or (self.bm // self.tm) % rows:
+                raise ValueError(
+                    f"tile {self.name!r}: lane_map {self.lane_map} runs warps of {rows}×{cols} "
+                    f"threads, which must tile its {self.bm // self.tm}×{self.bn // self.tn}")
 
     @property
     def threads(self) -> int:
@@ -155,11 +176,16 @@ TILES: dict[str, TileConfig] = {
                         a_kmajor=True),
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
     # Asynchronous copies: 1.10-1.44× faster on the H100 (evidence/h100-2026-11-23-async/).
-    "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8, async_copy=True),
+    # Lane map 1 (`TileConfig.lane_map`) on `wide` and `wide64`: same C and ES, 1.01-1.10x faster
+    # with fma at 16-128 rows (0.98-1.01x exact); on `large` it was 0.98x unprotected and
+    # 1.02-1.03x at level T, on `small` and `skinny` 0.97-1.03x, so those keep map 0
+    # (evidence/h100-2026-11-25-lanemap/).
+    "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8, async_copy=True, lane_map=1),
     # `wide`'s register tile with 64 rows (256 threads): where `wide` would run an even number
     # of its 32-row tiles, each block reads B once for twice the rows
     # (evidence/h100-2026-11-24-wide64/: 1.12× faster at 64×4096×4096 and 256×1024×4096).
-    "wide64": TileConfig("wide64", bm=64, bn=128, bk=8, tm=4, tn=8, async_copy=True),
+    "wide64": TileConfig("wide64", bm=64, bn=128, bk=8, tm=4, tn=8, async_copy=True,
+                         lane_map=1),
     # Inference rows (batch 1..8 against a weight matrix, issue 14): 8 rows pad a single row
     # 8-fold instead of 32-fold (the fastest of the candidates measured in
     # evidence/h100-2026-11-22-speed2/sweep.txt). 16-wide k-tiles copied asynchronously, two

@@ -103,6 +103,8 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
         defines["TILE_ASYNC"] = 1
     if variant.reads_a_transposed and not inject:  # the injection build flips A in registers
         defines["A_KMAJOR"] = 1
+    if t.lane_map and variant.rmt != "warp":  # intra-warp RMT pairs lanes itself
+        defines["LANE_MAP"] = t.lane_map
     if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
         defines["RMT_WARP"] = 1
     elif variant.rmt == "block":
@@ -161,10 +163,11 @@ def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = Fals
     """The compiled `cupy.RawKernel` of `variant` on the current device."""
     if inject and variant.split != 1:
         build_for(variant, inject=True)  # raises: the injection build runs split 1 only
-    # Whether the build reads Aᵀ is part of the key: variants that differ only there (the
-    # tile's `a_kmajor`, not part of its identity) compare equal but are different builds.
+    # Whether the build reads Aᵀ and its lane map are part of the key: variants that differ
+    # only there (the tile's `a_kmajor` and `lane_map`, not part of its identity) compare
+    # equal but are different builds.
     return _function(
-        ("mmm", variant, variant.reads_a_transposed, inject, record_sm),
+        ("mmm", variant, variant.reads_a_transposed, variant.tile.lane_map, inject, record_sm),
         lambda: build_for(variant, inject=inject, record_sm=record_sm),
         KERNEL_NAME,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from multiprocessing import get_context
 from typing import Any
 
@@ -281,3 +282,29 @@ def test_wide64_with_and_without_a_transposed_are_separate_builds(
         c, es = gpu_matmul(cp.asarray(a), cp.asarray(b), v)
         assert cp.asnumpy(c).tobytes() == c_ref.tobytes(), f"C differs, Aᵀ: {v.reads_a_transposed}"
         assert cp.asnumpy(es).tobytes() == es_ref.tobytes(), f"ES differs, Aᵀ: {v.reads_a_transposed}"
+
+
+@pytest.mark.parametrize("spec", [(None, None, "fma"), ("ones", "T", "fma"), ("twos", "M", "fma"),
+                                  ("ones", "I", "fma"), ("xor", "F", "exact")],
+                         ids=lambda s: "/".join(map(str, s)))
+@pytest.mark.parametrize("tile", ["wide", "wide64", "large"])
+def test_every_lane_map_gives_the_reference_bits(spec: tuple[str | None, str | None, str],
+                                                 tile: str) -> None:
+    """The lane map (`TileConfig.lane_map`) only changes which lane runs which logical thread:
+    under maps 0, 1 and 2 (each a separate build, in turn) C and ES are the reference's, at a
+    shape with edge tiles in both directions and a split."""
+    import cupy as cp
+
+    from safemon.kernels.gpu import gpu_matmul
+    from safemon.kernels.reference import reference_matmul
+
+    m, n, k = 77, 300, 1037
+    a, b = _inputs(m, n, k)
+    c_ref = es_ref = None
+    for lane_map in (0, 1, 2, TILES[tile].lane_map):
+        v = make_variant(spec[0], spec[1], spec[2], replace(TILES[tile], lane_map=lane_map), 3)
+        if c_ref is None:
+            c_ref, es_ref = reference_matmul(a, b, v)
+        c, es = gpu_matmul(cp.asarray(a), cp.asarray(b), v)
+        assert cp.asnumpy(c).tobytes() == c_ref.tobytes(), f"C differs under lane map {lane_map}"
+        assert cp.asnumpy(es).tobytes() == es_ref.tobytes(), f"ES differs under lane map {lane_map}"

@@ -186,6 +186,43 @@ static_assert(ASYNC_STAGES == 2 || ASYNC_STAGES == 3, "the k loop is written for
 #error "A_KMAJOR needs asynchronous copies (TILE_ASYNC, no injection, no fold at every MAC)"
 #endif
 
+// Lane map (LANE_MAP, the catalog tile's `lane_map`; `wide` and `wide64` set 1): which logical thread t
+// (the ES row's thread, the owner of sub-tile (ty, tx)) launched thread h runs. The logical
+// threads, their sub-tiles, MACs and folds are the same under every map, so C and ES are too;
+// only which lane of which warp runs them changes, and with it how many shared-memory
+// wavefronts a warp's float4 fragment reads take.
+//   0: t = h (a warp runs consecutive logical threads, lanes along a thread row).
+//   1: a warp runs 2 thread rows × 16 columns, lane bit 0 picking the row.
+//   2: a warp runs 4 thread rows × 8 columns, lane bits 0 and 4 picking the row.
+// Under 1 and 2 lanes l and l^1 read the same B fragment (same column) and lanes l and l^2 the
+// same A fragment (same row), the pairings that let the shared-memory unit return two
+// registers per wavefront for a warp's 16-byte reads (Nsight Compute, `large` at 4096³: 487 M
+// shared-load wavefronts under map 0, 352 M under 1 or 2; evidence/h100-2026-11-25-lanemap/).
+#ifndef LANE_MAP
+#define LANE_MAP 0
+#endif
+#define THREADS_X (BN / TN)
+#define THREADS_Y (BM / TM)
+static_assert(LANE_MAP == 0 || (!RMT_WARP && THREADS % 32 == 0), "lane maps: whole warps, no RMT");
+static_assert(LANE_MAP != 1 || (THREADS_X % 16 == 0 && THREADS_Y % 2 == 0), "lane map 1: 2x16 warps");
+static_assert(LANE_MAP != 2 || (THREADS_X % 8 == 0 && THREADS_Y % 4 == 0), "lane map 2: 4x8 warps");
+__device__ __forceinline__ int logical_thread(int h) {
+#if LANE_MAP == 1 || LANE_MAP == 2
+    constexpr int WARP_X = LANE_MAP == 1 ? 16 : 8;  // thread columns per warp
+    const int w = h >> 5, lane = h & 31;
+    const int wx = w % (THREADS_X / WARP_X), wy = w / (THREADS_X / WARP_X);
+#if LANE_MAP == 1
+    const int row = wy * 2 + (lane & 1), col = wx * 16 + (lane >> 1);
+#else
+    const int row = wy * 4 + ((lane & 1) | ((lane >> 4) & 1) << 1);
+    const int col = wx * 8 + ((lane >> 1) & 7);
+#endif
+    return row * THREADS_X + col;
+#else
+    return h;
+#endif
+}
+
 static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
 static_assert((!A_PARTIAL || BM * BK < BLOCK_THREADS) && (!B_PARTIAL || BK * BN < BLOCK_THREADS),
               "tile loads must split evenly, or take one element per thread");
@@ -463,7 +500,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     const int copy = threadIdx.x & 1;      // replica 0 stores; replica 1 only checks
     const int t = lt;
 #else
-    const int t = threadIdx.x;
+    const int t = logical_thread(threadIdx.x);
 #endif
     const int tx = t % (BN / TN);
     const int ty = t / (BN / TN);
