@@ -11,7 +11,8 @@ candidate tiles, cuBLAS (`cupy.matmul`) in the same run, and checks on every can
 RMT's C and ES are the unprotected kernel's bit for bit (same K-slices) and that its status
 block stays clear. Candidates are tiles of the catalog, `auto` (the tile `safemon.matmul` picks at the shape) or
 `NAME:BMxBNxBK/TMxTN` specs (a trailing `a`: k-tiles copied asynchronously, as `wide`; `ak`:
-from Aᵀ, as `large`). Any candidate may end in `@N` (N K-slices) or `@own` (the split
+from Aᵀ, as `large`; then `m1` or `m2`: that lane map, `TileConfig.lane_map`). Any candidate
+may end in `@N` (N K-slices) or `@own` (the split
 `auto_split` gives that tile, as it would if `auto_tile` picked it); without either it cuts K
 as the automatic variant does, so that its C can be compared with the automatic one's.
 `--variant ones/T` (CHECKSUM/LEVEL) times a protected variant instead of the unprotected one;
@@ -49,13 +50,13 @@ def parse_tile(text: str) -> TileConfig:
     """A catalog name, or `NAME:BMxBNxBK/TMxTN`, with a trailing `a` for asynchronous copies."""
     if text in TILES:
         return TILES[text]
-    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)(k?)", text)
+    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)(k?)(?:m([012]))?", text)
     if m is None:
-        raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN[a[k]])")
-    name, *dims, asynchronous, kmajor = m.groups()
+        raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN[a[k]][mL])")
+    name, *dims, asynchronous, kmajor, lane_map = m.groups()
     bm, bn, bk, tm, tn = map(int, dims)
     return TileConfig(name, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, async_copy=asynchronous == "a",
-                      a_kmajor=kmajor == "k")
+                      a_kmajor=kmajor == "k", lane_map=int(lane_map or 0))
 
 
 def main() -> int:

@@ -103,8 +103,11 @@ def build_for(variant: Variant, *, inject: bool = False, record_sm: bool = False
         defines["TILE_ASYNC"] = 1
     if variant.reads_a_transposed and not inject:  # the injection build flips A in registers
         defines["A_KMAJOR"] = 1
-    if t.lane_map and variant.rmt != "warp":  # intra-warp RMT pairs lanes itself
-        defines["LANE_MAP"] = t.lane_map
+    lane_map, mac_order = variant.kernel_schedule
+    if lane_map:  # only then, so the other builds keep their exact cache keys and code
+        defines["LANE_MAP"] = lane_map
+    if mac_order and not inject:  # the injection build flips an accumulator after its MAC
+        defines["MAC_ORDER"] = mac_order
     if variant.rmt == "warp":  # only then, so builds without RMT keep their exact code
         defines["RMT_WARP"] = 1
     elif variant.rmt == "block":
@@ -163,11 +166,11 @@ def kernel_for(variant: Variant, *, inject: bool = False, record_sm: bool = Fals
     """The compiled `cupy.RawKernel` of `variant` on the current device."""
     if inject and variant.split != 1:
         build_for(variant, inject=True)  # raises: the injection build runs split 1 only
-    # Whether the build reads Aᵀ and its lane map are part of the key: variants that differ
-    # only there (the tile's `a_kmajor` and `lane_map`, not part of its identity) compare
-    # equal but are different builds.
+    # Whether the build reads Aᵀ and its schedule are part of the key: variants that differ
+    # only there (the tile's `a_kmajor`, `lane_map` and `mac_order`, not part of its
+    # identity) compare equal but are different builds.
     return _function(
-        ("mmm", variant, variant.reads_a_transposed, variant.tile.lane_map, inject, record_sm),
+        ("mmm", variant, variant.reads_a_transposed, variant.kernel_schedule, inject, record_sm),
         lambda: build_for(variant, inject=inject, record_sm=record_sm),
         KERNEL_NAME,
     )

@@ -288,11 +288,14 @@ def test_wide64_with_and_without_a_transposed_are_separate_builds(
                                   ("ones", "I", "fma"), ("xor", "F", "exact")],
                          ids=lambda s: "/".join(map(str, s)))
 @pytest.mark.parametrize("tile", ["wide", "wide64", "large"])
-def test_every_lane_map_gives_the_reference_bits(spec: tuple[str | None, str | None, str],
-                                                 tile: str) -> None:
-    """The lane map (`TileConfig.lane_map`) only changes which lane runs which logical thread:
-    under maps 0, 1 and 2 (each a separate build, in turn) C and ES are the reference's, at a
-    shape with edge tiles in both directions and a split."""
+def test_every_kernel_schedule_gives_the_reference_bits(
+    spec: tuple[str | None, str | None, str], tile: str,
+) -> None:
+    """The schedule (`Variant.kernel_schedule`: lane map and MAC order) only changes which lane
+    runs which logical thread and in which order a k step's independent MACs are issued: under
+    every lane map and MAC order the tile allows (each a separate build, in turn, the catalog's
+    last) C and ES are the reference's, at a shape with edge tiles in both directions and a
+    split."""
     import cupy as cp
 
     from safemon.kernels.gpu import gpu_matmul
@@ -301,10 +304,17 @@ def test_every_lane_map_gives_the_reference_bits(spec: tuple[str | None, str | N
     m, n, k = 77, 300, 1037
     a, b = _inputs(m, n, k)
     c_ref = es_ref = None
-    for lane_map in (0, 1, 2, TILES[tile].lane_map):
-        v = make_variant(spec[0], spec[1], spec[2], replace(TILES[tile], lane_map=lane_map), 3)
+    schedules = [(lm, mo) for mo in (0, 1) for lm in (0, 1, 2)]
+    schedules.append((TILES[tile].lane_map, TILES[tile].mac_order))
+    seen = set()
+    for lane_map, mac_order in schedules:
+        t = replace(TILES[tile], lane_map=lane_map, mac_order=mac_order)
+        v = make_variant(spec[0], spec[1], spec[2], t, 3)
+        seen.add(v.kernel_schedule)
         if c_ref is None:
             c_ref, es_ref = reference_matmul(a, b, v)
         c, es = gpu_matmul(cp.asarray(a), cp.asarray(b), v)
-        assert cp.asnumpy(c).tobytes() == c_ref.tobytes(), f"C differs under lane map {lane_map}"
-        assert cp.asnumpy(es).tobytes() == es_ref.tobytes(), f"ES differs under lane map {lane_map}"
+        assert cp.asnumpy(c).tobytes() == c_ref.tobytes(), f"C differs under {v.kernel_schedule}"
+        assert cp.asnumpy(es).tobytes() == es_ref.tobytes(), f"ES differs under {v.kernel_schedule}"
+    # Levels that fold inside the k step run MAC order 0 only; the others run both.
+    assert {mo for _, mo in seen} == ({0} if spec[1] in ("I", "M") else {0, 1})

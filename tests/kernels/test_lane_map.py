@@ -1,9 +1,10 @@
-"""Lane maps (`TileConfig.lane_map`, mmm.cu's LANE_MAP): which launched thread runs which
-logical thread. The map changes neither C nor ES (the GPU tests compare every tile with the
-reference, and `test_gpu.py` runs one shape under all three maps); here the Python side: which
-builds get which map, what the catalog refuses, and that the kernel cache tells apart builds
-that differ only in their map. nvcc (where installed) checks that mmm.cu refuses the maps the
-catalog refuses.
+"""Kernel schedules (`Variant.kernel_schedule`): the lane map (`TileConfig.lane_map`, mmm.cu's
+LANE_MAP: which launched thread runs which logical thread) and the MAC order
+(`TileConfig.mac_order`, MAC_ORDER: the order of one k step's independent MACs). Neither
+changes C or ES (the GPU tests compare every tile with the reference, and `test_gpu.py` runs
+one shape under every schedule); here the Python side: which builds get which schedule, what
+the catalog refuses, and that the kernel cache tells apart builds that differ only in their
+schedule. nvcc (where installed) checks that mmm.cu refuses what the catalog refuses.
 """
 
 from __future__ import annotations
@@ -23,27 +24,30 @@ from safemon.kernels.gpu import build_for
 NVCC = shutil.which("nvcc")
 
 
-def test_the_catalog_maps_wide_and_wide64_only() -> None:
-    maps = {t.name + ("-at" if t.a_kmajor and t.name == "wide64" else ""): t.lane_map
-            for t in TILE_BUILDS}
-    assert maps == {"small": 0, "large": 0, "wide": 1, "wide64": 1, "wide64-at": 1,
-                    "skinny": 0, "half": 0}
-    assert WIDE64_READS_AT.lane_map == 1
+def test_the_catalog_schedules() -> None:
+    schedules = {t.name + ("-at" if t.a_kmajor and t.name == "wide64" else ""):
+                 (t.lane_map, t.mac_order) for t in TILE_BUILDS}
+    assert schedules == {"small": (0, 0), "large": (1, 1), "wide": (1, 0), "wide64": (1, 0),
+                         "wide64-at": (1, 0), "skinny": (0, 0), "half": (0, 0)}
 
 
-def test_lane_map_is_not_part_of_the_tile_identity() -> None:
+def test_the_schedule_is_not_part_of_the_tile_identity() -> None:
     """Like `async_copy` and `a_kmajor`: C and ES do not depend on it."""
     assert replace(TILES["wide"], lane_map=0) == TILES["wide"]
     assert hash(replace(TILES["wide"], lane_map=2)) == hash(TILES["wide"])
+    assert replace(TILES["large"], lane_map=0, mac_order=0) == TILES["large"]
 
 
-@pytest.mark.parametrize(("lane_map", "match"), [
-    (3, "lane_map must be 0, 1 or 2"),
-    (-1, "lane_map must be 0, 1 or 2"),
-])
-def test_unknown_lane_maps_are_refused(lane_map: int, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("lane_map", [3, -1])
+def test_unknown_lane_maps_are_refused(lane_map: int) -> None:
+    with pytest.raises(ValueError, match="lane_map must be 0, 1 or 2"):
         replace(TILES["wide"], lane_map=lane_map)
+
+
+@pytest.mark.parametrize("mac_order", [2, -1])
+def test_unknown_mac_orders_are_refused(mac_order: int) -> None:
+    with pytest.raises(ValueError, match="mac_order must be 0 or 1"):
+        replace(TILES["large"], mac_order=mac_order)
 
 
 @pytest.mark.parametrize(("tile", "lane_map"), [
@@ -56,42 +60,62 @@ def test_maps_that_do_not_tile_the_block_are_refused(tile: str, lane_map: int) -
 
 
 @pytest.mark.parametrize(("checksum", "level", "tile", "rmt", "expected"), [
-    (None, None, "wide", "none", "1"),
-    ("ones", "T", "wide64", "none", "1"),
-    ("ones", "T", WIDE64_READS_AT, "none", "1"),
-    ("ones", "I", "wide", "none", "1"),       # register copies: the map holds there too
-    ("ones", "T", "wide", "block", "1"),      # inter-block RMT: two blocks, lanes as without RMT
-    ("ones", "T", "wide", "warp", None),      # intra-warp RMT pairs lanes itself
-    (None, None, "large", "none", None),
-    (None, None, "small", "none", None),
-    ("ones", "T", "skinny", "none", None),
+    (None, None, "wide", "none", (1, 0)),
+    ("ones", "T", "wide64", "none", (1, 0)),
+    ("ones", "T", WIDE64_READS_AT, "none", (1, 0)),
+    ("ones", "I", "wide", "none", (1, 0)),       # no MAC order on wide: its map holds at I
+    ("ones", "T", "wide", "block", (1, 0)),      # inter-block RMT: each block as without RMT
+    ("ones", "T", "wide", "warp", (0, 0)),       # intra-warp RMT pairs lanes itself
+    (None, None, "large", "none", (1, 1)),
+    ("ones", "T", "large", "none", (1, 1)),
+    ("xor", "F", "large", "none", (1, 1)),
+    ("ones", "T", "large", "block", (1, 1)),
+    ("ones", "T", "large", "warp", (0, 0)),
+    ("ones", "M", "large", "none", (0, 0)),      # a fold per column inside the k step
+    ("twos", "E", "large", "none", (0, 0)),
+    ("ones", "I", "large", "none", (0, 0)),
+    ("ones_fletcher", "I+M", "large", "none", (0, 0)),
+    (None, None, "small", "none", (0, 0)),
+    ("ones", "T", "skinny", "none", (0, 0)),
 ])
-def test_build_for_sets_the_tile_map(checksum: str | None, level: str | None,
-                                     tile: str | TileConfig, rmt: str, expected: str | None) -> None:
+def test_kernel_schedule_and_build_defines(checksum: str | None, level: str | None,
+                                           tile: str | TileConfig, rmt: str,
+                                           expected: tuple[int, int]) -> None:
     v = make_variant(checksum, level, "fma", tile, rmt=rmt)
-    assert dict(build_for(v).defines).get("LANE_MAP") == expected
+    assert v.kernel_schedule == expected
+    defines = dict(build_for(v).defines)
+    lane_map, mac_order = expected
+    assert defines.get("LANE_MAP") == (str(lane_map) if lane_map else None)
+    assert defines.get("MAC_ORDER") == (str(mac_order) if mac_order else None)
 
 
-def test_the_injection_build_runs_the_tile_map() -> None:
-    """Campaign verdicts are per logical thread, which the map does not change; the injection
-    build keeps the production lane assignment."""
-    v = make_variant("ones", "T", "fma", "wide")
-    assert dict(build_for(v, inject=True).defines).get("LANE_MAP") == "1"
+def test_the_injection_build_runs_the_lane_map_but_not_the_mac_order() -> None:
+    """Campaign verdicts are per logical thread, which the map does not change: the injection
+    build keeps the production lane assignment, and MAC order 0, which flips an accumulator
+    right after its MAC."""
+    for tile in ("wide", "large"):
+        defines = dict(build_for(make_variant("ones", "T", "fma", tile), inject=True).defines)
+        assert defines.get("LANE_MAP") == "1" and "MAC_ORDER" not in defines
 
 
-def test_kernel_cache_tells_apart_builds_that_differ_only_in_their_lane_map(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("tile", "plain", "define"), [
+    ("wide", {"lane_map": 0}, "LANE_MAP"),
+    ("large", {"mac_order": 0}, "MAC_ORDER"),
+])
+def test_kernel_cache_tells_apart_builds_that_differ_only_in_their_schedule(
+    tile: str, plain: dict[str, int], define: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     keys: list[tuple[tuple[object, ...], KernelBuild]] = []
     monkeypatch.setattr(gpu, "_function", lambda key, build, name: keys.append((key, build())))
-    mapped = make_variant("ones", "T", "fma", "wide", 8)
-    plain = make_variant("ones", "T", "fma", replace(TILES["wide"], lane_map=0), 8)
-    assert mapped == plain
-    gpu.kernel_for(mapped)
-    gpu.kernel_for(plain)
-    (key_mapped, build_mapped), (key_plain, build_plain) = keys
-    assert key_mapped != key_plain
-    assert dict(build_mapped.defines)["LANE_MAP"] == "1" and "LANE_MAP" not in dict(build_plain.defines)
+    scheduled = make_variant("ones", "T", "fma", tile, 4)
+    unscheduled = make_variant("ones", "T", "fma", replace(TILES[tile], **plain), 4)
+    assert scheduled == unscheduled
+    gpu.kernel_for(scheduled)
+    gpu.kernel_for(unscheduled)
+    (key_scheduled, build_scheduled), (key_unscheduled, build_unscheduled) = keys
+    assert key_scheduled != key_unscheduled
+    assert dict(build_scheduled.defines)[define] == "1"
+    assert define not in dict(build_unscheduled.defines)
 
 
 def _compiles(build: KernelBuild, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -101,21 +125,26 @@ def _compiles(build: KernelBuild, tmp_path: Path) -> subprocess.CompletedProcess
                           timeout=300)
 
 
-def _forced(build: KernelBuild, lane_map: int) -> KernelBuild:
-    defines = {**dict(build.defines), "LANE_MAP": str(lane_map)}
-    return KernelBuild(build.source, tuple(sorted(defines.items())), build.options, build.include_dirs)
+def _forced(build: KernelBuild, **defines: int) -> KernelBuild:
+    merged = {**dict(build.defines), **{k: str(v) for k, v in defines.items()}}
+    return KernelBuild(build.source, tuple(sorted(merged.items())), build.options,
+                       build.include_dirs)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
-@pytest.mark.parametrize(("checksum", "level", "tile", "rmt", "lane_map", "reason"), [
-    (None, None, "small", "none", 1, "lane map 1: 2x16 warps"),
-    (None, None, "skinny", "none", 2, "lane map 2: 4x8 warps"),
-    ("ones", "T", "wide", "warp", 1, "lane maps: whole warps, no RMT"),
+@pytest.mark.parametrize(("checksum", "level", "tile", "rmt", "forced", "reason"), [
+    (None, None, "small", "none", {"LANE_MAP": 1}, "lane map 1: 2x16 warps"),
+    (None, None, "skinny", "none", {"LANE_MAP": 2}, "lane map 2: 4x8 warps"),
+    ("ones", "T", "wide", "warp", {"LANE_MAP": 1}, "lane maps: whole warps, no RMT"),
+    ("ones", "M", "large", "none", {"MAC_ORDER": 1}, "MAC order 1: builds without folds inside"),
+    ("twos", "E", "large", "none", {"MAC_ORDER": 1}, "MAC order 1: builds without folds inside"),
+    ("ones", "I", "large", "none", {"MAC_ORDER": 1}, "MAC order 1: builds without folds inside"),
 ])
-def test_mmm_refuses_the_maps_the_catalog_refuses(checksum: str | None, level: str | None,
-                                                   tile: str, rmt: str, lane_map: int,
-                                                   reason: str, tmp_path: Path) -> None:
+def test_mmm_refuses_the_schedules_the_catalog_refuses(
+    checksum: str | None, level: str | None, tile: str, rmt: str, forced: dict[str, int],
+    reason: str, tmp_path: Path,
+) -> None:
     build = build_for(make_variant(checksum, level, "fma", tile, rmt=rmt))
-    r = _compiles(_forced(build, lane_map), tmp_path)
+    r = _compiles(_forced(build, **forced), tmp_path)
     assert r.returncode != 0 and reason in r.stderr
     assert _compiles(build, tmp_path).returncode == 0

@@ -186,7 +186,7 @@ static_assert(ASYNC_STAGES == 2 || ASYNC_STAGES == 3, "the k loop is written for
 #error "A_KMAJOR needs asynchronous copies (TILE_ASYNC, no injection, no fold at every MAC)"
 #endif
 
-// Lane map (LANE_MAP, the catalog tile's `lane_map`; `wide` and `wide64` set 1): which logical thread t
+// Lane map (LANE_MAP, the catalog's `Variant.kernel_schedule`): which logical thread t
 // (the ES row's thread, the owner of sub-tile (ty, tx)) launched thread h runs. The logical
 // threads, their sub-tiles, MACs and folds are the same under every map, so C and ES are too;
 // only which lane of which warp runs them changes, and with it how many shared-memory
@@ -201,6 +201,18 @@ static_assert(ASYNC_STAGES == 2 || ASYNC_STAGES == 3, "the k loop is written for
 #ifndef LANE_MAP
 #define LANE_MAP 0
 #endif
+// MAC order (MAC_ORDER, the catalog's `Variant.kernel_schedule`): 0, Algorithm 1's order of
+// one k step's MACs, each followed by its folds; 1, rows outer and columns in serpentine
+// order, so that consecutive MACs share an operand (the order CUTLASS's SIMT kernels use). The same C and ES; the compiler's register allocation and
+// schedule differ (`large` unprotected 1.06x faster at 4096³ on the H100,
+// evidence/h100-2026-11-25-lanemap/). Only builds with no fold inside the k step (levels
+// I, M, E) take order 1; the injection build keeps order 0.
+#ifndef MAC_ORDER
+#define MAC_ORDER 0
+#endif
+static_assert(MAC_ORDER == 0 || (MAC_ORDER == 1 && SIG_I == SIG_NONE && SIG_M == SIG_NONE &&
+                                 SIG_E == SIG_NONE),
+              "MAC order 1: builds without folds inside the k step");
 #define THREADS_X (BN / TN)
 #define THREADS_Y (BM / TM)
 static_assert(LANE_MAP == 0 || (!RMT_WARP && THREADS % 32 == 0), "lane maps: whole warps, no RMT");
@@ -701,6 +713,18 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #pragma unroll
             for (int j = 0; j < TN; ++j) sig_f.fold(__float_as_uint(b[j]), table);
 #endif
+#if MAC_ORDER != 0 && !SAFEMON_INJECT
+            // MAC order 1: the step's independent MACs rows outer, columns in serpentine order
+            // (forward on even rows, backward on odd ones). No level folds inside the k step
+            // in these builds, so nothing else depends on the order.
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int p = 0; p < TN; ++p) {
+                    const int j = (i & 1) ? TN - 1 - p : p;
+                    acc[i][j] = safemon_mac(acc[i][j], a[i], b[j]);
+                }
+#else
             // Algorithm 1 of the seed: this k step is one step of the outer loop; the middle
             // loop walks the B-tile columns j, the inner loop the A-tile rows i.
 #pragma unroll
@@ -722,6 +746,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
                 sig_m.fold(__float_as_uint(acc[TM - 1][j]), table);
 #endif
             }
+#endif  // MAC_ORDER
 #if SIG_E != SIG_NONE
             sig_e.fold(__float_as_uint(acc[TM - 1][TN - 1]), table);
 #endif
