@@ -122,11 +122,11 @@ class TileConfig:
     lane_map: int = field(default=0, compare=False)
     #: The order of one k step's independent MACs (mmm.cu's MAC_ORDER): 0, Algorithm 1's
     #: (columns outer, rows inner, each MAC's folds after it); 1, rows outer with columns in
-    #: serpentine order (forward on even rows, backward on odd). Each accumulator changes once
-    #: per k step, so C is the same, and order 1 runs only in builds with no fold inside the
-    #: k step (levels I, M, E), so ES is too: an implementation choice, not part of the tile's
-    #: identity. A tile with order 1 runs it, and its lane map, only in those builds
-    #: (`Variant.kernel_schedule`).
+    #: serpentine order (rows alternate direction). Each accumulator changes once per k step,
+    #: so C is the same; level M's folds follow the MACs of the last row, which then runs
+    #: forward, and level E's the step, so ES is the same too: an implementation choice, not
+    #: part of the tile's identity. A tile with order 1 runs it, and its lane map, only in
+    #: builds without a fold at every MAC (level I; `Variant.kernel_schedule`).
     mac_order: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
@@ -182,10 +182,10 @@ TILES: dict[str, TileConfig] = {
     # registers, but 0.96-0.97× unprotected and twos/M at 1024³ (split 4; the transpose costs
     # more than it gains there: evidence/h100-2026-11-24-kmajor/, call 3); with the one-word
     # copies of A that `wide` uses it was 0.88-0.92× as fast.
-    # MAC order 1 with lane map 1 where no level folds inside the k step (unprotected, F, T;
-    # `Variant.kernel_schedule`): same C and ES, unprotected 1.06-1.07x faster at 2048³ and
-    # 4096³ (1.02-1.03x at 1024³), ones/T 1.02-1.03x; with M-level folds it was 0.97-1.00x, so
-    # those builds keep order 0 and map 0 (evidence/h100-2026-11-25-lanemap/).
+    # MAC order 1 with lane map 1 except at level I (`Variant.kernel_schedule`): same C and
+    # ES, unprotected 1.04-1.07x faster, twos/T 1.03-1.06x, ones/T 1.01-1.03x, twos/M and
+    # xor/M 1.03-1.04x, ones/E 1.07-1.08x, ones/M 1.01-1.02x, crc32c/T and ones/F 0.97-0.99x
+    # at 1024³-4096³ (evidence/h100-2026-11-25-lanemap/).
     "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8, async_copy=True,
                         a_kmajor=True, lane_map=1, mac_order=1),
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
@@ -437,13 +437,12 @@ class Variant:
     def kernel_schedule(self) -> tuple[int, int]:
         """(lane map, MAC order) of this variant's production build (mmm.cu's LANE_MAP and
         MAC_ORDER; `TileConfig.lane_map`, `TileConfig.mac_order`). Neither changes C or ES.
-        A tile with a MAC order runs it, and its lane map, only where no level folds inside the
-        k step (I, M or E; on `large` both measured 0.97-1.00x there). Intra-warp RMT builds
-        run map 0 and order 0: their replica lanes share every address already, and neither
-        was measured there."""
+        A tile with a MAC order runs it, and its lane map, only where no level folds at every
+        MAC (I: mmm.cu keeps Algorithm 1's order there). Intra-warp RMT builds run map 0 and
+        order 0: their replica lanes share every address already, and neither was measured
+        there."""
         t = self.tile
-        if self.rmt == "warp" or (t.mac_order and any(level in ("I", "M", "E")
-                                                      for _, level in self.parts)):
+        if self.rmt == "warp" or (t.mac_order and any(level == "I" for _, level in self.parts)):
             return (0, 0)
         return (t.lane_map, t.mac_order)
 

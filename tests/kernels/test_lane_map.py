@@ -71,9 +71,9 @@ def test_maps_that_do_not_tile_the_block_are_refused(tile: str, lane_map: int) -
     ("xor", "F", "large", "none", (1, 1)),
     ("ones", "T", "large", "block", (1, 1)),
     ("ones", "T", "large", "warp", (0, 0)),
-    ("ones", "M", "large", "none", (0, 0)),      # a fold per column inside the k step
-    ("twos", "E", "large", "none", (0, 0)),
-    ("ones", "I", "large", "none", (0, 0)),
+    ("ones", "M", "large", "none", (1, 1)),      # M folds follow the last row's MACs
+    ("twos", "E", "large", "none", (1, 1)),
+    ("ones", "I", "large", "none", (0, 0)),      # a fold at every MAC: Algorithm 1's order
     ("ones_fletcher", "I+M", "large", "none", (0, 0)),
     (None, None, "small", "none", (0, 0)),
     ("ones", "T", "skinny", "none", (0, 0)),
@@ -136,9 +136,8 @@ def _forced(build: KernelBuild, **defines: int) -> KernelBuild:
     (None, None, "small", "none", {"LANE_MAP": 1}, "lane map 1: 2x16 warps"),
     (None, None, "skinny", "none", {"LANE_MAP": 2}, "lane map 2: 4x8 warps"),
     ("ones", "T", "wide", "warp", {"LANE_MAP": 1}, "lane maps: whole warps, no RMT"),
-    ("ones", "M", "large", "none", {"MAC_ORDER": 1}, "MAC order 1: builds without folds inside"),
-    ("twos", "E", "large", "none", {"MAC_ORDER": 1}, "MAC order 1: builds without folds inside"),
-    ("ones", "I", "large", "none", {"MAC_ORDER": 1}, "MAC order 1: builds without folds inside"),
+    ("ones", "I", "large", "none", {"MAC_ORDER": 1}, "MAC order 1: builds without a fold at"),
+    ("ones", "I", "wide", "none", {"MAC_ORDER": 1}, "MAC order 1: builds without a fold at"),
 ])
 def test_mmm_refuses_the_schedules_the_catalog_refuses(
     checksum: str | None, level: str | None, tile: str, rmt: str, forced: dict[str, int],

@@ -203,16 +203,18 @@ static_assert(ASYNC_STAGES == 2 || ASYNC_STAGES == 3, "the k loop is written for
 #endif
 // MAC order (MAC_ORDER, the catalog's `Variant.kernel_schedule`): 0, Algorithm 1's order of
 // one k step's MACs, each followed by its folds; 1, rows outer and columns in serpentine
-// order, so that consecutive MACs share an operand (the order CUTLASS's SIMT kernels use). The same C and ES; the compiler's register allocation and
-// schedule differ (`large` unprotected 1.06x faster at 4096³ on the H100,
-// evidence/h100-2026-11-25-lanemap/). Only builds with no fold inside the k step (levels
-// I, M, E) take order 1; the injection build keeps order 0.
+// order, so that consecutive MACs share an operand (the order CUTLASS's SIMT kernels use).
+// The same C and ES; the compiler's register allocation and schedule differ (`large` on the
+// H100: unprotected 1.06-1.07x and twos/M 1.03-1.04x faster at 2048³ and 4096³;
+// evidence/h100-2026-11-25-lanemap/). Builds with a fold at every MAC (level I) and the
+// injection build keep order 0. Rows alternate direction; with level M the last row runs
+// forward (SERPENTINE_FORWARD_PARITY), so that its folds come in column order.
 #ifndef MAC_ORDER
 #define MAC_ORDER 0
 #endif
-static_assert(MAC_ORDER == 0 || (MAC_ORDER == 1 && SIG_I == SIG_NONE && SIG_M == SIG_NONE &&
-                                 SIG_E == SIG_NONE),
-              "MAC order 1: builds without folds inside the k step");
+static_assert(MAC_ORDER == 0 || (MAC_ORDER == 1 && SIG_I == SIG_NONE),
+              "MAC order 1: builds without a fold at every MAC");
+#define SERPENTINE_FORWARD_PARITY (SIG_M != SIG_NONE ? (TM - 1) & 1 : 0)
 #define THREADS_X (BN / TN)
 #define THREADS_Y (BM / TM)
 static_assert(LANE_MAP == 0 || (!RMT_WARP && THREADS % 32 == 0), "lane maps: whole warps, no RMT");
@@ -714,15 +716,21 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             for (int j = 0; j < TN; ++j) sig_f.fold(__float_as_uint(b[j]), table);
 #endif
 #if MAC_ORDER != 0 && !SAFEMON_INJECT
-            // MAC order 1: the step's independent MACs rows outer, columns in serpentine order
-            // (forward on even rows, backward on odd ones). No level folds inside the k step
-            // in these builds, so nothing else depends on the order.
+            // MAC order 1: the step's independent MACs rows outer, columns in serpentine order.
+            // Level M folds each column's last accumulator, acc[TM − 1][j], after its MAC, in
+            // column order; level E folds acc[TM − 1][TN − 1] after the step (below); no build
+            // with order 1 folds at every MAC (I). So the folds see the same values in the same
+            // order as under order 0.
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int p = 0; p < TN; ++p) {
-                    const int j = (i & 1) ? TN - 1 - p : p;
+                    const int j = ((i ^ SERPENTINE_FORWARD_PARITY) & 1) ? TN - 1 - p : p;
                     acc[i][j] = safemon_mac(acc[i][j], a[i], b[j]);
+#if SIG_M != SIG_NONE
+                    // Row TM − 1 runs forward: its MACs end the columns in Algorithm 1's order.
+                    if (i == TM - 1) sig_m.fold(__float_as_uint(acc[TM - 1][j]), table);
+#endif
                 }
 #else
             // Algorithm 1 of the seed: this k step is one step of the outer loop; the middle
