@@ -184,15 +184,16 @@ TILES: dict[str, TileConfig] = {
     # copies of A that `wide` uses it was 0.88-0.92× as fast.
     # MAC order 1 with lane map 1 except at level I (`Variant.kernel_schedule`): same C and
     # ES, unprotected 1.04-1.07x faster, twos/T 1.03-1.06x, ones/T 1.01-1.03x, twos/M and
-    # xor/M 1.03-1.04x, ones/E 1.07-1.08x, ones/M 1.01-1.02x, crc32c/T and ones/F 0.97-0.99x
+    # xor/M 1.01-1.04x, ones/E 1.04-1.08x, ones/M 1.00-1.01x, crc32c/T and ones/F 0.97-0.99x
     # at 1024³-4096³ (evidence/h100-2026-11-25-lanemap/).
     "large": TileConfig("large", bm=128, bn=128, bk=8, tm=8, tn=8, async_copy=True,
                         a_kmajor=True, lane_map=1, mac_order=1),
     # Flat outputs (few rows, many columns, like the seed's L91 18×230400): little row padding.
     # Asynchronous copies: 1.10-1.44× faster on the H100 (evidence/h100-2026-11-23-async/).
-    # Lane map 1 (`TileConfig.lane_map`) on `wide` and `wide64`: same C and ES, 1.01-1.10x faster
-    # with fma at 16-128 rows (0.98-1.01x exact); on `large` it was 0.98x unprotected and
-    # 1.02-1.03x at level T, on `small` and `skinny` 0.97-1.03x, so those keep map 0
+    # Lane map 1 (`TileConfig.lane_map`) on `wide` and `wide64`: same C and ES, 1.01-1.11x faster
+    # with fma at 16-128 rows (0.98-1.01x exact); on `large` alone it was 0.98x unprotected
+    # and 1.02-1.03x at level T (it pays there with MAC order 1, above); on `small` and `skinny`
+    # 0.97-1.03x, so those keep map 0
     # (evidence/h100-2026-11-25-lanemap/).
     "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8, async_copy=True, lane_map=1),
     # `wide`'s register tile with 64 rows (256 threads): where `wide` would run an even number
