@@ -47,7 +47,8 @@ DEFAULT_TILES = "auto,large,h64:64x128x8/8x8,v64:128x64x8/8x8,q64:64x64x8/8x8,h6
 
 
 def parse_tile(text: str) -> TileConfig:
-    """A catalog name, or `NAME:BMxBNxBK/TMxTN`, with a trailing `a` for asynchronous copies."""
+    """A catalog name, or `NAME:BMxBNxBK/TMxTN`, then `a` for asynchronous copies, `k` (after
+    `a`) for copies from Aᵀ and `m1` or `m2` for that lane map."""
     if text in TILES:
         return TILES[text]
     m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)(k?)(?:m([012]))?", text)

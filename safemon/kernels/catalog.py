@@ -116,9 +116,10 @@ class TileConfig:
     #: consecutive `t`; 1, a warp runs two thread rows of 16 threads, lane bit 0 picking the row;
     #: 2, four rows of 8. The logical threads, their sub-tiles and their ES rows are the same
     #: under every map, so C and ES are too (an implementation choice, not part of the tile's
-    #: identity). Under 1 and 2 neighbouring lanes share fragment addresses, which halves the
-    #: shared-memory wavefronts of a warp's 16-byte fragment reads. Intra-warp RMT builds keep
-    #: map 0 (their replica lanes already share every address).
+    #: identity). Under 1 and 2 neighbouring lanes share fragment addresses, so a warp's
+    #: 16-byte fragment reads take fewer shared-memory wavefronts (`large` at 4096³: 487 M →
+    #: 352 M). Intra-warp RMT builds keep map 0 (their replica lanes already share every
+    #: address).
     lane_map: int = field(default=0, compare=False)
     #: The order of one k step's independent MACs (mmm.cu's MAC_ORDER): 0, Algorithm 1's
     #: (columns outer, rows inner, each MAC's folds after it); 1, rows outer with columns in
@@ -193,8 +194,7 @@ TILES: dict[str, TileConfig] = {
     # Lane map 1 (`TileConfig.lane_map`) on `wide` and `wide64`: same C and ES, 1.01-1.11x faster
     # with fma at 16-128 rows (0.98-1.01x exact); on `large` alone it was 0.98x unprotected
     # and 1.02-1.03x at level T (it pays there with MAC order 1, above); on `small` and `skinny`
-    # 0.97-1.03x, so those keep map 0
-    # (evidence/h100-2026-11-25-lanemap/).
+    # 0.97-1.03x, so those keep map 0 (evidence/h100-2026-11-25-lanemap/).
     "wide": TileConfig("wide", bm=32, bn=128, bk=8, tm=4, tn=8, async_copy=True, lane_map=1),
     # `wide`'s register tile with 64 rows (256 threads): where `wide` would run an even number
     # of its 32-row tiles, each block reads B once for twice the rows
