@@ -79,7 +79,11 @@ def test_no_wrong_result_is_ever_released(tmp_path: Path, policy: str, fault: st
 def check_no_wrong_result(tmp_path: Path, policy: str, fault: str, placement: str) -> None:
     """`fault` in channel c0 of a `policy` system of `placement` channels: eight requests,
     each released bit for bit or refused with a typed error, and the fault noticed."""
-    cfg = make_config(tmp_path, policy, placement=placement, injection=True)
+    # A self-test deadline with room for a loaded CI machine: a fresh channel's first self-test
+    # once took 0.4 s there, past the helpers' 0.15 s, and under 1oo1D that one overrun
+    # rightly latched SAFE before the voting set had formed.
+    cfg = make_config(tmp_path, policy, placement=placement, injection=True,
+                      extra={"timing": {"dti_s": 0.8, "selftest_deadline_s": 0.6, "ftti_s": 3.0}})
     x, w = operands(1)
     ref = reference(x, w, cfg)
     with system(cfg) as (daemon, client):
