@@ -508,6 +508,8 @@ def nvcc_builds() -> list[KernelBuild]:
     # `wide64` reading Aᵀ, as auto_tile picks it at wide outputs (catalog.WIDE64_READS_AT).
     builds.append(build_for(make_variant("ones", "T", "fma", WIDE64_READS_AT)))
     builds.append(build_for(make_variant(None, None, "exact", WIDE64_READS_AT)))
+    # MAC order 1 with level M's folds inside the serpentine (`Variant.kernel_schedule`).
+    builds.append(build_for(make_variant("twos", "M", "fma", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
     builds.append(build_for(make_variant("ones", "M", "exact", "large", rmt="warp")))
     builds.append(build_for(make_variant("crc32c", "E", "fma", "wide", rmt="warp")))
