@@ -11,7 +11,8 @@ candidate tiles, cuBLAS (`cupy.matmul`) in the same run, and checks on every can
 RMT's C and ES are the unprotected kernel's bit for bit (same K-slices) and that its status
 block stays clear. Candidates are tiles of the catalog, `auto` (the tile `safemon.matmul` picks at the shape) or
 `NAME:BMxBNxBK/TMxTN` specs (a trailing `a`: k-tiles copied asynchronously, as `wide`; `ak`:
-from Aᵀ, as `large`; then `m1` or `m2`: that lane map, `TileConfig.lane_map`). Any candidate
+from Aᵀ, as `large`; then `m1` or `m2`: that lane map, `TileConfig.lane_map`; then `o1`: MAC
+order 1, `TileConfig.mac_order`). Any candidate
 may end in `@N` (N K-slices) or `@own` (the split
 `auto_split` gives that tile, as it would if `auto_tile` picked it); without either it cuts K
 as the automatic variant does, so that its C can be compared with the automatic one's.
@@ -48,16 +49,17 @@ DEFAULT_TILES = "auto,large,h64:64x128x8/8x8,v64:128x64x8/8x8,q64:64x64x8/8x8,h6
 
 def parse_tile(text: str) -> TileConfig:
     """A catalog name, or `NAME:BMxBNxBK/TMxTN`, then `a` for asynchronous copies, `k` (after
-    `a`) for copies from Aᵀ and `m1` or `m2` for that lane map."""
+    `a`) for copies from Aᵀ, `m1` or `m2` for that lane map and `o1` for MAC order 1."""
     if text in TILES:
         return TILES[text]
-    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)(k?)(?:m([012]))?", text)
+    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)(k?)(?:m([012]))?(o1)?", text)
     if m is None:
-        raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN[a[k]][mL])")
-    name, *dims, asynchronous, kmajor, lane_map = m.groups()
+        raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN[a[k]][mL][o1])")
+    name, *dims, asynchronous, kmajor, lane_map, order = m.groups()
     bm, bn, bk, tm, tn = map(int, dims)
     return TileConfig(name, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, async_copy=asynchronous == "a",
-                      a_kmajor=kmajor == "k", lane_map=int(lane_map or 0))
+                      a_kmajor=kmajor == "k", lane_map=int(lane_map or 0),
+                      mac_order=1 if order else 0)
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ import yaml
 
 from safemon.config import DEFAULT_METRICS_PORT, Config, VariantConfig, default_config, load_config
 from safemon.errors import ConfigError, SafemonError
-from safemon.kernels.catalog import TILES
+from safemon.kernels.catalog import TILES, t_level_tile
 from safemon.states import Policy
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -390,7 +390,8 @@ def test_policy_chain_follows_the_degradations() -> None:
 def test_variant_auto_tile_resolves_by_output_size() -> None:
     ch = (load_config(env=XDG).channels or [])[0]
     assert ch.variant.to_variant(80, 80, 80).tile == TILES["small"]
-    assert ch.variant.to_variant(4096, 4096, 4096).tile == TILES["large"]
+    # The default folds at level T, which runs `large` with 16-wide k-tiles (same K-slices).
+    assert ch.variant.to_variant(4096, 4096, 4096).tile == t_level_tile(TILES["large"])
     assert ch.variant.to_variant(80, 80, 80).name == "ones/T/fma/small"
 
 
@@ -402,10 +403,11 @@ def test_a_channel_runs_the_tile_and_split_protected_matmul_picks(
     from safemon.kernels.api import _variant_for
 
     m, n, k = shape
-    vc = VariantConfig(checksum="ones", level="M", mode="fma")
-    direct = _variant_for(np.empty((m, k)), np.empty((k, n)), "ones", "M", "fma", None, None)
-    assert vc.to_variant(m, n, k) == direct
-    assert vc.tile_for(m, n, k) == direct.tile
+    for level in ("M", "T"):
+        vc = VariantConfig(checksum="ones", level=level, mode="fma")
+        direct = _variant_for(np.empty((m, k)), np.empty((k, n)), "ones", level, "fma", None, None)
+        assert vc.to_variant(m, n, k) == direct
+        assert vc.tile_for(m, n, k) == direct.tile
 
 
 @pytest.mark.parametrize("shape", [(64, 4096, 4096), (256, 1024, 4096), (1024, 1024, 1024)])
@@ -424,7 +426,7 @@ def test_an_unprotected_channel_and_every_unprotected_call_pick_one_variant(
 
 def test_a_long_k_is_split_and_a_short_one_is_not() -> None:
     vc = VariantConfig()
-    assert vc.to_variant(64, 4096, 4096).name == "ones/T/fma/wide64/split8"
+    assert vc.to_variant(64, 4096, 4096).name == "ones/T/fma/wide64_k16/split8"
     assert vc.to_variant(1, 4096, 4096).name == "ones/T/fma/skinny/split32"
     # A fold at every MAC keeps `small` (catalog.auto_tile), with its own split.
     every_mac = VariantConfig(checksum="ones", level="I", mode="exact")

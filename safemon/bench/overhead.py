@@ -1,14 +1,15 @@
-"""The overhead benchmark: protected vs unprotected (same tiling) vs cuBLAS, per variant and size.
+"""The overhead benchmark: protected vs unprotected (same K-slices) vs cuBLAS, per variant and size.
 
 For each size, the tile and split are the library's `auto_tile` / `auto_split` choice for a
 variant without a fold at every MAC (one tiling for every variant of the size; a level-I call
 of the API may pick another tile at some shapes, docs/SIGNATURES.md; intra-warp RMT runs the
-tile the library gives it, `half` for `large` and `wide` for `wide64`, against the same
-baseline), and
+tile the library gives it, `half` for `large` and `wide` for `wide64`, and level T its
+16-wide k-tiles on `large` and `wide64` (`catalog.t_level_variant`), against the same
+baseline: same K-slices, hence the same C), and
 every variant of `standard_variants(mode, tile, split)` and of `checked_variants(mode, tile,
 split)` (intra-warp RMT, ABFT, each with ES-M: docs/RMT.md) is timed (its kernel, when split
-the split-K reduction, for ABFT the check kernels) with the unprotected kernel of the same tiling and
-`cupy.matmul` (cuBLAS) *in the same run*, so the ratios do not depend on clock drift between
+the split-K reduction, for ABFT the check kernels) with the unprotected kernel of the same block
+tile and K-slices and `cupy.matmul` (cuBLAS) *in the same run*, so the ratios do not depend on clock drift between
 runs. Each timing is the median of `repeats` runs measured with CUDA events after a warm-up;
 before each timed run a short spin kernel is queued on the stream, so the kernel is already
 queued when its start event fires and Python's launch latency is not counted (the same
@@ -39,6 +40,7 @@ from safemon.kernels.catalog import (
     make_variant,
     rmt_warp_variant,
     standard_variants,
+    t_level_variant,
 )
 from safemon.kernels.checked import STATUS_WORDS
 from safemon.kernels.precompile import precompile
@@ -195,8 +197,9 @@ def run_bench(
     """Time every standard variant at every size and mode; return validated evidence.
 
     Args:
-        dims_list: sizes; the tile at each is `auto_tile(M, N, K)` (one tile for every variant of
-            a size, so that overheads compare the same tiling).
+        dims_list: sizes; the tile at each is `auto_tile(M, N, K)` (one block tile and split for
+            every variant of a size, so that overheads compare the same decomposition; level
+            T and intra-warp RMT run the tile the library gives them there).
         modes: arithmetic modes ("fma", "exact").
         variant_filter: keep only variants for which it returns True (None: all standard).
         repeats: timed runs per median; at sizes of ≥ 2**36 MACs (4096³) a tenth of it,
@@ -257,6 +260,7 @@ def _variants_at(dims: Dims, mode: str, variant_filter: Callable[[Variant], bool
     for v in standard_variants(mode, tile, split) + checked_variants(mode, tile, split):
         if v.rmt == "warp":  # the tile the library runs intra-warp RMT on here
             v = rmt_warp_variant(v, dims.k)
+        v = t_level_variant(v, dims.k)  # and level T's k-tiles
         if variant_filter is None or variant_filter(v):
             out.append(v)
     return out
@@ -379,7 +383,7 @@ def bench_markdown(ev: BenchEvidence) -> str:
         for r in rows:
             if r.dims not in dims_order:
                 dims_order.append(r.dims)
-        lines += [f"### Overhead (protected / unprotected, same tiling), mode {mode}", "",
+        lines += [f"### Overhead (protected / unprotected, same K-slices), mode {mode}", "",
                   "| variant | " + " | ".join(dims_order) + " |",
                   "|---|" + "---:|" * len(dims_order)]
         names: list[str] = []

@@ -59,7 +59,7 @@ from safemon.ecc import ProtectedArray
 from safemon.errors import DeviceInputError, KernelCheckError, SafemonError, UncorrectableError
 from safemon.kernels.api import run_variant
 from safemon.kernels.backend import Backend, resolve_backend
-from safemon.kernels.catalog import TILE_BUILDS, TILES, make_variant
+from safemon.kernels.catalog import TILES, auto_tile_builds, make_variant
 from safemon.kernels.pinned import lane
 from safemon.steps import run_steps
 from safemon.transport import Kind, Limits, Message, encode, make_socket, recv_message, send_message
@@ -221,7 +221,7 @@ class ChannelWorker:
         weight: Any = self._to_device(b)
         if self.config.weights.ecc:
             weight = self._protect(b, name="warm-up")
-        for tile in TILE_BUILDS if v.tile == "auto" else (v.tile,):
+        for tile in auto_tile_builds(v.level) if v.tile == "auto" else (v.tile,):
             self._run(a, weight, make_variant(v.checksum, v.level, v.mode, tile, rmt=v.rmt, abft=v.abft))
         # Products that `to_variant` splits over K also run splitk.cu's reduction: two
         # k-tiles of the small tile in two slices compile it.

@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "bench",
         help="overhead benchmark: protected vs unprotected vs cuBLAS",
         description="kernels (default): median kernel times (CUDA events, warm-up) of every "
-        "standard variant at each size, against the unprotected kernel of the same tiling and "
+        "standard variant at each size, against the unprotected kernel of the same block tile and "
+        "K-slices and "
         "cupy.matmul, measured in the same run; clocks are recorded, never changed. "
         "vote: 2oo3 round trips through a real daemon with three channel processes, over ipc "
         "and tcp+CURVE, against the kernel called directly and a bare ZeroMQ echo.",

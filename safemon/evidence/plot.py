@@ -95,7 +95,7 @@ def plot_tradeoff(
                         fontsize=7, color="grey")
         if max(xs) / min(xs) > 20:
             ax.set_xscale("log")
-        ax.set_xlabel("overhead: protected / unprotected time (same tiling)")
+        ax.set_xlabel("overhead: protected / unprotected time (same shape and K-slices)")
         ax.set_ylabel(ylabel)
         ax.set_ylim(low, 100.0 + (100.0 - low) * 0.04)
         ax.set_title(title, fontsize=9)

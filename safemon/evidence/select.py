@@ -31,7 +31,7 @@ variant is *selectable* only with all three in-kernel campaigns (transient, thre
 block-permanent) at those dims and an overhead measurement (`safemon.evidence.coverage`). Its
 selection DC is the minimum of the four one-sided 95 % Clopper–Pearson lower bounds. Keep the
 selectable variants whose selection DC meets the minimum and whose overhead (protected /
-unprotected median, same tiling, same run) is within the budget; pick the lowest cost, ties
+unprotected median, same shape and K-slices, same run) is within the budget; pick the lowest cost, ties
 broken by higher selection DC, then by name. The cost is the protected time over cuBLAS's in
 the same run (`BenchRow.vs_cublas`), not the overhead: the overhead of an `exact` variant is
 a ratio to the unprotected `exact` kernel, which runs two instructions per MAC where `fma`

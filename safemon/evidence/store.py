@@ -6,7 +6,7 @@ Two kinds of file (docs/SAFETY.md, "Evidence files", shows both with every field
   (variant, dims) with the injection count, the ES-detected, C-visible, latent and escape
   counts, and the percentages derived from them.
 * ``safemon.bench/2`` — the overhead benchmark (`safemon bench`): one row per
-  (variant, dims) with medians of the protected, unprotected (same tiling) and cuBLAS runs
+  (variant, dims) with medians of the protected, unprotected (same shape and K-slices) and cuBLAS runs
   and their ratios, plus the device, clocks and versions.
 
 Validation is strict: unknown fields are refused, and the derived numbers (percentages,

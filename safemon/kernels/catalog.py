@@ -244,9 +244,44 @@ AUTO_WIDE_MIN_K = 1024
 #: tiles of shorter products, and 0.98× at 40 rows, which pad the tile.
 WIDE64_READS_AT = replace(TILES["wide64"], a_kmajor=True)
 AUTO_WIDE64_AT_MIN_TILES = 32
-#: Every tile as the kernels build it: the catalog's, and `wide64` reading Aᵀ (equal to
-#: `TILES["wide64"]`, another build). What warms up, audits or tests "every tile" iterates this.
-TILE_BUILDS: tuple[TileConfig, ...] = (*TILES.values(), WIDE64_READS_AT)
+#: Level T folds every accumulator of a thread once per k-tile: TM·TN words per BK k steps, so
+#: its cost per MAC is 1/BK words, and the ones' complement fold takes about one integer
+#: instruction per word. Where `auto_tile` picks `large` or `wide64` (reading Aᵀ or not), a
+#: variant that folds at T runs the same tile with 16-wide k-tiles (`t_level_variant`): half
+#: the folds, on the same K-slices, hence the same C as every other variant at the shape; ES
+#: folds each accumulator after every 16 k steps instead of every 8 (docs/SIGNATURES.md,
+#: "Tiles"). Measured on the H100, kernel time (evidence/h100-2026-11-25-ktile/): ones/T
+#: 1.14x faster at 4096³ and 2048³, 1.07x at 1024³ (`large`), 1.06-1.07x at 64 and 256 rows
+#: (`wide64`); twos/T 1.03-1.11x. Other levels fold at every k step, where the k-tile width
+#: changes neither ES nor the fold count, and the unprotected kernel on `large` was 0.95x as
+#: fast with 16-wide k-tiles (two stages, 44 bytes of spills), so they keep the catalog's.
+T_LEVEL_K_TILES: dict[str, tuple[str, int]] = {"large": ("large_k16", 16),
+                                               "wide64": ("wide64_k16", 16)}
+
+
+def t_level_tile(tile: TileConfig) -> TileConfig:
+    """The tile a level-T variant runs where the automatic choice is `tile`
+    (`T_LEVEL_K_TILES`; the same copies, lane map and MAC order, another name and k-tile
+    width), or `tile` itself."""
+    if tile.name not in T_LEVEL_K_TILES:
+        return tile
+    name, bk = T_LEVEL_K_TILES[tile.name]
+    return replace(tile, name=name, bk=bk)
+
+
+#: The tiles of level T as the kernels build them (`t_level_tile` of each tile it replaces).
+T_LEVEL_BUILDS: tuple[TileConfig, ...] = tuple(
+    t_level_tile(t) for t in (TILES["large"], TILES["wide64"], WIDE64_READS_AT))
+#: Every tile as the kernels build it: the catalog's, `wide64` reading Aᵀ (equal to
+#: `TILES["wide64"]`, another build) and level T's. What warms up, audits or tests "every
+#: tile" iterates this.
+TILE_BUILDS: tuple[TileConfig, ...] = (*TILES.values(), WIDE64_READS_AT, *T_LEVEL_BUILDS)
+
+
+def auto_tile_builds(level: str | None) -> tuple[TileConfig, ...]:
+    """The tile builds `tile=None` can give a variant folding at `level` (None: unprotected):
+    `TILE_BUILDS`, less level T's unless `level` is "T"."""
+    return TILE_BUILDS if level == "T" else tuple(t for t in TILE_BUILDS if t not in T_LEVEL_BUILDS)
 
 
 def auto_tile(m: int, n: int, k: int, level: str | None = None) -> TileConfig:
@@ -599,7 +634,8 @@ def variant_for_shape(
 
     Intra-warp RMT (`rmt="warp"`) with `tile` None runs `rmt_warp_variant` of the choice:
     `half` for `large`, `wide` for `wide64`, on the same K-slices (else the choice itself), so
-    C is always the C of the same call without RMT.
+    C is always the C of the same call without RMT. Likewise a level-T variant without RMT
+    runs `t_level_variant` of the choice (16-wide k-tiles on `large` and `wide64`).
     """
     # Validate first (with a placeholder tile when choosing one): auto_tile needs the variant's
     # own level, which is None for an unprotected variant whatever `level` says.
@@ -610,7 +646,27 @@ def variant_for_shape(
                               abft=abft)
     picked = make_variant(checksum, level, mode, chosen.tile,
                           auto_split(m, n, k, chosen.tile) if split is None else split, rmt, abft)
-    return rmt_warp_variant(picked, k) if tile is None and rmt == "warp" else picked
+    if tile is None and rmt == "warp":
+        return rmt_warp_variant(picked, k)
+    return t_level_variant(picked, k) if tile is None else picked
+
+
+def t_level_variant(base: Variant, k: int) -> Variant:
+    """The variant a level-T `base` (an automatic choice for inner dimension `k`, without
+    RMT) runs: `base` on `t_level_tile(base.tile)` where that tile's k-tiles cut K
+    into `base`'s K-slices (`variant_with_tile`; always so without a split), else `base`.
+    C is therefore always `base`'s C; any other `base` is returned as it is."""
+    if base.level != "T" or base.rmt != "none":
+        return base
+    tile = t_level_tile(base.tile)
+    if tile is base.tile:
+        return base
+    # Uncached: `variant_with_tile`'s cache key cannot tell `wide64` from `WIDE64_READS_AT`
+    # (equal tiles, other builds), and the build must stay the base's.
+    moved = variant_with_tile.__wrapped__(base, tile, k)
+    same = slice_bounds(k, moved.tile.bk, moved.slices(k)) == slice_bounds(
+        k, base.tile.bk, base.slices(k))
+    return moved if same else base
 
 
 def rmt_warp_variant(base: Variant, k: int) -> Variant:

@@ -28,6 +28,7 @@ import numpy as np
 from safemon.kernels.catalog import (
     CHECKSUMS,
     LEVELS,
+    T_LEVEL_BUILDS,
     TILES,
     WIDE64_READS_AT,
     TileConfig,
@@ -508,6 +509,10 @@ def nvcc_builds() -> list[KernelBuild]:
     # `wide64` reading Aᵀ, as auto_tile picks it at wide outputs (catalog.WIDE64_READS_AT).
     builds.append(build_for(make_variant("ones", "T", "fma", WIDE64_READS_AT)))
     builds.append(build_for(make_variant(None, None, "exact", WIDE64_READS_AT)))
+    # Level T's 16-wide k-tiles (`catalog.t_level_variant`): two stages on `large_k16`, three
+    # on `wide64_k16` reading Aᵀ.
+    builds.append(build_for(make_variant("ones", "T", "fma", T_LEVEL_BUILDS[0])))
+    builds.append(build_for(make_variant("crc32c", "T", "exact", T_LEVEL_BUILDS[2])))
     # MAC order 1 with level M's folds inside the serpentine (`Variant.kernel_schedule`).
     builds.append(build_for(make_variant("twos", "M", "fma", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))

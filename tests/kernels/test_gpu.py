@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from safemon.kernels.catalog import (
+    T_LEVEL_BUILDS,
     TILE_BUILDS,
     TILES,
     WIDE64_READS_AT,
@@ -25,6 +26,7 @@ from safemon.kernels.catalog import (
     auto_tile,
     make_variant,
     standard_variants,
+    variant_for_shape,
 )
 from safemon.kernels.precompile import compile_variant
 
@@ -33,6 +35,11 @@ pytestmark = pytest.mark.gpu
 SEED_SIZES = [(20, 20, 20), (40, 40, 40), (80, 80, 80), (32, 29, 144), (8, 900, 8), (15, 225, 48),
               (160, 160, 160), (320, 320, 320), (97, 61, 113)]  # (M, N, K)
 BIG = (1024, 1024, 1024)
+#: Shapes where `tile=None` gives level T 16-wide k-tiles (`catalog.t_level_variant`): `large`,
+#: `wide64` reading Aᵀ and plain `wide64`; at 64×4096×1032 16-wide k-tiles cannot cut K into
+#: `wide64`'s 8 slices, so level T stays on `wide64` there.
+T_LEVEL_SHAPES = [(128, 4096, 1000), (64, 4096, 1024), (48, 4096, 1024), (64, 4096, 1032)]
+T_LEVEL_SPECS = [("ones", "T", "fma"), ("ones", "T", "exact"), ("crc32c", "T", "fma")]
 BIG_SPECS = [(None, None, "exact"), ("ones", "I", "exact"), ("xor", "M", "exact"), ("twos", "E", "exact"),
              ("fletcher", "I", "exact"), ("crc32c", "M", "exact"), ("ones_fletcher", "I", "exact"),
              ("crc32c", "I", "exact"), ("ones", "M", "fma"), (None, None, "fma")]
@@ -57,6 +64,13 @@ def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
             cases.append(((97, 61, 113), make_variant(*spec, "exact", tile)))
     for c, lv, mode in BIG_SPECS:
         cases.append((BIG, make_variant(c, lv, mode, auto_tile(*BIG, lv))))
+    # Level T's 16-wide k-tiles: every checksum on an odd shape, and as `tile=None` gives them.
+    for tile in T_LEVEL_BUILDS:
+        for spec in [("ones", "T", "fma"), ("crc32c", "T", "exact"), ("fletcher", "T", "fma")]:
+            cases.append(((97, 61, 113), make_variant(*spec, tile)))
+    for dims in T_LEVEL_SHAPES:
+        for c, lv, mode in T_LEVEL_SPECS:
+            cases.append((dims, variant_for_shape(*dims, c, lv, mode, None, None)))
     return cases
 
 
@@ -108,6 +122,22 @@ def test_gpu_equals_reference_bit_for_bit(index: int, references: dict[int, tupl
     assert cp.asnumpy(es).tobytes() == es_ref, f"ES differs for {v.name}"
     c2, es2 = gpu_matmul(cp.asarray(a), cp.asarray(b), v)
     assert cp.asnumpy(c2).tobytes() == c_ref and cp.asnumpy(es2).tobytes() == es_ref
+
+
+@pytest.mark.parametrize("dims", T_LEVEL_SHAPES, ids=lambda d: "x".join(map(str, d)))
+def test_level_t_k_tiles_give_the_c_of_the_unprotected_call(dims: tuple[int, int, int]) -> None:
+    """Level T on its 16-wide k-tiles (`tile=None`) computes the C of the unprotected call at
+    the same shape bit for bit (same K-slices), on the device and through the API."""
+    import cupy as cp
+
+    from safemon.kernels.api import matmul, protected_matmul
+
+    a, b = (cp.asarray(x) for x in _inputs(*dims))
+    plain = cp.asnumpy(matmul(a, b, mode="fma")).tobytes()
+    for checksum in ("ones", "twos", "crc32c"):
+        r = protected_matmul(a, b, checksum=checksum, level="T", mode="fma")
+        assert r.variant == variant_for_shape(*dims, checksum, "T", "fma", None, None)
+        assert cp.asnumpy(r.c).tobytes() == plain, f"C differs for {r.variant.name}"
 
 
 def _offset_copy(cp: Any, x: np.ndarray, offset: int) -> Any:

@@ -25,10 +25,11 @@ NVCC = shutil.which("nvcc")
 
 
 def test_the_catalog_schedules() -> None:
-    schedules = {t.name + ("-at" if t.a_kmajor and t.name == "wide64" else ""):
+    schedules = {t.name + ("-at" if t.a_kmajor and t.name.startswith("wide64") else ""):
                  (t.lane_map, t.mac_order) for t in TILE_BUILDS}
     assert schedules == {"small": (0, 0), "large": (1, 1), "wide": (1, 0), "wide64": (1, 0),
-                         "wide64-at": (1, 0), "skinny": (0, 0), "half": (0, 0)}
+                         "wide64-at": (1, 0), "skinny": (0, 0), "half": (0, 0),
+                         "large_k16": (1, 1), "wide64_k16": (1, 0), "wide64_k16-at": (1, 0)}
 
 
 def test_the_schedule_is_not_part_of_the_tile_identity() -> None:
