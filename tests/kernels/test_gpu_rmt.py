@@ -77,7 +77,8 @@ def test_gpu_rmt_warp_on_half_equals_reference_and_the_c_without_rmt(
 ) -> None:
     """Where the automatic tile is `large`, intra-warp RMT runs on `half`
     (catalog.RMT_WARP_TILES), split over K as `large` is (1024×1024×256: 2 slices): C, ES and
-    the status as the reference says, and C bit for bit the call's without RMT."""
+    the status as the reference says, and C bit for bit the call's without RMT (which, at
+    level T, runs `large` with 16-wide k-tiles: catalog.t_level_variant)."""
     import cupy as cp
 
     import safemon
@@ -87,7 +88,7 @@ def test_gpu_rmt_warp_on_half_equals_reference_and_the_c_without_rmt(
                                  backend="cupy")
     plain = safemon.protected_matmul(a, b, checksum="ones", level="T", mode="fma",
                                      backend="cupy")
-    assert (r.variant.tile.name, plain.variant.tile.name) == ("half", "large")
+    assert (r.variant.tile.name, plain.variant.tile.name) == ("half", "large_k16")
     c_ref, es_ref = reference_matmul(a, b, r.variant)
     assert cp.asnumpy(r.c).tobytes() == c_ref.tobytes()
     assert cp.asnumpy(r.es).tobytes() == es_ref.tobytes()
