@@ -167,8 +167,9 @@ class VariantConfig(_Model):
     The default, ones/T/fma, is what `safemon select` picks on the committed H100 evidence for
     SIL 3 at HFT 0 (and SIL 4 at HFT 1): every DC lower bound ≥ 99 % (input flips and the
     three in-kernel campaigns at 80³; the worst, in-kernel transient, 99.54 %), at 1.09× the
-    unprotected kernel at 80³ and 0.99–1.03× at the inference shapes (1.20× at 4096³ since the
-    `large` tile reads Aᵀ, evidence/h100-2026-11-24-kmajor/; 1.33× before). Until
+    unprotected kernel at 80³, 1.01–1.06× at the inference shapes and 1.11–1.12× at 1024³ and
+    4096³, where level T runs 16-wide k-tiles (`catalog.t_level_variant`;
+    evidence/h100-2026-11-25-ktile/; 1.20–1.26× before, 1.33× before `large` read Aᵀ). Until
     2026-11-24 it was ones/I/exact: a fold at every MAC (99.91 %) and two instructions per
     MAC, 3.2–3.3× ones/T/fma's kernel time at 64×4096×4096, 256×1024×4096 and 4096³ and
     1.5–1.6× at 80³ and 1×4096×4096 (evidence/h100-2026-11-24-default/). Both meet every band a deployment of safemon can need; a
