@@ -25,7 +25,7 @@ import numpy as np
 
 from safemon.bench.overhead import variant_launcher
 from safemon.bench.timing import median_kernel_ms
-from safemon.kernels.catalog import TILES, auto_split, auto_tile, make_variant
+from safemon.kernels.catalog import TILES, auto_split, auto_tile, make_variant, variant_for_shape
 from safemon.kernels.compiler import KernelBuild, load_module
 from safemon.kernels.gpu import CUDA_DIR, KERNEL_NAME, build_for, build_reads_a_transposed
 
@@ -74,8 +74,11 @@ def main() -> int:
     plans = []
     for m, n, k in shapes:
         for spec in specs:
-            tile = auto_tile(m, n, k, spec[1]) if args.tile is None else TILES[args.tile]
-            v = make_variant(*spec, tile, args.split or auto_split(m, n, k, tile))
+            if args.tile is None and args.split is None:  # what safemon.matmul runs (level T's k-tiles too)
+                v = variant_for_shape(m, n, k, *spec, None, None)
+            else:
+                tile = auto_tile(m, n, k, spec[1]) if args.tile is None else TILES[args.tile]
+                v = make_variant(*spec, tile, args.split or auto_split(m, n, k, tile))
             build = build_for(v)
             old_defines = {**dict(build.defines), **dict(d.split("=", 1) for d in args.baseline_defines)}
             old_build = KernelBuild(args.baseline, tuple(sorted(old_defines.items())), build.options,
