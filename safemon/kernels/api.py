@@ -302,6 +302,7 @@ def matmul(
     split: int | None = None,
 ) -> Any:
     """The unprotected kernel on the tile and split `tile=None` picks for it: returns C only
-    (the overhead baseline; same K-slices, hence the same C, as every protected variant). The input checks run as for `protected_matmul`, which it waits for."""
+    (the overhead baseline; the same K-slices, hence the same C, as every protected variant
+    at the shape). The input checks run as for `protected_matmul`, which it waits for."""
     variant = _variant_for(a, b, None, None, mode, tile, split)
     return run_variant(a, b, variant, backend).c

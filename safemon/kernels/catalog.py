@@ -250,7 +250,7 @@ AUTO_WIDE64_AT_MIN_TILES = 32
 #: variant that folds at T runs the same tile with 16-wide k-tiles (`t_level_variant`): half
 #: the folds, on the same K-slices, hence the same C as every other variant at the shape; ES
 #: folds each accumulator after every 16 k steps instead of every 8 (docs/SIGNATURES.md,
-#: "Tiles"). Measured on the H100, kernel time (evidence/h100-2026-11-25-ktile/): ones/T
+#: "Thread decomposition"). Measured on the H100, kernel time (evidence/h100-2026-11-25-ktile/): ones/T
 #: 1.14x faster at 4096³ and 2048³, 1.07x at 1024³ (`large`), 1.06-1.07x at 64 and 256 rows
 #: (`wide64`); twos/T 1.03-1.11x. Other levels fold at every k step, where the k-tile width
 #: changes neither ES nor the fold count, and the unprotected kernel on `large` was 0.95x as
