@@ -15,7 +15,9 @@ this process acts as the app, passing CuPy arrays to `Client`:
 Baselines, in this process, same run: the protected kernel called directly with its result
 left on the device (`direct`), the whole protected forward (`model_direct`), three of them
 back to back (`model_three_back_to_back`: what three channels' kernels cost when they share
-the GPU serially), and the unprotected forward with `cupy.matmul` (`model_cupy_matmul`).
+the GPU serially), the same on weights under ECC (`model_three_back_to_back_ecc`: the
+channels keep their weights so, `WeightsConfig.ecc`, and verify them with every use, which
+the first leaves out), and the unprotected forward with `cupy.matmul` (`model_cupy_matmul`).
 
 Faults: after the timed runs, `bitflip-c` is injected into one channel and `fault_requests`
 requests of each kind are checked bit for bit against the fault-free output; the count of
@@ -105,7 +107,7 @@ def channel_variant(label: str) -> dict[str, Any]:
 def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], model: ModelShape,
                mops: Any, warmup: int, model_requests: int, say: Progress,
                variant: dict[str, Any]) -> dict[str, Any]:
-    from safemon.config import VariantConfig
+    from safemon.config import VariantConfig, WeightsConfig
     from safemon.kernels.api import run_variant
     from safemon.kernels.model_gpu import launch_epilogue
     from safemon.models import run_model
@@ -130,6 +132,19 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
     out["model_direct"] = _stats(_timed(one, model_requests, warmup, sync))
     out["model_three_back_to_back"] = _stats(_timed(lambda: [one() for _ in range(3)],
                                                     model_requests, warmup, sync))
+    weights_config = WeightsConfig()  # what the benchmark's daemon keeps: `weights` unset
+    if weights_config.ecc:
+        # The channels keep their weights under ECC and verify them with every use, so their
+        # kernels include the checks: the same three forwards on protected weights.
+        from safemon.ecc import ProtectedArray
+        from safemon.kernels.backend import Backend
+
+        pw = {k: ProtectedArray.from_host(w, name=k, word_bits=weights_config.word_bits,
+                                          backend=Backend.CUPY) for k, w in weights.items()}
+        say(f"baseline: three protected forwards on ECC weights {model.label}")
+        out["model_three_back_to_back_ecc"] = _stats(_timed(
+            lambda: [run_model(layers, pw, dx, vc, "cupy") for _ in range(3)],
+            model_requests, warmup, sync))
     biases = [cp.asarray(ly.bias) if ly.bias is not None else None for ly in layers]
 
     def plain() -> None:
@@ -328,9 +343,12 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
                              f"{_us(d['p50_us'])} |")
                 continue
             for name, key in (("3 forwards back to back", "model_three_back_to_back"),
+                              ("3 forwards back to back on ECC weights, as the channels run them",
+                               "model_three_back_to_back_ecc"),
                               ("cupy.matmul forward", "model_cupy_matmul")):
-                lines.append(head + f"— | {r['round_trip']['p50_us'] / b[key]['p50_us']:.2f}× | "
-                             f"{name} {_us(b[key]['p50_us'])} |")
+                if key in b:  # evidence before 2026-11-25 has no ECC baseline
+                    lines.append(head + f"— | {r['round_trip']['p50_us'] / b[key]['p50_us']:.2f}× | "
+                                 f"{name} {_us(b[key]['p50_us'])} |")
     lines += ["", "Faults (bitflip-c injected into c1 before each request):", "",
               "| placement | request | injected | released | errors | wrong released |",
               "|---|---|---|---|---|---|"]

@@ -38,6 +38,10 @@ def test_the_report_has_a_row_per_path_and_request_with_its_baseline_ratio() -> 
     text = runtime_markdown(ev)
     assert "| process | cuda-ipc | 80x80x80 | 500 / 1,000 | 100 | 400 / 800 | 10.00× | direct kernel 50 |" in text
     assert "| process | host | model | 500 / 1,000 | 100 | — | 5.00× | cupy.matmul forward 100 |" in text
+    assert "ECC weights" not in text  # evidence without that baseline renders as before
+    ev["baselines"]["model_three_back_to_back_ecc"] = _stats(400.0)
+    assert ("| process | host | model | 500 / 1,000 | 100 | — | 1.25× | 3 forwards back to back "
+            "on ECC weights, as the channels run them 400 |") in runtime_markdown(ev)
     assert "channel variant ones/M/fma" in text and "| process | 80x80x80 | 5 | 5 | 0 | 0 |" in text
 
 
