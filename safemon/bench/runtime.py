@@ -82,6 +82,22 @@ def _timed(fn: Callable[[], Any], n: int, warmup: int, sync: Callable[[], None])
     return out
 
 
+def _timed_interleaved(fns: Sequence[Callable[[], Any]], n: int, warmup: int,
+                       sync: Callable[[], None]) -> list[list[float]]:
+    """`_timed` of several callables in alternation, one call of each per round, so that
+    the host's drift (clocks, scheduling) reaches them alike and their ratio holds."""
+    out: list[list[float]] = [[] for _ in fns]
+    for i in range(warmup + n):
+        for j, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            t1 = time.perf_counter()
+            if i >= warmup:
+                out[j].append(t1 - t0)
+    return out
+
+
 def channel_variant(label: str) -> dict[str, Any]:
     """The `VariantConfig` fields of a label "CHECKSUM/LEVEL/MODE" ("ones/M/fma") or
     "unprotected/MODE"; "" is the daemon's default variant.
@@ -130,21 +146,27 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
         return run_model(layers, dw, dx, vc, "cupy")
 
     out["model_direct"] = _stats(_timed(one, model_requests, warmup, sync))
-    out["model_three_back_to_back"] = _stats(_timed(lambda: [one() for _ in range(3)],
-                                                    model_requests, warmup, sync))
     weights_config = WeightsConfig()  # what the benchmark's daemon keeps: `weights` unset
-    if weights_config.ecc:
+    if not weights_config.ecc:
+        out["model_three_back_to_back"] = _stats(_timed(lambda: [one() for _ in range(3)],
+                                                        model_requests, warmup, sync))
+    else:
         # The channels keep their weights under ECC and verify them with every use, so their
-        # kernels include the checks: the same three forwards on protected weights.
+        # kernels include the checks: the same three forwards on protected weights too, in
+        # alternation with the plain ones (host-bound, these drift by tens of percent
+        # between rounds; alternation keeps their ratio).
         from safemon.ecc import ProtectedArray
         from safemon.kernels.backend import Backend
 
         pw = {k: ProtectedArray.from_host(w, name=k, word_bits=weights_config.word_bits,
                                           backend=Backend.CUPY) for k, w in weights.items()}
-        say(f"baseline: three protected forwards on ECC weights {model.label}")
-        out["model_three_back_to_back_ecc"] = _stats(_timed(
-            lambda: [run_model(layers, pw, dx, vc, "cupy") for _ in range(3)],
-            model_requests, warmup, sync))
+        say(f"baseline: three protected forwards, plain and ECC weights in turn {model.label}")
+        plain3, ecc3 = _timed_interleaved(
+            [lambda: [one() for _ in range(3)],
+             lambda: [run_model(layers, pw, dx, vc, "cupy") for _ in range(3)]],
+            model_requests, warmup, sync)
+        out["model_three_back_to_back"] = _stats(plain3)
+        out["model_three_back_to_back_ecc"] = _stats(ecc3)
     biases = [cp.asarray(ly.bias) if ly.bias is not None else None for ly in layers]
 
     def plain() -> None:
