@@ -62,3 +62,15 @@ def test_a_spinning_placement_says_so_in_its_rows() -> None:
     # Stream channels: the daemon does not spin, the client does; the row says which.
     ev["placements"][0].update(placement="stream", client_spin_s=0.005)
     assert "| stream (client spin 5 ms) | cuda-ipc | 80x80x80 |" in runtime_markdown(ev)
+
+
+def test_interleaved_timing_alternates_the_calls_and_drops_the_warm_up() -> None:
+    """Each round calls every function once, in order, and syncs after each; warm-up rounds
+    are run but not returned."""
+    from safemon.bench.runtime import _timed_interleaved
+
+    calls: list[str] = []
+    out = _timed_interleaved([lambda: calls.append("a"), lambda: calls.append("b")], n=3,
+                             warmup=2, sync=lambda: calls.append("sync"))
+    assert calls == ["a", "sync", "b", "sync"] * 5
+    assert [len(x) for x in out] == [3, 3] and all(t >= 0 for x in out for t in x)
