@@ -17,7 +17,8 @@ left on the device (`direct`), the whole protected forward (`model_direct`), thr
 back to back (`model_three_back_to_back`: what three channels' kernels cost when they share
 the GPU serially), the same on weights under ECC (`model_three_back_to_back_ecc`: the
 channels keep their weights so, `WeightsConfig.ecc`, and verify them with every use, which
-the first leaves out), and the unprotected forward with `cupy.matmul` (`model_cupy_matmul`).
+the first leaves out; the two are timed in alternation, `_timed_interleaved`), and the
+unprotected forward with `cupy.matmul` (`model_cupy_matmul`).
 
 Faults: after the timed runs, `bitflip-c` is injected into one channel and `fault_requests`
 requests of each kind are checked bit for bit against the fault-free output; the count of

@@ -64,7 +64,7 @@ def _cases() -> list[tuple[tuple[int, int, int], Variant]]:
             cases.append(((97, 61, 113), make_variant(*spec, "exact", tile)))
     for c, lv, mode in BIG_SPECS:
         cases.append((BIG, make_variant(c, lv, mode, auto_tile(*BIG, lv))))
-    # Level T's 16-wide k-tiles: every checksum on an odd shape, and as `tile=None` gives them.
+    # Level T's 16-wide k-tiles: three checksums on an odd shape, and as `tile=None` gives them.
     for tile in T_LEVEL_BUILDS:
         for spec in [("ones", "T", "fma"), ("crc32c", "T", "exact"), ("fletcher", "T", "fma")]:
             cases.append(((97, 61, 113), make_variant(*spec, tile)))
