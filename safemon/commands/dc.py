@@ -29,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--dims", default="20",
                    help="comma list of MxNxK, N (square) or L1/L2/L3; 'seed-dc' = the seed's six sizes")
     p.add_argument("--mode", choices=("exact", "fma"), default="exact")
-    p.add_argument("--tile", default="auto", help="small, large, wide, skinny, or auto (catalog.auto_tile by shape, level left out)")
+    p.add_argument("--tile", default="auto", help="small, large, wide, skinny, or auto (catalog.auto_tile by shape, level left out; "
+                   "level T on its 16-wide k-tiles where the library runs them there)")
     p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int, default=None, help="copies per reference call / launch")
@@ -51,7 +52,7 @@ def handler(args: argparse.Namespace) -> int:
     from safemon.commands._common import current_device_name
     from safemon.dims import parse_dims_list
     from safemon.errors import BackendUnavailableError
-    from safemon.evidence.campaign import default_tile, parse_variants, run_input_campaign
+    from safemon.evidence.campaign import campaign_variants, run_input_campaign
     from safemon.evidence.store import (
         EvidenceStore,
         dc_evidence,
@@ -67,8 +68,7 @@ def handler(args: argparse.Namespace) -> int:
         dims_list = parse_dims_list(args.dims)
         jobs = []
         for dims in dims_list:
-            tile = default_tile(dims) if args.tile == "auto" else args.tile
-            jobs += [(v, dims) for v in parse_variants(args.variants, args.mode, tile)]
+            jobs += [(v, dims) for v in campaign_variants(args.variants, args.mode, args.tile, dims)]
     except (ValueError, BackendUnavailableError) as exc:
         print(f"safemon dc: {exc}", file=sys.stderr)
         return 2

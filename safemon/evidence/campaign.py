@@ -45,6 +45,7 @@ from safemon.kernels.catalog import (
     make_variant,
     split_check_suffix,
     standard_variants,
+    t_level_variant,
 )
 from safemon.kernels.reference import reference_matmul
 
@@ -53,6 +54,7 @@ __all__ = [
     "ES_DIFFERS",
     "CampaignResult",
     "brute_force_verdict",
+    "campaign_variants",
     "describe_fault",
     "inputs_for",
     "parse_variants",
@@ -285,6 +287,21 @@ def default_tile(dims: Dims) -> TileConfig:
     """The tile a campaign or a benchmark uses at `dims`: the library's own `auto_tile` (for
     variants without a fold at every MAC, so that every variant of one run shares it)."""
     return auto_tile(dims.m, dims.n, dims.k)
+
+
+def campaign_variants(text: str, mode: str, tile: str, dims: Dims) -> list[Variant]:
+    """The variants `safemon dc --variants TEXT --mode MODE --tile TILE` campaigns at `dims`:
+    `parse_variants` on the named tile, or with "auto" on `default_tile(dims)`, where a
+    variant folding at level T then runs that tile's 16-wide k-tiles as the library and
+    `safemon bench` do (`catalog.t_level_variant`), so that the campaign's variant name is
+    the benchmark's.
+
+    Raises:
+        ValueError: as `parse_variants`.
+    """
+    if tile != "auto":
+        return parse_variants(text, mode, tile)
+    return [t_level_variant(v, dims.k) for v in parse_variants(text, mode, default_tile(dims))]
 
 
 # ---- NumPy backend ---------------------------------------------------------------------------

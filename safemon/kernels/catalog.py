@@ -276,6 +276,10 @@ T_LEVEL_BUILDS: tuple[TileConfig, ...] = tuple(
 #: `TILES["wide64"]`, another build) and level T's. What warms up, audits or tests "every
 #: tile" iterates this.
 TILE_BUILDS: tuple[TileConfig, ...] = (*TILES.values(), WIDE64_READS_AT, *T_LEVEL_BUILDS)
+#: Every tile by the name `Variant.name` gives it: the catalog's and level T's, so that a
+#: variant's name always parses back (`variant_from_name`). Channels name catalog tiles only
+#: (`VariantConfig.tile`); level T's are picked by `tile=None`.
+NAMED_TILES: dict[str, TileConfig] = {**TILES, **{t.name: t for t in T_LEVEL_BUILDS[:2]}}
 
 
 def auto_tile_builds(level: str | None) -> tuple[TileConfig, ...]:
@@ -551,9 +555,9 @@ def make_variant(
     if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= MAX_SPLIT:
         raise ValueError(f"split must be an integer in 1..{MAX_SPLIT}, not {split!r}")
     if isinstance(tile, str):
-        if tile not in TILES:
-            raise ValueError(f"unknown tile {tile!r}; known: {', '.join(TILES)}")
-        tile = TILES[tile]
+        if tile not in NAMED_TILES:
+            raise ValueError(f"unknown tile {tile!r}; known: {', '.join(NAMED_TILES)}")
+        tile = NAMED_TILES[tile]
     elif not isinstance(tile, TileConfig):
         raise TypeError(f"tile must be a name or a TileConfig, not {type(tile).__name__}")
     if mode not in MODES:
@@ -607,7 +611,7 @@ def variant_with_tile(base: Variant, tile: str | TileConfig, k: int) -> Variant:
     split of `tile` reproduces the bounds (a k-tile width that does not divide them), the
     base's split is kept: such channels can disagree, and docs/SIGNATURES.md says so.
     """
-    t = TILES[tile] if isinstance(tile, str) else tile
+    t = NAMED_TILES[tile] if isinstance(tile, str) else tile
     if t == base.tile:
         return base
     want = slice_bounds(k, base.tile.bk, base.slices(k))

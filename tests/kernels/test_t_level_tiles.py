@@ -138,3 +138,35 @@ def test_reference_on_16_wide_k_tiles_matches_the_literal_model(tile, checksum: 
     c8, es8 = reference_matmul(a, b, eight)
     assert c8.tobytes() == c.tobytes()
     assert es8.shape == es.shape and es8.tobytes() != es.tobytes()
+
+
+def test_names_of_level_t_variants_parse_back() -> None:
+    """Evidence stores variants by name (`safemon bench` rows, `safemon select`): every name
+    `tile=None` gives must parse back to the same variant; channels still name catalog tiles
+    only."""
+    from safemon.config import VariantConfig
+    from safemon.kernels.catalog import NAMED_TILES, variant_from_name
+
+    for dims in [(4096, 4096, 4096), (1024, 1024, 1024), (64, 4096, 4096), (48, 4096, 1024)]:
+        v = variant_for_shape(*dims, "ones", "T", "fma", None, None)
+        assert v.tile.name.endswith("_k16")
+        assert variant_from_name(v.name) == v
+    assert make_variant("twos", "T", "fma", "wide64_k16").tile == NAMED_TILES["wide64_k16"]
+    assert set(NAMED_TILES) == set(TILES) | {"large_k16", "wide64_k16"}
+    with pytest.raises(ValueError, match="unknown tile"):
+        VariantConfig(tile="large_k16")
+
+
+def test_campaigns_on_the_automatic_tile_run_what_the_library_runs() -> None:
+    """`safemon dc --tile auto` campaigns level T on the 16-wide k-tiles where the library
+    and `safemon bench` run it, so that select pairs their rows by name; a named tile stays."""
+    from safemon.dims import as_dims
+    from safemon.evidence.campaign import campaign_variants
+
+    dims = as_dims("128x4096x1000")
+    names = [v.name for v in campaign_variants("ones/T,ones/M,ones/T/rmt-block", "fma", "auto",
+                                               dims)]
+    assert names == ["ones/T/fma/large_k16", "ones/M/fma/large", "ones/T/fma/large/rmt-block"]
+    assert [v.name for v in campaign_variants("ones/T", "fma", "large", dims)] == ["ones/T/fma/large"]
+    assert [v.name for v in campaign_variants("ones/T", "exact", "auto", as_dims("80x80x80"))] == [
+        "ones/T/exact/small"]
