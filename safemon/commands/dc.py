@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--dims", default="20",
                    help="comma list of MxNxK, N (square) or L1/L2/L3; 'seed-dc' = the seed's six sizes")
     p.add_argument("--mode", choices=("exact", "fma"), default="exact")
-    p.add_argument("--tile", default="auto", help="small, large, wide, skinny, or auto (catalog.auto_tile by shape, level left out; "
+    p.add_argument("--tile", default="auto", help="a tile name (catalog.NAMED_TILES) or auto (catalog.auto_tile by shape, level left out; "
                    "level T on its 16-wide k-tiles where the library runs them there)")
     p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--seed", type=int, default=0)

@@ -261,7 +261,8 @@ def protected_matmul(
         level: "I", "M" or "E" ("I" or "I+M" for a combination).
         mode: "exact" (no FMA contraction) or "fma".
         backend: "auto" (CuPy when a CUDA device is usable, else NumPy), "numpy" or "cupy".
-        tile: a tile name ("small", "large", "wide", "wide64", "skinny", "half"), a `TileConfig`,
+        tile: a tile name (`catalog.NAMED_TILES`: "small", "large", "wide", "wide64", "skinny",
+            "half", and level T's "large_k16" and "wide64_k16"), a `TileConfig`,
             or None to pick by shape (`catalog.auto_tile`; intra-warp RMT runs `half` where
             that picks `large` and `wide` where it picks `wide64`, `catalog.rmt_warp_variant`).
         split: split-K factor (1..MAX_SPLIT), or None for `auto_split` of the shape and tile.
