@@ -264,7 +264,8 @@ def protected_matmul(
         tile: a tile name (`catalog.NAMED_TILES`: "small", "large", "wide", "wide64", "skinny",
             "half", and level T's "large_k16" and "wide64_k16"), a `TileConfig`,
             or None to pick by shape (`catalog.auto_tile`; intra-warp RMT runs `half` where
-            that picks `large` and `wide` where it picks `wide64`, `catalog.rmt_warp_variant`).
+            that picks `large` and `wide` where it picks `wide64`, `catalog.rmt_warp_variant`;
+            level T their 16-wide k-tiles, `catalog.t_level_variant`).
         split: split-K factor (1..MAX_SPLIT), or None for `auto_split` of the shape and tile.
         wait: on the CuPy backend, read the input checks' status block before returning (one
             host synchronisation). False returns a pending result at once; call its `wait()`
