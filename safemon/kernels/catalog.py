@@ -279,7 +279,8 @@ TILE_BUILDS: tuple[TileConfig, ...] = (*TILES.values(), WIDE64_READS_AT, *T_LEVE
 #: Every tile by the name `Variant.name` gives it: the catalog's and level T's, so that a
 #: variant's name always parses back (`variant_from_name`). Channels name catalog tiles only
 #: (`VariantConfig.tile`); level T's are picked by `tile=None`.
-NAMED_TILES: dict[str, TileConfig] = {**TILES, **{t.name: t for t in T_LEVEL_BUILDS[:2]}}
+NAMED_TILES: dict[str, TileConfig] = {
+    **TILES, **{t.name: t for t in (t_level_tile(TILES[n]) for n in T_LEVEL_K_TILES)}}
 
 
 def auto_tile_builds(level: str | None) -> tuple[TileConfig, ...]:
@@ -667,10 +668,7 @@ def t_level_variant(base: Variant, k: int) -> Variant:
         return base
     # Uncached: `variant_with_tile`'s cache key cannot tell `wide64` from `WIDE64_READS_AT`
     # (equal tiles, other builds), and the build must stay the base's.
-    moved = variant_with_tile.__wrapped__(base, tile, k)
-    same = slice_bounds(k, moved.tile.bk, moved.slices(k)) == slice_bounds(
-        k, base.tile.bk, base.slices(k))
-    return moved if same else base
+    return _if_same_slices(variant_with_tile.__wrapped__(base, tile, k), base, k)
 
 
 def rmt_warp_variant(base: Variant, k: int) -> Variant:
@@ -680,7 +678,11 @@ def rmt_warp_variant(base: Variant, k: int) -> Variant:
     therefore always `base`'s C."""
     if base.tile.name not in RMT_WARP_TILES:
         return base
-    moved = variant_with_tile(base, RMT_WARP_TILES[base.tile.name], k)
+    return _if_same_slices(variant_with_tile(base, RMT_WARP_TILES[base.tile.name], k), base, k)
+
+
+def _if_same_slices(moved: Variant, base: Variant, k: int) -> Variant:
+    """`moved` where it cuts K into `base`'s K-slices (so computes `base`'s C), else `base`."""
     same = slice_bounds(k, moved.tile.bk, moved.slices(k)) == slice_bounds(
         k, base.tile.bk, base.slices(k))
     return moved if same else base

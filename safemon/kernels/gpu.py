@@ -28,12 +28,12 @@ import numpy as np
 from safemon.kernels.catalog import (
     CHECKSUMS,
     LEVELS,
-    T_LEVEL_BUILDS,
     TILES,
     WIDE64_READS_AT,
     TileConfig,
     Variant,
     make_variant,
+    t_level_tile,
 )
 from safemon.kernels.compiler import KernelBuild, import_cupy, load_module, on_clear
 from safemon.kernels.launch import arg_block, function_pointer, launch
@@ -511,8 +511,8 @@ def nvcc_builds() -> list[KernelBuild]:
     builds.append(build_for(make_variant(None, None, "exact", WIDE64_READS_AT)))
     # Level T's 16-wide k-tiles (`catalog.t_level_variant`): two stages on `large_k16`, three
     # on `wide64_k16` reading Aᵀ.
-    builds.append(build_for(make_variant("ones", "T", "fma", T_LEVEL_BUILDS[0])))
-    builds.append(build_for(make_variant("crc32c", "T", "exact", T_LEVEL_BUILDS[2])))
+    builds.append(build_for(make_variant("ones", "T", "fma", "large_k16")))
+    builds.append(build_for(make_variant("crc32c", "T", "exact", t_level_tile(WIDE64_READS_AT))))
     # MAC order 1 with level M's folds inside the serpentine (`Variant.kernel_schedule`).
     builds.append(build_for(make_variant("twos", "M", "fma", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
