@@ -8,17 +8,21 @@ this process acts as the app, passing CuPy arrays to `Client`:
 
 - **matmul** at each size: round trip of `Client.matmul(cupy x)` (result back as a CuPy
   array on the same device). `overhead = round trip − kernel_seconds`, the latter being the
-  slowest agreeing channel's compute time from the reply (the critical path).
+  slowest agreeing channel's busy time from the reply (the critical path: queuing, waiting
+  for and checking its device step, its Python included).
 - **model**: a `layers`-layer MLP (batch × hidden, fp32, gelu, biases) as one
   `Client.run(model_id, cupy x)`: one vote on the output digest and the per-layer digests.
 
 Baselines, in this process, same run: the protected kernel called directly with its result
 left on the device (`direct`), the whole protected forward (`model_direct`), three of them
-back to back (`model_three_back_to_back`: what three channels' kernels cost when they share
-the GPU serially), the same on weights under ECC (`model_three_back_to_back_ecc`: the
-channels keep their weights so, `WeightsConfig.ecc`, and verify them with every use, which
-the first leaves out; the two are timed in alternation, `_timed_interleaved`), and the
-unprotected forward with `cupy.matmul` (`model_cupy_matmul`).
+back to back (`model_three_back_to_back`), the same on weights under ECC
+(`model_three_back_to_back_ecc`: the channels keep their weights so, `WeightsConfig.ecc`, and
+verify them with every use, which the first leaves out; the two are timed in alternation,
+`_timed_interleaved`), three passes captured as CUDA graphs as the channels run them and
+launched back to back (`model_three_graphs`: what the three channels' GPU work takes when
+they share the GPU serially; the forwards above are queued from Python, which at 64×4096
+takes longer than their kernels), and the unprotected forward with `cupy.matmul`
+(`model_cupy_matmul`).
 
 Faults: after the timed runs, `bitflip-c` is injected into one channel and `fault_requests`
 requests of each kind are checked bit for bit against the fault-free output; the count of
@@ -168,6 +172,10 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
             model_requests, warmup, sync)
         out["model_three_back_to_back"] = _stats(plain3)
         out["model_three_back_to_back_ecc"] = _stats(ecc3)
+    say(f"baseline: three channels' captured passes back to back {model.label}")
+    kept = pw if weights_config.ecc else dw  # the weights as the channels keep them
+    out["model_three_graphs"] = _stats(_three_captured_passes(
+        cp, layers, kept, dx, vc, model_requests, warmup))
     biases = [cp.asarray(ly.bias) if ly.bias is not None else None for ly in layers]
 
     def plain() -> None:
@@ -178,6 +186,60 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
 
     say(f"baseline: unprotected forward with cupy.matmul {model.label}")
     out["model_cupy_matmul"] = _stats(_timed(plain, model_requests, warmup, sync))
+    return out
+
+
+def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, Any], x: Any,
+                           variant: Any, n: int, warmup: int) -> list[float]:
+    """Seconds (wall) of three forward passes back to back as the channels' device steps
+    run them: each pass, its copy of x and its digests and read-backs included, captured
+    as a CUDA graph the way a channel with `graphs` on captures it
+    (`safemon.channels.step_graphs`, `safemon.models.forward.queue_pass`), on `weights`
+    as the channels keep them (under ECC by default, checked with every use), each with its own page-locked read-back rows;
+    the three graphs are launched one after another on one stream and waited for once.
+    What the host does after the wait (each pass's `finish`: the status and digest
+    checks) runs outside the timed span, and every pass must come back clean.
+
+    This is issue 16's "time the three channels' kernels take back to back": the
+    uncaptured forwards (`run_model`) queue their kernels from Python, and at 64×4096
+    that queuing, not the GPU, sets their pace.
+
+    Raises:
+        SafemonError: a pass whose checks failed.
+    """
+    from safemon.channels.step_graphs import StepGraphs
+    from safemon.kernels.pinned import lane
+    from safemon.models.forward import device_biases, queue_pass
+
+    graphs = StepGraphs(capacity=3)
+    steps = []
+    for i in range(3):
+        stream = cp.cuda.Stream(non_blocking=True)
+        biases = device_biases(layers)
+
+        def queue(biases: list[Any] = biases) -> Any:
+            xc = cp.empty(x.shape, dtype=cp.float32)
+            xc[...] = x  # a channel's copy of x out of the client's buffer
+            return queue_pass(layers, weights, xc, variant, biases, extra_digests=[xc])
+
+        with stream, lane(("bench-graph", i)):
+            if queue().finish() is None:  # by hand first: kernels compiled and loaded
+                raise SafemonError("a baseline pass recomputed a layer (ECC correction)")
+            steps.append(graphs.capture(i, stream, queue, keep=(biases,)))
+    serial = cp.cuda.Stream(non_blocking=True)
+    out: list[float] = []
+    for r in range(warmup + n):
+        t0 = time.perf_counter()
+        for step in steps:
+            step.launch(serial)
+        serial.synchronize()
+        t1 = time.perf_counter()
+        for i, step in enumerate(steps):
+            with lane(("bench-graph", i)):
+                if step.outputs.finish() is None:
+                    raise SafemonError("a captured baseline pass failed its checks")
+        if r >= warmup:
+            out.append(t1 - t0)
     return out
 
 
@@ -347,7 +409,7 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
              f"variant {ev.get('variant', 'default')}; paths: "
              f"{', '.join(ev['paths'])} (cuda-ipc: x and outputs in the client's CUDA IPC "
              "buffers, digests over ZeroMQ; host: arrays copied through host memory).",
-             "", "| placement | path | request | round trip p50 / p99 (µs) | kernel p50 | "
+             "", "| placement | path | request | round trip p50 / p99 (µs) | channel busy p50 | "
              "overhead p50 / p99 | ratio p50 vs baseline | baseline |",
              "|---|---|---|---|---|---|---|---|"]
     for pl in ev["placements"]:
@@ -368,11 +430,20 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
             for name, key in (("3 forwards back to back", "model_three_back_to_back"),
                               ("3 forwards back to back on ECC weights, as the channels run them",
                                "model_three_back_to_back_ecc"),
+                              ("3 channels' captured passes back to back (their GPU work)",
+                               "model_three_graphs"),
                               ("cupy.matmul forward", "model_cupy_matmul")):
                 if key in b:  # evidence before 2026-11-25 has no ECC baseline
                     lines.append(head + f"— | {r['round_trip']['p50_us'] / b[key]['p50_us']:.2f}× | "
                                  f"{name} {_us(b[key]['p50_us'])} |")
-    lines += ["", "Faults (bitflip-c injected into c1 before each request):", "",
+    lines += ["", "Channel busy: the slowest agreeing channel's `kernel_seconds`, the time it "
+              "spent queuing its device step, waiting for it and checking it (its Python "
+              "included, the other channels' turns not). Overhead is the round trip less "
+              "that, so it leaves out the channels' own host work; the ratio to the direct "
+              "kernel leaves out nothing. The captured-pass baseline is the three channels' "
+              "GPU work alone (`_three_captured_passes`); the forwards back to back are "
+              "queued from Python, which at these shapes sets their pace.",
+              "", "Faults (bitflip-c injected into c1 before each request):", "",
               "| placement | request | injected | released | errors | wrong released |",
               "|---|---|---|---|---|---|"]
     for pl in ev["placements"]:

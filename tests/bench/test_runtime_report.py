@@ -43,6 +43,11 @@ def test_the_report_has_a_row_per_path_and_request_with_its_baseline_ratio() -> 
     assert ("| process | host | model | 500 / 1,000 | 100 | — | 1.25× | 3 forwards back to back "
             "on ECC weights, as the channels run them 400 |") in runtime_markdown(ev)
     assert "channel variant ones/M/fma" in text and "| process | 80x80x80 | 5 | 5 | 0 | 0 |" in text
+    assert "captured passes" not in text
+    ev["baselines"]["model_three_graphs"] = _stats(250.0)
+    assert ("| process | cuda-ipc | model | 500 / 1,000 | 100 | — | 2.00× | 3 channels' captured "
+            "passes back to back (their GPU work) 250 |") in runtime_markdown(ev)
+    assert "| channel busy p50 |" in text
 
 
 def test_a_spinning_placement_says_so_in_its_rows() -> None:
