@@ -35,7 +35,7 @@ import numpy as np
 from safemon.bench.overhead import variant_launcher
 from safemon.bench.timing import kernel_samples_ms
 from safemon.kernels.catalog import (
-    TILES,
+    NAMED_TILES,
     TileConfig,
     auto_split,
     auto_tile,
@@ -50,8 +50,8 @@ DEFAULT_TILES = "auto,large,h64:64x128x8/8x8,v64:128x64x8/8x8,q64:64x64x8/8x8,h6
 def parse_tile(text: str) -> TileConfig:
     """A catalog name, or `NAME:BMxBNxBK/TMxTN`, then `a` for asynchronous copies, `k` (after
     `a`) for copies from Aᵀ, `m1` or `m2` for that lane map and `o1` for MAC order 1."""
-    if text in TILES:
-        return TILES[text]
+    if text in NAMED_TILES:
+        return NAMED_TILES[text]
     m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(a?)(k?)(?:m([012]))?(o1)?", text)
     if m is None:
         raise SystemExit(f"not a tile: {text!r} (a catalog name or NAME:BMxBNxBK/TMxTN[a[k]][mL][o1])")
@@ -70,6 +70,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--no-rmt", action="store_true", help="time the unprotected kernels only")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--mode", choices=("fma", "exact"), default="fma",
+                    help="the arithmetic mode of every kernel timed (default fma)")
     ap.add_argument("--variant", default="unprotected",
                     help="CHECKSUM/LEVEL (e.g. ones/T) or 'unprotected' (default)")
     args = ap.parse_args()
@@ -78,16 +80,16 @@ def main() -> int:
     rng = np.random.default_rng(0)
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"]
     dev = dev.decode() if isinstance(dev, bytes) else dev
-    report: dict = {"device": dev, "variant": args.variant, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    report: dict = {"device": dev, "variant": args.variant, "mode": args.mode, "date": datetime.now(UTC).isoformat(timespec="seconds"),
                     "rounds": args.rounds, "repeats": args.repeats, "shapes": {}}
-    print(f"# {report['device']}, {report['date']}; {args.variant} kernel µs, medians of "
+    print(f"# {report['device']}, {report['date']}; {args.variant} {args.mode} kernel µs, medians of "
           f"{args.rounds} interleaved rounds")
     for shape in args.shapes.split(","):
         m, n, k = map(int, shape.split("x"))
         a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
         b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
         auto_t = auto_tile(m, n, k, level)
-        auto = make_variant(checksum, level, "fma", auto_t, auto_split(m, n, k, auto_t))
+        auto = make_variant(checksum, level, args.mode, auto_t, auto_split(m, n, k, auto_t))
         cases: dict[str, object] = {"cuBLAS": lambda a=a, b=b: cp.matmul(a, b)}
         checks: dict[str, str] = {}
         # "auto": the tile safemon.matmul picks at this shape (the unprotected kernel users run).
@@ -104,7 +106,7 @@ def main() -> int:
             else:  # the split that cuts K as the automatic variant does (same C)
                 split = variant_with_tile(auto, t, k).split
             for rmt in ("none",) if args.no_rmt else ("none", "warp"):
-                v = make_variant(checksum, level, "fma", t, split, rmt=rmt)
+                v = make_variant(checksum, level, args.mode, t, split, rmt=rmt)
                 try:
                     run = variant_launcher(cp, v, a, b)
                     c, _es = run()
