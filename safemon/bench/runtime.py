@@ -194,9 +194,10 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
     """Seconds (wall) of three forward passes back to back as the channels' device steps
     run them: each pass, its copy of x and its digests and read-backs included, captured
     as a CUDA graph the way a channel with `graphs` on captures it
-    (`safemon.channels.step_graphs`, `safemon.models.forward.queue_pass`), on `weights`
-    as the channels keep them (under ECC by default, checked with every use), each with its own page-locked read-back rows;
-    the three graphs are launched one after another on one stream and waited for once.
+    (`safemon.channels.step_graphs`, `safemon.models.forward.queue_pass`), on `weights` as
+    the channels keep them (under ECC by default, checked with every use), each with its own
+    page-locked read-back rows; the three graphs are launched one after another on one
+    stream and waited for once.
     What the host does after the wait (each pass's `finish`: the status and digest
     checks) runs outside the timed span, and every pass must come back clean.
 
