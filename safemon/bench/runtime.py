@@ -21,7 +21,8 @@ verify them with every use, which the first leaves out; the two are timed in alt
 `_timed_interleaved`), three passes captured as CUDA graphs as the channels run them and
 launched back to back (`model_three_graphs`: what the three channels' GPU work takes when
 they share the GPU serially; the forwards above are queued from Python, which at 64×4096
-takes longer than their kernels), and the unprotected forward with `cupy.matmul`
+takes longer than their kernels) and side by side on three streams, as inline channels run
+them (`model_three_graphs_concurrent`), and the unprotected forward with `cupy.matmul`
 (`model_cupy_matmul`).
 
 Faults: after the timed runs, `bitflip-c` is injected into one channel and `fault_requests`
@@ -174,8 +175,10 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
         out["model_three_back_to_back_ecc"] = _stats(ecc3)
     say(f"baseline: three channels' captured passes back to back {model.label}")
     kept = pw if weights_config.ecc else dw  # the weights as the channels keep them
-    out["model_three_graphs"] = _stats(_three_captured_passes(
-        cp, layers, kept, dx, vc, model_requests, warmup))
+    serial, side_by_side = _three_captured_passes(cp, layers, kept, dx, vc, model_requests,
+                                                  warmup)
+    out["model_three_graphs"] = _stats(serial)
+    out["model_three_graphs_concurrent"] = _stats(side_by_side)
     biases = [cp.asarray(ly.bias) if ly.bias is not None else None for ly in layers]
 
     def plain() -> None:
@@ -190,18 +193,20 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
 
 
 def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, Any], x: Any,
-                           variant: Any, n: int, warmup: int) -> list[float]:
-    """Seconds (wall) of three forward passes back to back as the channels' device steps
-    run them: each pass, its copy of x and its digests and read-backs included, captured
-    as a CUDA graph the way a channel with `graphs` on captures it
+                           variant: Any, n: int, warmup: int
+                           ) -> tuple[list[float], list[float]]:
+    """Seconds (wall) of three forward passes as the channels' device steps run them, back
+    to back and side by side: each pass, its copy of x and its digests and read-backs
+    included, captured as a CUDA graph the way a channel with `graphs` on captures it
     (`safemon.channels.step_graphs`, `safemon.models.forward.queue_pass`), on `weights` as
     the channels keep them (under ECC by default, checked with every use), each with its own
-    page-locked read-back rows; the three graphs are launched one after another on one
-    stream and waited for once.
-    What the host does after the wait (each pass's `finish`: the status and digest
-    checks) runs outside the timed span, and every pass must come back clean.
+    page-locked read-back rows. Per round, in alternating order: the three graphs launched
+    one after another on one stream and waited for once (the first list), and each on its
+    own stream, as inline channels run them, waited for together (the second). What the
+    host does after the wait (each pass's `finish`: the status and digest checks) runs
+    outside the timed spans, and every pass must come back clean.
 
-    This is issue 16's "time the three channels' kernels take back to back": the
+    The first is issue 16's "time the three channels' kernels take back to back": the
     uncaptured forwards (`run_model`) queue their kernels from Python, and at 64×4096
     that queuing, not the GPU, sets their pace.
 
@@ -213,9 +218,10 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
     from safemon.models.forward import device_biases, queue_pass
 
     graphs = StepGraphs(capacity=3)
-    steps = []
+    steps, streams = [], []
     for i in range(3):
         stream = cp.cuda.Stream(non_blocking=True)
+        streams.append(stream)
         biases = device_biases(layers)
 
         def queue(biases: list[Any] = biases) -> Any:
@@ -227,20 +233,23 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
             if queue().finish() is None:  # by hand first: kernels compiled and loaded
                 raise SafemonError("a baseline pass recomputed a layer (ECC correction)")
             steps.append(graphs.capture(i, stream, queue, keep=(biases,)))
-    serial = cp.cuda.Stream(non_blocking=True)
-    out: list[float] = []
+    one = cp.cuda.Stream(non_blocking=True)
+    out: tuple[list[float], list[float]] = ([], [])
     for r in range(warmup + n):
-        t0 = time.perf_counter()
-        for step in steps:
-            step.launch(serial)
-        serial.synchronize()
-        t1 = time.perf_counter()
-        for i, step in enumerate(steps):
-            with lane(("bench-graph", i)):
-                if step.outputs.finish() is None:
-                    raise SafemonError("a captured baseline pass failed its checks")
-        if r >= warmup:
-            out.append(t1 - t0)
+        for kind in ((0, 1) if r % 2 == 0 else (1, 0)):
+            on = [one] * 3 if kind == 0 else streams
+            t0 = time.perf_counter()
+            for step, stream in zip(steps, on, strict=True):
+                step.launch(stream)
+            for stream in on:
+                stream.synchronize()
+            t1 = time.perf_counter()
+            for i, step in enumerate(steps):
+                with lane(("bench-graph", i)):
+                    if step.outputs.finish() is None:
+                        raise SafemonError("a captured baseline pass failed its checks")
+            if r >= warmup:
+                out[kind].append(t1 - t0)
     return out
 
 
@@ -433,6 +442,8 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
                                "model_three_back_to_back_ecc"),
                               ("3 channels' captured passes back to back (their GPU work)",
                                "model_three_graphs"),
+                              ("3 channels' captured passes side by side, one stream each",
+                               "model_three_graphs_concurrent"),
                               ("cupy.matmul forward", "model_cupy_matmul")):
                 if key in b:  # evidence before 2026-11-25 has no ECC baseline
                     lines.append(head + f"— | {r['round_trip']['p50_us'] / b[key]['p50_us']:.2f}× | "

@@ -1,5 +1,6 @@
-"""The runtime benchmark's captured-pass baseline (`safemon.bench.runtime`) on a GPU: it
-times clean passes, and a pass whose checks fail stops it instead of being timed."""
+"""The runtime benchmark's captured-pass baselines (`safemon.bench.runtime`) on a GPU: they
+time clean passes, back to back and side by side, and a pass whose checks fail stops them
+instead of being timed."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def test_captured_passes_are_timed_once_per_round(ecc: bool) -> None:
     from safemon.config import VariantConfig
 
     layers, kept, x = _model(cp, ecc)
-    times = _three_captured_passes(cp, layers, kept, x, VariantConfig(), n=4, warmup=2)
-    assert len(times) == 4 and all(t > 0 for t in times)
+    serial, side_by_side = _three_captured_passes(cp, layers, kept, x, VariantConfig(), n=4,
+                                                  warmup=2)
+    assert len(serial) == len(side_by_side) == 4 and all(t > 0 for t in serial + side_by_side)
 
 
 @pytest.mark.gpu
