@@ -198,9 +198,10 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
     """Seconds (wall) of three forward passes as the channels' device steps run them, back
     to back and side by side: each pass, its copy of x and its digests and read-backs
     included, captured as a CUDA graph the way a channel with `graphs` on captures it
-    (`safemon.channels.step_graphs`, `safemon.models.forward.queue_pass`), on `weights` as
-    the channels keep them (under ECC by default, checked with every use), each with its own
-    page-locked read-back rows. Per round, in alternating order: the three graphs launched
+    (`safemon.channels.step_graphs`, `safemon.models.forward.queue_pass`: the copy of x, the
+    layers, the copy of the output into a slot, the digests), on `weights` as the channels
+    keep them (under ECC by default, checked with every use), each with its own page-locked
+    read-back rows. Per round, in alternating order: the three graphs launched
     one after another on one stream and waited for once (the first list), and each on its
     own stream, as inline channels run them, waited for together (the second). What the
     host does after the wait (each pass's `finish`: the status and digest checks) runs
@@ -223,16 +224,20 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
         stream = cp.cuda.Stream(non_blocking=True)
         streams.append(stream)
         biases = device_biases(layers)
+        # the channel's slot in the client's output buffer, which the pass copies into
+        slot = cp.empty((x.shape[0], int(weights[layers[-1].weight_id].shape[1])),
+                        dtype=cp.float32)
 
-        def queue(biases: list[Any] = biases) -> Any:
+        def queue(biases: list[Any] = biases, slot: Any = slot) -> Any:
             xc = cp.empty(x.shape, dtype=cp.float32)
             xc[...] = x  # a channel's copy of x out of the client's buffer
-            return queue_pass(layers, weights, xc, variant, biases, extra_digests=[xc])
+            return queue_pass(layers, weights, xc, variant, biases, out_into=slot,
+                              extra_digests=[xc])
 
         with stream, lane(("bench-graph", i)):
             if queue().finish() is None:  # by hand first: kernels compiled and loaded
                 raise SafemonError("a baseline pass recomputed a layer (ECC correction)")
-            steps.append(graphs.capture(i, stream, queue, keep=(biases,)))
+            steps.append(graphs.capture(i, stream, queue, keep=(biases, slot)))
     one = cp.cuda.Stream(non_blocking=True)
     out: tuple[list[float], list[float]] = ([], [])
     for r in range(warmup + n):
