@@ -173,7 +173,7 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
             model_requests, warmup, sync)
         out["model_three_back_to_back"] = _stats(plain3)
         out["model_three_back_to_back_ecc"] = _stats(ecc3)
-    say(f"baseline: three channels' captured passes back to back {model.label}")
+    say(f"baseline: three channels' captured passes, back to back and side by side {model.label}")
     kept = pw if weights_config.ecc else dw  # the weights as the channels keep them
     serial, side_by_side = _three_captured_passes(cp, layers, kept, dx, vc, model_requests,
                                                   warmup)
