@@ -204,15 +204,17 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
     read-back rows. Per round, in alternating order: the three graphs launched
     one after another on one stream and waited for once (the first list), and each on its
     own stream, as inline channels run them, waited for together (the second). What the
-    host does after the wait (each pass's `finish`: the status and digest checks) runs
-    outside the timed spans, and every pass must come back clean.
+    host does after the wait runs outside the timed spans: each pass's `finish` (its status
+    blocks) and a comparison of its digest frame (output, per-layer ES and outputs, x) with
+    the one the first pass gave when run by hand, which every pass must match.
 
     The first is issue 16's "time the three channels' kernels take back to back": the
     uncaptured forwards (`run_model`) queue their kernels from Python, and at 64×4096
     that queuing, not the GPU, sets their pace.
 
     Raises:
-        SafemonError: a pass whose checks failed.
+        SafemonError: a pass whose checks failed or whose digests differ.
+        UncorrectableError: a weight that fails its ECC check.
     """
     from safemon.channels.step_graphs import StepGraphs
     from safemon.kernels.pinned import lane
@@ -220,23 +222,29 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
 
     graphs = StepGraphs(capacity=3)
     steps, streams = [], []
+    want: Any = None  # the digest frame every pass must give (the first pass by hand)
     for i in range(3):
         stream = cp.cuda.Stream(non_blocking=True)
         streams.append(stream)
-        biases = device_biases(layers)
-        # the channel's slot in the client's output buffer, which the pass copies into
-        slot = cp.empty((x.shape[0], int(weights[layers[-1].weight_id].shape[1])),
-                        dtype=cp.float32)
-
-        def queue(biases: list[Any] = biases, slot: Any = slot) -> Any:
-            xc = cp.empty(x.shape, dtype=cp.float32)
-            xc[...] = x  # a channel's copy of x out of the client's buffer
-            return queue_pass(layers, weights, xc, variant, biases, out_into=slot,
-                              extra_digests=[xc])
-
         with stream, lane(("bench-graph", i)):
-            if queue().finish() is None:  # by hand first: kernels compiled and loaded
+            biases = device_biases(layers)  # uploaded on the pass's stream, as a channel does
+            # the channel's slot in the client's output buffer, which the pass copies into
+            slot = cp.empty((x.shape[0], int(weights[layers[-1].weight_id].shape[1])),
+                            dtype=cp.float32)
+
+            def queue(biases: list[Any] = biases, slot: Any = slot) -> Any:
+                xc = cp.empty(x.shape, dtype=cp.float32)
+                xc[...] = x  # a channel's copy of x out of the client's buffer
+                return queue_pass(layers, weights, xc, variant, biases, out_into=slot,
+                                  extra_digests=[xc])
+
+            first = queue().finish()  # by hand first: kernels compiled and loaded
+            if first is None:
                 raise SafemonError("a baseline pass recomputed a layer (ECC correction)")
+            if want is None:
+                want = first.digest_frame()
+            elif not np.array_equal(first.digest_frame(), want):
+                raise SafemonError("the baseline's passes disagree with each other")
             steps.append(graphs.capture(i, stream, queue, keep=(biases, slot)))
     one = cp.cuda.Stream(non_blocking=True)
     out: tuple[list[float], list[float]] = ([], [])
@@ -251,8 +259,10 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
             t1 = time.perf_counter()
             for i, step in enumerate(steps):
                 with lane(("bench-graph", i)):
-                    if step.outputs.finish() is None:
-                        raise SafemonError("a captured baseline pass failed its checks")
+                    res = step.outputs.finish()
+                if res is None or not np.array_equal(res.digest_frame(), want):
+                    raise SafemonError("a captured baseline pass failed its checks or gave "
+                                       "other digests than the pass run by hand")
             if r >= warmup:
                 out[kind].append(t1 - t0)
     return out
@@ -457,9 +467,11 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
               "spent queuing its device step, waiting for it and checking it (its Python "
               "included, the other channels' turns not). Overhead is the round trip less "
               "that, so it leaves out the channels' own host work; the ratio to the direct "
-              "kernel leaves out nothing. The captured-pass baseline is the three channels' "
-              "GPU work alone (`_three_captured_passes`); the forwards back to back are "
-              "queued from Python, which at these shapes sets their pace.",
+              "kernel leaves out nothing." + (
+                  " The captured-pass baselines are the three channels' GPU work alone "
+                  "(`_three_captured_passes`); the forwards back to back are queued from "
+                  "Python, which at these shapes sets their pace."
+                  if "model_three_graphs" in b else ""),
               "", "Faults (bitflip-c injected into c1 before each request):", "",
               "| placement | request | injected | released | errors | wrong released |",
               "|---|---|---|---|---|---|"]

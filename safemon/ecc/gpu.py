@@ -51,11 +51,11 @@ BLOCK = 256
 UNROLL = {32: 2, 64: 1}
 #: Grid-stride launches cap the grid at this many blocks per multiprocessor. On an H100
 #: (docs/ECC.md) 4..32 were 2-15 % slower and no cap was within noise of 64; unroll 2/1
-#: was as good as 4/2 and 8/4. The check's seven POPCs per word do not bound it: the same
-#: check bits from single-bit tensor-core MMAs (`mma.m16n8k256.b1.and.popc`, one warp per
-#: 128 words) counted the same and ran 0.88x as fast at 64 MiB and 0.96x at 256 MiB, each
-#: launch timed alone (evidence/h100-2026-11-25-stop46/, call 6). Launched back to back, the
-#: scalar kernel reads 2.4 TB/s at 64 MiB and 2.7 TB/s at 256 MiB (call 8): memory bounds it.
+#: was as good as 4/2 and 8/4. Computing the check bits without POPCs did not help: the same
+#: bits from single-bit tensor-core MMAs (`mma.m16n8k256.b1.and.popc`, one warp per 128
+#: words) counted the same and ran 0.88x as fast at 64 MiB and 0.96x at 256 MiB, each launch
+#: timed alone (evidence/h100-2026-11-25-stop46/, call 6). Launched back to back, the scalar
+#: kernel reads 2.4 TB/s at 64 MiB and 2.7 TB/s at 256 MiB (call 8).
 BLOCKS_PER_SM = 64
 
 

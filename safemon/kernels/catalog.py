@@ -256,9 +256,9 @@ AUTO_WIDE64_AT_MIN_TILES = 32
 #: changes neither ES nor the fold count, and the unprotected kernel on `large` was 0.95x as
 #: fast with 16-wide k-tiles (two stages, 44 bytes of spills), so they keep the catalog's.
 #: Level M keeps `large` although a 16×8 register tile (128×256 block) halves its folds per
-#: MAC (ones/M 1.04x, fletcher/M 1.05-1.12x, crc32c/M 1.15x faster with fma): M folds
-#: acc[TM-1][j], one row of the thread's accumulators, so a taller tile leaves twice as many
-#: rows unseen, and in-kernel DC fell from 17/42 to 11/41 (transient) and from 30/60 to 24/60
+#: MAC (ones/M 1.00-1.04x, fletcher/M 1.05-1.12x, crc32c/M 1.15-1.16x faster with fma): M
+#: folds acc[TM-1][j], one row of the thread's accumulators, so a taller tile sees one row in
+#: 16 instead of one in 8, and in-kernel DC fell from 17/42 to 11/41 (transient) and from 30/60 to 24/60
 #: (block-permanent) dangerous faults at 128x4096x1000 (evidence/h100-2026-11-25-stop46/).
 T_LEVEL_K_TILES: dict[str, tuple[str, int]] = {"large": ("large_k16", 16),
                                                "wide64": ("wide64_k16", 16)}

@@ -1,6 +1,6 @@
 """The runtime benchmark's captured-pass baselines (`safemon.bench.runtime`) on a GPU: they
-time clean passes, back to back and side by side, and a pass whose checks fail stops them
-instead of being timed."""
+time clean passes, back to back and side by side, and a weight that fails its ECC check
+stops them before anything is captured or timed (the pass run by hand raises)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ def test_captured_passes_are_timed_once_per_round(ecc: bool) -> None:
 
 @pytest.mark.gpu
 def test_a_weight_that_fails_its_ecc_check_is_not_timed() -> None:
-    """Two flipped bits in one word of a protected weight: uncorrectable, so the first pass
-    raises and nothing is timed."""
+    """Two flipped bits in one word of a protected weight: uncorrectable, so the first pass,
+    run by hand before any capture, raises and nothing is timed. (The timed loop's own
+    check, against a pass that goes wrong after capture, is not reached by this test.)"""
     import cupy as cp
 
     from safemon.bench.runtime import _three_captured_passes

@@ -43,7 +43,7 @@ def test_the_report_has_a_row_per_path_and_request_with_its_baseline_ratio() -> 
     assert ("| process | host | model | 500 / 1,000 | 100 | — | 1.25× | 3 forwards back to back "
             "on ECC weights, as the channels run them 400 |") in runtime_markdown(ev)
     assert "channel variant ones/M/fma" in text and "| process | 80x80x80 | 5 | 5 | 0 | 0 |" in text
-    assert "captured passes" not in text
+    assert "captured passes" not in text and "captured-pass" not in text
     ev["baselines"]["model_three_graphs"] = _stats(250.0)
     ev["baselines"]["model_three_graphs_concurrent"] = _stats(200.0)
     text2 = runtime_markdown(ev)
@@ -51,6 +51,7 @@ def test_the_report_has_a_row_per_path_and_request_with_its_baseline_ratio() -> 
             "passes back to back (their GPU work) 250 |") in text2
     assert ("| process | cuda-ipc | model | 500 / 1,000 | 100 | — | 2.50× | 3 channels' captured "
             "passes side by side, one stream each 200 |") in text2
+    assert "The captured-pass baselines are the three channels' GPU work alone" in text2
     assert "| channel busy p50 |" in text
 
 
