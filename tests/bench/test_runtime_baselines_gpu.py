@@ -1,6 +1,7 @@
 """The runtime benchmark's captured-pass baselines (`safemon.bench.runtime`) on a GPU: they
-time clean passes, back to back and side by side, and a weight that fails its ECC check
-stops them before anything is captured or timed (the pass run by hand raises)."""
+time clean passes, back to back and side by side; a weight that fails its ECC check stops
+them before anything is captured (the pass run by hand raises), and a weight spoilt after
+the capture stops the timed loop."""
 
 from __future__ import annotations
 
@@ -44,8 +45,7 @@ def test_captured_passes_are_timed_once_per_round(ecc: bool) -> None:
 @pytest.mark.gpu
 def test_a_weight_that_fails_its_ecc_check_is_not_timed() -> None:
     """Two flipped bits in one word of a protected weight: uncorrectable, so the first pass,
-    run by hand before any capture, raises and nothing is timed. (The timed loop's own
-    check, against a pass that goes wrong after capture, is not reached by this test.)"""
+    run by hand before any capture, raises and nothing is timed."""
     import cupy as cp
 
     from safemon.bench.runtime import _three_captured_passes
@@ -56,3 +56,33 @@ def test_a_weight_that_fails_its_ecc_check_is_not_timed() -> None:
     data.view(cp.uint32).ravel()[7] ^= cp.uint32(0b101)
     with pytest.raises(SafemonError):
         _three_captured_passes(cp, layers, kept, x, VariantConfig(), n=2, warmup=1)
+
+
+@pytest.mark.gpu
+def test_a_weight_corrupted_after_capture_stops_the_timed_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One flipped bit in a protected weight after the graphs were captured: the replay's ECC
+    check reports it, the pass comes back recomputed instead of clean, and the timed loop
+    raises instead of recording a time."""
+    import cupy as cp
+
+    from safemon.bench.runtime import _three_captured_passes
+    from safemon.channels.step_graphs import StepGraphs
+    from safemon.config import VariantConfig
+
+    layers, kept, x = _model(cp, ecc=True)
+    data, _check = kept[layers[-1].weight_id].storage
+    captured = []
+    real_capture = StepGraphs.capture
+
+    def capture_then_flip(self: StepGraphs, *args: Any, **kwargs: Any) -> Any:
+        step = real_capture(self, *args, **kwargs)
+        captured.append(step)
+        if len(captured) == 3:  # every graph is captured: spoil the weight they all read
+            data.view(cp.uint32).ravel()[11] ^= cp.uint32(1 << 4)
+        return step
+
+    monkeypatch.setattr(StepGraphs, "capture", capture_then_flip)
+    with pytest.raises(SafemonError, match="captured baseline pass"):
+        _three_captured_passes(cp, layers, kept, x, VariantConfig(), n=2, warmup=1)
+    assert len(captured) == 3
