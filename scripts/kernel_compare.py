@@ -65,6 +65,8 @@ def main() -> int:
                     help="a tile name for every shape instead of auto_tile's (split: auto_split)")
     ap.add_argument("--split", type=int, default=None,
                     help="this split-K factor for every shape instead of auto_split's")
+    ap.add_argument("--status", action="store_true",
+                    help="give every launch a zeroed status block, as production launches have")
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     specs = [parse_spec(s) for s in args.specs.split(",")]
@@ -108,9 +110,9 @@ def main() -> int:
         # A build with A_KMAJOR=1 reads Aᵀ (a baseline mmm.cu older than that define
         # ignores it: give it -B A_KMAJOR=0).
         new = variant_launcher(cp, v, a, b, load_module(new_build).get_function(KERNEL_NAME),
-                               build_reads_a_transposed(new_build))
+                               build_reads_a_transposed(new_build), status_block=args.status)
         old = variant_launcher(cp, v, a, b, load_module(old_build).get_function(KERNEL_NAME),
-                               build_reads_a_transposed(old_build))
+                               build_reads_a_transposed(old_build), status_block=args.status)
         c_new, es_new = (x.copy() for x in new())
         c_old, es_old = (x.copy() for x in old())
         same = bool(cp.array_equal(c_new.view(cp.uint32), c_old.view(cp.uint32))) and (

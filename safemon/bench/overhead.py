@@ -99,7 +99,7 @@ def device_info(cp: Any) -> dict[str, Any]:
 
 def variant_launcher(
     cp: Any, variant: Variant, a: Any, b: Any, kernel: Any = None,
-    a_transposed: bool | None = None,
+    a_transposed: bool | None = None, status_block: bool = False,
 ) -> Callable[[], tuple[Any, Any]]:
     """The variant's kernels alone, on preallocated buffers: for a variant that reads Aᵀ
     (`Variant.reads_a_transposed`) the transpose of A, the MMM kernel over its K-slices,
@@ -109,7 +109,9 @@ def variant_launcher(
     returns the (c, es) buffers.
     `kernel`: another compilation of the MMM kernel to launch instead of the variant's own
     (scripts/kernel_compare.py times an earlier mmm.cu this way); `a_transposed` says whether
-    that build reads Aᵀ (None: as the variant's own build does)."""
+    that build reads Aᵀ (None: as the variant's own build does). `status_block`: pass every
+    launch a zeroed status block, as production launches have (the kernel's finite check
+    runs only with one); without it only RMT and ABFT variants get one."""
     from safemon.kernels.abft import abft_weight_vectors, begin_abft, finish_abft
     from safemon.kernels.gpu import (
         kernel_for,
@@ -129,7 +131,7 @@ def variant_launcher(
     es = cp.empty((max(1, gx * gy * t.threads * slices * variant.words),), dtype=cp.uint32)
     kernel = kernel_for(variant) if kernel is None else kernel
     # RMT and ABFT report through a status block (checked.py); the input-check words stay 0.
-    checks = variant.rmt != "none" or variant.abft
+    checks = status_block or variant.rmt != "none" or variant.abft
     status = cp.zeros(STATUS_WORDS, dtype=cp.uint32) if checks else None
     # Aᵀ, remade on every call (a caller pays it with every product).
     if a_transposed is None:

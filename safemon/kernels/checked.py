@@ -11,8 +11,9 @@ caller queues or waits for on its stream comes after them):
 3. the MMM kernel (and for a split variant the split-K reduction). It reads words 0–3 first
    and, when any is nonzero, computes nothing and stores poison (canonical NaN in C,
    0xFFFFFFFF in ES), so a result whose checks failed never carries usable numbers. The
-   finite check of A and B is fused into its tile loads (mmm.cu): a block that loaded NaN
-   or infinity stores poison for its tile and sets word 0 (`STATUS_A`) or 1 (`STATUS_B`).
+   finite check of A and B is part of it (mmm.cu): a block that loaded NaN or infinity
+   (which then reaches one of its accumulators; only such a block reads its inputs again to
+   tell) stores poison for its tile and sets word 0 (`STATUS_A`) or 1 (`STATUS_B`).
    An RMT variant (docs/RMT.md) whose replicas (lanes, or blocks) disagree poisons that
    block tile the same way and sets word 4 (`STATUS_RMT`) and word 5 (`STATUS_RMT_TILE`: 0xFFFFFFFF − the
    lowest failed block's id);
@@ -170,7 +171,7 @@ def launch_checked(
         b: (K, N) float32 likewise; ignored when `b_protected` is given.
         variant: the kernel variant (its split decides the grid).
         a_on_device / b_on_device: accepted for callers of the first checked sequence and
-            ignored: the fused finite check covers both operands wherever they came from.
+            ignored: the kernel's finite check covers both operands wherever they came from.
         b_protected: a device `ProtectedArray` holding B: its ECC check joins the sequence.
     """
     del a_on_device, b_on_device  # the kernel checks every operand it loads

@@ -185,7 +185,7 @@ def gpu_matmul(a: Any, b: Any, variant: Variant, status: Any = None) -> tuple[An
         b: (K, N) float32 C-contiguous, NumPy (uploaded) or CuPy.
         status: None, or the uint32 CuPy status block of `safemon.kernels.checked`: when
             any of words 0-3 is nonzero at the start the kernel stores poison instead of
-            computing, and its fused finite check sets word 0 (1) and poisons the tiles that
+            computing, and its finite check sets word 0 (1) and poisons the tiles that
             loaded a NaN or infinity from A (B) (mmm.cu). Without it nothing is checked.
     Returns:
         (c, es) as CuPy arrays on the current device: (M, N) float32 and

@@ -127,7 +127,7 @@ def test_device_nonfinite_input_is_rejected_naming_the_operand(operand: str) -> 
 
 
 def test_pending_result_holds_poison_until_wait_raises() -> None:
-    """wait=False returns at once; when the fused finite check fails, every tile that loaded
+    """wait=False returns at once; when the finite check fails, every tile that loaded
     the bad element holds canonical NaN in C (split and unsplit: here the whole C row of the
     bad A row) and 0xFFFFFFFF in its threads' ES, and wait() raises."""
     import cupy as cp
@@ -148,21 +148,21 @@ def test_pending_result_holds_poison_until_wait_raises() -> None:
 
 # Where a non-finite element sits: first, last, and the middle of A or B; tiles and splits
 # that put it in the first, a middle or the last (partly padded) K-slice and edge tile.
-FUSED_SHAPES = [((1, 4096, 4096), "skinny", None), ((37, 129, 777), "small", 5),
-                ((64, 300, 2000), "wide", None), ((130, 140, 1500), "large", 3),
-                ((256, 136, 1000), "large", None),  # `large` reads Aᵀ in 16-byte runs (M % 4 = 0)
-                ((8, 900, 8), "skinny", 1)]
+FINITE_SHAPES = [((1, 4096, 4096), "skinny", None), ((37, 129, 777), "small", 5),
+                 ((64, 300, 2000), "wide", None), ((130, 140, 1500), "large", 3),
+                 ((256, 136, 1000), "large", None),  # `large` reads Aᵀ in 16-byte runs (M % 4 = 0)
+                 ((8, 900, 8), "skinny", 1)]
 
 
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 @pytest.mark.parametrize("operand", ["a", "b"])
-@pytest.mark.parametrize("shape", FUSED_SHAPES, ids=lambda s: f"{'x'.join(map(str, s[0]))}-{s[1]}")
-def test_fused_finite_check_finds_every_position(
+@pytest.mark.parametrize("shape", FINITE_SHAPES, ids=lambda s: f"{'x'.join(map(str, s[0]))}-{s[1]}")
+def test_finite_check_finds_every_position(
     shape: tuple[tuple[int, int, int], str, int | None], operand: str, where: str
 ) -> None:
-    """The finite check fused into the tile loads (mmm.cu) reports a NaN or infinity at any
-    position of either operand, under every tile and split, naming the operand; a clean
-    call with the same arrays afterwards settles (the status block is per call)."""
+    """The kernel's finite check (mmm.cu) reports a NaN or infinity at any position of either
+    operand, under every tile and split, naming the operand; a clean call with the same
+    arrays afterwards settles (the status block is per call)."""
     import cupy as cp
 
     import safemon
@@ -181,6 +181,36 @@ def test_fused_finite_check_finds_every_position(
     r = safemon.protected_matmul(cp.asarray(a), cp.asarray(b), checksum="ones", level="F",
                                  mode="fma", tile=tile, split=split)
     assert np.isfinite(cp.asnumpy(r.c)).all()
+
+
+@pytest.mark.parametrize("mode", ["exact", "fma"])
+@pytest.mark.parametrize("shape", FINITE_SHAPES, ids=lambda s: f"{'x'.join(map(str, s[0]))}-{s[1]}")
+def test_finite_inputs_that_overflow_are_released_like_the_reference(
+    shape: tuple[tuple[int, int, int], str, int | None], mode: str
+) -> None:
+    """Finite inputs whose products overflow give C elements of ±inf and NaN. Those
+    accumulators send their blocks to read the inputs again (mmm.cu's finite check), which
+    must find them finite: the call settles to the reference's C and ES, nothing raised and
+    no tile poisoned, and with the unprotected kernel too."""
+    import cupy as cp
+
+    import safemon
+    from safemon.kernels.reference import reference_matmul
+
+    (m, n, k), tile, split = shape
+    a, b = _inputs(m, n, k)
+    big = np.float32(3e38)
+    a[m // 2, :3] = [big, big, big]  # row m/2: 3e38·(b0 + b1 + b2) overflows to ±inf or NaN
+    b[:3, :] = np.float32(2.0)
+    b[1, n // 2] = -2.0  # exact mode rounds 3e38·-2 to -inf first: inf - inf is NaN there
+    for checksum, level in (("ones", "F"), (None, None)):
+        r = safemon.protected_matmul(cp.asarray(a), cp.asarray(b), checksum=checksum, level=level,
+                                     mode=mode, tile=tile, split=split)
+        c_ref, es_ref = reference_matmul(a, b, r.variant)
+        c = cp.asnumpy(r.c)
+        assert not np.isfinite(c_ref).all()  # the case is what it says
+        assert c.tobytes() == c_ref.tobytes()
+        assert np.array_equal(cp.asnumpy(r.es), es_ref)
 
 
 def test_pending_result_settles_to_the_reference() -> None:

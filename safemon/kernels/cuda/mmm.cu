@@ -44,12 +44,20 @@
 // safemon/kernels/checked.py. Words 2-3 (B's ECC check) are written by a check queued before
 // this kernel on the same stream; when any of words 0-3 is nonzero at the start the kernel
 // computes nothing and stores poison: canonical NaN in C, 0xFFFFFFFF in ES. The finite check
-// of the inputs is fused into the tile loads: every element of A and B a block loads from
-// global memory goes through `finite_acc` (v·0 is NaN exactly when v is NaN or infinite), and
-// a block that loaded a non-finite A (B) element sets word 0 (1) to 1 and stores poison for
-// its tile instead of its results. Every input element is loaded by at least one block of
-// every K-slice that covers it, so a non-finite input always sets its word. Without a status
-// block (bench, self-tests) the fused check changes nothing. An RMT build whose replica
+// of the inputs runs after the k loop, from the accumulators: a NaN or infinite element of A
+// (B) that a block loads is multiplied into every accumulator of its tile row (column),
+// padding included, and in IEEE arithmetic a MAC chain that met a non-finite operand never
+// becomes finite again (inf·0 and inf − inf are NaN, NaN stays NaN, inf plus a finite value
+// stays inf). So a block whose accumulators are all finite loaded only finite inputs and
+// stores its results. A block with a non-finite accumulator (a non-finite input, or an
+// overflow of finite inputs, which the reference reproduces and the call releases) reads its
+// rows of A and columns of B in its K-slice once more from global memory (`nonfinite_in`);
+// if an A (B) element there is NaN or infinite it sets word 0 (1) to 1 and stores poison for
+// its tile instead of its results: the blocks and words of the check at every load that
+// this replaced (`nonfinite_in` says what that cost). Every input element is loaded by at
+// least one block of every K-slice that covers it, so a non-finite input always sets its
+// word. Without a status block (bench, self-tests) nothing is checked and the accumulators
+// are stored as they are. An RMT build whose replica
 // pair disagrees poisons its whole block tile the same way and sets word 4 (RMT mismatch) to 1
 // and word 5 to max(word 5, 0xFFFFFFFF − the linear block id (blockIdx.z, y, x)), so that it
 // names the lowest failed tile whatever the block order.
@@ -108,8 +116,7 @@ static_assert(!(RMT_WARP && RMT_BLOCK), "one RMT kind per build");
 // asks for them (TILE_ASYNC: `skinny`, `wide`, `wide64`): the k-tiles go from global to
 // shared memory without passing through registers, ASYNC_STAGES deep, so the next tiles'
 // loads are in flight while this one's MACs run. The same elements, zero-padded the same way, reach shared
-// memory, and the fused finite check reads each thread's own copies back, so C, ES and the
-// status block are those of the register-staged loop (the GPU tests compare them bit for
+// memory, so C, ES and the status block are those of the register-staged loop (the GPU tests compare them bit for
 // bit with the reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.10-1.44x and
 // `skinny` (with BK = 16, the widest k-tile whose stages fit) 1.11-1.28x faster at
 // 1 and 8 x 4096 x 4096 (0.96-1.05x at 4 x 1000 x 768); but `large` 0.91-0.99x, `small`
@@ -259,20 +266,10 @@ __device__ __forceinline__ float safemon_mac(float acc, float a, float b) {
     return out;
 }
 
-// The fused finite check: acc + v·0 in PTX (never contracted or simplified). From acc = +0 the
-// result stays +0 (bit pattern 0) while every v is finite and becomes NaN, for good, at the
-// first NaN or infinite v. One fma in fma builds; exact builds, which hold no fma at all
-// (the PTX audit's rule), spend a mul and an add.
-__device__ __forceinline__ float finite_acc(float acc, float v) {
-    float out;
-#if MODE_FMA
-    asm("fma.rn.f32 %0, %1, 0f00000000, %2;" : "=f"(out) : "f"(v), "f"(acc));
-#else
-    float p;
-    asm("mul.rn.f32 %0, %1, 0f00000000;" : "=f"(p) : "f"(v));
-    asm("add.rn.f32 %0, %1, %2;" : "=f"(out) : "f"(acc), "f"(p));
-#endif
-    return out;
+// Whether float bits `u` are NaN or infinite (all exponent bits set): integer instructions
+// only, so that exact builds stay free of FMA (the PTX audit's rule) and nothing rounds.
+__device__ __forceinline__ bool nonfinite_bits(unsigned u) {
+    return (u & 0x7F800000u) == 0x7F800000u;
 }
 
 // Load src[at .. at + V) into out[0 .. V): a run of V consecutive elements of one matrix row,
@@ -328,26 +325,6 @@ __device__ __forceinline__ void async_copy_run(float* dst, const float* src, int
             const bool valid = r < rows && c + q < cols;
             async_copy<4>(dst + q, valid ? src + ((long long)r * cols + c + q) : src, valid);
         }
-    }
-}
-// Read back a run of V words (V = 1, 2 or 4) of a shared B tile as one V-wide read: the run
-// starts at a multiple of V words of a row whose length (BN_PADDED) is a multiple of 4, so it
-// is V-word aligned. Read word by word, the runs of a warp's threads lie V words apart and
-// their banks repeat V-fold: on `skinny` those 4-way conflicted reads of the fused finite
-// check were more shared-memory wavefronts than its fragment reads. One read per run made
-// `skinny` 1.01-1.05x faster on the H100, the other tiles the same within 2 %
-// (evidence/h100-2026-11-25-readback/). A's runs (A_KMAJOR) stay word by word: read as
-// vectors, `large` spilled registers, with no gain.
-template <int V>
-__device__ __forceinline__ void read_run(const float* src, float* out) {
-    if (V == 4) {
-        const float4 v = *reinterpret_cast<const float4*>(src);
-        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
-    } else if (V == 2) {
-        const float2 v = *reinterpret_cast<const float2*>(src);
-        out[0] = v.x; out[1] = v.y;
-    } else {
-        out[0] = src[0];
     }
 }
 __device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -487,6 +464,36 @@ __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __rest
 }
 #endif
 
+#if !SAFEMON_INJECT
+// The second look of the finite check (header), for a block with a non-finite accumulator
+// only: sets `bad_a` (`bad_b`) when an element of A (B) that this block loaded is NaN or
+// infinite, this thread reading every BLOCK_THREADS-th of the block's A rows × K-slice and
+// K-slice × B columns. A arrives as the kernel reads it: Aᵀ (K×M) in A_KMAJOR builds, whose
+// transpose moved the same bits. Until 2026-11-25 every loaded element went through an FMA
+// (v·0 into a running sum) inside the k loop instead, and with asynchronous copies each
+// thread read its copies back from shared memory for it; without that, on the H100
+// (evidence/h100-2026-11-25-stop47/, kernel_compare) ones/M ran 1.04× faster at 4096³ and
+// 1.03-1.05× at the inference shapes, the unprotected kernel 1.00-1.04×.
+__device__ __forceinline__ void nonfinite_in(const float* __restrict__ A, const float* __restrict__ B,
+                                              int M, int N, int K, int row0, int col0, int k_begin,
+                                              int k_stop, bool& bad_a, bool& bad_b) {
+    const int rows = min(BM, M - row0), cols = min(BN, N - col0), ks = k_stop - k_begin;
+    for (int e = threadIdx.x; e < rows * ks; e += BLOCK_THREADS) {
+        const int r = row0 + e / ks, k = k_begin + e % ks;
+#if A_KMAJOR
+        const float v = A[(long long)k * M + r];
+#else
+        const float v = A[(long long)r * K + k];
+#endif
+        bad_a |= nonfinite_bits(__float_as_uint(v));
+    }
+    for (int e = threadIdx.x; e < ks * cols; e += BLOCK_THREADS) {
+        const int k = k_begin + e / cols, c = col0 + e % cols;
+        bad_b |= nonfinite_bits(__float_as_uint(B[(long long)k * N + c]));
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
 safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
             unsigned* __restrict__ ES, int M, int N, int K STATUS_ARG INJ_ARGS SM_ARGS RMT_ARGS) {
@@ -607,9 +614,6 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     Sig<SIG_E> sig_e;
     Sig<SIG_F> sig_f;
     Sig<SIG_T> sig_t;
-#if !SAFEMON_INJECT
-    float finite_a = 0.0f, finite_b = 0.0f;  // finite_acc of every loaded A / B element
-#endif
 
     // Vector loads need K (N) a multiple of the width and A (B) aligned to it; otherwise every
     // element is loaded alone. Either way the same elements, zero-padded, reach shared memory.
@@ -621,7 +625,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     const bool vec_a = K % VA == 0 && (reinterpret_cast<unsigned long long>(A) % (4 * VA)) == 0;
     float ra[A_LOADS], rb[B_LOADS];  // the next k-tile, between global and shared memory
     // Load the k-tile at k0 from global memory into ra/rb (zero outside A and B), through
-    // the fused finite check (production) or the input injection (campaign build).
+    // the input injection in the campaign build.
     auto load_tile = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < A_LOADS / VA; ++r) {
@@ -630,15 +634,12 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             const int gr = row0 + e / BK, gk = k0 + e % BK;
             const long long at = (long long)gr * K + gk;
             load_run<VA>(A, at, gr < M, K - gk, vec_a, ra + r * VA);
-#pragma unroll
-            for (int q = 0; q < VA; ++q) {
 #if SAFEMON_INJECT
+#pragma unroll
+            for (int q = 0; q < VA; ++q)
                 if (inj.target == 5 && gr < M && gk + q < K && at + q == inj.index)
                     ra[r * VA + q] = __uint_as_float(__float_as_uint(ra[r * VA + q]) ^ inj_mask);
-#else
-                finite_a = finite_acc(finite_a, ra[r * VA + q]);
 #endif
-            }
         }
 #pragma unroll
         for (int r = 0; r < B_LOADS / VB; ++r) {
@@ -647,15 +648,12 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
             const int gk = k0 + e / BN, gc = col0 + e % BN;
             const long long at = (long long)gk * N + gc;
             load_run<VB>(B, at, gk < K, N - gc, vec_b, rb + r * VB);
-#pragma unroll
-            for (int q = 0; q < VB; ++q) {
 #if SAFEMON_INJECT
+#pragma unroll
+            for (int q = 0; q < VB; ++q)
                 if (inj.target == 6 && gk < K && gc + q < N && at + q == inj.index)
                     rb[r * VB + q] = __uint_as_float(__float_as_uint(rb[r * VB + q]) ^ inj_mask);
-#else
-                finite_b = finite_acc(finite_b, rb[r * VB + q]);
 #endif
-            }
         }
     };
     // Store ra/rb into one stage's shared arrays.
@@ -807,42 +805,15 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
         }
         async_commit();
     };
-    // The fused finite check of the words this thread copied into (As, Bs), once its copies
-    // of that k-tile have landed (padding words are zero, hence finite).
-    auto check_tile = [&](float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED]) {
-#pragma unroll
-        for (int r = 0; r < A_LOADS / VA; ++r) {
-            const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VA;
-            if (A_PARTIAL && e >= BM * BK) break;
-#pragma unroll
-            for (int q = 0; q < VA; ++q)
-#if A_KMAJOR
-                finite_a = finite_acc(finite_a, As[e / BM][e % BM + q]);
-#else
-                finite_a = finite_acc(finite_a, As[e % BK + q][e / BK]);
-#endif
-        }
-#pragma unroll
-        for (int r = 0; r < B_LOADS / VB; ++r) {
-            const int e = ((int)threadIdx.x + r * BLOCK_THREADS) * VB;
-            if (B_PARTIAL && e >= BK * BN) break;
-            float v[VB];
-            read_run<VB>(&Bs[e / BN][B_COL(e % BN)], v);
-#pragma unroll
-            for (int q = 0; q < VB; ++q) finite_b = finite_acc(finite_b, v[q]);
-        }
-    };
     // One k-tile from (As, Bs): wait for this thread's copies of it, meet every thread (their
     // copies have landed, and they are done with the stage read one k-tile ago, which is
-    // (As_far, Bs_far)), queue the k-tile STAGES − 1 ahead into that stage, check this
-    // thread's copies and run the MACs. The copies queued here are read only after the next
+    // (As_far, Bs_far)), queue the k-tile STAGES − 1 ahead into that stage and run the MACs. The copies queued here are read only after the next
     // STAGES − 1 barriers, each preceded by its wait.
     auto async_step = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED],
                           float (&As_far)[BK][BM + A_PAD], float (&Bs_far)[BK][BN_PADDED]) {
         async_wait<STAGES - 2>();
         __syncthreads();
         issue_tile(k0 + (STAGES - 1) * BK, As_far, Bs_far);
-        check_tile(As, Bs);
         macs(k0, As, Bs);
     };
     issue_tile(k_begin, As0, Bs0);
@@ -906,9 +877,19 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #endif  // ASYNC_COPY
 
 #if !SAFEMON_INJECT
-    if (status != nullptr) {  // uniform over the block: the barriers below are reached by all
-        const bool bad_a = __syncthreads_or(__float_as_uint(finite_a) != 0u) != 0;
-        const bool bad_b = __syncthreads_or(__float_as_uint(finite_b) != 0u) != 0;
+    // The finite check (header): only a block with a non-finite accumulator reads its inputs
+    // again. `status` and the barrier's result are uniform over the block, so every thread
+    // reaches every barrier below.
+    bool nonfinite_acc = false;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) nonfinite_acc |= nonfinite_bits(__float_as_uint(acc[i][j]));
+    if (status != nullptr && __syncthreads_or(nonfinite_acc) != 0) {
+        bool mine_a = false, mine_b = false;
+        nonfinite_in(A, B, M, N, K, row0, col0, k_begin, k_stop, mine_a, mine_b);
+        const bool bad_a = __syncthreads_or(mine_a) != 0;
+        const bool bad_b = __syncthreads_or(mine_b) != 0;
         if (bad_a || bad_b) {  // a non-finite input: release nothing of this tile, say which
 #if RMT_WARP || RMT_BLOCK
             const bool stores = copy == 0;  // replica 1 never stores

@@ -3,7 +3,7 @@
 // The MMM kernel's tiles with `a_kmajor` (safemon/kernels/catalog.py) read Aᵀ; this makes it
 // on the same stream, just before the kernel. Words are moved as unsigned integers, so every
 // bit pattern (NaN payloads, signed zeros, subnormals) arrives unchanged and the kernel's
-// fused finite check sees exactly the words of A.
+// finite check (mmm.cu) sees exactly the words of A.
 //
 // One 32×32 tile of src per block iteration, staged in shared memory with one padding word
 // per row (column reads then fall on 32 different banks); blockDim is (32, 8), each thread
