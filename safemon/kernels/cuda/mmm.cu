@@ -471,9 +471,11 @@ __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __rest
 // K-slice × B columns. A arrives as the kernel reads it: Aᵀ (K×M) in A_KMAJOR builds, whose
 // transpose moved the same bits. Until 2026-11-25 every loaded element went through an FMA
 // (v·0 into a running sum) inside the k loop instead, and with asynchronous copies each
-// thread read its copies back from shared memory for it; without that, on the H100
-// (evidence/h100-2026-11-25-stop47/, kernel_compare) ones/M ran 1.04× faster at 4096³ and
-// 1.03-1.05× at the inference shapes, the unprotected kernel 1.00-1.04×.
+// thread read its copies back from shared memory for it. On the H100
+// (evidence/h100-2026-11-25-stop47/, kernel_compare, same C and ES bits) removing that made
+// ones/M 1.03-1.05× faster and the unprotected kernel 1.00-1.04× (call 2); the change as it
+// stands ran at 0.97-1.09× the speed of the per-load check over 49 shape × variant pairs,
+// 1.09× for the unprotected kernel and 1.08× for ones/M at 4096³ (call 3).
 __device__ __forceinline__ void nonfinite_in(const float* __restrict__ A, const float* __restrict__ B,
                                               int M, int N, int K, int row0, int col0, int k_begin,
                                               int k_stop, bool& bad_a, bool& bad_b) {
