@@ -56,6 +56,22 @@ def test_the_same_frames_are_decoded_once(worker: ChannelWorker,
     assert other is not first and len(calls) == 2
 
 
+def test_a_repeat_of_the_last_model_gets_the_kept_key_and_a_changed_bias_does_not(
+        worker: ChannelWorker) -> None:
+    """The last request's model is found by comparing bytes, and the kept key (whose bytes
+    are hashed already) comes back; one changed bias byte is another model."""
+    wid = _weight(worker, 4, 8, 5)
+    spec, biases = encode_model([Layer(wid, np.arange(8, dtype=np.float32), "relu")])
+    first, key = worker._layers_of(spec, biases)
+    again, key_again = worker._layers_of(spec.copy(), biases.copy())
+    assert again is first and key_again is key
+    changed = biases.copy()
+    changed.view(np.uint8)[5] ^= 1
+    other, other_key = worker._layers_of(spec, changed)
+    assert other is not first and other_key == (spec.tobytes(), changed.tobytes())
+    assert other[0].bias is not None and other[0].bias.tobytes() == changed.tobytes()
+
+
 def test_frames_that_fail_are_refused_every_time(worker: ChannelWorker) -> None:
     unknown = Layer("w" + "0" * 40, None, "identity")
     spec, biases = encode_model([unknown])
