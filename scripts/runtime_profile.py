@@ -189,17 +189,19 @@ def main() -> int:
         else:
             prof = cProfile.Profile()
             prof.enable()
-        for _ in range(args.requests):
-            t0 = time.perf_counter()
-            request()
-            rtt.append(time.perf_counter() - t0)
-            ks.append(client.last_kernel_seconds or 0.0)
-        if sampled:
-            for spy in spies:
-                _stop_py_spy(spy)
-        else:
-            prof.disable()
-            prof.dump_stats(str(out / "client.prof"))
+        try:
+            for _ in range(args.requests):
+                t0 = time.perf_counter()
+                request()
+                rtt.append(time.perf_counter() - t0)
+                ks.append(client.last_kernel_seconds or 0.0)
+        finally:
+            if sampled:
+                for spy in spies:
+                    _stop_py_spy(spy)
+            else:
+                prof.disable()
+                prof.dump_stats(str(out / "client.prof"))
         r, kk = np.array(rtt) * 1e6, np.array(ks) * 1e6
         what = f"model {args.model}" if args.model else args.size
         print(f"{args.placement} {what} {'host' if args.host else 'cuda-ipc'} "

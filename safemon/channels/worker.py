@@ -655,9 +655,9 @@ class ChannelWorker:
         frames = (spec.tobytes(), biases.tobytes())
         if self._decoded:
             # The model of the last request, as a rule: compare the bytes (a memcmp) and hand
-            # back the kept key, whose bytes have their hash already. Fresh bytes would be
-            # hashed here and again in the step-graph key: ~35 µs per 64 KiB of biases, per
-            # channel and request (the 4-layer 4096-wide MLP: about 100 µs of a request,
+            # back the kept key, whose bytes have their hash already (bytes cache it). Fresh
+            # bytes were hashed for the look-up on every request: ~35 µs per 64 KiB of
+            # biases, per channel (the 4-layer 4096-wide MLP: about 100 µs of a request,
             # evidence/h100-2026-11-25-stop47/, call 1).
             last = next(reversed(self._decoded))
             if last == frames:

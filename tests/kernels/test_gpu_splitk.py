@@ -183,15 +183,36 @@ def test_finite_check_finds_every_position(
     assert np.isfinite(cp.asnumpy(r.c)).all()
 
 
+@pytest.mark.parametrize("build", ["exact", "rmt-warp", "rmt-block"])
+@pytest.mark.parametrize("operand", ["a", "b"])
+def test_finite_check_under_exact_mode_and_both_rmt_kinds(operand: str, build: str) -> None:
+    """The same check in the builds the position test leaves out: exact mode (mul + add, no
+    FMA) and both RMT kinds, whose replica lanes or blocks both meet the bad element, on a
+    split `large` product (Aᵀ read in 16-byte runs) and on `wide`."""
+    import cupy as cp
+
+    import safemon
+    from safemon.errors import InvalidInputError
+
+    mode, rmt = ("exact", "none") if build == "exact" else ("fma", build.split("-")[1])
+    for (m, n, k), tile, split in [((256, 136, 1000), "large", 3), ((64, 300, 2000), "wide", None)]:
+        a, b = _inputs(m, n, k)
+        args = {"a": a, "b": b}
+        args[operand] = _bad(args[operand], np.nan if operand == "a" else -np.inf)
+        with pytest.raises(InvalidInputError, match=f"finite check of {operand}"):
+            safemon.protected_matmul(cp.asarray(args["a"]), cp.asarray(args["b"]), checksum="ones",
+                                     level="M", mode=mode, tile=tile, split=split, rmt=rmt)
+
+
 @pytest.mark.parametrize("mode", ["exact", "fma"])
 @pytest.mark.parametrize("shape", FINITE_SHAPES, ids=lambda s: f"{'x'.join(map(str, s[0]))}-{s[1]}")
 def test_finite_inputs_that_overflow_are_released_like_the_reference(
     shape: tuple[tuple[int, int, int], str, int | None], mode: str
 ) -> None:
-    """Finite inputs whose products overflow give C elements of ±inf and NaN. Those
-    accumulators send their blocks to read the inputs again (mmm.cu's finite check), which
-    must find them finite: the call settles to the reference's C and ES, nothing raised and
-    no tile poisoned, and with the unprotected kernel too."""
+    """Finite inputs whose products overflow give C elements of +inf (and NaN in exact mode,
+    below). Those accumulators send their blocks to read the inputs again (mmm.cu's finite
+    check), which must find them finite: the call settles to the reference's C and ES,
+    nothing raised and no tile poisoned, and with the unprotected kernel too."""
     import cupy as cp
 
     import safemon
@@ -200,7 +221,7 @@ def test_finite_inputs_that_overflow_are_released_like_the_reference(
     (m, n, k), tile, split = shape
     a, b = _inputs(m, n, k)
     big = np.float32(3e38)
-    a[m // 2, :3] = [big, big, big]  # row m/2: 3e38·(b0 + b1 + b2) overflows to ±inf or NaN
+    a[m // 2, :3] = [big, big, big]  # row m/2: 3e38·(b0 + b1 + b2) overflows to +inf
     b[:3, :] = np.float32(2.0)
     b[1, n // 2] = -2.0  # exact mode rounds 3e38·-2 to -inf first: inf - inf is NaN there
     for checksum, level in (("ones", "F"), (None, None)):

@@ -53,11 +53,15 @@
 // overflow of finite inputs, which the reference reproduces and the call releases) reads its
 // rows of A and columns of B in its K-slice once more from global memory (`nonfinite_in`);
 // if an A (B) element there is NaN or infinite it sets word 0 (1) to 1 and stores poison for
-// its tile instead of its results: the blocks and words of the check at every load that
-// this replaced (`nonfinite_in` says what that cost). Every input element is loaded by at
-// least one block of every K-slice that covers it, so a non-finite input always sets its
-// word. Without a status block (bench, self-tests) nothing is checked and the accumulators
-// are stored as they are. An RMT build whose replica
+// its tile instead of its results. In a run without hardware faults these are the blocks and
+// words of the check at every load that this replaced (`nonfinite_in` says what that cost).
+// A fault that turns a loaded word NaN or infinite after its load is no longer caught here:
+// the second look reads the clean input and releases the tile. The old check read each word
+// back once, from shared memory or a register, so it saw such a fault only between the load
+// and that read; ES, RMT and the vote are what watch the MACs. Every input element is loaded
+// by at least one block of every K-slice that covers it, so a non-finite input always sets
+// its word. Without a status block (bench, self-tests) nothing is checked and the
+// accumulators are stored as they are. An RMT build whose replica
 // pair disagrees poisons its whole block tile the same way and sets word 4 (RMT mismatch) to 1
 // and word 5 to max(word 5, 0xFFFFFFFF − the linear block id (blockIdx.z, y, x)), so that it
 // names the lowest failed tile whatever the block order.
@@ -481,10 +485,11 @@ __device__ __forceinline__ void nonfinite_in(const float* __restrict__ A, const 
                                               int k_stop, bool& bad_a, bool& bad_b) {
     const int rows = min(BM, M - row0), cols = min(BN, N - col0), ks = k_stop - k_begin;
     for (int e = threadIdx.x; e < rows * ks; e += BLOCK_THREADS) {
-        const int r = row0 + e / ks, k = k_begin + e % ks;
-#if A_KMAJOR
+#if A_KMAJOR  // consecutive threads along m: consecutive words of Aᵀ's row k
+        const int r = row0 + e % rows, k = k_begin + e / rows;
         const float v = A[(long long)k * M + r];
 #else
+        const int r = row0 + e / ks, k = k_begin + e % ks;
         const float v = A[(long long)r * K + k];
 #endif
         bad_a |= nonfinite_bits(__float_as_uint(v));
