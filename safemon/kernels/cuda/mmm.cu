@@ -120,8 +120,8 @@ static_assert(!(RMT_WARP && RMT_BLOCK), "one RMT kind per build");
 // asks for them (TILE_ASYNC: `skinny`, `wide`, `wide64`): the k-tiles go from global to
 // shared memory without passing through registers, ASYNC_STAGES deep, so the next tiles'
 // loads are in flight while this one's MACs run. The same elements, zero-padded the same way, reach shared
-// memory, so C, ES and the status block are those of the register-staged loop (the GPU tests compare them bit for
-// bit with the reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.10-1.44x and
+// memory, so C, ES and the status block are those of the register-staged loop (the GPU
+// tests compare them bit for bit with the reference). Measured on the H100 (evidence/h100-2026-11-23-async/): `wide` 1.10-1.44x and
 // `skinny` (with BK = 16, the widest k-tile whose stages fit) 1.11-1.28x faster at
 // 1 and 8 x 4096 x 4096 (0.96-1.05x at 4 x 1000 x 768); but `large` 0.91-0.99x, `small`
 // 0.81-1.01x and a fold at every MAC (level I) on `wide` 0.93-0.95x the speed of register
@@ -478,8 +478,8 @@ __device__ unsigned abft_verdict(const float (&acc)[TM][TN], const float* __rest
 // thread read its copies back from shared memory for it. On the H100
 // (evidence/h100-2026-11-25-stop47/, kernel_compare, same C and ES bits) removing that made
 // ones/M 1.03-1.05× faster and the unprotected kernel 1.00-1.04× (call 2); the change as it
-// stands ran at 0.97-1.09× the speed of the per-load check over 49 shape × variant pairs,
-// 1.09× for the unprotected kernel and 1.08× for ones/M at 4096³ (call 3).
+// stands ran at 0.97-1.09× the speed of the per-load check over 49 shape × variant pairs
+// (call 3), 1.10× for the unprotected kernel and 1.07× for ones/M at 4096³ (call 10).
 __device__ __forceinline__ void nonfinite_in(const float* __restrict__ A, const float* __restrict__ B,
                                               int M, int N, int K, int row0, int col0, int k_begin,
                                               int k_stop, bool& bad_a, bool& bad_b) {
@@ -814,8 +814,9 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
     };
     // One k-tile from (As, Bs): wait for this thread's copies of it, meet every thread (their
     // copies have landed, and they are done with the stage read one k-tile ago, which is
-    // (As_far, Bs_far)), queue the k-tile STAGES − 1 ahead into that stage and run the MACs. The copies queued here are read only after the next
-    // STAGES − 1 barriers, each preceded by its wait.
+    // (As_far, Bs_far)), queue the k-tile STAGES − 1 ahead into that stage and run the MACs.
+    // The copies queued here are read only after the next STAGES − 1 barriers, each preceded
+    // by its wait.
     auto async_step = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED],
                           float (&As_far)[BK][BM + A_PAD], float (&Bs_far)[BK][BN_PADDED]) {
         async_wait<STAGES - 2>();
