@@ -16,11 +16,12 @@ the functions with the most samples of their own and the safemon functions with 
 samples under them, as shares of the samples in which the process was busy (py-spy leaves out
 threads that wait in a system call), and leaves the collapsed stacks in --out.
 
-Starts a 2oo3 CuPy daemon (`safemon run` under cProfile, ipc://, the benchmark's config)
-and sends `--requests` sequential `Client.matmul` requests with a CuPy x (the CUDA IPC
-path; `--host`: through host memory), profiling this process too. Prints the round trip
-and critical-path kernel medians and the top functions of both profiles (cumulative and
-own time), and leaves the .prof files in --out.
+Starts a 2oo3 CuPy daemon (`safemon run`, under cProfile unless `--sampler py-spy`; ipc://,
+the benchmark's config) and sends `--requests` sequential `Client.matmul` (or, with
+`--model`, `Client.run`) requests with a CuPy x (the CUDA IPC path; `--host`: through host
+memory), profiling this process too. Prints the round trip and critical-path kernel medians
+and the top functions of both profiles (cProfile: cumulative and own time), and leaves the
+.prof files (or the collapsed stacks) in --out.
 """
 
 from __future__ import annotations
