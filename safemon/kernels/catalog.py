@@ -20,6 +20,7 @@ __all__ = [
     "IN_KERNEL_CHECKS",
     "LEVELS",
     "MAX_SPLIT",
+    "M_LEVEL_SCHEDULES",
     "MODES",
     "PAPER_LEVELS",
     "RMT_KINDS",
@@ -216,6 +217,19 @@ TILES: dict[str, TileConfig] = {
     # 4096³ on it against 2.26× on `large`). Never picked without RMT: unprotected it is
     # 0.82× as fast as `large` at 4096³.
     "half": TileConfig("half", bm=64, bn=128, bk=16, tm=8, tn=8),
+}
+
+#: Schedules that run faster than their tile's own in builds whose only fold is one checksum
+#: at level M, by (tile name, checksum): (lane map, MAC order) (`Variant.kernel_schedule`).
+#: Same C and ES under every schedule. Measured on the H100 against `large`'s (1, 1), same
+#: bits, two rounds (evidence/h100-2026-11-25-stop48/): twos/M and xor/M 1.05-1.07x faster
+#: with lane map 0 at 1024³-4096³; ones/M 0.97-0.99x with map 0 alone but 1.00-1.03x with map 0
+#: and order 0. Other levels and checksums measured 0.98-1.02x under map 0 and keep the
+#: tile's schedule.
+M_LEVEL_SCHEDULES: dict[tuple[str, str], tuple[int, int]] = {
+    ("large", "twos"): (0, 1),
+    ("large", "xor"): (0, 1),
+    ("large", "ones"): (0, 0),
 }
 
 #: Tiles that intra-warp RMT runs instead of the automatic choice (`variant_for_shape`): the
@@ -486,10 +500,19 @@ class Variant:
         A tile with a MAC order runs it, and its lane map, only where no level folds at every
         MAC (I: mmm.cu keeps Algorithm 1's order there). Intra-warp RMT builds run map 0 and
         order 0: their replica lanes share every address already, and neither was measured
-        there."""
+        there. A build whose only fold is one checksum at level M, without RMT, on a tile
+        whose schedule is the catalog's (`TILES`), runs `M_LEVEL_SCHEDULES` where that names
+        its (tile, checksum); a tile given another schedule (`dataclasses.replace`, as the
+        schedule tests do) runs that one."""
         t = self.tile
         if self.rmt == "warp" or (t.mac_order and any(level == "I" for _, level in self.parts)):
             return (0, 0)
+        own = TILES.get(t.name)
+        if (self.rmt == "none" and self.level == "M" and self.checksum is not None
+                and own is not None and (t.lane_map, t.mac_order) == (own.lane_map, own.mac_order)):
+            chosen = M_LEVEL_SCHEDULES.get((t.name, self.checksum))
+            if chosen is not None:
+                return chosen
         return (t.lane_map, t.mac_order)
 
     @property

@@ -315,7 +315,8 @@ def test_wide64_with_and_without_a_transposed_are_separate_builds(
 
 
 @pytest.mark.parametrize("spec", [(None, None, "fma"), ("ones", "T", "fma"), ("twos", "M", "fma"),
-                                  ("ones", "E", "fma"), ("ones", "I", "fma"), ("xor", "F", "exact")],
+                                  ("ones", "M", "fma"), ("ones", "E", "fma"), ("ones", "I", "fma"),
+                                  ("xor", "F", "exact")],
                          ids=lambda s: "/".join(map(str, s)))
 @pytest.mark.parametrize("tile", ["wide", "wide64", "large"])
 def test_every_kernel_schedule_gives_the_reference_bits(

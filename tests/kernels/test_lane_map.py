@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from safemon.kernels import gpu
-from safemon.kernels.catalog import TILE_BUILDS, TILES, WIDE64_READS_AT, TileConfig, make_variant
+from safemon.kernels.catalog import (
+    M_LEVEL_SCHEDULES,
+    TILE_BUILDS,
+    TILES,
+    WIDE64_READS_AT,
+    TileConfig,
+    make_variant,
+)
 from safemon.kernels.compiler import KernelBuild
 from safemon.kernels.gpu import build_for
 
@@ -72,7 +79,12 @@ def test_maps_that_do_not_tile_the_block_are_refused(tile: str, lane_map: int) -
     ("xor", "F", "large", "none", (1, 1)),
     ("ones", "T", "large", "block", (1, 1)),
     ("ones", "T", "large", "warp", (0, 0)),
-    ("ones", "M", "large", "none", (1, 1)),      # M folds follow the last row's MACs
+    ("ones", "M", "large", "none", (0, 0)),      # M_LEVEL_SCHEDULES
+    ("twos", "M", "large", "none", (0, 1)),      # M folds follow the last row's MACs
+    ("xor", "M", "large", "none", (0, 1)),
+    ("fletcher", "M", "large", "none", (1, 1)),  # not in M_LEVEL_SCHEDULES: the tile's own
+    ("ones", "M", "large", "block", (1, 1)),     # RMT: the tile's own
+    ("twos", "M", "wide64", "none", (1, 0)),
     ("twos", "E", "large", "none", (1, 1)),
     ("ones", "I", "large", "none", (0, 0)),      # a fold at every MAC: Algorithm 1's order
     ("ones_fletcher", "I+M", "large", "none", (0, 0)),
@@ -88,6 +100,21 @@ def test_kernel_schedule_and_build_defines(checksum: str | None, level: str | No
     lane_map, mac_order = expected
     assert defines.get("LANE_MAP") == (str(lane_map) if lane_map else None)
     assert defines.get("MAC_ORDER") == (str(mac_order) if mac_order else None)
+
+
+def test_an_explicit_schedule_wins_over_the_m_level_table() -> None:
+    """`M_LEVEL_SCHEDULES` picks the schedule of the catalog's own tile; a tile given a
+    schedule with `dataclasses.replace` (the GPU schedule sweep) runs exactly that one."""
+    for (tile, checksum), chosen in M_LEVEL_SCHEDULES.items():
+        assert make_variant(checksum, "M", "fma", tile).kernel_schedule == chosen
+        for lane_map in (0, 1, 2):
+            for mac_order in (0, 1):
+                t = replace(TILES[tile], lane_map=lane_map, mac_order=mac_order)
+                if (lane_map, mac_order) == (TILES[tile].lane_map, TILES[tile].mac_order):
+                    continue
+                v = make_variant(checksum, "M", "fma", t)
+                assert v.kernel_schedule == (lane_map, mac_order)
+                assert v == make_variant(checksum, "M", "fma", tile)  # same C and ES identity
 
 
 def test_the_injection_build_runs_the_lane_map_but_not_the_mac_order() -> None:
