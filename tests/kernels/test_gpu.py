@@ -7,10 +7,8 @@ the result is reproducible.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping
 from dataclasses import replace
-from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
@@ -29,6 +27,7 @@ from safemon.kernels.catalog import (
     variant_for_shape,
 )
 from safemon.kernels.precompile import compile_variant
+from tests.kernels.case_references import case_references
 
 pytestmark = pytest.mark.gpu
 
@@ -88,15 +87,8 @@ def _reference(case: tuple[tuple[int, int, int], Variant]) -> tuple[bytes, bytes
 
 
 @pytest.fixture(scope="session")
-def references(request: pytest.FixtureRequest) -> dict[int, tuple[bytes, bytes]]:
-    workers = max(1, min(14, (os.cpu_count() or 2) - 1))
-    # Only the cases this session runs (`-k` may select a few sizes), big ones first.
-    wanted = {item.callspec.params["index"] for item in request.session.items
-              if getattr(item, "originalname", "") == "test_gpu_equals_reference_bit_for_bit"}
-    order = sorted(wanted, key=lambda i: -np.prod(CASES[i][0]))
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        results = pool.map(_reference, [CASES[i] for i in order], chunksize=1)
-        return dict(zip(order, results, strict=True))
+def references(request: pytest.FixtureRequest) -> Mapping[int, tuple[bytes, bytes]]:
+    return case_references(request, CASES, "test_gpu_equals_reference_bit_for_bit", _reference)
 
 
 def _ids() -> list[str]:
@@ -104,12 +96,13 @@ def _ids() -> list[str]:
 
 
 # The first case computes every selected case's reference and compiles its kernel in a process
-# pool (the session fixture): minutes on a fresh machine with an empty compile cache, over the
-# suite's 300 s per test. On the H100 two cold runs errored in that fixture while warm runs
-# passed (evidence/h100-2026-11-24-kmajor/).
+# pool (the session fixture, `case_references`): minutes on a fresh machine with an empty
+# compile cache, over the suite's 300 s per test. On the H100 two cold runs errored in that
+# fixture while warm runs passed (evidence/h100-2026-11-24-kmajor/). Under pytest-xdist each
+# case computes its own reference when it runs.
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=_ids())
-def test_gpu_equals_reference_bit_for_bit(index: int, references: dict[int, tuple[bytes, bytes]]) -> None:
+def test_gpu_equals_reference_bit_for_bit(index: int, references: Mapping[int, tuple[bytes, bytes]]) -> None:
     import cupy as cp
 
     from safemon.kernels.gpu import gpu_matmul

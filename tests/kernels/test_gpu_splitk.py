@@ -7,9 +7,7 @@ standard variant in both modes. Each case compares C and ES bit for bit and runs
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,6 +15,7 @@ import pytest
 
 from safemon.kernels.catalog import Variant, auto_split, auto_tile, make_variant, standard_variants
 from safemon.kernels.precompile import compile_variant
+from tests.kernels.case_references import case_references
 
 pytestmark = pytest.mark.gpu
 
@@ -68,15 +67,8 @@ def _reference(case: tuple[tuple[int, int, int], Variant]) -> tuple[bytes, bytes
 
 
 @pytest.fixture(scope="session")
-def split_references(request: pytest.FixtureRequest) -> dict[int, tuple[bytes, bytes]]:
-    workers = max(1, min(15, (os.cpu_count() or 2) - 1))
-    # Only the cases this session runs (`-k` may select a few), big ones first.
-    wanted = {item.callspec.params["index"] for item in request.session.items
-              if getattr(item, "originalname", "") == "test_split_gpu_equals_reference_bit_for_bit"}
-    order = sorted(wanted, key=lambda i: -np.prod(CASES[i][0]))
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        results = pool.map(_reference, [CASES[i] for i in order], chunksize=1)
-        return dict(zip(order, results, strict=True))
+def split_references(request: pytest.FixtureRequest) -> Mapping[int, tuple[bytes, bytes]]:
+    return case_references(request, CASES, "test_split_gpu_equals_reference_bit_for_bit", _reference)
 
 
 def test_every_case_is_split() -> None:
@@ -86,7 +78,7 @@ def test_every_case_is_split() -> None:
 
 @pytest.mark.timeout(1800)  # the session fixture's references and compiles (test_gpu.py)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{'x'.join(map(str, d))}-{v.name}" for d, v in CASES])
-def test_split_gpu_equals_reference_bit_for_bit(index: int, split_references: dict[int, tuple[bytes, bytes]]) -> None:
+def test_split_gpu_equals_reference_bit_for_bit(index: int, split_references: Mapping[int, tuple[bytes, bytes]]) -> None:
     import cupy as cp
 
     from safemon.kernels.gpu import gpu_matmul
