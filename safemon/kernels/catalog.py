@@ -219,18 +219,24 @@ TILES: dict[str, TileConfig] = {
     "half": TileConfig("half", bm=64, bn=128, bk=16, tm=8, tn=8),
 }
 
-#: Schedules that run faster than their tile's own in builds whose only fold is one checksum
-#: at level M, by (tile name, checksum): (lane map, MAC order) (`Variant.kernel_schedule`).
-#: Same C and ES under every schedule. Measured on the H100 against `large`'s (1, 1), same
-#: bits, two rounds (evidence/h100-2026-11-25-stop48/): twos/M and xor/M 1.05-1.07x faster
-#: with lane map 0 at 1024³-4096³; ones/M 0.97-0.99x with map 0 alone but 1.00-1.03x with map 0
-#: and order 0. Other levels and checksums measured 0.98-1.02x under map 0 and keep the
-#: tile's schedule.
+#: Schedules that run faster than their tile's own in fma builds whose only fold is one
+#: checksum at level M, by (tile name, checksum): (lane map, MAC order)
+#: (`Variant.kernel_schedule`). Same C and ES under every schedule. Measured on the H100
+#: against `large`'s (1, 1), same bits (evidence/h100-2026-11-25-stop48/, calls 1-3): twos/M
+#: and xor/M 1.04-1.07x faster with lane map 0 at 1024³-4096³ (three or four rounds); ones/M
+#: 0.97-0.99x with map 0 alone, 1.00-1.03x with map 0 and order 0 (two rounds, 1024³ and
+#: 4096³). Other fma levels and checksums measured 0.98-1.02x under map 0 and keep the tile's
+#: schedule; exact mode was timed for twos/M alone (1.01-1.02x) and keeps it too.
 M_LEVEL_SCHEDULES: dict[tuple[str, str], tuple[int, int]] = {
     ("large", "twos"): (0, 1),
     ("large", "xor"): (0, 1),
     ("large", "ones"): (0, 0),
 }
+
+def _copy_and_schedule(t: TileConfig) -> tuple[bool, bool, int, int]:
+    """The fields of `t` that tile equality leaves out (they change neither C nor ES)."""
+    return (t.async_copy, t.a_kmajor, t.lane_map, t.mac_order)
+
 
 #: Tiles that intra-warp RMT runs instead of the automatic choice (`variant_for_shape`): the
 #: 256-thread tiles, which RMT would double to one 512-thread block per SM.
@@ -500,16 +506,18 @@ class Variant:
         A tile with a MAC order runs it, and its lane map, only where no level folds at every
         MAC (I: mmm.cu keeps Algorithm 1's order there). Intra-warp RMT builds run map 0 and
         order 0: their replica lanes share every address already, and neither was measured
-        there. A build whose only fold is one checksum at level M, without RMT, on a tile
-        whose schedule is the catalog's (`TILES`), runs `M_LEVEL_SCHEDULES` where that names
-        its (tile, checksum); a tile given another schedule (`dataclasses.replace`, as the
-        schedule tests do) runs that one."""
+        there. A build in fma mode whose only fold is one checksum at level M, without RMT,
+        on a tile that is the catalog's own (`TILES`: the same dimensions, copies and
+        schedule), runs `M_LEVEL_SCHEDULES` where that names its (tile, checksum); a tile
+        given another schedule (`dataclasses.replace`, as the schedule tests do) runs that
+        one."""
         t = self.tile
         if self.rmt == "warp" or (t.mac_order and any(level == "I" for _, level in self.parts)):
             return (0, 0)
         own = TILES.get(t.name)
-        if (self.rmt == "none" and self.level == "M" and self.checksum is not None
-                and own is not None and (t.lane_map, t.mac_order) == (own.lane_map, own.mac_order)):
+        if (self.rmt == "none" and self.level == "M" and self.mode == "fma"
+                and self.checksum is not None and own is not None and t == own
+                and _copy_and_schedule(t) == _copy_and_schedule(own)):
             chosen = M_LEVEL_SCHEDULES.get((t.name, self.checksum))
             if chosen is not None:
                 return chosen

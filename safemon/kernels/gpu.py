@@ -513,8 +513,12 @@ def nvcc_builds() -> list[KernelBuild]:
     # on `wide64_k16` reading Aᵀ.
     builds.append(build_for(make_variant("ones", "T", "fma", "large_k16")))
     builds.append(build_for(make_variant("crc32c", "T", "exact", t_level_tile(WIDE64_READS_AT))))
-    # MAC order 1 with level M's folds inside the serpentine (`Variant.kernel_schedule`).
+    # MAC order 1 with level M's folds inside the serpentine (`Variant.kernel_schedule`):
+    # under lane map 0 (catalog.M_LEVEL_SCHEDULES) and under `large`'s own map 1; and ones/M's
+    # scheduled build, map 0 and order 0, reading Aᵀ.
     builds.append(build_for(make_variant("twos", "M", "fma", "large")))
+    builds.append(build_for(make_variant("xor", "M", "exact", "large")))
+    builds.append(build_for(make_variant("ones", "M", "fma", "large")))
     builds.append(build_for(make_variant("fletcher_xor", "I", "fma", "small"), inject=True))
     builds.append(build_for(make_variant("ones", "M", "exact", "large", rmt="warp")))
     builds.append(build_for(make_variant("crc32c", "E", "fma", "wide", rmt="warp")))

@@ -32,6 +32,8 @@ class _OnDemand(Mapping[int, Reference]):
         self._done: dict[int, Reference] = {}
 
     def __getitem__(self, index: int) -> Reference:
+        if not isinstance(index, int) or not 0 <= index < len(self._cases):
+            raise KeyError(index)
         if index not in self._done:
             self._done[index] = self._compute(self._cases[index])
         return self._done[index]

@@ -24,6 +24,7 @@ def test_under_xdist_each_case_is_computed_when_first_asked_for_and_kept(
     assert refs[1] == (b"b", bytes((5, 6, 7)))
     assert refs[1] == (b"b", bytes((5, 6, 7)))
     assert calls == ["b"]
+    assert 2 not in refs and refs.get(-1) is None and calls == ["b"]
 
 
 def test_without_xdist_only_the_selected_cases_are_computed(

@@ -115,6 +115,12 @@ def test_an_explicit_schedule_wins_over_the_m_level_table() -> None:
                 v = make_variant(checksum, "M", "fma", t)
                 assert v.kernel_schedule == (lane_map, mac_order)
                 assert v == make_variant(checksum, "M", "fma", tile)  # same C and ES identity
+        # Only fma builds were timed faster; exact ones, and another tile of the same name,
+        # run the tile's own schedule.
+        own = (TILES[tile].lane_map, TILES[tile].mac_order)
+        assert make_variant(checksum, "M", "exact", tile).kernel_schedule == own
+        other = replace(TILES[tile], bk=2 * TILES[tile].bk)
+        assert make_variant(checksum, "M", "fma", other).kernel_schedule == own
 
 
 def test_the_injection_build_runs_the_lane_map_but_not_the_mac_order() -> None:
