@@ -2,11 +2,13 @@
 
 usage: python3 scripts/pytest_unreported.py LOG [pytest selection args...]
 
-LOG is the output of `pytest -v` (with or without pytest-xdist, whose lines read
-"[gw3] [ 12%] PASSED tests/...::name"). The selection args are those of the run (`-m gpu
-tests/kernels`, say); the script collects them again (`--collect-only -q`) and prints the
-outcome counts, every test that did not pass, and the tests the log never reported: with
-xdist those were running or not yet started when the run was stopped.
+LOG is the output of `pytest -v` (without `-q`, which cancels it), with pytest-xdist (lines
+"[gw3] [ 12%] PASSED tests/...::name") or without ("tests/...::name PASSED [ 12%]"). The
+selection args are those of the run (`-m gpu tests/kernels`, say); the script collects them
+again (`--collect-only -q`) and prints the outcome counts, every test that did not pass, and
+the tests the log never reported: with xdist those were running or not yet started when the
+run was stopped. Exit status 0 when every selected test passed or was skipped, 1 otherwise,
+2 when the selection collects nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-_OUTCOME = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(tests/\S+)")
+_WORDS = "PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
+#: "[gw3] [ 12%] PASSED tests/...::name" (xdist) and "tests/...::name PASSED [ 12%]" (plain).
+_XDIST = re.compile(rf"\b({_WORDS})\s+(tests/\S+)")
+_PLAIN = re.compile(rf"^(tests/\S+)\s+({_WORDS})\b", re.MULTILINE)
 
 
 def main(argv: list[str]) -> int:
@@ -25,11 +30,15 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     log = Path(argv[0]).read_text(errors="replace")
-    outcome = {test: what for what, test in _OUTCOME.findall(log)}
+    outcome = {test: what for what, test in _XDIST.findall(log)}
+    outcome.update({test: what for test, what in _PLAIN.findall(log)})
     listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                              "-p", "no:benchmark", "-p", "no:cacheprovider", *argv[1:]],
                             capture_output=True, text=True, check=False).stdout
     selected = [line for line in listed.splitlines() if line.startswith("tests/")]
+    if not selected:
+        print("pytest --collect-only selected no test: check the selection args", file=sys.stderr)
+        return 2
     missing = [t for t in selected if t not in outcome]
     print(dict(collections.Counter(outcome.values())))
     print(f"selected {len(selected)}, reported {len(outcome)}, not reported {len(missing)}")
