@@ -309,7 +309,8 @@ def _bench_dims(
         variants = _variants_at(dims, mode, variant_filter)
         if not variants:
             continue
-        run_base = variant_launcher(cp, make_variant(None, None, mode, tile, split), a, b)
+        base = make_variant(None, None, mode, tile, split)
+        run_base = variant_launcher(cp, base, a, b)
         for v in variants:
             if progress is not None:
                 progress(f"{dims.label} {v.name}")
@@ -326,6 +327,7 @@ def _bench_dims(
                 "cublas_ms": blas, "overhead": prot / unprot, "vs_cublas": prot / blas,
                 "tflops_protected": gflop / prot, "tflops_unprotected": gflop / unprot,
                 "tflops_cublas": gflop / blas,
+                "schedule": v.kernel_schedule, "unprotected_schedule": base.kernel_schedule,
             })
     return rows
 

@@ -176,6 +176,11 @@ class BenchRow(_Strict):
     tflops_protected: float = Field(gt=0)
     tflops_unprotected: float = Field(gt=0)
     tflops_cublas: float = Field(gt=0)
+    #: (lane map, MAC order) of the protected and of the unprotected build
+    #: (`Variant.kernel_schedule`): they change neither C nor ES, so `name` does not carry them,
+    #: but they change the time. None in files written before stop 48.
+    schedule: tuple[int, int] | None = None
+    unprotected_schedule: tuple[int, int] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> BenchRow:

@@ -127,3 +127,15 @@ def test_schema_1_files_are_refused_not_read_as_the_paper_levels(tmp_path: Path)
     data["schema"] = "safemon.dc/1"
     with pytest.raises(EvidenceError, match="predates the paper's levels"):
         load_evidence(_write(tmp_path, data))
+
+
+def test_bench_rows_may_carry_the_kernel_schedules(tmp_path: Path) -> None:
+    """Rows record (lane map, MAC order) of both builds since stop 48; older rows have none."""
+    row = dict(bench_row("ones/I", 1.5), schedule=[0, 0], unprotected_schedule=[1, 1])
+    loaded = load_evidence(_write(tmp_path, bench_doc([row])))
+    assert isinstance(loaded, BenchEvidence)
+    assert loaded.rows[0].schedule == (0, 0) and loaded.rows[0].unprotected_schedule == (1, 1)
+    old = load_evidence(_write(tmp_path, bench_doc([bench_row("ones/I", 1.5)])))
+    assert isinstance(old, BenchEvidence) and old.rows[0].schedule is None
+    with pytest.raises(EvidenceError, match="schedule"):
+        load_evidence(_write(tmp_path, bench_doc([dict(row, schedule=[0, 1, 2])])))
