@@ -233,11 +233,6 @@ M_LEVEL_SCHEDULES: dict[tuple[str, str], tuple[int, int]] = {
     ("large", "ones"): (0, 0),
 }
 
-def _copy_and_schedule(t: TileConfig) -> tuple[bool, bool, int, int]:
-    """The fields of `t` that tile equality leaves out (they change neither C nor ES)."""
-    return (t.async_copy, t.a_kmajor, t.lane_map, t.mac_order)
-
-
 #: Tiles that intra-warp RMT runs instead of the automatic choice (`variant_for_shape`): the
 #: 256-thread tiles, which RMT would double to one 512-thread block per SM.
 RMT_WARP_TILES: dict[str, str] = {"large": "half", "wide64": "wide"}
@@ -514,12 +509,13 @@ class Variant:
         t = self.tile
         if self.rmt == "warp" or (t.mac_order and any(level == "I" for _, level in self.parts)):
             return (0, 0)
-        own = TILES.get(t.name)
-        if (self.rmt == "none" and self.level == "M" and self.mode == "fma"
-                and self.checksum is not None and own is not None and t == own
-                and _copy_and_schedule(t) == _copy_and_schedule(own)):
-            chosen = M_LEVEL_SCHEDULES.get((t.name, self.checksum))
-            if chosen is not None:
+        if self.level == "M" and self.mode == "fma" and self.rmt == "none":
+            chosen = M_LEVEL_SCHEDULES.get((t.name, str(self.checksum)))
+            own = TILES.get(t.name)
+            # The catalog's own tile: equality leaves the copy and schedule fields out.
+            if (chosen is not None and own is not None and t == own
+                    and (t.async_copy, t.a_kmajor, t.lane_map, t.mac_order)
+                    == (own.async_copy, own.a_kmajor, own.lane_map, own.mac_order)):
                 return chosen
         return (t.lane_map, t.mac_order)
 
