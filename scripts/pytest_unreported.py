@@ -1,14 +1,16 @@
-"""Which selected tests a verbose pytest log never reported (device runs cut by a limit).
+"""Which selected tests a pytest run never reported (device runs cut by a limit).
 
-usage: python3 scripts/pytest_unreported.py LOG [pytest selection args...]
+usage: python3 scripts/pytest_unreported.py REPORT [pytest selection args...]
 
-LOG is the output of `pytest -v` (without `-q`, which cancels it), with pytest-xdist (lines
+REPORT is either a JUnit XML file (`pytest --junitxml=F`, ending in `.xml`) or the output of
+`pytest -v` (without `-q`, which cancels it), with pytest-xdist (lines
 "[gw3] [ 12%] PASSED tests/...::name") or without ("tests/...::name PASSED [ 12%]"). The
 selection args are those of the run (`-m gpu tests/kernels`, say); the script collects them
 again (`--collect-only -q`) and prints the outcome counts, every test that did not pass, and
-the tests the log never reported: with xdist those were running or not yet started when the
-run was stopped. Exit status 0 when every selected test passed or was skipped, 1 otherwise,
-2 when the selection collects nothing.
+the tests the report never named: with xdist those were running or not yet started when the
+run was stopped. A JUnit report also gives each test's seconds; the slowest ten are listed.
+Exit status 0 when every selected test passed or was skipped, 1 otherwise, 2 when the
+selection collects nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import collections
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 _WORDS = "PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
@@ -25,13 +28,43 @@ _XDIST = re.compile(rf"\b({_WORDS})\s+(tests/\S+)")
 _PLAIN = re.compile(rf"^(tests/\S+)\s+({_WORDS})\b", re.MULTILINE)
 
 
+def junit_outcomes(path: Path, root: Path = Path(".")) -> dict[str, tuple[str, float]]:
+    """Test id ("tests/a/test_b.py::Class::test_c[p]") → (outcome word, seconds) from a JUnit
+    XML report. JUnit names a test by a dotted class name; the module is its longest prefix
+    that is a file under `root`, and the rest are class names."""
+    out: dict[str, tuple[str, float]] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        parts = case.get("classname", "").split(".")
+        for cut in range(len(parts), 0, -1):
+            module = "/".join(parts[:cut]) + ".py"
+            if (root / module).is_file():
+                break
+        else:
+            cut, module = len(parts), "/".join(parts) + ".py"
+        test = "::".join([module, *parts[cut:], case.get("name", "")])
+        tags = {child.tag for child in case}
+        what = ("FAILED" if "failure" in tags else "ERROR" if "error" in tags
+                else "SKIPPED" if "skipped" in tags else "PASSED")
+        # A test that failed in its teardown appears twice; keep the worse outcome.
+        if out.get(test, ("PASSED",))[0] == "PASSED":
+            out[test] = (what, float(case.get("time", "0") or 0))
+    return out
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
-    log = Path(argv[0]).read_text(errors="replace")
-    outcome = {test: what for what, test in _XDIST.findall(log)}
-    outcome.update({test: what for test, what in _PLAIN.findall(log)})
+    report = Path(argv[0])
+    seconds: dict[str, float] = {}
+    if report.suffix == ".xml":
+        parsed = junit_outcomes(report)
+        outcome = {test: what for test, (what, _) in parsed.items()}
+        seconds = {test: s for test, (_, s) in parsed.items()}
+    else:
+        log = report.read_text(errors="replace")
+        outcome = {test: what for what, test in _XDIST.findall(log)}
+        outcome.update({test: what for test, what in _PLAIN.findall(log)})
     listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                              "-p", "no:benchmark", "-p", "no:cacheprovider", *argv[1:]],
                             capture_output=True, text=True, check=False).stdout
@@ -42,6 +75,10 @@ def main(argv: list[str]) -> int:
     missing = [t for t in selected if t not in outcome]
     print(dict(collections.Counter(outcome.values())))
     print(f"selected {len(selected)}, reported {len(outcome)}, not reported {len(missing)}")
+    if seconds:
+        print(f"test seconds: {sum(seconds.values()):.0f} in all; slowest:")
+        for test, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:10]:
+            print(f"  {s:7.1f} s  {test}")
     for test, what in outcome.items():
         if what not in ("PASSED", "SKIPPED"):
             print(f"  {what}: {test}")
