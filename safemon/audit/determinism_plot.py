@@ -26,7 +26,7 @@ def plot_orderings(doc: dict[str, Any], arrays: dict[str, Any], path: Path) -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    first = doc["variants"][0]["variant"]
+    first = _build(doc["variants"][0])
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
     for row, (key, what) in enumerate(((first, "block"), ("atomic_sum", "warp"))):
         ax = axes[row][0]
@@ -40,7 +40,7 @@ def plot_orderings(doc: dict[str, Any], arrays: dict[str, Any], path: Path) -> N
         ax.set_title(f"{key}: {what} orderings", fontsize=10)
         ax.legend(fontsize=7, markerscale=4)
     ax = axes[0][1]
-    names = [v["variant"] for v in doc["variants"]] + ["atomic_sum"]
+    names = [_build(v) for v in doc["variants"]] + ["atomic_sum"]
     for j, name in enumerate(names):
         for cond, dx, color in (("alone", -0.15, "tab:blue"), ("load", 0.15, "tab:red")):
             ranks = arrays[f"{name}|{cond}"]
@@ -64,10 +64,16 @@ def plot_orderings(doc: dict[str, Any], arrays: dict[str, Any], path: Path) -> N
     plt.close(fig)
 
 
+def _build(row: dict[str, Any]) -> str:
+    """A report row's build label (`determinism_run.build_label`); reports written before
+    the label existed name the variant only."""
+    return str(row.get("build", row["variant"]))
+
+
 def _summary_lines(doc: dict[str, Any]) -> list[str]:
-    lines = ["variant                       differing C/ES (max)"]
+    lines = [f"{'build':40s} differing C/ES (max)"]
     for v in doc["variants"]:
-        lines.append(f"{v['variant']:29s} {v['differing_max']}")
+        lines.append(f"{_build(v):40s} {v['differing_max']}")
     c = doc["contrasts"]
     for cond in ("alone", "load"):
         lines.append(f"atomic float sum ({cond}): {c['atomic_sum'][cond]['distinct_results']} "

@@ -43,7 +43,7 @@ from safemon.kernels.catalog import (
 from safemon.kernels.compiler import import_cupy, load_module
 from safemon.kernels.gpu import build_for, gpu_matmul, nvcc_builds
 
-__all__ = ["CONDITIONS", "run_determinism", "shipped_variants"]
+__all__ = ["CONDITIONS", "build_label", "run_determinism", "shipped_variants"]
 
 CONDITIONS: tuple[str, ...] = ("alone", "load")
 SUM_ELEMENTS = 1 << 22
@@ -67,6 +67,15 @@ def shipped_variants() -> list[Variant]:
                     seen.add(b)
                     out.append(v)
     return out
+
+
+def build_label(variant: Variant) -> str:
+    """A name for `variant`'s production build that no other shipped build shares.
+
+    `Variant.name` does not say whether the build reads Aᵀ (`Variant.reads_a_transposed`):
+    `wide64` and `WIDE64_READS_AT` give one name and two builds, which the audit must keep
+    apart (one row each in the report, one set of orderings each)."""
+    return f"{variant.name} (reads A^T)" if variant.reads_a_transposed else variant.name
 
 
 @contextmanager
@@ -159,16 +168,18 @@ def run_determinism(*, repeats: int, size: int, out_dir: Path, process_load: boo
     b = cp.asarray(rng.standard_normal((size, size), dtype=np.float32))
     x = cp.asarray(rng.standard_normal(SUM_ELEMENTS, dtype=np.float32))
     variants = shipped_variants()
-    per_variant: dict[str, dict[str, Any]] = {v.name: {"variant": v.name} for v in variants}
+    per_variant: dict[str, dict[str, Any]] = {
+        build_label(v): {"variant": v.name, "build": build_label(v),
+                         "reads_a_transposed": v.reads_a_transposed} for v in variants}
     contrasts: dict[str, dict[str, Any]] = {"atomic_sum": {}, "cupy_sum": {}, "cublas_matmul": {}}
     arrays: dict[str, Any] = {}
     for cond in CONDITIONS:
         with _condition(cond, process_load):
             for v in variants:
                 r = _mmm_condition(cp, v, a, b, repeats)
-                arrays[f"{v.name}|{cond}"] = r.pop("_ranks")
-                per_variant[v.name][cond] = r
-                print(f"{cond:5s} {v.name:28s} differing C/ES max {max(r['differing_c'])}/"
+                arrays[f"{build_label(v)}|{cond}"] = r.pop("_ranks")
+                per_variant[build_label(v)][cond] = r
+                print(f"{cond:5s} {build_label(v):40s} differing C/ES max {max(r['differing_c'])}/"
                       f"{max(r['differing_es'])}, tau vs first min {r['tau_vs_first_min']:.3f}",
                       flush=True)
             s = _atomic_sum(cp, x, repeats)

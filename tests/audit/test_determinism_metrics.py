@@ -85,3 +85,36 @@ def test_tau_summary_reports_identical_and_reversed_runs() -> None:
     assert s["tau_vs_index_min"] == -1.0
     with pytest.raises(ValueError, match="two runs"):
         tau_summary(runs[:1])
+
+
+def test_each_shipped_build_gets_a_row_label_of_its_own() -> None:
+    """`wide64` and `wide64` reading Aᵀ share a variant name but are two builds: the report
+    keeps one row per build (on the H100, 2026-11-25, a name-keyed report lost one)."""
+    from safemon.audit.determinism_run import build_label, shipped_variants
+    from safemon.kernels.gpu import build_for
+
+    variants = shipped_variants()
+    labels = [build_label(v) for v in variants]
+    assert len(set(labels)) == len(labels) == len({build_for(v) for v in variants})
+    names = [v.name for v in variants]
+    assert len(set(names)) < len(names), "no two shipped builds share a name any more"
+    assert any(label.endswith("(reads A^T)") for label in labels)
+
+
+def test_the_orderings_plot_draws_one_column_per_build(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    from safemon.audit.determinism_plot import _summary_lines, plot_orderings
+
+    ranks = np.array([[0, 1, 2], [1, 0, 2]])
+    rows = [{"variant": "unprotected/exact/wide64", "build": b, "differing_max": 0}
+            for b in ("unprotected/exact/wide64", "unprotected/exact/wide64 (reads A^T)")]
+    runs = {"runs": 2, "distinct_results": 1}
+    doc = {"variants": rows, "device": {"name": "test"}, "date": "d", "size": 3, "repeats": 2,
+           "contrasts": {k: {"alone": runs, "load": runs}
+                         for k in ("atomic_sum", "cupy_sum", "cublas_matmul")}}
+    arrays = {f"{key}|{cond}": ranks for cond in ("alone", "load")
+              for key in [r["build"] for r in rows] + ["atomic_sum"]}
+    plot_orderings(doc, arrays, tmp_path / "o.png")
+    assert (tmp_path / "o.png").stat().st_size > 0
+    lines = _summary_lines(doc)
+    assert sum("unprotected/exact/wide64" in line for line in lines) == 2
