@@ -98,6 +98,9 @@ def _mmm_condition(cp: Any, v: Variant, a: Any, b: Any, repeats: int) -> dict[st
         dc.append(differing_elements(c.get(), c0))
         des.append(differing_elements(es.get(), es0))
     kernel = load_module(block_order_build(v)).get_function("safemon_mmm_block_order")
+    # A build that reads Aᵀ takes the K×M transpose, as `gpu_matmul` hands it (`large` and
+    # `wide64` reading Aᵀ); given A itself it would compute another product.
+    a_in = cp.ascontiguousarray(a.T) if v.reads_a_transposed else a
     t = v.tile
     gx, gy = t.grid(m, n)
     ranks, matches = [], True
@@ -107,7 +110,7 @@ def _mmm_condition(cp: Any, v: Variant, a: Any, b: Any, repeats: int) -> dict[st
         counter = cp.zeros(1, dtype=cp.uint32)
         order = cp.empty(gx * gy, dtype=cp.uint32)
         kernel((gx, gy, 1), (t.threads, 1, 1),
-               (a, b, c, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0), counter, order))
+               (a_in, b, c, es, np.int32(m), np.int32(n), np.int32(k), np.uintp(0), counter, order))
         ranks.append(order.get().astype(np.int64))
         matches &= differing_elements(c.get(), c0) == 0 and differing_elements(es.get(), es0) == 0
     return {"runs": repeats, "differing_c": dc, "differing_es": des, "blocks": gx * gy,
