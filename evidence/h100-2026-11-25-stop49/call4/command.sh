@@ -1,0 +1,1 @@
+LIMIT_rest=400 bash scripts/gpu-suite rest

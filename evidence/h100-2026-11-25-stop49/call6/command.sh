@@ -1,0 +1,1 @@
+LIMIT_rest=300 bash scripts/gpu-suite rest
