@@ -28,26 +28,35 @@ _XDIST = re.compile(rf"\b({_WORDS})\s+(tests/\S+)")
 _PLAIN = re.compile(rf"^(tests/\S+)\s+({_WORDS})\b", re.MULTILINE)
 
 
-def junit_outcomes(path: Path, root: Path = Path(".")) -> dict[str, tuple[str, float]]:
+#: Outcome words, worst first: a test reported twice (a teardown error after its call) keeps
+#: the worse one.
+_RANK = {"ERROR": 0, "FAILED": 1, "XPASS": 2, "SKIPPED": 3, "XFAIL": 4, "PASSED": 5}
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def junit_outcomes(path: Path, root: Path = _REPO) -> dict[str, tuple[str, float]]:
     """Test id ("tests/a/test_b.py::Class::test_c[p]") → (outcome word, seconds) from a JUnit
     XML report. JUnit names a test by a dotted class name; the module is its longest prefix
-    that is a file under `root`, and the rest are class names."""
+    that is a file under `root`, and the rest are class names. A module that failed to
+    collect has an empty class name and its dotted path as name; it is reported as
+    ("tests/a/test_b.py", "ERROR")."""
     out: dict[str, tuple[str, float]] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
-        parts = case.get("classname", "").split(".")
+        classname, name = case.get("classname", ""), case.get("name", "")
+        parts = (classname or name).split(".")
         for cut in range(len(parts), 0, -1):
             module = "/".join(parts[:cut]) + ".py"
             if (root / module).is_file():
                 break
         else:
             cut, module = len(parts), "/".join(parts) + ".py"
-        test = "::".join([module, *parts[cut:], case.get("name", "")])
+        test = "::".join([module, *parts[cut:], name]) if classname else module
         tags = {child.tag for child in case}
         what = ("FAILED" if "failure" in tags else "ERROR" if "error" in tags
                 else "SKIPPED" if "skipped" in tags else "PASSED")
-        # A test that failed in its teardown appears twice; keep the worse outcome.
-        if out.get(test, ("PASSED",))[0] == "PASSED":
-            out[test] = (what, float(case.get("time", "0") or 0))
+        seconds = float(case.get("time", "0") or 0)
+        if test not in out or _RANK[what] < _RANK[out[test][0]]:
+            out[test] = (what, seconds)
     return out
 
 
@@ -57,7 +66,11 @@ def main(argv: list[str]) -> int:
         return 2
     report = Path(argv[0])
     seconds: dict[str, float] = {}
-    if report.suffix == ".xml":
+    if report.suffix == ".xml" and not report.is_file():
+        print(f"{report}: no JUnit report (pytest killed before it wrote one?); "
+              "every selected test counts as not reported")
+        outcome = {}
+    elif report.suffix == ".xml":
         parsed = junit_outcomes(report)
         outcome = {test: what for test, (what, _) in parsed.items()}
         seconds = {test: s for test, (_, s) in parsed.items()}
@@ -67,8 +80,12 @@ def main(argv: list[str]) -> int:
         outcome.update({test: what for test, what in _PLAIN.findall(log)})
     listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                              "-p", "no:benchmark", "-p", "no:cacheprovider", *argv[1:]],
-                            capture_output=True, text=True, check=False).stdout
-    selected = [line for line in listed.splitlines() if line.startswith("tests/")]
+                            capture_output=True, text=True, check=False)
+    # Test ids only: a collection error's traceback also has lines starting "tests/".
+    selected = [line for line in listed.stdout.splitlines()
+                if line.startswith("tests/") and "::" in line]
+    if listed.returncode not in (0, 5):  # 5: nothing selected, reported below
+        print(f"pytest --collect-only exited {listed.returncode} here (collection errors?)")
     if not selected:
         print("pytest --collect-only selected no test: check the selection args", file=sys.stderr)
         return 2

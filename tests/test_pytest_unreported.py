@@ -26,6 +26,9 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="tests.test_dims" name="test_d" time="0.0"><skipped message="no gpu"/></testcase>
 <testcase classname="tests.test_dims" name="test_e" time="0.1"/>
 <testcase classname="tests.test_dims" name="test_e" time="0.3"><error message="teardown">t</error></testcase>
+<testcase classname="tests.test_dims" name="test_f" time="0.0"><skipped message="s"/></testcase>
+<testcase classname="tests.test_dims" name="test_f" time="0.1"><error message="teardown">t</error></testcase>
+<testcase classname="" name="tests.test_seconds" time="0.0"><error message="collection failure">E</error></testcase>
 </testsuite></testsuites>
 """
 
@@ -39,8 +42,11 @@ def test_junit_names_outcomes_and_seconds(tmp_path: Path) -> None:
         "tests/test_dims.py::TestGroup::test_b": ("PASSED", 0.25),
         "tests/test_dims.py::test_c": ("FAILED", 2.0),
         "tests/test_dims.py::test_d": ("SKIPPED", 0.0),
-        # passed its call, then errored in teardown: the error is kept
+        # passed (or skipped) its call, then errored in teardown: the error is kept
         "tests/test_dims.py::test_e": ("ERROR", 0.3),
+        "tests/test_dims.py::test_f": ("ERROR", 0.1),
+        # a module that failed to collect
+        "tests/test_seconds.py": ("ERROR", 0.0),
     }
 
 
@@ -53,3 +59,12 @@ def test_a_run_cut_short_exits_1_and_names_what_it_never_reported(tmp_path: Path
     assert "FAILED: tests/test_dims.py::test_c" in out
     assert "not reported: tests/test_dims.py::test_the_canonical_form_is_exactly_what_key_writes" in out
     assert "not reported: tests/test_dims.py::test_dims_parsing" not in out
+
+
+def test_a_missing_report_counts_every_selected_test_as_not_reported(tmp_path: Path, capsys) -> None:
+    code = _script().main([str(tmp_path / "never-written.xml"), "-p", "no:randomly",
+                           "tests/test_dims.py"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "no JUnit report" in out
+    assert "not reported: tests/test_dims.py::test_dims_parsing" in out

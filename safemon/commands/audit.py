@@ -110,9 +110,10 @@ def _determinism(args: argparse.Namespace) -> int:
     except (ValueError, BackendUnavailableError) as exc:
         print(f"safemon audit determinism: {exc}", file=sys.stderr)
         return 2
-    bad = [v["variant"] for v in doc["variants"] if v["differing_max"] != 0]
-    print(f"safemon audit determinism: {len(doc['variants'])} variant(s), "
-          f"{len(bad)} not bit-identical; evidence in {args.out}")
+    bad = [v["build"] for v in doc["variants"] if v["differing_max"] != 0]
+    print(f"safemon audit determinism: {len(doc['variants'])} shipped build(s), "
+          f"{len(bad)} not bit-identical{': ' + ', '.join(bad) if bad else ''}; "
+          f"evidence in {args.out}")
     return 1 if bad else 0
 
 

@@ -17,7 +17,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="
 
 
 def test_shipped_variants_are_bit_identical_alone_and_under_load(tmp_path: Path) -> None:
-    from safemon.audit.determinism_run import CONDITIONS, build_label, run_determinism, shipped_variants
+    from safemon.audit.determinism_run import (
+        CONDITIONS,
+        build_label,
+        run_determinism,
+        shipped_variants,
+    )
     from safemon.kernels.catalog import TILES
 
     # The smallest size that gives every tile (the largest one included) two blocks or more.
@@ -26,10 +31,10 @@ def test_shipped_variants_are_bit_identical_alone_and_under_load(tmp_path: Path)
     # One row per shipped build, `wide64` and the same tile reading Aᵀ included.
     assert [v["build"] for v in doc["variants"]] == [build_label(v) for v in shipped_variants()]
     for row in doc["variants"]:
-        assert row["differing_max"] == 0, row["variant"]
+        assert row["differing_max"] == 0, row["build"]
         for cond in CONDITIONS:
             r = row[cond]
-            assert r["instrumented_matches_shipped"], (row["variant"], cond)
+            assert r["instrumented_matches_shipped"], (row["build"], cond)
             assert -1.0 <= r["tau_vs_first_min"] <= r["tau_vs_first_max"] <= 1.0
     for cond in CONDITIONS:
         assert doc["contrasts"]["atomic_sum"][cond]["runs"] == 4

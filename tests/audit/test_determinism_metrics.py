@@ -96,25 +96,45 @@ def test_each_shipped_build_gets_a_row_label_of_its_own() -> None:
     variants = shipped_variants()
     labels = [build_label(v) for v in variants]
     assert len(set(labels)) == len(labels) == len({build_for(v) for v in variants})
-    names = [v.name for v in variants]
-    assert len(set(names)) < len(names), "no two shipped builds share a name any more"
-    assert any(label.endswith("(reads A^T)") for label in labels)
+    for v, label in zip(variants, labels, strict=True):
+        assert label.startswith(v.name)
+        assert label.endswith("(reads A^T)") == v.reads_a_transposed
 
 
-def test_the_orderings_plot_draws_one_column_per_build(tmp_path) -> None:
+def test_the_orderings_plot_and_summary_go_by_build(tmp_path) -> None:
+    """Two rows of one variant name, arrays keyed by build only (as `run_determinism` writes
+    them): the plot finds each build's orderings and the summary names both builds."""
     pytest.importorskip("matplotlib")
     from safemon.audit.determinism_plot import _summary_lines, plot_orderings
 
     ranks = np.array([[0, 1, 2], [1, 0, 2]])
+    builds = ("unprotected/exact/wide64", "unprotected/exact/wide64 (reads A^T)")
     rows = [{"variant": "unprotected/exact/wide64", "build": b, "differing_max": 0}
-            for b in ("unprotected/exact/wide64", "unprotected/exact/wide64 (reads A^T)")]
+            for b in reversed(builds)]
     runs = {"runs": 2, "distinct_results": 1}
     doc = {"variants": rows, "device": {"name": "test"}, "date": "d", "size": 3, "repeats": 2,
            "contrasts": {k: {"alone": runs, "load": runs}
                          for k in ("atomic_sum", "cupy_sum", "cublas_matmul")}}
     arrays = {f"{key}|{cond}": ranks for cond in ("alone", "load")
-              for key in [r["build"] for r in rows] + ["atomic_sum"]}
+              for key in [*builds, "atomic_sum"]}
     plot_orderings(doc, arrays, tmp_path / "o.png")
     assert (tmp_path / "o.png").stat().st_size > 0
     lines = _summary_lines(doc)
-    assert sum("unprotected/exact/wide64" in line for line in lines) == 2
+    assert any(line.startswith("unprotected/exact/wide64 (reads A^T)") for line in lines)
+    assert sum(line.startswith("unprotected/exact/wide64 ") for line in lines) == 2
+
+
+def test_a_report_written_before_build_labels_still_plots(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    from safemon.audit.determinism_plot import plot_orderings
+
+    ranks = np.array([[0, 1], [1, 0]])
+    runs = {"runs": 2, "distinct_results": 1}
+    doc = {"variants": [{"variant": "ones/I/exact/small", "differing_max": 0}],
+           "device": {"name": "test"}, "date": "d", "size": 3, "repeats": 2,
+           "contrasts": {k: {"alone": runs, "load": runs}
+                         for k in ("atomic_sum", "cupy_sum", "cublas_matmul")}}
+    arrays = {f"{key}|{cond}": ranks for cond in ("alone", "load")
+              for key in ("ones/I/exact/small", "atomic_sum")}
+    plot_orderings(doc, arrays, tmp_path / "o.png")
+    assert (tmp_path / "o.png").stat().st_size > 0
