@@ -226,6 +226,20 @@ static_assert(ASYNC_STAGES == 2 || ASYNC_STAGES == 3, "the k loop is written for
 static_assert(MAC_ORDER == 0 || (MAC_ORDER == 1 && SIG_I == SIG_NONE),
               "MAC order 1: builds without a fold at every MAC");
 #define SERPENTINE_FORWARD_PARITY (SIG_M != SIG_NONE ? (TM - 1) & 1 : 0)
+// KSTEP_ROLLED: the k steps of a k-tile run as a loop instead of unrolled. A CRC-32C fold at
+// every MAC (level I) chains 12·TM·TN dependent table reads per k step. Fully unrolled over the
+// k-tile, ptxas spent minutes on one build: 264–288 s per crc32c/I build under NVRTC on the
+// H100 machine (evidence/h100-2026-11-25-stop49/), 162 s with nvcc on a 2-core host. The loop
+// runs the same operations in the same order (C and ES are the same bits) and only the k step
+// index becomes a register. Default: rolled exactly for crc32c at level I.
+#ifndef KSTEP_ROLLED
+#define KSTEP_ROLLED (SIG_I == SIG_CRC32C)
+#endif
+#if KSTEP_ROLLED
+#define SAFEMON_KSTEP_UNROLL _Pragma("unroll 1")
+#else
+#define SAFEMON_KSTEP_UNROLL _Pragma("unroll")
+#endif
 #define THREADS_X (BN / TN)
 #define THREADS_Y (BM / TM)
 static_assert(LANE_MAP == 0 || (!RMT_WARP && THREADS % 32 == 0), "lane maps: whole warps, no RMT");
@@ -690,7 +704,7 @@ safemon_mmm(const float* __restrict__ A, const float* __restrict__ B, float* __r
 
     // One k-tile's MACs and folds, from (As, Bs).
     auto macs = [&](int k0, float (&As)[BK][BM + A_PAD], float (&Bs)[BK][BN_PADDED]) {
-#pragma unroll
+        SAFEMON_KSTEP_UNROLL
         for (int kk = 0; kk < BK; ++kk) {
             float a[TM], b[TN];
 #pragma unroll
