@@ -228,10 +228,12 @@ static_assert(MAC_ORDER == 0 || (MAC_ORDER == 1 && SIG_I == SIG_NONE),
 #define SERPENTINE_FORWARD_PARITY (SIG_M != SIG_NONE ? (TM - 1) & 1 : 0)
 // KSTEP_ROLLED: the k steps of a k-tile run as a loop instead of unrolled. A CRC-32C fold at
 // every MAC (level I) chains 12·TM·TN dependent table reads per k step. Fully unrolled over the
-// k-tile, ptxas spent minutes on one build: 264–288 s per crc32c/I build under NVRTC on the
-// H100 machine (evidence/h100-2026-11-25-stop49/), 162 s with nvcc on a 2-core host. The loop
-// runs the same operations in the same order (C and ES are the same bits) and only the k step
-// index becomes a register. Default: rolled exactly for crc32c at level I.
+// k-tile, ptxas spent up to minutes on one build: nvcc 144 s for crc32c/I/exact/skinny and 43 s
+// for crc32c/I/fma/large on a 2-core host, 1.2 s and 3.9 s rolled; on the H100 machine the first
+// GPU test of a crc32c/I build took 70–288 s, nearly all compiling
+// (evidence/h100-2026-11-25-stop49/). The loop runs the same operations in the same order (C and
+// ES are the same bits) and only the k step index becomes a register. Default: rolled exactly for
+// crc32c at level I.
 #ifndef KSTEP_ROLLED
 #define KSTEP_ROLLED (SIG_I == SIG_CRC32C)
 #endif
