@@ -98,8 +98,8 @@ def _mmm_condition(cp: Any, v: Variant, a: Any, b: Any, repeats: int) -> dict[st
         dc.append(differing_elements(c.get(), c0))
         des.append(differing_elements(es.get(), es0))
     kernel = load_module(block_order_build(v)).get_function("safemon_mmm_block_order")
-    # A build that reads Aᵀ takes the K×M transpose, as `gpu_matmul` hands it (`large` and
-    # `wide64` reading Aᵀ); given A itself it would compute another product.
+    # A build that reads Aᵀ (`Variant.reads_a_transposed`) takes the K×M transpose, as
+    # `gpu_matmul` hands it; given A itself it would compute another product.
     a_in = cp.ascontiguousarray(a.T) if v.reads_a_transposed else a
     t = v.tile
     gx, gy = t.grid(m, n)
@@ -179,10 +179,11 @@ def run_determinism(*, repeats: int, size: int, out_dir: Path, process_load: boo
     for cond in CONDITIONS:
         with _condition(cond, process_load):
             for v in variants:
+                label = build_label(v)
                 r = _mmm_condition(cp, v, a, b, repeats)
-                arrays[f"{build_label(v)}|{cond}"] = r.pop("_ranks")
-                per_variant[build_label(v)][cond] = r
-                print(f"{cond:5s} {build_label(v):40s} differing C/ES max {max(r['differing_c'])}/"
+                arrays[f"{label}|{cond}"] = r.pop("_ranks")
+                per_variant[label][cond] = r
+                print(f"{cond:5s} {label:40s} differing C/ES max {max(r['differing_c'])}/"
                       f"{max(r['differing_es'])}, tau vs first min {r['tau_vs_first_min']:.3f}",
                       flush=True)
             s = _atomic_sum(cp, x, repeats)
