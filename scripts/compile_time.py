@@ -2,9 +2,9 @@
 
 usage: python3 scripts/compile_time.py [-D NAME=VALUE ...] SPEC [SPEC ...]
 
-SPEC is checksum/level/mode/tile (e.g. crc32c/I/exact/skinny) or unprotected/mode/tile. -D sets
-a define in every build (e.g. KSTEP_ROLLED=0 for mmm.cu's unrolled k steps). Prints one line
-per build: seconds of `nvcc -arch=sm_90 -cubin` (safemon.kernels.nvcc_check.compile_one) and
+SPEC is a variant name (`Variant.name`, e.g. crc32c/I/exact/skinny or unprotected/fma/large;
+`catalog.variant_from_name` reads it). -D sets a define in every build (e.g. KSTEP_ROLLED=0 for
+mmm.cu's unrolled k steps). Prints one line per build: seconds of `nvcc -arch=sm_90 -cubin` (safemon.kernels.nvcc_check.compile_one) and
 its exit status. One build at a time, so that the times do not compete with each other.
 """
 
@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import replace
 
-from safemon.kernels.catalog import make_variant
+from safemon.kernels.catalog import variant_from_name
 from safemon.kernels.gpu import build_for
 from safemon.kernels.nvcc_check import compile_one
 
@@ -31,9 +31,7 @@ def main() -> int:
     print(f"nvcc: {version.strip().splitlines()[-1]}; defines {extra or 'none'}")
     worst = 0
     for spec in args.specs:
-        parts = spec.split("/")
-        v = make_variant(None, None, *parts[1:]) if parts[0] == "unprotected" else make_variant(*parts)
-        build = build_for(v)
+        build = build_for(variant_from_name(spec))
         defines = dict(build.defines) | extra
         build = replace(build, defines=tuple(sorted(defines.items())))
         start = time.perf_counter()

@@ -101,22 +101,28 @@ def test_each_shipped_build_gets_a_row_label_of_its_own() -> None:
         assert label.endswith("(reads A^T)") == v.reads_a_transposed
 
 
+def _plot_inputs(rows: list[dict], keys: tuple[str, ...]) -> tuple[dict, dict]:
+    """A two-run determinism report with `rows`, and orderings under exactly `keys` (plus the
+    atomic-sum contrast), as `run_determinism` writes them."""
+    ranks = np.array([[0, 1, 2], [1, 0, 2]])
+    runs = {"runs": 2, "distinct_results": 1}
+    doc = {"variants": rows, "device": {"name": "test"}, "date": "d", "size": 3, "repeats": 2,
+           "contrasts": {k: {"alone": runs, "load": runs}
+                         for k in ("atomic_sum", "cupy_sum", "cublas_matmul")}}
+    arrays = {f"{key}|{cond}": ranks for cond in ("alone", "load") for key in (*keys, "atomic_sum")}
+    return doc, arrays
+
+
 def test_the_orderings_plot_and_summary_go_by_build(tmp_path) -> None:
     """Two rows of one variant name, arrays keyed by build only (as `run_determinism` writes
     them): the plot finds each build's orderings and the summary names both builds."""
     pytest.importorskip("matplotlib")
     from safemon.audit.determinism_plot import _summary_lines, plot_orderings
 
-    ranks = np.array([[0, 1, 2], [1, 0, 2]])
     builds = ("unprotected/exact/wide64", "unprotected/exact/wide64 (reads A^T)")
     rows = [{"variant": "unprotected/exact/wide64", "build": b, "differing_max": 0}
             for b in reversed(builds)]
-    runs = {"runs": 2, "distinct_results": 1}
-    doc = {"variants": rows, "device": {"name": "test"}, "date": "d", "size": 3, "repeats": 2,
-           "contrasts": {k: {"alone": runs, "load": runs}
-                         for k in ("atomic_sum", "cupy_sum", "cublas_matmul")}}
-    arrays = {f"{key}|{cond}": ranks for cond in ("alone", "load")
-              for key in [*builds, "atomic_sum"]}
+    doc, arrays = _plot_inputs(rows, builds)
     plot_orderings(doc, arrays, tmp_path / "o.png")
     assert (tmp_path / "o.png").stat().st_size > 0
     lines = _summary_lines(doc)
@@ -128,13 +134,7 @@ def test_a_report_written_before_build_labels_still_plots(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     from safemon.audit.determinism_plot import plot_orderings
 
-    ranks = np.array([[0, 1], [1, 0]])
-    runs = {"runs": 2, "distinct_results": 1}
-    doc = {"variants": [{"variant": "ones/I/exact/small", "differing_max": 0}],
-           "device": {"name": "test"}, "date": "d", "size": 3, "repeats": 2,
-           "contrasts": {k: {"alone": runs, "load": runs}
-                         for k in ("atomic_sum", "cupy_sum", "cublas_matmul")}}
-    arrays = {f"{key}|{cond}": ranks for cond in ("alone", "load")
-              for key in ("ones/I/exact/small", "atomic_sum")}
+    doc, arrays = _plot_inputs([{"variant": "ones/I/exact/small", "differing_max": 0}],
+                               ("ones/I/exact/small",))
     plot_orderings(doc, arrays, tmp_path / "o.png")
     assert (tmp_path / "o.png").stat().st_size > 0
