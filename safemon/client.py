@@ -7,10 +7,12 @@
     mid = client.register_model([Layer(w1, b1, "gelu"), Layer(w2)])  # safemon.models
     out = client.run(mid, x, timeout=0.5)        # the whole forward pass, one vote
 
-`x` may be a NumPy array, a CuPy array or a torch tensor (CPU or CUDA); the result comes
-back as the same kind on the same device (`safemon.arrays`). On an ipc:// ingress a CUDA x
-goes through this client's CUDA IPC buffers and only digests cross ZeroMQ
-(`safemon.device_io`, docs/PROTOCOL.md section 11); otherwise, or when the daemon answers
+`x` may be a NumPy array, a CuPy array, a torch tensor (CPU or CUDA), or any array that
+speaks DLPack or `__cuda_array_interface__`; the result comes back as the same kind on the
+same device (another library's array as CuPy or NumPy: `safemon.arrays`). On an ipc://
+ingress a CUDA x of a weight or model this client registered goes through this client's
+CUDA IPC buffers and only digests cross ZeroMQ (`safemon.device_io`, docs/PROTOCOL.md
+section 11); otherwise (CuPy not installed included), or when the daemon answers
 `DeviceInputError`, it is staged through host memory.
 
 `matmul` returns only a C that the voter released, or raises: `SafeStateError` (latched
@@ -46,7 +48,7 @@ import numpy.typing as npt
 import zmq
 
 from safemon import errors
-from safemon.arrays import as_host, check_device_array
+from safemon.arrays import array_library, as_host, device_view
 from safemon.config import Config, load_config
 from safemon.device_io import ExchangeBuffers, StagedRequest
 from safemon.errors import (
@@ -276,7 +278,8 @@ class Client:
 
         Args:
             x: (M, K) float32, finite: NumPy, or C-contiguous CuPy / torch (CPU or CUDA,
-                on a device the channels use). weight_id: from `register_weight`.
+                on a device the channels use), or another DLPack or CUDA-array-interface
+                producer (`safemon.arrays`). weight_id: from `register_weight`.
             timeout: seconds. The request's deadline at the daemon (capped by its own
                 budget) is this less `REPLY_MARGIN_S`; the call returns or raises within
                 timeout + `REPLY_GRACE_S`.
@@ -388,28 +391,23 @@ class Client:
                                                       msgs.MatmulRequest | msgs.ModelRequest],
                         x: Any, n_out: int, timeout: float,
                         reregister: Callable[[Message], None]) -> Any:
-        """Send `x` (a CUDA CuPy array or torch tensor) as a device-resident request and
-        return the released output as the same kind on the same device; None when this
-        request must go through host memory instead (device I/O off, x not on a GPU, or the
-        daemon answered `DeviceInputError`, which also turns device I/O off)."""
+        """Send `x` (a CUDA array: CuPy, torch, or another producer, `safemon.arrays`) as a
+        device-resident request and return the released output as the same kind on the same
+        device (another producer's as CuPy); None when this request must go through host
+        memory instead (device I/O off, x not on a GPU, CuPy not installed, or the daemon
+        answered `DeviceInputError`; the last two also turn device I/O off)."""
         self.last_request_device = False
-        library = type(x).__module__.split(".")[0]
-        if (not self.device_io or library not in ("cupy", "torch")
+        library = array_library("x", x)
+        if (not self.device_io or library in ("numpy", "host")
                 or (library == "torch" and x.device.type != "cuda")):
             return None
-        check_device_array("x", x, self._devices)
-        import cupy
-
-        xs = x
-        if library == "torch":
-            import torch
-
-            xs = cupy.from_dlpack(x.detach())
-            current = torch.cuda.current_stream(x.device)
-            if current.cuda_stream != 0:
-                # CuPy stages on the legacy default stream, which orders itself after torch's
-                # default stream but not after another one: wait for x to be complete.
-                current.synchronize()
+        try:
+            import cupy  # noqa: F401  (the IPC buffers are CuPy's)
+        except ImportError:  # a torch tensor then goes through host memory
+            self.device_io = False
+            self.device_io_off_reason = "CuPy is not installed: CUDA arrays go through host memory"
+            return None
+        xs = device_view("x", x, self._devices)
         if self._exchange is None:
             self._exchange = ExchangeBuffers(len(self.config.channel_names))
         staged = self._exchange.stage(xs, n_out)

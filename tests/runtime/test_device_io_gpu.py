@@ -5,16 +5,20 @@ processes (CUDA IPC handles cannot be opened by the process that exported them).
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from safemon.arrays import device_view
 from safemon.errors import InvalidInputError
 from safemon.models import Layer, reference_forward
 from safemon.transport import messages as msgs
@@ -196,3 +200,145 @@ def test_channels_with_the_row_abft_check_release_clean_and_refuse_overflowed(
             client.matmul(cp.asarray(np.full_like(x, 3e38)), wid, timeout=10.0)
         with pytest.raises(SafeStateError):
             client.matmul(cp.asarray(x), wid, timeout=10.0)
+
+
+class _CudaInterfaceOnly:
+    """A CUDA array of a library safemon does not know, through `__cuda_array_interface__`."""
+
+    def __init__(self, a: Any) -> None:
+        self._a = a  # keeps the memory alive
+        self.__cuda_array_interface__ = a.__cuda_array_interface__
+
+
+class _DLPackOnly:
+    """A CUDA array of a library safemon does not know, through DLPack only."""
+
+    def __init__(self, a: Any) -> None:
+        self._a = a
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._a.__dlpack_device__()  # type: ignore[no-any-return]
+
+
+def test_foreign_cuda_arrays_go_through_the_ipc_buffers_and_bad_ones_are_refused(
+        tmp_path: Path) -> None:
+    """Arrays that speak only `__cuda_array_interface__` or DLPack take the device path and
+    come back as CuPy arrays with the reference's bits. A float64, a non-contiguous and a
+    wrong-device array (CuPy and torch) are refused in the client before anything is sent."""
+    cp = _cp()
+    cfg = _config(tmp_path)
+    x, w1, _w2, _b1 = _operands(seed=8)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w1)
+        want = reference(x, w1, cfg)
+        for wrap in (_CudaInterfaceOnly, _DLPackOnly):
+            got = client.matmul(wrap(cp.asarray(x)), wid, timeout=10.0)
+            assert client.last_request_device, client.device_io_off_reason
+            assert isinstance(got, cp.ndarray) and same_bits(got.get(), want)
+        bad = [(cp.asarray(x, dtype=cp.float64), "float32"),
+               (cp.asarray(np.asfortranarray(x)), "C-contiguous"),
+               (_CudaInterfaceOnly(cp.asarray(np.asfortranarray(x))), "C-contiguous")]
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+
+            t = torch.from_numpy(x).to("cuda:0")
+            bad += [(t.double(), "float32"), (t.t().contiguous().t(), "contiguous")]
+        for arr, needle in bad:
+            with pytest.raises(InvalidInputError, match=needle):
+                client.matmul(arr, wid, timeout=10.0)
+        with pytest.raises(InvalidInputError, match="cuda:5"):
+            device_view("x", cp.asarray(x), devices={5})  # the client passes its channels' GPUs
+        got = client.matmul(cp.asarray(x), wid, timeout=10.0)  # still served afterwards
+        assert client.last_request_device and same_bits(got.get(), want)
+
+
+def test_a_stale_handle_of_a_dead_client_is_a_device_input_error(tmp_path: Path) -> None:
+    """Handles exported by a process that has exited (its memory freed): the channels cannot
+    open them, the sender gets DeviceInputError, and no channel is faulted."""
+    cp = _cp()
+    cfg = _config(tmp_path)
+    x, w1, _w2, _b1 = _operands(seed=9)
+    script = textwrap.dedent(f"""
+        import json, numpy as np, cupy as cp
+        from safemon.device_io import ExchangeBuffers
+        ex = ExchangeBuffers(3)
+        st = ex.stage(cp.asarray(np.ones(({x.shape[0]}, {x.shape[1]}), np.float32)), {w1.shape[1]})
+        print(json.dumps(st.meta()))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
+                          timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stale = json.loads(done.stdout.strip().splitlines()[-1])
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w1)
+        reply = client._call(client._ingress, Kind.REQUEST,
+                             msgs.MatmulRequest(weight_id=wid, deadline_ms=5000.0, **stale).to_meta(),
+                             (), 10.0)
+        assert reply is not None and reply.kind is Kind.ERROR
+        assert reply.meta["error_type"] == "DeviceInputError", reply.meta
+        got = client.matmul(cp.asarray(x), wid, timeout=10.0)
+        assert client.last_request_device and same_bits(got.get(), reference(x, w1, cfg))
+        assert daemon.core is not None and daemon.core.controller.mode.value == "NORMAL"
+
+
+def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
+        tmp_path: Path) -> None:
+    """A client process stages a 512 MiB x, sends the request and dies. Inline channels (in
+    this process, so their imports can be counted) open its buffers and compute; the
+    driver keeps the dead client's memory only while they hold it open. Once the imports
+    are idle past `idle_s` (shortened here to 0.5 s) every channel has closed them, and the
+    device's free memory has grown back by at least the size of x. (Under 30 s the idle
+    close and at most `IMPORT_CAPACITY` imports per channel are what bound a dead client's
+    memory: docs/PROTOCOL.md section 11.)"""
+    cp = _cp()
+    cfg = _config(tmp_path, placement="inline")
+    rows, k, n = 16384, 8192, 40
+    w = np.random.default_rng(10).standard_normal((k, n)).astype(np.float32)
+    with system(cfg) as (daemon, client):
+        client.register_weight(w)
+        assert daemon._inline is not None
+        channels = [daemon._inline._current[name] for name in sorted(daemon._inline.names)]
+        path = tmp_path / "w.npy"
+        np.save(path, w)
+        cfg_json = tmp_path / "config.json"
+        cfg_json.write_text(cfg.model_dump_json())
+        script = textwrap.dedent(f"""
+            import os, numpy as np, cupy as cp
+            from pathlib import Path
+            from safemon.client import Client
+            from safemon.config import Config
+            from safemon.device_io import ExchangeBuffers
+            from safemon.transport import messages as msgs
+            from safemon.transport.wire import Kind, encode
+            c = Client(Config.model_validate_json(Path({str(cfg_json)!r}).read_text()))
+            wid = c.register_weight(np.load({str(path)!r}))
+            st = ExchangeBuffers(3).stage(cp.ones(({rows}, {k}), np.float32), {n})
+            meta = msgs.MatmulRequest(weight_id=wid, deadline_ms=5000.0, **st.meta()).to_meta()
+            c._ingress.send_multipart(encode(Kind.REQUEST, epoch=0, seq=1, channel="", meta=meta))
+            import time; time.sleep(2.0)  # the channels open the buffers meanwhile
+            os._exit(9)
+        """)
+        done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
+                              timeout=120, capture_output=True, text=True)
+        assert done.returncode == 9, done.stderr[-2000:]
+        assert all(len(ch.worker._imports) == 2 for ch in channels), \
+            [len(ch.worker._imports) for ch in channels]
+        # The dead process's own memory is returned as the driver tears it down: wait until
+        # free memory is steady (the imports, 30 s idle by default, are still open).
+        cp.cuda.Device(0).synchronize()
+        readings = [cp.cuda.runtime.memGetInfo()[0]]
+        for _ in range(20):
+            time.sleep(0.5)
+            readings.append(cp.cuda.runtime.memGetInfo()[0])
+            if abs(readings[-1] - readings[-2]) < 2**20:
+                break
+        held = readings[-1]
+        assert all(len(ch.worker._imports) == 2 for ch in channels)
+        for ch in channels:
+            ch.worker._imports.idle_s = 0.5
+        assert wait_for(lambda: all(len(ch.worker._imports) == 0 for ch in channels), 15.0)
+        freed = cp.cuda.runtime.memGetInfo()[0] - held
+        assert freed >= rows * k * 4, f"{freed} bytes came back, x alone is {rows * k * 4}"
