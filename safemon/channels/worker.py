@@ -54,7 +54,8 @@ from safemon.channels.faults import FaultState
 from safemon.channels.link import LINK_FIELD, link_ok
 from safemon.channels.step_graphs import StepGraphs, worth_a_graph
 from safemon.config import Config
-from safemon.device_io import ImportedBuffers
+from safemon.device_io import ImportedBuffers, digest_hex, parse_digest
+from safemon.digest import DIGEST_NAME
 from safemon.ecc import ProtectedArray
 from safemon.errors import DeviceInputError, KernelCheckError, SafemonError, UncorrectableError
 from safemon.kernels.api import run_variant
@@ -497,12 +498,16 @@ class ChannelWorker:
 
     def _run_device(self, msg: Message, meta: dict[str, Any]
                     ) -> Generator[None, None, tuple[npt.NDArray[np.uint64], ...]]:
-        """A generator (yields once, between queuing and waiting): device-resident work (docs/PROTOCOL.md section 11): read x from the client's input
-        buffer, compute on this channel's device, write the output into this channel's slot
+        """A generator (yields once, between queuing and waiting): device-resident work
+        (docs/PROTOCOL.md section 11): read x from the client's input buffer, compute on this channel's device, write the output into this channel's slot
         of the client's output buffer, and return only the digest frame: live [C, ES, x],
-        model [out, ES_0, h_1, ..., x]. When the buffers cannot be read or written, sets
-        `meta["input_error"]` (ok, no frame): the daemon votes on that answer too. Fills
-        `meta`'s variant, kernel_seconds and ok."""
+        model [out, ES_0, h_1, ..., x]. When the buffers cannot be read or written, or the x
+        read does not have the request's `x_digest`, sets `meta["input_error"]` (ok, no
+        frame): the daemon votes on that answer too. The digest of x is taken by the copy
+        that brings x into this channel's memory, queued with the product, so it is checked
+        when the wait returns, before anything is answered, not before the kernels run
+        (that would cost a second wait per request). Fills `meta`'s variant,
+        kernel_seconds and ok."""
         model = msg.meta.get("job") == "model"
         work = (msgs.ModelWork if model else msgs.WorkRequest).parse(msg.meta)
         meta["variant"] = self._variant_text()
@@ -525,6 +530,13 @@ class ChannelWorker:
             return ()
         meta["kernel_seconds"] = self._busy_s
         meta["ok"] = True
+        if work.x_digest is not None and digests[-1] != parse_digest(work.x_digest):
+            # The x this channel read is not the client's: say so instead of answering the
+            # digests of a product on it (the daemon refuses the request either way).
+            meta["input_error"] = (f"the x this channel read has {DIGEST_NAME} "
+                                   f"{digest_hex(digests[-1])}, the request's x_digest is "
+                                   f"{work.x_digest}: the input buffer changed before it was read")
+            return ()
         return (np.array(digests, dtype=np.uint64),)
 
     def _on_stream(self, steps: Generator[None, None, list[int]]

@@ -122,7 +122,8 @@ class DeviceRequests(Roles):
         slot = self.config.channel_names.index(channel)
         io.slots[channel] = slot
         return {"x_ipc": io.x_ipc, "x_rows": io.rows, "x_cols": io.cols,
-                "out_ipc": io.out_ipc, "out_offset": slot * io.slot_bytes}
+                "x_digest": digest_hex(io.x_digest), "out_ipc": io.out_ipc,
+                "out_offset": slot * io.slot_bytes}
 
     def _on_device_result(self, name: str, msg: Message, m: msgs.Result, live: Live,
                           now: float) -> None:

@@ -192,12 +192,14 @@ class DeviceInput(Schema):
 
 @dataclass(frozen=True, kw_only=True)
 class DeviceWork(Schema):
-    """The optional meta keys of device-resident work: read x from `x_ipc`, write the
-    output at byte `out_offset` of `out_ipc`, answer digests only."""
+    """The optional meta keys of device-resident work: read x from `x_ipc`, check that the
+    x read has the client's digest `x_digest`, write the output at byte `out_offset` of
+    `out_ipc`, answer digests only."""
 
     x_ipc: str | None = None
     x_rows: int | None = None
     x_cols: int | None = None
+    x_digest: str | None = None
     out_ipc: str | None = None
     out_offset: int | None = None
 

@@ -92,8 +92,9 @@ def test_a_faulty_channel_is_outvoted_on_digests(tmp_path: Path) -> None:
 
 
 def test_bad_device_requests_are_refused_and_fault_no_channel(tmp_path: Path) -> None:
-    """A foreign handle (64 random bytes) and an out_slot_bytes larger than the client's
-    buffer: DeviceInputError for the sender, every channel stays UP and the next request is
+    """A foreign handle (64 random bytes), an out_slot_bytes larger than the client's
+    buffer and an x_digest that is not the buffer's x (each channel's own check):
+    DeviceInputError for the sender, every channel stays UP and the next request is
     released. A non-finite x is refused in the client before anything is sent."""
     cp = _cp()
     cfg = _config(tmp_path)
@@ -105,12 +106,16 @@ def test_bad_device_requests_are_refused_and_fault_no_channel(tmp_path: Path) ->
         foreign = dict(staged.meta(), x_ipc=os.urandom(64).hex())
         too_far = dict(staged.meta(), x_rows=4096)  # 1.5 MiB of x from a 1 MiB buffer
         too_far["out_slot_bytes"] = too_far["x_rows"] * w1.shape[1] * 4
-        for meta in (foreign, too_far):
+        # x in the buffer is not what the client digested: every channel says so itself
+        changed = dict(staged.meta(), x_digest=f"{int(staged.x_digest, 16) ^ 1:016x}")
+        for meta, needle in ((foreign, "cannot open"), (too_far, ""),
+                             (changed, "changed before it was read")):
             reply = client._call(client._ingress, Kind.REQUEST,
                                  msgs.MatmulRequest(weight_id=wid, deadline_ms=5000.0, **meta).to_meta(),
                                  (), 10.0)
             assert reply is not None and reply.kind is Kind.ERROR
             assert reply.meta["error_type"] == "DeviceInputError", reply.meta
+            assert needle in reply.meta["message"], reply.meta
         bad = cp.asarray(x)
         bad[0, 0] = cp.nan
         with pytest.raises(InvalidInputError, match="NaN"):

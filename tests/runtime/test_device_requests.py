@@ -85,10 +85,13 @@ def _work(effects: list[fx.Effect]) -> list[fx.SendToChannel]:
 
 
 def test_each_channel_gets_the_handles_and_its_own_slot_and_no_frame(tmp_path: Path) -> None:
-    """2oo3: every voter is told where x is and to write at its own slot's byte offset (its
-    position in the deployment times the slot size); x does not travel."""
+    """2oo3: every voter is told where x is, the client's digest of x (each channel checks
+    what it read against it) and to write at its own slot's byte offset (its position in
+    the deployment times the slot size); x does not travel."""
     core, _procs, clock, _cfg, wid, x, w = _registered(tmp_path)
-    sent = _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))
+    meta = _device_meta(wid, x, w.shape[1])
+    sent = _work(_ask(core, clock, meta))
+    assert all(s.meta["x_digest"] == meta["x_digest"] for s in sent)
     slot = x.shape[0] * w.shape[1] * 4
     assert sorted((s.channel, s.meta["out_offset"]) for s in sent) == [
         ("c0", 0), ("c1", slot), ("c2", 2 * slot)]
