@@ -63,6 +63,7 @@ from safemon.errors import InvalidInputError
 # The HTTP endpoint lives with the probes it also answers; re-exported here, where it began.
 from safemon.health import MetricsServer, start_http_server
 from safemon.hft import declared_hft
+from safemon.models.layers import MAX_LAYERS
 from safemon.patterns.controller import METRIC_KINDS, FaultKind
 from safemon.patterns.voter import OUTCOMES as VOTE_OUTCOMES
 from safemon.states import ChannelState, Mode, Policy
@@ -396,6 +397,24 @@ class Metrics:
         for k in METRIC_KINDS:
             for c in ("transient", "permanent", "unclassified"):
                 self.fault_classes.labels(kind=k, **{"class": c})
+        self.model_diverging_layer = Counter(
+            name("model_diverging_layer_total"),
+            "Disagreeing whole-model votes, by the first layer (0-based) at which two "
+            "channels' per-layer digests differ.",
+            ["layer"],
+            registry=registry,
+        )
+
+    def count_diverging_layer(self, layer: int) -> None:
+        """One disagreeing whole-model vote whose first diverging layer is `layer` (an index
+        below `safemon.models.layers.MAX_LAYERS`, so the label set stays bounded).
+
+        Raises:
+            UnknownLabelError: any other value.
+        """
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < MAX_LAYERS:
+            raise UnknownLabelError(f"diverging layer {layer!r}: an index in [0, {MAX_LAYERS})")
+        self.model_diverging_layer.labels(layer=str(layer)).inc()
 
     def count_fault_class(self, kind: FaultKind | str, fault_class: str) -> None:
         """One fault of `kind` (a controller `FaultKind`, or its `metric_kind`) with class

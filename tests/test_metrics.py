@@ -62,6 +62,8 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_selftest_sm_coverage_ratio": ("gauge", {"channel", "gpu", "UUID"}),
     "safemon_fault_injection_enabled": ("gauge", set()),
     "safemon_fault_classes": ("counter", {"kind", "class"}),
+    # no sample until a whole-model vote disagrees; the design-set test counts one
+    "safemon_model_diverging_layer": ("counter", {"layer"}),
 }
 
 
@@ -104,8 +106,9 @@ def series(registry: CollectorRegistry) -> list[tuple[str, tuple[tuple[str, str]
 def test_families_types_and_labels_match_design(
     metrics: Metrics, registry: CollectorRegistry
 ) -> None:
-    for ch in metrics.channels:  # the one family with no sample until a GPU self-test
+    for ch in metrics.channels:  # no sample until a GPU self-test
         metrics.set_sm_coverage(ch, 1.0)
+    metrics.count_diverging_layer(0)  # no sample until a whole-model vote disagrees
     families = {f.name: f for f in registry.collect()}
     assert set(families) == set(DESIGN_SET)
     for name, (kind, labels) in DESIGN_SET.items():
@@ -457,3 +460,18 @@ def test_scrape_over_tls(registry: CollectorRegistry, tmp_path: Path) -> None:
     finally:
         server.stop()
     server.stop()  # idempotent
+
+
+def test_the_diverging_layer_label_is_a_bounded_index(config: Config,
+                                                      registry: CollectorRegistry) -> None:
+    """`count_diverging_layer` takes a layer index below MAX_LAYERS and nothing else, so a
+    malformed digest frame cannot grow the label set."""
+    from safemon.models.layers import MAX_LAYERS
+
+    m = Metrics(config, registry=registry)
+    m.count_diverging_layer(3)
+    m.count_diverging_layer(3)
+    assert m.model_diverging_layer.labels(layer="3")._value.get() == 2
+    for bad in (-1, MAX_LAYERS, True, "3", 2.0):
+        with pytest.raises(UnknownLabelError):
+            m.count_diverging_layer(bad)  # type: ignore[arg-type]

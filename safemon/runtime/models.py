@@ -95,13 +95,13 @@ class ModelRequests(Roles):
         while len(self._model_digests) > MODEL_DIGESTS_KEPT:
             self._model_digests.popitem(last=False)
 
-    def _layer_note(self, seq: int) -> str:
-        """", first diverging layer i" when two channels' per-layer digests of request `seq`
-        differ (the lowest such layer over every pair), else ""."""
+    def _diverging_layer(self, seq: int) -> int | None:
+        """The first layer at which two channels' per-layer digests of request `seq` differ
+        (the lowest such layer over every pair), or None."""
         frames = list(self._model_digests.get(seq, {}).values())
         found = [x for i, a in enumerate(frames) for b in frames[i + 1:]
                  if (x := first_diverging_layer(a, b)) is not None]
-        return f", first diverging layer {min(found)}" if found else ""
+        return min(found) if found else None
 
     def _forget_digests(self, seq: int) -> None:
         self._model_digests.pop(seq, None)

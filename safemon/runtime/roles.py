@@ -135,8 +135,14 @@ class Roles:
         raise NotImplementedError
 
     # Whole-model hooks (`safemon.runtime.models.ModelRequests` overrides them).
+    def _diverging_layer(self, seq: int) -> int | None:
+        return None
+
     def _layer_note(self, seq: int) -> str:
-        return ""
+        """", first diverging layer i" for a whole-model request whose per-layer digests
+        differ, else ""."""
+        layer = self._diverging_layer(seq)
+        return "" if layer is None else f", first diverging layer {layer}"
 
     def _forget_digests(self, seq: int) -> None:
         return None
@@ -209,11 +215,14 @@ class Roles:
     def _disagreement(self, d: vot.Disagreement, now: float) -> None:
         for ch in d.minority:
             self.metrics.count_disagreement(ch)
-        note = self._layer_note(d.req_id)  # whole-model requests: the first diverging layer
+        layer = self._diverging_layer(d.req_id)  # whole-model requests
+        note = self._layer_note(d.req_id)
         self._forget_digests(d.req_id)
+        if layer is not None:
+            self.metrics.count_diverging_layer(layer)
         self._log("warning", "disagreement", seq=d.req_id, minority=list(d.minority),
                   majority=list(d.majority), policy=d.policy.value,
-                  first_diverging_layer=note.rpartition(" ")[2] or None)
+                  first_diverging_layer=None if layer is None else str(layer))
         if self._explained_by_channels_out_of_the_vote(d, now):
             return
         # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the

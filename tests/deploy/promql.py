@@ -56,6 +56,7 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
     ),
     "safemon_fault_injection_enabled": ("gauge", frozenset()),
     "safemon_fault_classes_total": ("counter", frozenset({"kind", "class"})),
+    "safemon_model_diverging_layer_total": ("counter", frozenset({"layer"})),
 }
 
 #: Series of other exporters the dashboard joins with: `up` (Prometheus's own per target)

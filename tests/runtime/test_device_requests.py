@@ -222,7 +222,8 @@ def test_1oo1d_refuses_device_requests_it_cannot_check(tmp_path: Path) -> None:
 
 def test_a_device_model_request_votes_its_layers_and_names_the_diverging_one(tmp_path: Path) -> None:
     """A model over device buffers: channels answer the model digest frame plus d(x); a
-    channel whose layer-0 product differs is the minority and the log names layer 0."""
+    channel whose layer-0 product differs is the minority, and the log and the metric name
+    layer 0."""
     core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
     layers = [Layer(wid, None, "identity")]
     spec, biases = encode_model(layers)
@@ -247,6 +248,8 @@ def test_a_device_model_request_votes_its_layers_and_names_the_diverging_one(tmp
     late = _answer(core, clock, sent["c2"], frame(True), job="model")
     logs = [e for e in _of(late, fx.Log) if e.event == "disagreement"]
     assert logs and logs[0].fields["first_diverging_layer"] == "0"
+    counted = core.metrics.model_diverging_layer.labels(layer="0")._value.get()
+    assert counted == 1  # safemon_model_diverging_layer_total{layer="0"}
 
 
 def test_host_arrays_never_take_the_device_path_and_inproc_clients_never_try(tmp_path: Path) -> None:
