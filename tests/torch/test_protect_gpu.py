@@ -43,3 +43,37 @@ def test_cuda_model_outputs_are_cuda_tensors_equal_to_the_reference(tmp_path: Pa
         assert out.is_cuda
         ref: np.ndarray = module.reference(inp, cfg.channels[0].variant)  # type: ignore[operator]
         assert same_bits(out.cpu().numpy(), ref)
+
+
+def test_cuda_model_through_channel_processes_stays_on_the_gpu_with_a_fault(
+        tmp_path: Path) -> None:
+    """With channel processes on an ipc:// ingress (the deployment of issue 17's example),
+    every protected module's request takes the CUDA IPC path (`last_request_device`: x and
+    the output never cross host memory), outputs equal the reference bit for bit, and a bit
+    flip injected into one channel's C is outvoted: nothing wrong is released."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    torch.manual_seed(0)
+    model = Net().cuda().eval()
+    x = inputs().cuda()
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"backend": "cupy", "timing": TIMING}, injection=True)
+    assert cfg.channels is not None
+    with system(cfg) as (_daemon, client):
+        protect(model, client=client, verbose=False)
+        seen: list[tuple[nn.Module, torch.Tensor, torch.Tensor, bool]] = []
+        for m in model.modules():
+            if isinstance(m, ProtectedLinear | ProtectedSequence | ProtectedConv2d):
+                m.register_forward_hook(lambda mod, a, out: seen.append(
+                    (mod, a[0], out, client.last_request_device)))
+        with torch.inference_mode():
+            clean = model(x)
+            client.inject("c1", "bitflip-c")
+            faulty = model(x)
+    assert len(seen) == 4
+    assert all(on_device for *_, on_device in seen), "a request went through host memory"
+    for module, inp, out, _ in seen:
+        assert out.is_cuda
+        ref: np.ndarray = module.reference(inp, cfg.channels[0].variant)  # type: ignore[operator]
+        assert same_bits(out.cpu().numpy(), ref)
+    assert same_bits(faulty.cpu().numpy(), clean.cpu().numpy())
