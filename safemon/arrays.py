@@ -111,7 +111,10 @@ def array_library(name: str, x: Any) -> str:
 
 def _check_shape(name: str, shape: tuple[int, ...], dtype: str) -> None:
     if dtype != "float32":
-        raise InvalidInputError(f"{name} must be float32, got {dtype} (safemon never converts)")
+        raise InvalidInputError(
+            f"{name} must be float32, got {dtype} (safemon never converts: its kernels protect "
+            "float32 products; convert it yourself, x.float() or x.astype(numpy.float32), if "
+            "that is what you mean)")
     if len(shape) != 2 or 0 in shape:
         raise InvalidInputError(f"{name} must be a non-empty 2-D array, got shape {shape}")
 
