@@ -39,7 +39,7 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -403,7 +403,7 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
         "policy": "2oo3", "transport": "ipc", "model": model.label, "warmup": warmup,
         "paths": list(paths),
         "variant": variant or "default (ones/T/fma)",
-        "mps": "not measured",
+        "mps": mps_state(),
     }
     ev["baselines"] = _baselines(cp, sizes, ops, model, mops, warmup, model_requests, say, fields)
     ev["placements"] = []
@@ -423,6 +423,15 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
     return ev
 
 
+def mps_state(env: Mapping[str, str] | None = None) -> str:
+    """"on" when a CUDA MPS control daemon listens where this process's CUDA clients would
+    find it (its `control` pipe in `CUDA_MPS_PIPE_DIRECTORY`, default /tmp/nvidia-mps), so
+    that the daemon and channels this benchmark starts run under MPS; else "off"."""
+    env = os.environ if env is None else env
+    pipe_dir = Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
+    return "on" if (pipe_dir / "control").exists() else "off"
+
+
 def _us(v: float) -> str:
     return f"{v:,.0f}"
 
@@ -430,7 +439,8 @@ def _us(v: float) -> str:
 def runtime_markdown(ev: dict[str, Any]) -> str:
     """The evidence as Markdown (µs; ratios against this run's baselines)."""
     b = ev["baselines"]
-    lines = [f"Device {ev['device']}, {ev['when']}, 2oo3 over {ev['transport']}, channel "
+    lines = [f"Device {ev['device']}, {ev['when']}, CUDA MPS {ev.get('mps', 'not recorded')}, "
+             f"2oo3 over {ev['transport']}, channel "
              f"variant {ev.get('variant', 'default')}; paths: "
              f"{', '.join(ev['paths'])} (cuda-ipc: x and outputs in the client's CUDA IPC "
              "buffers, digests over ZeroMQ; host: arrays copied through host memory).",

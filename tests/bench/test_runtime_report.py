@@ -3,9 +3,11 @@ the Markdown it renders from evidence (figures here are made up for the layout o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from safemon.bench.runtime import channel_variant, runtime_markdown
+from safemon.bench.runtime import channel_variant, mps_state, runtime_markdown
 
 
 def test_channel_variant_labels_map_to_config_fields() -> None:
@@ -84,3 +86,11 @@ def test_interleaved_timing_alternates_the_calls_and_drops_the_warm_up() -> None
                              warmup=2, sync=lambda: calls.append("sync"))
     assert calls == ["a", "sync", "b", "sync"] * 5
     assert [len(x) for x in out] == [3, 3] and all(t >= 0 for x in out for t in x)
+
+
+def test_mps_is_recorded_from_the_control_pipe(tmp_path: Path) -> None:
+    """The report says whether the run had a CUDA MPS control daemon to join: its control
+    pipe in CUDA_MPS_PIPE_DIRECTORY (the scripts that start MPS export it)."""
+    assert mps_state({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) == "off"
+    (tmp_path / "control").touch()
+    assert mps_state({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) == "on"
