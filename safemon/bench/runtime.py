@@ -335,20 +335,23 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
         say(f"{placement}: bitflip-c injected into c1, {fault_requests} requests per kind")
         for label in [*wids, "model"]:
             wrong = errors = released = 0
+            why: dict[str, str] = {}  # error type -> its first message
             for _ in range(fault_requests):
                 with contextlib.suppress(SafemonError):  # c1 may be restarting or isolated
                     client.inject("c1", "bitflip-c")
                 try:
                     got = (client.run(mid, dx, timeout=60.0) if label == "model" else
                            client.matmul(cp.asarray(ops[label][0]), wids[label], timeout=30.0))
-                except SafemonError:
+                except SafemonError as exc:
                     errors += 1
+                    why.setdefault(type(exc).__name__, str(exc)[:300])
                     continue
                 released += 1
                 wrong += int(not np.array_equal(got.get().view(np.uint32),
                                                 clean[label].view(np.uint32)))
             res["faults"][label] = {"injected": fault_requests, "released": released,
-                                    "errors": errors, "wrong_released": wrong}
+                                    "errors": errors, "wrong_released": wrong,
+                                    "error_types": why}
             with contextlib.suppress(SafemonError):
                 client.clear_faults()
     return res
@@ -489,5 +492,8 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
         for label, f in pl["faults"].items():
             lines.append(f"| {pl['placement']} | {label} | {f['injected']} | {f['released']} | "
                          f"{f['errors']} | {f['wrong_released']} |")
+    lines += [f"\nErrors under faults, {pl['placement']} {label}: {kind}: {text}"
+              for pl in ev["placements"] for label, f in pl["faults"].items()
+              for kind, text in f.get("error_types", {}).items()]
     lines += [f"\nFailed: {p}: {e}" for p, e in ev.get("failed", {}).items()]
     return "\n".join(lines) + "\n"

@@ -49,8 +49,8 @@ def test_the_runtime_vote_benchmark_reports_every_row_and_releases_nothing_wrong
         for r in p["runs"]:
             assert r["round_trip"]["n"] > 0 and r["round_trip"]["p50_us"] > 0, (name, r)
         assert p["faults"], name
+        text = md.read_text()
         for request, f in p["faults"].items():
-            assert f["injected"] > 0 and f["released"] > 0, (name, request, f)
+            assert f["injected"] > 0 and f["released"] > 0, (name, request, f, text)
             assert f["wrong_released"] == 0, (name, request, f)
-    text = md.read_text()
     assert "| inline | cuda-ipc | 80x80x80 |" in text and "| process | host | model |" in text

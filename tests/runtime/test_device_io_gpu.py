@@ -299,7 +299,10 @@ def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
     close and at most `IMPORT_CAPACITY` imports per channel are what bound a dead client's
     memory: docs/PROTOCOL.md section 11.)"""
     cp = _cp()
-    cfg = _config(tmp_path, placement="inline")
+    # The default limits refuse an x over 4 MiB or 8192 rows before any channel sees it.
+    cfg = make_config(tmp_path, "2oo3", placement="inline", transport="ipc",
+                      extra={"backend": "cupy", "timing": GENEROUS,
+                             "limits": {"max_request_bytes": 2**30, "max_dim": 16384}})
     rows, k, n = 16384, 8192, 40
     w = np.random.default_rng(10).standard_normal((k, n)).astype(np.float32)
     with system(cfg) as (daemon, client):
@@ -323,14 +326,15 @@ def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
             st = ExchangeBuffers(3).stage(cp.ones(({rows}, {k}), np.float32), {n})
             meta = msgs.MatmulRequest(weight_id=wid, deadline_ms=5000.0, **st.meta()).to_meta()
             c._ingress.send_multipart(encode(Kind.REQUEST, epoch=0, seq=1, channel="", meta=meta))
-            import time; time.sleep(2.0)  # the channels open the buffers meanwhile
+            if c._ingress.poll(5000):  # the answer (or none): the buffers stay imported
+                print(c._ingress.recv_multipart()[0][:300], flush=True)
             os._exit(9)
         """)
         done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
                               timeout=120, capture_output=True, text=True)
         assert done.returncode == 9, done.stderr[-2000:]
         assert all(len(ch.worker._imports) == 2 for ch in channels), \
-            [len(ch.worker._imports) for ch in channels]
+            ([len(ch.worker._imports) for ch in channels], done.stdout[-600:])
         # The dead process's own memory is returned as the driver tears it down: wait until
         # free memory is steady (the imports, 30 s idle by default, are still open).
         cp.cuda.Device(0).synchronize()
