@@ -325,7 +325,9 @@ def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
             meta = msgs.MatmulRequest(weight_id=wid, deadline_ms=20000.0, **st.meta()).to_meta()
             c._ingress.send_multipart(encode(Kind.REQUEST, epoch=0, seq=1, channel="", meta=meta))
             if c._ingress.poll(20000):  # the channels have read x and written their slots
-                print(decode(c._ingress.recv_multipart(), Limits()).kind.value, flush=True)
+                m = decode(c._ingress.recv_multipart(), Limits())
+                print(m.meta, flush=True)
+                print(m.kind.value, flush=True)
             os._exit(9)
         """)
         done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
