@@ -321,13 +321,13 @@ def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
             from safemon.transport.wire import Kind, decode, encode, Limits
             c = Client(Config.model_validate_json(Path({str(cfg_json)!r}).read_text()))
             wid = c.register_weight(np.load({str(path)!r}))
-            st = ExchangeBuffers(3).stage(cp.ones(({rows}, {k}), np.float32), {n})
+            ex = ExchangeBuffers(3)  # kept: its buffers live as long as it does
+            st = ex.stage(cp.ones(({rows}, {k}), np.float32), {n})
             meta = msgs.MatmulRequest(weight_id=wid, deadline_ms=20000.0, **st.meta()).to_meta()
             c._ingress.send_multipart(encode(Kind.REQUEST, epoch=0, seq=1, channel="", meta=meta))
             if c._ingress.poll(20000):  # the channels have read x and written their slots
                 m = decode(c._ingress.recv_multipart(), Limits())
-                print(m.meta, flush=True)
-                print(m.kind.value, flush=True)
+                print(m.meta, m.kind.value, sep="\n", flush=True)
             os._exit(9)
         """)
         done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
