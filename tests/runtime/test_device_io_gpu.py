@@ -327,7 +327,8 @@ def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
             c._ingress.send_multipart(encode(Kind.REQUEST, epoch=0, seq=1, channel="", meta=meta))
             if c._ingress.poll(20000):  # the channels have read x and written their slots
                 m = decode(c._ingress.recv_multipart(), Limits())
-                print(m.meta, m.kind.value, sep="\n", flush=True)
+                print(m.meta, flush=True)
+                print(m.kind.value, flush=True)
             os._exit(9)
         """)
         done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
