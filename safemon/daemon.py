@@ -575,7 +575,7 @@ class Daemon:
         started = None
         if msg.kind in (Kind.REGISTER, Kind.HEARTBEAT):
             try:  # what the supervisor needs; the core judges the rest of the message
-                m = msgs.parse_from_channel(msg.kind, msg.meta)
+                m = msgs.channel_message_of(msg)
             except msgs.MetaError:
                 m = None
             if isinstance(m, msgs.Register):

@@ -37,7 +37,8 @@ RESULT_META = {"ok": True, "job": "live", "variant": "v", "kernel_seconds": 0.00
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=3000)
-    ap.add_argument("--profile", type=int, default=0, help="print the TOP functions by own time")
+    ap.add_argument("--profile", type=int, default=0, help="print the TOP functions by --sort")
+    ap.add_argument("--sort", default="tottime", help="pstats key: tottime (own) or cumulative")
     args = ap.parse_args()
     core, _, clock, cfg, wid, x, w = _registered(Path(tempfile.mkdtemp()), "2oo3")
     meta = _device_meta(wid, x, w.shape[1])
@@ -73,7 +74,7 @@ def main() -> int:
         for i in range(warmup + args.requests, total):
             request(i)
         prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+        pstats.Stats(prof).sort_stats(args.sort).print_stats(args.profile)
     return 0
 
 

@@ -49,7 +49,7 @@ from safemon.channels.worker import ChannelWorker, Reply, _Crash
 from safemon.config import Config
 from safemon.transport import Kind, Message
 from safemon.transport import messages as msgs
-from safemon.transport.wire import PROTOCOL_VERSION, Header
+from safemon.transport.wire import PROTOCOL_VERSION, LocalHeader
 
 __all__ = ["InlineChannel", "InlineChannels", "InlineHandle", "inline_message"]
 
@@ -57,22 +57,23 @@ log = structlog.get_logger("safemon.inline")
 
 
 def inline_message(kind: Kind, *, epoch: int, seq: int, channel: str,
-                   meta: dict[str, Any], arrays: tuple[npt.NDArray[Any], ...] = ()) -> Message:
+                   meta: dict[str, Any], arrays: tuple[npt.NDArray[Any], ...] = (),
+                   parsed: object | None = None) -> Message:
     """A `Message` as `decode` would give it, without the wire: the arrays are read-only
     views (the receiver may keep them, and must not write to the sender's buffers).
 
-    Both sides are safemon's own code in one process: the header is built unvalidated
-    (`Header.model_construct`); what a channel sends is still checked against its schema by
-    `ChannelWorker._send` (`parse_from_channel`), and what the daemon sends was built from
-    the schemas' `to_meta()`."""
+    Both sides are safemon's own code in one process: the header is a `LocalHeader`, built
+    unvalidated; what a channel sends is still checked against its schema by
+    `ChannelWorker._send` (`parse_from_channel`), whose typed result travels as `parsed`
+    (the daemon does not parse it again), and what the daemon sends was built from the
+    schemas' `to_meta()`."""
     views = []
     for a in arrays:
         v = a.view()
         v.flags.writeable = False
         views.append(v)
-    header = Header.model_construct(v=PROTOCOL_VERSION, epoch=epoch, seq=seq, channel=channel,
-                                    kind=kind, frames=(), meta=meta)
-    return Message(header, views)
+    return Message(LocalHeader(PROTOCOL_VERSION, epoch, seq, channel, kind, (), meta), views,
+                   parsed)
 
 
 class _InlineWorker(ChannelWorker):
@@ -88,7 +89,7 @@ class _InlineWorker(ChannelWorker):
     def _send(self, sock: Any, kind: Kind, seq: int, *, epoch: int | None = None,
               meta: dict[str, Any] | None = None, arrays: tuple[npt.NDArray[Any], ...] = (),
               corrupt: bool = False) -> None:
-        msgs.parse_from_channel(kind, meta or {})  # only messages that fit their schema
+        parsed = msgs.parse_from_channel(kind, meta or {})  # only messages that fit their schema
         if corrupt:
             self.corrupted += 1  # the frame would fail its CRC at the daemon: never arrives
             return
@@ -96,7 +97,7 @@ class _InlineWorker(ChannelWorker):
             meta = {**(meta or {}), LINK_FIELD: self._link}
         self.outbox.append(inline_message(kind, epoch=self.epoch if epoch is None else epoch,
                                           seq=seq, channel=self.name, meta=meta or {},
-                                          arrays=arrays))
+                                          arrays=arrays, parsed=parsed))
 
 
 @dataclass

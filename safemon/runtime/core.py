@@ -252,24 +252,24 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         if isinstance(request, msgs.RegisterModel):
             self._register_model(identity, msg)
             return
-        problems = [("InvalidInputError", problem)] if request is None else []
-        if request is not None:
-            problems = [p for p in [self._validate_request(request, msg)] if p is not None]
-        if problems:
-            kind, text = problems[0]
+        checked = (("InvalidInputError", problem) if request is None
+                   else self._validate_request(request, msg))
+        if isinstance(checked, tuple):
+            kind, text = checked
             if kind == "InvalidInputError" and msg.kind is Kind.REQUEST:
                 self.metrics.count_request("invalid_input")
             self._error_to("ingress", identity, msg.seq, kind, text)
             return
         assert isinstance(request, msgs.MatmulRequest | msgs.ModelRequest)
-        self._submit(identity, msg, request, now)
+        self._submit(identity, msg, request, now, checked)
 
     def _submit(self, identity: bytes, msg: Message,
-                request: msgs.MatmulRequest | msgs.ModelRequest, now: float) -> None:
+                request: msgs.MatmulRequest | msgs.ModelRequest, now: float,
+                io: DeviceIo | None) -> None:
+        """Admit and send a request `_validate_request` accepted (`io`: its device buffers,
+        None for a request whose x is a frame)."""
         model = self.models.get(request.model_id) if isinstance(request, msgs.ModelRequest) else None
         wid = model.model_id if model is not None else str(getattr(request, "weight_id", ""))
-        io = self._device_io(request)
-        assert not isinstance(io, str)  # _validate_request refused it
         x = None if io is not None else np.ascontiguousarray(msg.arrays[0])
         m, k = (io.rows, io.cols) if io is not None else x.shape  # type: ignore[union-attr]
         n = model.max_dim if model is not None else self.weights[wid].shape[1]
@@ -324,17 +324,22 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             heapq.heappush(self._client_deadlines, (now + client_s, seq))
         self._voter(vot.Submit(seq, now, now + budget_s, voters, policy))
         if seq in self._live:
+            # One meta for every voter; a device-resident request's differs per channel in
+            # its slot's byte offset only.
+            where = {} if io is None else self._device_work_meta(io)
+            x_frames = () if x is None else (x,)
+            if model is not None:
+                meta = msgs.ModelWork(model_id=wid, deadline_ms=budget_s * 1000.0,
+                                      **where).to_meta()
+                frames = (*x_frames, model.spec, model.biases)
+            else:
+                meta = msgs.WorkRequest(job="live", weight_id=wid, deadline_ms=budget_s * 1000.0,
+                                        **where).to_meta()
+                frames = x_frames
             for ch in voters:
-                where = {} if io is None else self._device_work_meta(io, ch)
-                x_frames = () if x is None else (x,)
-                if model is not None:
-                    self._send(ch, Kind.REQUEST, seq, msgs.ModelWork(
-                        model_id=wid, deadline_ms=budget_s * 1000.0, **where).to_meta(),
-                        (*x_frames, model.spec, model.biases), busy_until=now + budget_s)
-                    continue
-                self._send(ch, Kind.REQUEST, seq, msgs.WorkRequest(
-                    job="live", weight_id=wid, deadline_ms=budget_s * 1000.0, **where
-                    ).to_meta(), x_frames, busy_until=now + budget_s)
+                if io is not None:
+                    meta = {**meta, "out_offset": self._slot_of(io, ch) * io.slot_bytes}
+                self._send(ch, Kind.REQUEST, seq, meta, frames, busy_until=now + budget_s)
 
     def _queued_s(self, ch: str, now: float) -> float:
         """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
@@ -371,7 +376,9 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         return device_io_of(request, n_out)
 
     def _validate_request(self, request: msgs.MatmulRequest | msgs.ModelRequest,
-                          msg: Message) -> tuple[str, str] | None:
+                          msg: Message) -> tuple[str, str] | DeviceIo | None:
+        """(error type, text) when `request` must be refused; else its device buffers
+        (`DeviceIo`), or None for a request whose x travels as a frame."""
         device = is_device_request(request)
         if device and msg.arrays:
             return ("InvalidInputError",
@@ -398,7 +405,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             if io.cols != k_in:
                 return ("InvalidInputError", f"x is ({io.rows}, {io.cols}), the input needs "
                         f"{k_in} columns: inner dimensions differ")
-            return None
+            return io
         if x.dtype != np.float32 or x.ndim != 2 or x.size == 0:
             return "InvalidInputError", f"x must be a non-empty 2-D float32 array, got {x.dtype} {x.shape}"
         if x.shape[1] != k_in:
@@ -522,7 +529,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
 
     def _on_channel(self, name: str, msg: Message, now: float) -> None:
         try:
-            m = msgs.parse_from_channel(msg.kind, msg.meta)
+            m = msgs.channel_message_of(msg)
         except msgs.MetaError as exc:
             if msg.kind is not Kind.RESULT:
                 self._log("warning", "channel_message_malformed", channel=name,

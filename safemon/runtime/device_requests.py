@@ -56,6 +56,12 @@ class DeviceIo:
     #: channel -> (C digest, x digest) of its result, or the input_error text of a channel
     #: that could not read the buffers
     answers: dict[str, tuple[int, int] | str] = field(default_factory=dict)
+    #: what the voter's C digest starts with: the output's dtype and shape (as for
+    #: models), so that outputs of different shapes never agree
+    c_digest_prefix: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.c_digest_prefix = f"<f4({self.rows}, {self.n_out})".encode()
 
 
 def _device_keys(request: msgs.DeviceInput) -> tuple[object, ...]:
@@ -107,6 +113,8 @@ class DeviceRequests(Roles):
     def _init_device(self) -> None:
         #: seq -> the device-resident request, newest DEVICE_REQUESTS_KEPT
         self._device_requests: collections.OrderedDict[int, Live] = collections.OrderedDict()
+        #: channel -> its output slot: its position in the deployment's channel list
+        self._slot_index = {n: i for i, n in enumerate(self.config.channel_names)}
 
     def _remember_device(self, seq: int, live: Live) -> None:
         self._device_requests[seq] = live
@@ -117,13 +125,17 @@ class DeviceRequests(Roles):
         """The device-resident request `seq`, while it is remembered, else None."""
         return self._device_requests.get(seq)
 
-    def _device_work_meta(self, io: DeviceIo, channel: str) -> dict[str, Any]:
-        """The device fields of the work sent to `channel` (its slot's byte offset)."""
-        slot = self.config.channel_names.index(channel)
-        io.slots[channel] = slot
+    def _device_work_meta(self, io: DeviceIo) -> dict[str, Any]:
+        """The device fields of the work sent to every voter; each channel's also names
+        its slot's byte offset (`_slot_of`)."""
         return {"x_ipc": io.x_ipc, "x_rows": io.rows, "x_cols": io.cols,
-                "x_digest": digest_hex(io.x_digest), "out_ipc": io.out_ipc,
-                "out_offset": slot * io.slot_bytes}
+                "x_digest": digest_hex(io.x_digest), "out_ipc": io.out_ipc}
+
+    def _slot_of(self, io: DeviceIo, channel: str) -> int:
+        """`channel`'s output slot (its position in the deployment's channel list),
+        recorded in `io.slots`."""
+        slot = io.slots[channel] = self._slot_index[channel]
+        return slot
 
     def _on_device_result(self, name: str, msg: Message, m: msgs.Result, live: Live,
                           now: float) -> None:
@@ -147,13 +159,13 @@ class DeviceRequests(Roles):
         if m.kernel_seconds is not None and m.kernel_seconds >= 0:
             self.metrics.observe_kernel(name, m.kernel_seconds)
             live.kernel_seconds[name] = m.kernel_seconds
-        values = tuple(int(d) for d in frame)
+        values: list[int] = frame.tolist()
         if live.model is not None:
-            self._keep_model_digests(msg.seq, name, values[:-1])
+            self._keep_model_digests(msg.seq, name, tuple(values[:-1]))
         io.answers[name] = (values[0], values[-1])
-        c_digest = f"<f4({io.rows}, {io.n_out})".encode() + frame[:1].tobytes()
-        self._voter(vot.ChannelResult(msg.seq, name, now, True, c_digest, frame[1:].tobytes(),
-                                      m.variant))
+        raw = frame.tobytes()
+        self._voter(vot.ChannelResult(msg.seq, name, now, True, io.c_digest_prefix + raw[:8],
+                                      raw[8:], m.variant))
 
     def _keep_model_digests(self, seq: int, name: str, frame: tuple[int, ...]) -> None:
         """Keep a model result's per-layer digests (to name a diverging layer);

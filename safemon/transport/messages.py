@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from safemon.errors import InvalidInputError
-from safemon.transport.wire import Kind, MetaValue
+from safemon.transport.wire import Kind, Message, MetaValue
 
 __all__ = [
     "SCHEMAS",
@@ -50,6 +50,7 @@ __all__ = [
     "ScrubReport",
     "WeightAck",
     "WorkRequest",
+    "channel_message_of",
     "meta_keys",
     "parse_from_channel",
     "parse_ingress",
@@ -494,6 +495,19 @@ def parse_ingress(kind: Kind, meta: Mapping[str, MetaValue]) -> IngressMessage:
     if kind is Kind.REQUEST:
         return MatmulRequest.parse(meta)
     raise MetaError(f"unexpected message kind {kind.value!r} on ingress")
+
+
+_FROM_CHANNEL = (Register, Heartbeat, Result, WeightAck, ScrubReport)
+
+
+def channel_message_of(msg: Message) -> Register | Heartbeat | Result | WeightAck | ScrubReport:
+    """The typed meta of channel message `msg`: the one its sender in this process already
+    parsed (an inline channel's `Message.parsed`), else `parse_from_channel`'s. Raises
+    MetaError."""
+    parsed = msg.parsed
+    if isinstance(parsed, _FROM_CHANNEL):
+        return parsed
+    return parse_from_channel(msg.kind, msg.meta)
 
 
 def parse_from_channel(kind: Kind, meta: Mapping[str, MetaValue]
