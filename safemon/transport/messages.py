@@ -98,10 +98,12 @@ class Schema:
                 if required:
                     raise MetaError(f"{cls.__name__}: meta key {name!r} is missing")
                 continue
-            # A value of exactly an allowed type (float aside) fits as it is: the common
-            # case, decided without `_check`'s per-type tests (parse runs per message).
-            values[name] = value if type(value) in exact else _check(cls.__name__, name, value,
-                                                                     allowed)
+            # A value of exactly an allowed type fits as it is (a float if it is finite):
+            # the common case, decided without `_check`'s per-type tests (parse runs per
+            # message).
+            values[name] = (value if type(value) in exact or (
+                isinstance(value, float) and float in allowed and math.isfinite(value))
+                else _check(cls.__name__, name, value, allowed))
         return cls(**values)
 
     @classmethod
