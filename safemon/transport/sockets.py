@@ -412,7 +412,7 @@ def recv_message(
                 return None
             continue
         if routed is None:  # asked once per call, and only when a message came
-            routed = sock.getsockopt(zmq.TYPE) == zmq.ROUTER
+            routed = sock.type == zmq.ROUTER  # pyzmq keeps the type: no getsockopt
             if authenticated is None:
                 authenticated = _is_curve_server(sock)
         if copy:
