@@ -38,6 +38,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probe_hook import install
+from runtime_cpu_probe import _thread_cpu_s
 
 #: The channels' stand-in for device work (runs in the daemon and in channel processes).
 HOOK = '''
@@ -59,19 +60,6 @@ HOOK = '''
 '''
 
 _HANDLE = "ab" * 64  # 128 hex characters: well-formed, never opened
-
-
-def _thread_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of every thread of `pid`."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / tick
 
 
 def _daemon_pid() -> int:
