@@ -234,6 +234,8 @@ class Metrics:
         #: kernel_seconds' child per configured channel (made by `_preinitialise`: a
         #: RESULT then costs no label look-up)
         self._kernel_seconds_of: dict[str, Histogram] = {}
+        #: the `requests` child of each outcome, resolved once (counted per request)
+        self._requests_of: dict[str, Counter] = {}
         self._policy_values = frozenset(p.value for p in self.policies)
         self._lock = threading.Lock()
         # (channel, buffer kind, "corrected"|"uncorrectable") -> (incarnation, last total)
@@ -431,7 +433,7 @@ class Metrics:
 
     def _preinitialise(self) -> None:
         for o in REQUEST_OUTCOMES:
-            self.requests.labels(outcome=o)
+            self._requests_of[o] = self.requests.labels(outcome=o)
         for p in self.policies:
             for o in VOTE_OUTCOMES:
                 self.votes.labels(policy=p.value, outcome=o)
@@ -483,9 +485,11 @@ class Metrics:
 
     def count_request(self, outcome: str) -> None:
         """One request answered with `outcome` (one of `REQUEST_OUTCOMES`)."""
-        self.requests.labels(
-            outcome=self._member("request outcome", outcome, REQUEST_OUTCOMES)
-        ).inc()
+        child = self._requests_of.get(outcome)
+        if child is None:
+            raise UnknownLabelError(f"unknown request outcome {outcome!r}; known: "
+                                    f"{', '.join(REQUEST_OUTCOMES)}")
+        child.inc()
 
     def observe_vote(self, policy: Policy | str, outcome: str, seconds: float) -> None:
         """One voter decision under `policy` with `outcome` (the voter's `OUTCOMES`) that
