@@ -40,12 +40,12 @@ class Policy(StrEnum):
     @property
     def channels(self) -> int:
         """How many channels the policy needs when nothing is degraded."""
-        return {"1oo1D": 1, "2oo2": 2, "1oo2D": 2, "2oo3": 3, "1oo3D": 3}[self.value]
+        return _CHANNELS[self]
 
     @property
     def quorum(self) -> int:
         """How many agreeing channel results release a request (the voter's rule)."""
-        return {"1oo1D": 1, "2oo2": 2, "1oo2D": 2, "2oo3": 2, "1oo3D": 3}[self.value]
+        return _QUORUM[self]
 
     @property
     def hft(self) -> int:
@@ -53,6 +53,13 @@ class Policy(StrEnum):
         from safemon.hft import declared_hft  # late: safemon.hft imports this module
 
         return declared_hft(self)
+
+
+# Read on every vote: a dict built once, keyed by member (not `.value`, a slow property).
+_CHANNELS = {Policy.ONE_OO_ONE_D: 1, Policy.TWO_OO_TWO: 2, Policy.ONE_OO_TWO_D: 2,
+             Policy.TWO_OO_THREE: 3, Policy.ONE_OO_THREE_D: 3}
+_QUORUM = {Policy.ONE_OO_ONE_D: 1, Policy.TWO_OO_TWO: 2, Policy.ONE_OO_TWO_D: 2,
+           Policy.TWO_OO_THREE: 2, Policy.ONE_OO_THREE_D: 3}
 
 
 class ChannelState(StrEnum):
