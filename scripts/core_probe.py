@@ -1,15 +1,18 @@
 """The sans-IO runtime core's own cost per device-resident request, on the CPU (issue 16).
 
-usage: python3 scripts/core_probe.py [--requests N] [--profile TOP]
+usage: python3 scripts/core_probe.py [--requests N] [--profile TOP] [--sort KEY]
 
 No GPU, no sockets, no channels: a formed 2oo3 `RuntimeCore` (the test suite's set-up,
 `tests/runtime/test_device_requests.py`) with one registered weight handles N device-resident
 requests as the daemon's loop hands them over: the client's REQUEST (decoded beforehand, as
 the transport delivers it), then each of the three channels' RESULT with its digest frame, as
-inline channels deliver them (`inline_message`, no encoding). It prints the mean wall time of
-those four `handle` calls per request, which is the core's share of the daemon's CPU per voted
-request (the rest: transport, channels, effects, metrics export), and with `--profile` the
-functions with the most own time under cProfile. Figures are reported, never asserted.
+inline channels deliver them (`inline_message`, no encoding, with the schema the channel
+checked before sending). It prints the mean wall time per request of those four `handle`
+calls and of building the three RESULTs (the channels' schema checks included): the core's
+share of the daemon's CPU per voted request and a little of the channels' (the rest:
+transport, channels, effects, metrics export); with `--profile` the functions with the most
+own (`--sort tottime`) or cumulative time under cProfile. Figures are reported, never
+asserted.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from safemon.channels.inline import inline_message
 from safemon.runtime import effects as fx
 from safemon.runtime import stimuli as st
+from safemon.transport.messages import parse_from_channel
 from safemon.transport.wire import Kind
 from tests.runtime.test_core import _msg, _of
 from tests.runtime.test_device_requests import _device_meta, _frame, _registered
@@ -53,8 +57,11 @@ def main() -> int:
             raise SystemExit(f"request {i}: {len(works)} work items sent, expected 3")
         replies: list[fx.Effect] = []
         for work in works:
+            # As `_InlineWorker._send` hands it over: checked against its schema, the typed
+            # result travelling with it (the core does not parse it again).
             result = inline_message(Kind.RESULT, epoch=1, seq=work.seq, channel=work.channel,
-                                    meta=RESULT_META, arrays=(frame,))
+                                    meta=RESULT_META, arrays=(frame,),
+                                    parsed=parse_from_channel(Kind.RESULT, RESULT_META))
             replies += _of(core.handle(st.ChannelMessage(work.channel, result, clock(), "res")),
                            fx.Reply)
         if not replies:
