@@ -1,7 +1,7 @@
 """CPU probe: the host work of a voted device-resident request, without a GPU (issue 16).
 
 usage: python3 scripts/shell_probe.py [--requests 2000] [--placement inline|process]
-                                      [--spin-s 0] [--rounds 1] [--out DIR]
+                                      [--spin-s 0] [--rounds 1] [--size 80] [--out DIR]
 
 A device-resident request's round trip is the GPU's work (copies, the product, digests, the
 waits) plus everything around it: the client's meta and codec, ZeroMQ, the daemon's loop,
@@ -16,7 +16,8 @@ a CUDA x: its meta carries well-formed CUDA IPC handles that nothing opens, and 
 slot and digest are read as `Client._take` reads them, without the device copy.
 
 It prints the round trip's p50 / p90 (µs) and the CPU time per request of the client and
-of the daemon (its threads, from /proc), per round. Run it under two source trees
+of the daemon (the threads alive when it is read, from /proc: the daemon's threads live as
+long as it does), per round. Run it under two source trees
 (PYTHONPATH) in one session to compare them. What it leaves out: every CUDA call (the
 client's staging and release check, the channels' graph launches, waits and read-backs).
 Figures are reported, never asserted.

@@ -64,7 +64,7 @@ def inline_message(kind: Kind, *, epoch: int, seq: int, channel: str,
 
     Both sides are safemon's own code in one process: the header is a `LocalHeader`, built
     unvalidated; what a channel sends is still checked against its schema by
-    `ChannelWorker._send` (`parse_from_channel`), whose typed result travels as `parsed`
+    `_InlineWorker._send` (`parse_from_channel`), whose typed result travels as `parsed`
     (the daemon does not parse it again), and what the daemon sends was built from the
     schemas' `to_meta()`."""
     views = []

@@ -230,7 +230,9 @@ class LocalHeader:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A decoded message: the validated header and one read-only array per payload frame.
+    """A decoded message: its header (validated, for every message that came over a socket;
+    a `LocalHeader` for one handed over in the process) and one read-only array per payload
+    frame.
 
     The arrays are views of the received buffers (``np.frombuffer``, no copy), so they stay
     valid as long as the message object lives; they are marked read-only. ``parsed`` is the

@@ -29,21 +29,25 @@ C_DIGEST, ES_DIGEST = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
 HANDLE = "ab" * 64  # a well-formed CUDA IPC handle that nothing opens
 
 
-def _stub(c_digest_of: Callable[[str], int], x_digest_of: Callable[[str, int], int]
+def _stub(c_digest_of: Callable[[str], int], x_digest_of: Callable[[str, int], int],
+          offsets: dict[str, list[int]] | None = None
           ) -> Callable[..., Generator[None, None, tuple[npt.NDArray[np.uint64], ...]]]:
     """A `ChannelWorker._run_device` that reads the work meta as the real one does, yields
     where the real one waits for its stream, and answers [C, ES, x] digests: C from
-    `c_digest_of(channel)`, x from `x_digest_of(channel, request's x digest)`."""
+    `c_digest_of(channel)`, x from `x_digest_of(channel, request's x digest)`. Each
+    channel's `out_offset` (where it was told to write) is appended to `offsets`."""
 
     def run_device(self: ChannelWorker, msg: Message, meta: dict[str, Any]
                    ) -> Generator[None, None, tuple[npt.NDArray[np.uint64], ...]]:
         work = msgs.WorkRequest.parse(msg.meta)
         meta["variant"] = self._variant_text()
+        if offsets is not None and work.out_offset is not None:
+            offsets.setdefault(self.name, []).append(work.out_offset)
         yield
         meta["kernel_seconds"] = 1e-5
         meta["ok"] = True
         sent = parse_digest(work.x_digest)
-        assert sent is not None and work.out_offset is not None
+        assert sent is not None
         return (np.array([c_digest_of(self.name), ES_DIGEST, x_digest_of(self.name, sent)],
                          dtype=np.uint64),)
 
@@ -71,17 +75,20 @@ def _disagreements(daemon: Any, channel: str) -> float:
 def test_agreeing_digests_release_a_slot_and_the_voted_digest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three inline channels answer the same digests: each request is released with the
-    first channel's slot and the C digest they agreed on; no channel is counted as
-    disagreeing."""
+    first channel's slot and the C digest they agreed on; channel i was told to write at
+    byte i × the slot's size; no channel is counted as disagreeing."""
+    offsets: dict[str, list[int]] = {}
     monkeypatch.setattr(ChannelWorker, "_run_device",
-                        _stub(lambda _ch: C_DIGEST, lambda _ch, sent: sent))
+                        _stub(lambda _ch: C_DIGEST, lambda _ch, sent: sent, offsets))
     cfg = make_config(tmp_path, "2oo3", placement="inline")
     x, w = operands(5)
+    slot_bytes = x.shape[0] * w.shape[1] * 4
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
         for _ in range(5):
             answer = _ask(client, wid, x, w.shape[1])
             assert (answer.ok, answer.slot, answer.digest) == (True, 0, digest_hex(C_DIGEST))
+        assert offsets == {f"c{i}": [i * slot_bytes] * 5 for i in range(3)}
         assert all(_disagreements(daemon, ch) == 0 for ch in ("c0", "c1", "c2"))
         assert daemon.core is not None and daemon.core.in_flight == 0
 
