@@ -337,9 +337,9 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                                         **where).to_meta()
                 frames = x_frames
             for ch in voters:
-                if io is not None:
-                    meta = {**meta, "out_offset": self._slot_of(io, ch) * io.slot_bytes}
-                self._send(ch, Kind.REQUEST, seq, meta, frames, busy_until=now + budget_s)
+                work = meta if io is None else {
+                    **meta, "out_offset": self._slot_of(io, ch) * io.slot_bytes}
+                self._send(ch, Kind.REQUEST, seq, work, frames, busy_until=now + budget_s)
 
     def _queued_s(self, ch: str, now: float) -> float:
         """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
