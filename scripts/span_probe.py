@@ -37,6 +37,7 @@ SPANS = [  # module functions first: later imports must bind the wrapped ones
     ("safemon.daemon", "Daemon._client_message", "daemon: a client message (core + effects)"),
     ("safemon.daemon", "Daemon._channel_message", "daemon: a channel message (core + effects)"),
     ("safemon.daemon", "Daemon._reply", "daemon: encode + send a reply"),
+    ("safemon.daemon", "Daemon._check_released_slot", "daemon: read the released slot back"),
     ("safemon.runtime.core", "RuntimeCore.handle", "daemon: RuntimeCore.handle"),
     ("safemon.channels.inline", "InlineChannels.run_round", "inline: one lockstep round"),
     ("safemon.channels.inline", "InlineChannel.launch", "inline: a channel's launch"),
@@ -71,8 +72,9 @@ HOOK = '''
             continue
         *parents, name = path.split(".")
         for p in parents:
-            owner = getattr(owner, p)
-        _wrap(owner, name, label)
+            owner = getattr(owner, p, None)
+        if owner is not None and hasattr(owner, name):  # an older tree may lack it
+            _wrap(owner, name, label)
 '''
 
 

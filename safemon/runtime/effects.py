@@ -22,6 +22,7 @@ __all__ = [
     "Log",
     "Publish",
     "ReactionDone",
+    "ReleasedSlot",
     "Reply",
     "ReplyStatus",
     "RestartChannel",
@@ -51,8 +52,26 @@ class SendToChannel:
 
 
 @dataclass(frozen=True)
+class ReleasedSlot:
+    """The output slot a device-resident release names (docs/PROTOCOL.md section 11): bytes
+    [offset, offset + 4·rows·cols) of the client's output buffer `out_ipc`, written by
+    `channel` for request `request_seq` (the seq its work carried), whose float32 (rows,
+    cols) C has the voted safemon-digest64 `digest`. A shell that can read the slot (inline
+    channels) may check it before the reply leaves (`Released.slot_checked`)."""
+
+    request_seq: int
+    channel: str
+    out_ipc: str
+    offset: int
+    rows: int
+    cols: int
+    digest: int
+
+
+@dataclass(frozen=True)
 class Reply:
-    """Answer a client on `socket` ("ingress" or "control") at ROUTER address `identity`."""
+    """Answer a client on `socket` ("ingress" or "control") at ROUTER address `identity`.
+    `released`: the slot a device-resident release names, else None."""
 
     socket: Literal["ingress", "control"]
     identity: bytes
@@ -61,6 +80,7 @@ class Reply:
     meta: Mapping[str, Any]
     arrays: tuple[npt.NDArray[Any], ...] = ()
     stimulus_id: str = ""
+    released: ReleasedSlot | None = None
 
 
 @dataclass(frozen=True)
