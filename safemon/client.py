@@ -168,9 +168,6 @@ class Client:
         #: or were never on); `last_request_device` whether the last request used them.
         self.device_io_off_reason: str | None = None
         self.last_request_device = False
-        #: whether the daemon had read the last device-resident release's slot back
-        #: (`Released.slot_checked`: its copy was then queued, not checked and waited for)
-        self.last_release_checked = False
         self._exchange: ExchangeBuffers | None = None
         self._ingress = self._connect(config.endpoints.ingress)
         self._control = self._connect(config.endpoints.control)
@@ -290,10 +287,7 @@ class Client:
         Returns:
             (M, N) float32 of the same kind and on the same device as `x`. A CUDA `x` goes
             through the CUDA IPC buffers (`device_io`) when this client registered the
-            weight; `last_request_device` says whether it did. A CUDA result is ordered on
-            the current stream like any CuPy result: where the daemon read the released
-            slot back (every channel inline, `last_release_checked`), its copy is queued
-            there and not waited for.
+            weight; `last_request_device` says whether it did.
 
         Raises:
             SafeStateError, VoteTimeoutError, DisagreementError (also: the released
@@ -438,9 +432,7 @@ class Client:
         if reply.arrays or answer.slot is None or answer.digest is None:
             return None
         assert self._exchange is not None
-        self.last_release_checked = answer.slot_checked is True
-        return self._exchange.take(device, staged, answer.slot, answer.digest,
-                                   checked=self.last_release_checked)
+        return self._exchange.take(device, staged, answer.slot, answer.digest)
 
     def _reregister_weight(self, weight_id: str, reply: Message) -> None:
         w = self._weights.get(weight_id)

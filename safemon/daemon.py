@@ -192,8 +192,6 @@ class Daemon:
         self._feedback: collections.deque[st.Stimulus] = collections.deque()
         #: the inline channels this loop drives (`safemon.channels.inline`); None: none
         self._inline: InlineChannels | None = None
-        #: whether released device slots are read back before replying (all channels inline)
-        self._checks_slots = False
 
     # ================================================================== the core's roles
 
@@ -269,10 +267,6 @@ class Daemon:
         self._link_key = link_key if isinstance(link_key, bytes) else None
         inline = getattr(launcher, "inline", None)
         self._inline = inline if isinstance(inline, InlineChannels) and inline.names else None
-        # Released slots are read back only where no channel outside this loop can write
-        # into a client's output buffer.
-        self._checks_slots = (self._inline is not None
-                              and self._inline.names == frozenset(cfg.channel_names))
         self.supervisor = Supervisor(cfg, launcher, self.epoch)
         self.core = RuntimeCore(cfg, scheduler, by_channel, self.supervisor, self.metrics,
                                 self.backend, self.clock,
@@ -663,10 +657,7 @@ class Daemon:
                 elif not self._send_channel(e) and e.weight_id is not None:
                     failed_weights[e.channel] = [e.weight_id]
             elif isinstance(e, fx.Reply):
-                meta = dict(e.meta)
-                if e.released is not None and self._checks_slots:
-                    self._check_released_slot(e.released, meta)
-                self._reply(e.socket, e.identity, e.kind, e.seq, meta, e.arrays)
+                self._reply(e.socket, e.identity, e.kind, e.seq, dict(e.meta), e.arrays)
             elif isinstance(e, fx.ReplyStatus):
                 body = np.frombuffer(json.dumps(self.status()).encode(), dtype=np.uint8).copy()
                 self._reply("control", e.identity, Kind.REPLY, e.seq,
@@ -678,23 +669,6 @@ class Daemon:
         for ch, wids in failed_weights.items():
             self._feedback.append(st.WeightSendFailed(ch, tuple(wids), self.clock(),
                                                       st.stimulus_id("send-failed")))
-
-    def _check_released_slot(self, slot: fx.ReleasedSlot, meta: dict[str, Any]) -> None:
-        """Read a released output slot back before the reply leaves (every channel inline:
-        `InlineChannels.released_slot_holds`) and say what was found in `meta`
-        (`Released.slot_checked`): True lets the client copy the slot without a check and
-        without waiting; False (the slot does not hold the voted C) is logged, and the
-        client's own check then refuses the output."""
-        assert self._inline is not None and self.metrics is not None
-        held = self._inline.released_slot_holds(slot)
-        self.metrics.count_slot_check("not_checked" if held is None
-                                      else "held" if held else "differed")
-        if held is None:
-            return
-        meta["slot_checked"] = held
-        if not held:
-            self.log.error("released_slot_differs", seq=slot.request_seq, channel=slot.channel,
-                           offset=slot.offset)
 
     def _carry_out_other(self, e: fx.Effect) -> None:
         assert self.supervisor is not None and self.core is not None

@@ -158,10 +158,6 @@ class ExchangeBuffers:
         #: because channels may still have them open (CUDA leaves freeing an exported
         #: allocation before its importers close it undefined)
         self._retired: list[_Exported] = []
-        #: device -> an event recorded after the latest copy out of its output buffer that
-        #: `take` did not wait for (a slot the daemon checked); `stage` waits for it, so no
-        #: channel writes into a slot before the copy has read it
-        self._copies: dict[int, Any] = {}
 
     def _buffer(self, table: dict[int, _Exported], device: int, nbytes: int) -> _Exported:
         cp = _cupy()
@@ -190,9 +186,6 @@ class ExchangeBuffers:
         device = int(x.device.id)
         rows, cols = (int(d) for d in x.shape)
         slot_bytes = rows * int(out_cols) * 4
-        pending = self._copies.pop(device, None)
-        if pending is not None:
-            pending.synchronize()  # the last release's copy has read its slot
         inp = self._buffer(self._inputs, device, int(x.nbytes))
         out = self._buffer(self._outputs, device, slot_bytes * self.slots)
         with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
@@ -205,13 +198,9 @@ class ExchangeBuffers:
         return StagedRequest(inp.handle, rows, cols, digest_hex(digest), out.handle, slot_bytes)
 
     def take(self, device: int, staged: StagedRequest, slot: int, digest: str,
-             stream: Any = None, checked: bool = False) -> Any:
+             stream: Any = None) -> Any:
         """A new CuPy array holding output slot `slot`, once its digest on the device equals
-        the voted `digest`. With `checked` (the daemon read the slot back and found
-        `digest` after every channel had finished writing: `Released.slot_checked`) the
-        copy is queued on the current stream (or `stream`) and not waited for: the array
-        is ordered on that stream like the result of any CuPy call, and the next `stage`
-        on this device waits for the copy before a channel can write into the slot again.
+        the voted `digest`.
 
         Raises:
             DisagreementError: the slot's bytes are not the ones the channels voted on
@@ -225,17 +214,6 @@ class ExchangeBuffers:
         out = self._outputs[device]
         rows = staged.x_rows
         cols = staged.out_slot_bytes // (4 * rows)
-        if checked:
-            with cp.cuda.Device(device):
-                on = stream if stream is not None else cp.cuda.get_current_stream()
-                result = cp.empty((rows, cols), cp.float32)
-                cp.cuda.runtime.memcpyAsync(result.data.ptr,
-                                            out.memory.ptr + slot * staged.out_slot_bytes,
-                                            staged.out_slot_bytes, _CUDA_MEMCPY_DEFAULT, on.ptr)
-                event = cp.cuda.Event(block=False, disable_timing=True)
-                event.record(on)
-            self._copies[device] = event
-            return result
         with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
             view = cp.ndarray((rows, cols), cp.float32,
                               cp.cuda.MemoryPointer(out.memory, slot * staged.out_slot_bytes))
@@ -297,10 +275,6 @@ class ImportedBuffers:
 
     def __len__(self) -> int:
         return len(self._open)
-
-    def __contains__(self, handle: object) -> bool:
-        """Whether `handle` is open (asking opens nothing and marks no use)."""
-        return handle in self._open
 
     def _get(self, handle: str) -> _Import:
         found = self._open.get(handle)

@@ -399,16 +399,6 @@ class Metrics:
         for k in METRIC_KINDS:
             for c in ("transient", "permanent", "unclassified"):
                 self.fault_classes.labels(kind=k, **{"class": c})
-        self.slot_checks = Counter(
-            name("released_slot_checks_total"),
-            "Device-resident releases whose output slot the daemon read back before "
-            "replying (inline channels), by outcome: held the voted digest, differed, "
-            "not_checked.",
-            ["outcome"],
-            registry=registry,
-        )
-        for o in self.SLOT_CHECKS:
-            self.slot_checks.labels(outcome=o)
         self.model_diverging_layer = Counter(
             name("model_diverging_layer_total"),
             "Disagreeing whole-model votes, by the first layer (0-based) at which two "
@@ -416,21 +406,6 @@ class Metrics:
             ["layer"],
             registry=registry,
         )
-
-    #: outcomes of the daemon's read-back of a released output slot
-    SLOT_CHECKS = ("held", "differed", "not_checked")
-
-    def count_slot_check(self, outcome: str) -> None:
-        """One device-resident release whose slot the daemon read back before replying
-        (inline channels only): "held" the voted digest, "differed" (the client is told, and
-        its own check refuses the output), or "not_checked" (a channel still held the
-        request, or the slot could not be read; the client checks it).
-
-        Raises:
-            UnknownLabelError: any other outcome.
-        """
-        self.slot_checks.labels(outcome=self._member("slot check", outcome,
-                                                     self.SLOT_CHECKS)).inc()
 
     def count_diverging_layer(self, layer: int) -> None:
         """One disagreeing whole-model vote whose first diverging layer is `layer` (an index

@@ -37,7 +37,6 @@ SPANS = [  # module functions first: later imports must bind the wrapped ones
     ("safemon.daemon", "Daemon._client_message", "daemon: a client message (core + effects)"),
     ("safemon.daemon", "Daemon._channel_message", "daemon: a channel message (core + effects)"),
     ("safemon.daemon", "Daemon._reply", "daemon: encode + send a reply"),
-    ("safemon.daemon", "Daemon._check_released_slot", "daemon: read the released slot back"),
     ("safemon.runtime.core", "RuntimeCore.handle", "daemon: RuntimeCore.handle"),
     ("safemon.channels.inline", "InlineChannels.run_round", "inline: one lockstep round"),
     ("safemon.channels.inline", "InlineChannel.launch", "inline: a channel's launch"),

@@ -47,7 +47,6 @@ import structlog
 from safemon.channels.link import LINK_FIELD, link_ok
 from safemon.channels.worker import ChannelWorker, Reply, _Crash
 from safemon.config import Config
-from safemon.runtime.effects import ReleasedSlot
 from safemon.transport import Kind, Message
 from safemon.transport import messages as msgs
 from safemon.transport.wire import PROTOCOL_VERSION, LocalHeader
@@ -273,38 +272,6 @@ class InlineChannel:
         n, self.worker.corrupted = self.worker.corrupted, 0
         return n
 
-    def holds(self, seq: int, out_ipc: str) -> bool:
-        """Whether a REQUEST that may still write into the client output buffer `out_ipc`
-        waits in this channel's inbox or is suspended (its device work queued and not yet
-        waited for): request `seq`, or any other that names that buffer (an older request
-        of the same client, say one it gave up on)."""
-        pending = [m for m in self._inbox if m.kind is Kind.REQUEST]
-        if self._suspended is not None:
-            pending.append(self._suspended.msg)
-        return any(m.seq == seq or m.meta.get("out_ipc") == out_ipc for m in pending)
-
-    def slot_digest(self, slot: ReleasedSlot) -> int | None:
-        """safemon-digest64 of the output slot `slot` names, read through this channel's own
-        import of the client's output buffer, on its stream, with one wait. None when this
-        channel computes on the host, has no open import of that buffer (it never opens
-        one for this), or the read fails (logged)."""
-        from safemon.kernels.model_gpu import DigestBatch
-        from safemon.kernels.pinned import lane
-
-        w = self.worker
-        if not self.running or not w.backend.on_device or slot.out_ipc not in w._imports:
-            return None
-        try:
-            with w._stream, lane(self.name):
-                view = w._imports.view(slot.out_ipc, slot.offset, (slot.rows, slot.cols),
-                                       "the released slot")
-                batch = DigestBatch(1)
-                batch.add(view)
-                return batch.values()[0][0]
-        except Exception:
-            log.exception("released_slot_read_failed", channel=self.name)
-            return None
-
 
 class InlineChannels:
     """The daemon's inline channels, the current incarnation of each by name. The
@@ -363,22 +330,6 @@ class InlineChannels:
     def take_corrupted(self) -> int:
         """RESULTs spoilt by `corrupt_frame` since the last call, all channels."""
         return sum(ch.take_corrupted() for ch in self._current.values())
-
-    def released_slot_holds(self, slot: ReleasedSlot) -> bool | None:
-        """Whether the released output slot holds the voted C: its bytes read back (by the
-        channel that wrote it, `InlineChannel.slot_digest`) have `slot.digest`. Only asked
-        once no inline channel can still write into the slot: None when one still holds
-        the request or another for the same output buffer (queued or suspended:
-        `InlineChannel.holds`), when the slot's channel no longer runs, or when the slot
-        could not be read. Sound only where every channel of the
-        deployment is inline: a channel in another process could still be writing (the
-        daemon asks only then)."""
-        if any(ch.running and ch.holds(slot.request_seq, slot.out_ipc)
-               for ch in self._current.values()):
-            return None
-        ch = self._current.get(slot.channel)
-        digest = None if ch is None else ch.slot_digest(slot)
-        return None if digest is None else digest == slot.digest
 
 
 @dataclass

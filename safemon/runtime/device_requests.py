@@ -4,9 +4,7 @@
 client's CUDA IPC input buffer, tells each voting channel where to read x and where to
 write its output (its slot of the client's output buffer), votes on the digests the
 channels send back, and answers the client with the released channel's slot and the voted
-digest instead of the bytes. The core never touches the buffers: it needs no CUDA. Its
-reply names the released slot (`effects.ReleasedSlot`) for a shell that can read it back
-(a daemon whose channels are all inline: `Released.slot_checked`).
+digest instead of the bytes. The daemon never touches the buffers: it needs no CUDA.
 
 What is voted, per channel: the C digest (prefixed with the output's dtype and shape, as for
 models) and, as the ES part, the ES digest(s) followed by the digest of the x the channel
@@ -29,7 +27,6 @@ import numpy as np
 
 from safemon.device_io import digest_hex, parse_digest, valid_handle
 from safemon.patterns import voter as vot
-from safemon.runtime import effects as fx
 from safemon.runtime.roles import Roles
 from safemon.runtime.support import Live
 from safemon.transport import messages as msgs
@@ -198,12 +195,10 @@ class DeviceRequests(Roles):
         self.metrics.count_request("released")
         self.metrics.observe_vote_latency(max(0.0, now - live.submitted))
         kernel_s = max((live.kernel_seconds.get(ch, 0.0) for ch in d.agreed), default=0.0)
-        slot = io.slots[d.channel]
         self._reply("ingress", live.identity, msgs.Released.KIND, live.client_seq,
                     msgs.Released(ok=True, outcome="released", kernel_seconds=kernel_s,
                                   vote_seconds=max(0.0, now - live.submitted),
-                                  slot=slot, digest=digest_hex(c_digest)).to_meta(),
-                    released=fx.ReleasedSlot(d.req_id, d.channel, io.out_ipc,
-                                             slot * io.slot_bytes, io.rows, io.n_out, c_digest))
+                                  slot=io.slots[d.channel], digest=digest_hex(c_digest)
+                                  ).to_meta())
         self._log("debug", "vote_released", seq=d.req_id, channel=d.channel,
                   slot=io.slots[d.channel])

@@ -22,7 +22,6 @@ __all__ = [
     "Log",
     "Publish",
     "ReactionDone",
-    "ReleasedSlot",
     "Reply",
     "ReplyStatus",
     "RestartChannel",
@@ -52,26 +51,8 @@ class SendToChannel:
 
 
 @dataclass(frozen=True)
-class ReleasedSlot:
-    """The output slot a device-resident release names (docs/PROTOCOL.md section 11): bytes
-    [offset, offset + 4·rows·cols) of the client's output buffer `out_ipc`, written by
-    `channel` for request `request_seq` (the seq its work carried), whose float32 (rows,
-    cols) C has the voted safemon-digest64 `digest`. A shell that can read the slot (inline
-    channels) may check it before the reply leaves (`Released.slot_checked`)."""
-
-    request_seq: int
-    channel: str
-    out_ipc: str
-    offset: int
-    rows: int
-    cols: int
-    digest: int
-
-
-@dataclass(frozen=True)
 class Reply:
-    """Answer a client on `socket` ("ingress" or "control") at ROUTER address `identity`.
-    `released`: the slot a device-resident release names, else None."""
+    """Answer a client on `socket` ("ingress" or "control") at ROUTER address `identity`."""
 
     socket: Literal["ingress", "control"]
     identity: bytes
@@ -80,7 +61,6 @@ class Reply:
     meta: Mapping[str, Any]
     arrays: tuple[npt.NDArray[Any], ...] = ()
     stimulus_id: str = ""
-    released: ReleasedSlot | None = None
 
 
 @dataclass(frozen=True)

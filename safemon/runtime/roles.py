@@ -116,11 +116,10 @@ class Roles:
                                     busy_until))
 
     def _reply(self, socket: str, identity: bytes, kind: Kind, seq: int, meta: Mapping[str, Any],
-               arrays: tuple[npt.NDArray[Any], ...] = (),
-               released: fx.ReleasedSlot | None = None) -> None:
+               arrays: tuple[npt.NDArray[Any], ...] = ()) -> None:
         assert socket in ("ingress", "control")
         self._emit(fx.Reply(socket, identity, kind, seq, meta, arrays,  # type: ignore[arg-type]
-                            self._sid, released))
+                            self._sid))
 
     def _error_to(self, socket: str, identity: bytes, seq: int, error_type: str,
                   message: str) -> None:

@@ -269,10 +269,7 @@ class ModelRequest(DeviceInput):
 @dataclass(frozen=True)
 class Released(Schema):
     """One frame: the released C (M, N) float32. A device-resident request gets no frame:
-    `slot` names the output slot to take and `digest` the voted digest of its bytes;
-    `slot_checked` True says the daemon read the slot back after every channel of the
-    request had finished writing and found that digest (the client may then copy the slot
-    without checking it again), False that it found another, None that it did not look."""
+    `slot` names the output slot to take and `digest` the voted digest of its bytes."""
 
     KIND = Kind.REPLY
     ROUTE = "daemon → client"
@@ -282,7 +279,6 @@ class Released(Schema):
     vote_seconds: float | None = None
     slot: int | None = None
     digest: str | None = None
-    slot_checked: bool | None = None
 
 
 @dataclass(frozen=True)

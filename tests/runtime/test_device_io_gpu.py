@@ -50,40 +50,29 @@ def _operands(m: int = 64, k: int = 96, n: int = 40, seed: int = 3) -> tuple[np.
             rng.standard_normal(n).astype(np.float32))
 
 
-@pytest.mark.parametrize("placement", ["process", "inline"])
-def test_cupy_and_torch_requests_go_through_the_ipc_buffers_bit_exact(
-        tmp_path: Path, placement: str) -> None:
+def test_cupy_and_torch_requests_go_through_the_ipc_buffers_bit_exact(tmp_path: Path) -> None:
     """matmul and a two-layer model with CuPy x (and torch x where torch is installed) use
-    the device path and release the reference's bits; repeated requests reuse the buffers.
-    With inline channels the daemon reads each released slot back (`slot_checked`) and the
-    client's copy is queued without a wait: results of different x, kept and read only at
-    the end, are each their own request's (no later request overwrote a slot before its
-    copy had read it)."""
+    the device path and release the reference's bits; repeated requests reuse the buffers."""
     cp = _cp()
-    cfg = _config(tmp_path, placement)
+    cfg = _config(tmp_path)
     x, w1, w2, b1 = _operands()
-    checked = placement == "inline"
     with system(cfg) as (_daemon, client):
         wid1, wid2 = client.register_weight(w1), client.register_weight(w2)
-        kept = []
-        for i in range(4):
-            xi = x + np.float32(i)
-            kept.append((xi, client.matmul(cp.asarray(xi), wid1, timeout=10.0)))
+        for _ in range(3):
+            got = client.matmul(cp.asarray(x), wid1, timeout=10.0)
             assert client.last_request_device, client.device_io_off_reason
-            assert client.last_release_checked is checked
-        for xi, got in kept:
-            assert isinstance(got, cp.ndarray) and same_bits(got.get(), reference(xi, w1, cfg))
+            assert isinstance(got, cp.ndarray) and same_bits(got.get(), reference(x, w1, cfg))
         layers = [Layer(wid1, b1, "gelu"), Layer(wid2)]
         mid = client.register_model(layers)
         out = client.run(mid, cp.asarray(x), timeout=10.0)
-        assert client.last_request_device and client.last_release_checked is checked
+        assert client.last_request_device
         assert same_bits(out.get(), reference_forward([w1, w2], layers, x))
         bigger = np.concatenate([x] * 40)  # 2560 rows: the buffers grow (new handles)
         got = client.matmul(cp.asarray(bigger), wid1, timeout=10.0)
         assert client.last_request_device and same_bits(got.get(), reference(bigger, w1, cfg))
         torch = pytest.importorskip("torch")
         t = client.run(mid, torch.from_numpy(x).to("cuda:0"), timeout=10.0)
-        assert client.last_request_device and client.last_release_checked is checked
+        assert client.last_request_device
         assert isinstance(t, torch.Tensor) and t.device.type == "cuda"
         assert same_bits(t.cpu().numpy(), out.get())
 

@@ -114,34 +114,6 @@ def test_agreeing_digests_release_a_slot_and_the_voted_digest_without_bytes(tmp_
     assert _minority(late) == ["c2"] and not _of(late, fx.Reply)
 
 
-def test_the_release_names_the_released_slot_for_a_shell_that_can_read_it(tmp_path: Path) -> None:
-    """The reply effect of a device-resident release carries the slot it names
-    (`effects.ReleasedSlot`): the request's seq as the channels got it, the released
-    channel, the client's output buffer, the slot's byte offset and shape, and the voted C
-    digest; the meta leaves `slot_checked` to the shell. A host-memory release names none."""
-    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
-    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
-    good = _frame(x, w, cfg)
-    _answer(core, clock, sent["c2"], good)
-    [reply] = _of(_answer(core, clock, sent["c0"], good), fx.Reply)
-    slot = reply.meta["slot"]
-    channel = f"c{slot}"
-    assert reply.released == fx.ReleasedSlot(
-        sent[channel].seq, channel, OUT_IPC, slot * x.shape[0] * w.shape[1] * 4, x.shape[0],
-        w.shape[1], int(good[0]))
-    assert "slot_checked" not in reply.meta
-    host = core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 10, {"weight_id": wid}, (x,)),
-                                         clock(), "host"))
-    results = []
-    for work in _work(host):
-        r = run_variant(x, w, cfg.channels[0].variant.to_variant(*x.shape[:1], w.shape[1], x.shape[1]),
-                        "numpy")
-        results += _of(core.handle(st.ChannelMessage(
-            work.channel, _msg(Kind.RESULT, work.seq, {"ok": True, "job": "live", "variant": "v"},
-                               (r.c, r.es), work.channel), clock(), "r")), fx.Reply)
-    assert [r.released for r in results] == [None]
-
-
 def test_a_late_agreeing_digest_is_not_a_channel_fault(tmp_path: Path) -> None:
     """The third channel's digests arrive after the release: they reach the voter as
     digests (not as a malformed result), so an agreeing latecomer stays UP."""

@@ -19,7 +19,6 @@ from safemon.channels import inline
 from safemon.channels.faults import FAULT_KINDS
 from safemon.channels.worker import Reply
 from safemon.kernels.pinned import PinnedBuffer, lane
-from safemon.runtime.effects import ReleasedSlot
 from safemon.transport import Kind
 from safemon.transport.wire import RejectReason
 
@@ -212,58 +211,3 @@ def test_an_exception_in_an_inline_channel_is_a_crash_of_that_channel(
         for _ in range(3):
             assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
         assert daemon.stopped.is_set() is False
-
-
-def test_a_released_slot_is_read_back_only_once_no_inline_channel_holds_its_request(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`InlineChannels.released_slot_holds`: while any channel still has the request (or
-    another for the same output buffer) queued or suspended nothing is read (None); after
-    the round, the slot's channel reads it back
-    and the answer is whether it has the voted digest; a slot that cannot be read (here:
-    the NumPy backend computes on the host) or whose channel is gone is None."""
-    events: list[str] = []
-
-    def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
-        events.append(f"queue {self.name}")
-        yield
-        return Reply({"job": "live", "variant": self.name, "ok": False, "kernel_seconds": 0.0,
-                      "error": "channel_error: probe"}, (), False, 0.0)
-
-    monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
-    monkeypatch.setattr(inline._InlineWorker, "_warm_up", lambda self: None)
-    cfg = make_config(tmp_path, "2oo3", placement="inline")
-    chans = inline.InlineChannels(("c0", "c1", "c2"))
-    for name in ("c0", "c1", "c2"):
-        ch = inline.InlineChannel(cfg, name, incarnation=0, epoch=7, link=None)
-        chans.install(ch)
-        ch.start()
-    slot = ReleasedSlot(request_seq=21, channel="c1", out_ipc="cd" * 64, offset=64, rows=2,
-                        cols=8, digest=0xABC)
-    for name in ("c0", "c1", "c2"):
-        chans.deliver(name, Kind.REQUEST, epoch=7, seq=21,
-                      meta={"job": "live", "weight_id": "w", "deadline_ms": 100.0})
-    read: list[str] = []
-    digests = {"c1": 0xABC}
-    monkeypatch.setattr(inline.InlineChannel, "slot_digest",
-                        lambda self, s: read.append(self.name) or digests.get(self.name))
-    assert chans.released_slot_holds(slot) is None  # queued in every inbox
-    for ch in ("c0", "c1"):
-        chans._current[ch].launch()  # suspended; c2's still queued
-    assert chans.released_slot_holds(slot) is None
-    assert read == []
-    chans.run_round()
-    assert not chans.has_work
-    assert chans.released_slot_holds(slot) is True and read == ["c1"]
-    # an older request to the same output buffer still queued in one channel: no read
-    chans.deliver("c2", Kind.REQUEST, epoch=7, seq=20,
-                  meta={"job": "live", "weight_id": "w", "out_ipc": "cd" * 64})
-    assert chans.released_slot_holds(slot) is None and read == ["c1"]
-    chans.run_round()
-    chans.take(time.monotonic())
-    digests["c1"] = 0xABD
-    assert chans.released_slot_holds(slot) is False
-    digests["c1"] = None  # type: ignore[assignment]
-    assert chans.released_slot_holds(slot) is None
-    monkeypatch.undo()
-    assert chans._current["c1"].slot_digest(slot) is None  # NumPy backend: nothing to read
-    assert chans.released_slot_holds(ReleasedSlot(21, "c9", "cd" * 64, 0, 2, 8, 1)) is None

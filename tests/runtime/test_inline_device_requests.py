@@ -15,13 +15,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from safemon.channels.inline import InlineChannel
 from safemon.channels.worker import ChannelWorker
 from safemon.client import Client
 from safemon.device_io import digest_hex, parse_digest
 from safemon.digest import digest64
 from safemon.errors import DeviceInputError
-from safemon.runtime.effects import ReleasedSlot
 from safemon.transport import messages as msgs
 from safemon.transport.wire import Message
 
@@ -125,43 +123,3 @@ def test_an_x_that_every_channel_read_differently_from_the_client_is_refused(
         with pytest.raises(DeviceInputError, match="x_digest"):
             _ask(client, wid, x, w.shape[1])
         assert all(_disagreements(daemon, ch) == 0 for ch in ("c0", "c1", "c2"))
-
-
-def _slot_checks(daemon: Any) -> dict[str, float]:
-    return {o: daemon.registry.get_sample_value("safemon_released_slot_checks_total",
-                                                {"outcome": o}) or 0.0
-            for o in ("held", "differed", "not_checked")}
-
-
-def test_the_daemon_reads_the_released_slot_back_and_says_what_it_found(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every channel inline: before the reply leaves, the released slot is read back (the
-    read itself, which needs CUDA, is replaced here by `found`) and the reply says whether
-    it held the voted digest (`slot_checked`), counted in
-    safemon_released_slot_checks_total; a slot that could not be read is not claimed
-    either way. With stream channels (threads, not the daemon's loop) nothing is read."""
-    monkeypatch.setattr(ChannelWorker, "_run_device",
-                        _stub(lambda _ch: C_DIGEST, lambda _ch, sent: sent))
-    found: list[int | None] = []
-    asked: list[tuple[str, int, int, int]] = []
-
-    def slot_digest(self: InlineChannel, slot: ReleasedSlot) -> int | None:
-        asked.append((slot.channel, slot.offset, slot.rows, slot.cols))
-        return found[0]
-
-    monkeypatch.setattr(InlineChannel, "slot_digest", slot_digest)
-    x, w = operands(8)
-    with system(make_config(tmp_path, "2oo3", placement="inline")) as (daemon, client):
-        wid = client.register_weight(w)
-        for value, want in ((C_DIGEST, True), (C_DIGEST ^ 1, False), (None, None)):
-            found[:] = [value]
-            answer = _ask(client, wid, x, w.shape[1])
-            assert (answer.ok, answer.slot, answer.slot_checked) == (True, 0, want)
-        assert asked == [("c0", 0, x.shape[0], w.shape[1])] * 3
-        assert _slot_checks(daemon) == {"held": 1, "differed": 1, "not_checked": 1}
-    with system(make_config(tmp_path, "2oo3", placement="stream")) as (daemon, client):
-        wid = client.register_weight(w)
-        found[:] = [C_DIGEST]
-        answer = _ask(client, wid, x, w.shape[1])
-        assert (answer.ok, answer.slot_checked) == (True, None)
-        assert _slot_checks(daemon) == {"held": 0, "differed": 0, "not_checked": 0}

@@ -59,7 +59,6 @@ def test_device_requests_through_inline_channels_are_bit_exact(tmp_path: Path) -
             for _ in range(3):
                 got = client.matmul(cp.asarray(x), wid, timeout=30.0)
                 assert client.last_request_device, client.device_io_off_reason
-                assert client.last_release_checked  # the daemon read the slot back
                 assert same_bits(got.get(), want), (m, k, n)
         x, w1 = _operands(64, 96, 40, 5)
         _, w2 = _operands(40, 40, 24, 6)
@@ -70,7 +69,7 @@ def test_device_requests_through_inline_channels_are_bit_exact(tmp_path: Path) -
         want = reference_forward([w1, w2], layers, x)
         for _ in range(4):  # the second is captured as a graph, the third launches it
             out = client.run(mid, cp.asarray(x), timeout=30.0)
-            assert client.last_request_device and client.last_release_checked
+            assert client.last_request_device
             assert same_bits(out.get(), want)
 
 
