@@ -57,6 +57,7 @@ __all__ = [
     "HANDLE_HEX_CHARS",
     "IMPORT_CAPACITY",
     "IMPORT_IDLE_S",
+    "INPUT_BUFFERS",
     "ExchangeBuffers",
     "ImportedBuffers",
     "StagedRequest",
@@ -139,10 +140,21 @@ class _Exported:
     handle: str
 
 
+#: Input buffers a client stages into in turn (per device). A 2oo3 request is answered once
+#: two channels agree, and the client then stages its next x at once; the third channel may
+#: not have read this request's x yet. With one buffer it would read the next x, see that
+#: its digest is not the request's, and be counted as the disagreeing minority of a request
+#: it computed correctly (seen on the H100 with the torch example's back-to-back requests,
+#: evidence/h200-2026-12-06-stop52/). With two, a channel must fall a whole request behind
+#: before the client writes over the x it has yet to read.
+INPUT_BUFFERS = 2
+
+
 class ExchangeBuffers:
-    """The client's exported input and output buffers, one pair per CUDA device. Not
-    thread-safe (one per `Client`). Buffers grow (a new allocation and handle) when a request
-    needs more; they are never shrunk while the client lives.
+    """The client's exported buffers per CUDA device: `INPUT_BUFFERS` input buffers, staged
+    into in turn, and one output buffer. Not thread-safe (one per `Client`). Buffers grow (a
+    new allocation and handle) when a request needs more; they are never shrunk while the
+    client lives.
 
     Args:
         slots: output slots per request (the deployment's channel count).
@@ -152,7 +164,9 @@ class ExchangeBuffers:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.slots = slots
-        self._inputs: dict[int, _Exported] = {}
+        #: per turn, device -> input buffer; `_turn[device]` is the next turn to stage into
+        self._inputs: list[dict[int, _Exported]] = [{} for _ in range(INPUT_BUFFERS)]
+        self._turn: dict[int, int] = {}
         self._outputs: dict[int, _Exported] = {}
         #: buffers replaced by bigger ones: kept, never freed while this object lives,
         #: because channels may still have them open (CUDA leaves freeing an exported
@@ -173,8 +187,9 @@ class ExchangeBuffers:
         return buf
 
     def stage(self, x: Any, out_cols: int, stream: Any = None) -> StagedRequest:
-        """Copy `x` (a C-contiguous float32 CuPy array, already checked) into the input
-        buffer of its device and reserve output slots of (rows, `out_cols`) float32.
+        """Copy `x` (a C-contiguous float32 CuPy array, already checked) into the next input
+        buffer of its device in turn (`INPUT_BUFFERS`: the previous request's x stays where
+        it is) and reserve output slots of (rows, `out_cols`) float32.
 
         Raises:
             InvalidInputError: x holds NaN or infinity (checked on the device).
@@ -186,7 +201,9 @@ class ExchangeBuffers:
         device = int(x.device.id)
         rows, cols = (int(d) for d in x.shape)
         slot_bytes = rows * int(out_cols) * 4
-        inp = self._buffer(self._inputs, device, int(x.nbytes))
+        turn = self._turn.get(device, 0)
+        self._turn[device] = (turn + 1) % INPUT_BUFFERS
+        inp = self._buffer(self._inputs[turn], device, int(x.nbytes))
         out = self._buffer(self._outputs, device, slot_bytes * self.slots)
         with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
             staged = cp.ndarray(x.shape, cp.float32, cp.cuda.MemoryPointer(inp.memory, 0))

@@ -228,6 +228,24 @@ class _DLPackOnly:
         return self._a.__dlpack_device__()  # type: ignore[no-any-return]
 
 
+def test_stagings_take_the_input_buffers_in_turn_and_leave_the_previous_x_in_place() -> None:
+    """Consecutive requests stage x into `INPUT_BUFFERS` buffers in turn: a channel that has
+    not yet read the previous request's x when the client stages the next one still finds
+    it (a 2oo3 release does not wait for the third channel)."""
+    from safemon.device_io import INPUT_BUFFERS, ExchangeBuffers
+
+    cp = _cp()
+    assert INPUT_BUFFERS == 2
+    ex = ExchangeBuffers(3)
+    xs = [cp.full((8, 16), float(i + 1), dtype=cp.float32) for i in range(3)]
+    staged = [ex.stage(x, 4) for x in xs]
+    assert staged[0].x_ipc != staged[1].x_ipc and staged[2].x_ipc == staged[0].x_ipc
+    assert len({s.out_ipc for s in staged}) == 1
+    second = ex._inputs[1][0].memory  # the buffer of staged[1], after x 3 was staged
+    view = cp.ndarray((8, 16), cp.float32, cp.cuda.MemoryPointer(second, 0))
+    assert bool((view == 2.0).all())
+
+
 def test_foreign_cuda_arrays_go_through_the_ipc_buffers_and_bad_ones_are_refused(
         tmp_path: Path) -> None:
     """Arrays that speak only `__cuda_array_interface__` or DLPack take the device path and
