@@ -13,8 +13,10 @@ channel, and an x that every channel read alike but that differs from the client
 digest (the shared buffer changed before they read it) is answered `DeviceInputError`
 without blaming a channel. A channel that cannot open the client's handles answers
 `input_error`; that answer is voted on too (as the C digest `INPUT_ERROR_DIGEST`), so one
-bad client handle, which every channel fails alike, is refused without a channel fault,
-while a channel alone in failing is the minority of a disagreement.
+bad client handle, which every channel fails alike, is refused without a channel fault. A
+disagreement between channels that answered `input_error` and channels that computed and
+agree faults nobody (`Roles._explained_by_the_input`): the client's buffer, not a channel,
+explains it.
 """
 
 from __future__ import annotations
@@ -166,6 +168,12 @@ class DeviceRequests(Roles):
         raw = frame.tobytes()
         self._voter(vot.ChannelResult(msg.seq, name, now, True, io.c_digest_prefix + raw[:8],
                                       raw[8:], m.variant))
+
+    def _unread_input(self, seq: int) -> frozenset[str]:
+        live = self._device_requests.get(seq)
+        if live is None or live.device is None:
+            return frozenset()
+        return frozenset(ch for ch, a in live.device.answers.items() if isinstance(a, str))
 
     def _keep_model_digests(self, seq: int, name: str, frame: tuple[int, ...]) -> None:
         """Keep a model result's per-layer digests (to name a diverging layer);

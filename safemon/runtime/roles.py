@@ -147,6 +147,12 @@ class Roles:
     def _forget_digests(self, seq: int) -> None:
         return None
 
+    # Device-resident hook (`safemon.runtime.device_requests.DeviceRequests` overrides it).
+    def _unread_input(self, seq: int) -> frozenset[str]:
+        """The channels that answered device-resident request `seq` with `input_error`
+        (they could not read the client's buffers, or read an x other than the client's)."""
+        return frozenset()
+
     def _release_ok(self, seq: int, live: Live, agreed: Sequence[str], channel: str) -> bool:
         return True
 
@@ -223,7 +229,7 @@ class Roles:
         self._log("warning", "disagreement", seq=d.req_id, minority=list(d.minority),
                   majority=list(d.majority), policy=d.policy.value,
                   first_diverging_layer=None if layer is None else str(layer))
-        if self._explained_by_channels_out_of_the_vote(d, now):
+        if self._explained_by_the_input(d) or self._explained_by_channels_out_of_the_vote(d, now):
             return
         # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
         # two faulty ones, so its mismatch goes to the self-test diagnosis.
@@ -233,6 +239,28 @@ class Roles:
         else:
             self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
                         f"request {d.req_id}: {', '.join(d.minority)} disagree{note}")
+
+    def _explained_by_the_input(self, d: vot.Disagreement) -> bool:
+        """Whether `d` is explained by what the client's input buffer held, not by a channel:
+        some channels answered `input_error` (the x they read is not the client's, or they
+        could not read it) and the channels that did compute all agree (at most one, or all
+        in `d.majority`). No channel is faulted then: the client decides when its buffer
+        changes (a 2oo3 reply does not wait for the third channel, after which a client may
+        stage its next x), and blaming the channel that read late would let any client put
+        channels out of the vote. What this leaves undetected is a channel whose own reads
+        of the shared buffer are faulty: its answers never count towards a release (an
+        `input_error` carries no output), but it is not faulted for them; the periodic
+        self-tests exercise its compute, not its reads of a client's buffer. Two channels
+        that computed and disagree are judged as always."""
+        unread = self._unread_input(d.req_id)
+        if not unread:
+            return False
+        computed = [ch for ch in (*d.minority, *d.majority) if ch not in unread]
+        if len(computed) > 1 and not set(computed) <= set(d.majority):
+            return False
+        self._log("warning", "disagreement_explained_by_the_input", seq=d.req_id,
+                  input_error=sorted(unread), computed=computed)
+        return True
 
     def _explained_by_channels_out_of_the_vote(self, d: vot.Disagreement, now: float) -> bool:
         """Whether `d` is explained by channels that already left the vote (isolated,

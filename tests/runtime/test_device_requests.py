@@ -161,7 +161,8 @@ def test_an_x_that_changed_before_every_channel_read_it_is_refused_without_a_fau
 
 def test_unreadable_buffers_are_voted_on_so_one_bad_handle_faults_nobody(tmp_path: Path) -> None:
     """Every channel answers input_error (a foreign handle): DeviceInputError, no fault.
-    A channel alone in failing to read them is the minority of a disagreement."""
+    A channel alone in failing to read them is the minority of a disagreement, which the
+    input explains: the others' output is released and no channel is faulted."""
     core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
     sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
     _answer(core, clock, sent["c0"], None, input_error="cannot open the CUDA IPC handle")
@@ -179,6 +180,48 @@ def test_unreadable_buffers_are_voted_on_so_one_bad_handle_faults_nobody(tmp_pat
     [reply] = _of(done, fx.Reply)
     assert reply.meta["outcome"] == "released" and reply.meta["slot"] in (0, 2)
     assert _minority(done) == ["c1"]
+    assert [e.fields["input_error"] for e in _of(done, fx.Log)
+            if e.event == "disagreement_explained_by_the_input"] == [["c1"]]
+    assert core.controller.mode is Mode.NORMAL and _faulted(done) == []
+    assert all(core.controller.channel_state(c) is ChannelState.UP for c in ("c0", "c1", "c2"))
+
+
+def _faulted(effects: list[fx.Effect]) -> list[str]:
+    """The channels `effects` take a fault for: published, or first retested (a fault
+    judged transient is retested before the channel leaves the vote)."""
+    return ([e.payload["channel"] for e in _of(effects, fx.Publish) if e.event_type == "fault"]
+            + [e.fields["channel"] for e in _of(effects, fx.Log)
+               if e.event == "fault_retest_started"])
+
+
+def test_a_changed_input_puts_no_channel_out_of_the_vote(tmp_path: Path) -> None:
+    """The client's x changed between the channels' reads (it may stage its next request
+    once two channels agreed): the channels that read another x answer input_error. Two
+    of them against one that computed: the request is refused (DeviceInputError) and the
+    one that computed is not the faulted minority. One of them against two that computed
+    and agree: released, nobody faulted. One of them against two that computed and
+    disagree: that disagreement is judged as always."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    changed = "the x this channel read has safemon-digest64 00, the request's x_digest is 11"
+    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+    good = _frame(x, w, cfg)
+    effects = _answer(core, clock, sent["c0"], good)
+    effects += _answer(core, clock, sent["c1"], None, input_error=changed)
+    effects += _answer(core, clock, sent["c2"], None, input_error=changed)
+    [reply] = _of(effects, fx.Reply)
+    assert reply.meta["error_type"] == "DeviceInputError"
+    assert _minority(effects) == ["c0"] and _faulted(effects) == []
+    assert all(core.controller.channel_state(c) is ChannelState.UP for c in ("c0", "c1", "c2"))
+
+    sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+    effects = _answer(core, clock, sent["c0"], good)
+    effects += _answer(core, clock, sent["c1"], _frame(x, w, cfg, flip=True))
+    effects += _answer(core, clock, sent["c2"], None, input_error=changed)
+    assert sorted(_minority(effects)) == ["c0", "c1", "c2"]
+    assert not [e for e in _of(effects, fx.Log) if e.event == "disagreement_explained_by_the_input"]
+    # judged: a disagreement no single channel explains
+    assert [e.payload["kind"] for e in _of(effects, fx.Publish) if e.event_type == "fault"] == [
+        "disagreement_unresolved"]
 
 
 def test_a_malformed_digest_frame_is_a_channel_error(tmp_path: Path) -> None:
