@@ -23,7 +23,7 @@ from safemon.errors import DeviceInputError
 from safemon.transport import messages as msgs
 from safemon.transport.wire import Message
 
-from .helpers import make_config, operands, system
+from .helpers import make_config, operands, system, wait_for
 
 C_DIGEST, ES_DIGEST = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
 HANDLE = "ab" * 64  # a well-formed CUDA IPC handle that nothing opens
@@ -123,3 +123,34 @@ def test_an_x_that_every_channel_read_differently_from_the_client_is_refused(
         with pytest.raises(DeviceInputError, match="x_digest"):
             _ask(client, wid, x, w.shape[1])
         assert all(_disagreements(daemon, ch) == 0 for ch in ("c0", "c1", "c2"))
+
+
+def test_a_channel_that_read_a_changed_x_is_not_put_out_of_the_vote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c2 answers input_error, as a channel does that read an x the client had already
+    replaced (its digest is not the request's): c0 and c1 agree, the output is released,
+    and c2 stays in the vote (no fault, the mode stays NORMAL) request after request."""
+    real = _stub(lambda _ch: C_DIGEST, lambda _ch, sent: sent)
+
+    def run_device(self: ChannelWorker, msg: Message, meta: dict[str, Any]
+                   ) -> Generator[None, None, tuple[npt.NDArray[np.uint64], ...]]:
+        if self.name != "c2":
+            return (yield from real(self, msg, meta))
+        yield
+        meta["ok"] = True
+        meta["input_error"] = "the x this channel read has safemon-digest64 ..., the request's ..."
+        return ()
+
+    monkeypatch.setattr(ChannelWorker, "_run_device", run_device)
+    cfg = make_config(tmp_path, "2oo3", placement="inline")
+    x, w = operands(9)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        for _ in range(4):
+            answer = _ask(client, wid, x, w.shape[1])
+            assert (answer.ok, answer.digest) == (True, digest_hex(C_DIGEST))
+        # counted as disagreements (the last one once its third result is in), not as faults
+        assert wait_for(lambda: _disagreements(daemon, "c2") == 4, 5.0)
+        status = client.status()
+        assert status["mode"] == "NORMAL", status
+        assert status["voting"] == ["c0", "c1", "c2"], status
