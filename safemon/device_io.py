@@ -1,11 +1,12 @@
 """Device-resident requests: the CUDA IPC buffers between an app and its channels.
 
 On one host, a request whose x is a CUDA array need not cross host memory
-(docs/PROTOCOL.md section 11). The *client* owns two buffers per CUDA device, allocated
+(docs/PROTOCOL.md section 11). The *client* owns three buffers per CUDA device, allocated
 with cudaMalloc and exported with cudaIpcGetMemHandle (`ExchangeBuffers`):
 
-- the **input** buffer: x is copied into it (device to device, on the caller's stream)
-  before each request, and its safemon-digest64 (`safemon.digest`) travels in the request;
+- two **input** buffers, used in turn (`INPUT_BUFFERS`): x is copied into the next one
+  (device to device, on the caller's stream) before each request, and its safemon-digest64
+  (`safemon.digest`) travels in the request;
 - the **output** buffer: one slot per configured channel; channel i writes its C (or a
   model's output) into slot i and answers with digests only.
 
