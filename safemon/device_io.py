@@ -69,8 +69,11 @@ __all__ = [
 HANDLE_HEX_CHARS = 128
 """A cudaIpcMemHandle_t is 64 bytes; it travels as 128 lower-case hex characters."""
 
-IMPORT_CAPACITY = 8
-"""Handles a channel keeps open at once (least recently used closed first)."""
+IMPORT_CAPACITY = 12
+"""Handles a channel keeps open at once (least recently used closed first): a client
+exports three (`INPUT_BUFFERS` inputs and one output), so four clients' buffers stay open
+at once, as two-buffer clients' did at 8, without an import closed and opened again (a
+driver call, cudaIpcOpenMemHandle) on every request."""
 
 IMPORT_IDLE_S = 30.0
 """A channel closes a handle no request has used for this long (seconds)."""
