@@ -8,15 +8,16 @@ digest instead of the bytes. The daemon never touches the buffers: it needs no C
 
 What is voted, per channel: the C digest (prefixed with the output's dtype and shape, as for
 models) and, as the ES part, the ES digest(s) followed by the digest of the x the channel
-read. So a channel that read a different x disagrees with the others like any faulty
-channel, and an x that every channel read alike but that differs from the client's own
-digest (the shared buffer changed before they read it) is answered `DeviceInputError`
-without blaming a channel. A channel that cannot open the client's handles answers
-`input_error`; that answer is voted on too (as the C digest `INPUT_ERROR_DIGEST`), so one
-bad client handle, which every channel fails alike, is refused without a channel fault. A
-disagreement between channels that answered `input_error` and channels that computed and
-agree faults nobody (`Roles._explained_by_the_input`): the client's buffer, not a channel,
-explains it.
+read. So a channel that answers digests of a different x disagrees with the others like any
+faulty channel, and an x that every channel read alike but that differs from the client's
+own digest (the shared buffer changed before they read it) is answered `DeviceInputError`
+without blaming a channel. A channel that cannot open the client's handles, or finds that
+the x it read is not the client's, answers `input_error`; that answer is voted on too (as
+the C digest `INPUT_ERROR_DIGEST`), so one bad client handle, which every channel fails
+alike, is refused without a channel fault. A disagreement between channels that answered
+`input_error` and channels that computed and agree faults nobody
+(`Roles._explained_by_the_input`): the client's buffer, not a channel, explains it, unless
+the same channel answers so `INPUT_ERROR_STREAK` device requests in a row.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from safemon.device_io import digest_hex, parse_digest, valid_handle
 from safemon.patterns import voter as vot
-from safemon.runtime.roles import Roles
+from safemon.runtime.roles import INPUT_ERROR_STREAK, Roles
 from safemon.runtime.support import Live
 from safemon.transport import messages as msgs
 from safemon.transport.wire import Message
@@ -115,6 +116,9 @@ class DeviceRequests(Roles):
     def _init_device(self) -> None:
         #: seq -> the device-resident request, newest DEVICE_REQUESTS_KEPT
         self._device_requests: collections.OrderedDict[int, Live] = collections.OrderedDict()
+        #: channel -> device-resident requests in a row it answered with input_error while
+        #: other channels computed (`Roles._explained_by_the_input`)
+        self._input_error_runs: dict[str, int] = {}
         #: channel -> its output slot: its position in the deployment's channel list
         self._slot_index = {n: i for i, n in enumerate(self.config.channel_names)}
 
@@ -147,7 +151,7 @@ class DeviceRequests(Roles):
         assert io is not None
         self._queued[name].pop(msg.seq, None)
         if m.ok and m.input_error is not None and not msg.arrays:
-            io.answers[name] = m.input_error
+            io.answers.setdefault(name, m.input_error)  # the voter keeps a channel's first
             self._voter(vot.ChannelResult(msg.seq, name, now, True, INPUT_ERROR_DIGEST, b"",
                                           m.variant))
             return
@@ -164,7 +168,8 @@ class DeviceRequests(Roles):
         values: list[int] = frame.tolist()
         if live.model is not None:
             self._keep_model_digests(msg.seq, name, tuple(values[:-1]))
-        io.answers[name] = (values[0], values[-1])
+        io.answers.setdefault(name, (values[0], values[-1]))
+        self._input_error_runs.pop(name, None)  # it read the client's buffers
         raw = frame.tobytes()
         self._voter(vot.ChannelResult(msg.seq, name, now, True, io.c_digest_prefix + raw[:8],
                                       raw[8:], m.variant))
@@ -174,6 +179,17 @@ class DeviceRequests(Roles):
         if live is None or live.device is None:
             return frozenset()
         return frozenset(ch for ch, a in live.device.answers.items() if isinstance(a, str))
+
+    def _input_error_streaks(self, unread: frozenset[str], computed: list[str]) -> list[str]:
+        for ch in computed:
+            self._input_error_runs.pop(ch, None)
+        reached = []
+        for ch in sorted(unread):
+            runs = self._input_error_runs[ch] = self._input_error_runs.get(ch, 0) + 1
+            if runs >= INPUT_ERROR_STREAK:
+                del self._input_error_runs[ch]
+                reached.append(ch)
+        return reached
 
     def _keep_model_digests(self, seq: int, name: str, frame: tuple[int, ...]) -> None:
         """Keep a model result's per-layer digests (to name a diverging layer);

@@ -50,7 +50,13 @@ from safemon.states import ChannelState, Mode, Policy
 from safemon.transport import messages as msgs
 from safemon.transport.wire import Kind
 
-__all__ = ["Roles"]
+__all__ = ["INPUT_ERROR_STREAK", "Roles"]
+
+#: Device-resident requests in a row on which a channel may answer `input_error` while other
+#: channels computed before it is faulted (`Roles._explained_by_the_input`). A late read of
+#: an x the client has replaced needs the channel a whole request behind (the client stages
+#: into two buffers in turn), so a streak points at the channel.
+INPUT_ERROR_STREAK = 3
 
 
 class Roles:
@@ -147,11 +153,17 @@ class Roles:
     def _forget_digests(self, seq: int) -> None:
         return None
 
-    # Device-resident hook (`safemon.runtime.device_requests.DeviceRequests` overrides it).
+    # Device-resident hooks (`safemon.runtime.device_requests.DeviceRequests` overrides them).
     def _unread_input(self, seq: int) -> frozenset[str]:
         """The channels that answered device-resident request `seq` with `input_error`
         (they could not read the client's buffers, or read an x other than the client's)."""
         return frozenset()
+
+    def _input_error_streaks(self, unread: frozenset[str], computed: list[str]) -> list[str]:
+        """Count one more `input_error` answer in a row for each channel of `unread`, reset
+        the count of each in `computed`; the channels whose count reached
+        `INPUT_ERROR_STREAK` (their count is reset)."""
+        return []
 
     def _release_ok(self, seq: int, live: Live, agreed: Sequence[str], channel: str) -> bool:
         return True
@@ -219,7 +231,12 @@ class Roles:
         self._log("debug", "vote_released", seq=d.req_id, channel=d.channel)
 
     def _disagreement(self, d: vot.Disagreement, now: float) -> None:
-        for ch in d.minority:
+        unread = self._unread_input(d.req_id)
+        computed = [ch for ch in (*d.minority, *d.majority) if ch not in unread]
+        by_input = bool(unread) and (len(computed) <= 1 or set(computed) <= set(d.majority))
+        # Explained by the input: the channels that disagreed are those that could not read
+        # it (a lone channel that computed is no minority of anything).
+        for ch in sorted(unread) if by_input else d.minority:
             self.metrics.count_disagreement(ch)
         layer = self._diverging_layer(d.req_id)  # whole-model requests
         note = self._layer_note(d.req_id)
@@ -229,7 +246,10 @@ class Roles:
         self._log("warning", "disagreement", seq=d.req_id, minority=list(d.minority),
                   majority=list(d.majority), policy=d.policy.value,
                   first_diverging_layer=None if layer is None else str(layer))
-        if self._explained_by_the_input(d) or self._explained_by_channels_out_of_the_vote(d, now):
+        if by_input:
+            self._explained_by_the_input(d, unread, computed, now)
+            return
+        if self._explained_by_channels_out_of_the_vote(d, now):
             return
         # Only 2oo3 trusts a majority; under 1oo3D two agreeing channels may be the
         # two faulty ones, so its mismatch goes to the self-test diagnosis.
@@ -240,27 +260,27 @@ class Roles:
             self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
                         f"request {d.req_id}: {', '.join(d.minority)} disagree{note}")
 
-    def _explained_by_the_input(self, d: vot.Disagreement) -> bool:
-        """Whether `d` is explained by what the client's input buffer held, not by a channel:
-        some channels answered `input_error` (the x they read is not the client's, or they
-        could not read it) and the channels that did compute all agree (at most one, or all
-        in `d.majority`). No channel is faulted then: the client decides when its buffer
-        changes (a 2oo3 reply does not wait for the third channel, after which a client may
-        stage its next x), and blaming the channel that read late would let any client put
-        channels out of the vote. What this leaves undetected is a channel whose own reads
-        of the shared buffer are faulty: its answers never count towards a release (an
-        `input_error` carries no output), but it is not faulted for them; the periodic
-        self-tests exercise its compute, not its reads of a client's buffer. Two channels
-        that computed and disagree are judged as always."""
-        unread = self._unread_input(d.req_id)
-        if not unread:
-            return False
-        computed = [ch for ch in (*d.minority, *d.majority) if ch not in unread]
-        if len(computed) > 1 and not set(computed) <= set(d.majority):
-            return False
+    def _explained_by_the_input(self, d: vot.Disagreement, unread: frozenset[str],
+                                computed: list[str], now: float) -> None:
+        """Handle `d`, which the client's input explains: the channels in `unread` answered
+        `input_error` (the x they read is not the client's, or they could not read its
+        buffers) and the channels that computed, `computed`, agree (at most one, or all in
+        `d.majority`). The client decides when its buffer changes (a 2oo3 reply does not
+        wait for the third channel, after which a client may stage its next x), so one such
+        answer faults no channel: blaming the channel that read late would let any client
+        put channels out of the vote. A channel that answers so on `INPUT_ERROR_STREAK`
+        device requests in a row, each time while others computed, is faulted
+        (`channel_error`): its own reads or imports fail, not the client. A lone channel
+        that computed is self-tested now (nothing else checks its answer). What goes
+        undetected: a channel whose reads fail on fewer requests in a row than the limit."""
         self._log("warning", "disagreement_explained_by_the_input", seq=d.req_id,
                   input_error=sorted(unread), computed=computed)
-        return True
+        for ch in self._input_error_streaks(unread, computed):
+            self._fault(ch, ctl.FaultKind.CHANNEL_ERROR, now, now,
+                        f"request {d.req_id}: input_error on {INPUT_ERROR_STREAK} device "
+                        "requests in a row while other channels read the client's x")
+        if len(computed) == 1:
+            self._run_now(computed[0], now)
 
     def _explained_by_channels_out_of_the_vote(self, d: vot.Disagreement, now: float) -> bool:
         """Whether `d` is explained by channels that already left the vote (isolated,

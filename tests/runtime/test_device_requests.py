@@ -186,6 +186,32 @@ def test_unreadable_buffers_are_voted_on_so_one_bad_handle_faults_nobody(tmp_pat
     assert all(core.controller.channel_state(c) is ChannelState.UP for c in ("c0", "c1", "c2"))
 
 
+def _disagreement_count(core: RuntimeCore, channel: str) -> float:
+    return core.metrics.registry.get_sample_value(  # type: ignore[no-any-return]
+        "safemon_channel_disagreements_total", {"channel": channel, "gpu": "", "UUID": ""}) or 0.0
+
+
+def test_a_channel_that_keeps_answering_input_error_is_faulted(tmp_path: Path) -> None:
+    """c2 answers input_error while c0 and c1 compute and agree: released each time, and
+    c2 is faulted (`channel_error`) only on the `INPUT_ERROR_STREAK`-th request in a row; a
+    request it computes in between starts the count again."""
+    from safemon.runtime.roles import INPUT_ERROR_STREAK
+
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    good = _frame(x, w, cfg)
+    faults: list[list[str]] = []
+    plan = [True, True, False] + [True] * INPUT_ERROR_STREAK  # True: c2 answers input_error
+    for unreadable in plan:
+        sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
+        effects = _answer(core, clock, sent["c0"], good) + _answer(core, clock, sent["c1"], good)
+        effects += (_answer(core, clock, sent["c2"], None, input_error="cannot open the handle")
+                    if unreadable else _answer(core, clock, sent["c2"], good))
+        assert [r.meta["outcome"] for r in _of(effects, fx.Reply)] == ["released"]
+        faults.append([f"{e.payload['channel']}:{e.payload['kind']}" for e in _of(effects, fx.Publish)
+                       if e.event_type == "fault"])
+    assert faults == [[]] * (len(plan) - 1) + [["c2:channel_error"]]
+
+
 def _faulted(effects: list[fx.Effect]) -> list[str]:
     """The channels `effects` take a fault for: published, or first retested (a fault
     judged transient is retested before the channel leaves the vote)."""
@@ -203,6 +229,7 @@ def test_a_changed_input_puts_no_channel_out_of_the_vote(tmp_path: Path) -> None
     disagree: that disagreement is judged as always."""
     core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
     changed = "the x this channel read has safemon-digest64 00, the request's x_digest is 11"
+    clock.now += 0.01  # after the start-up self-tests' instant
     sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
     good = _frame(x, w, cfg)
     effects = _answer(core, clock, sent["c0"], good)
@@ -212,6 +239,10 @@ def test_a_changed_input_puts_no_channel_out_of_the_vote(tmp_path: Path) -> None
     assert reply.meta["error_type"] == "DeviceInputError"
     assert _minority(effects) == ["c0"] and _faulted(effects) == []
     assert all(core.controller.channel_state(c) is ChannelState.UP for c in ("c0", "c1", "c2"))
+
+    assert [_disagreement_count(core, c) for c in ("c0", "c1", "c2")] == [0, 1, 1]
+    assert [s.channel for s in _of(effects, fx.SendToChannel)
+            if s.meta.get("job") == "selftest"] == ["c0"]  # the lone one that computed
 
     sent = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, w.shape[1])))}
     effects = _answer(core, clock, sent["c0"], good)

@@ -128,14 +128,22 @@ def test_an_x_that_every_channel_read_differently_from_the_client_is_refused(
 def test_a_channel_that_read_a_changed_x_is_not_put_out_of_the_vote(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """c2 answers input_error, as a channel does that read an x the client had already
-    replaced (its digest is not the request's): c0 and c1 agree, the output is released,
-    and c2 stays in the vote (no fault, the mode stays NORMAL) request after request."""
+    replaced (its digest is not the request's), on requests 1, 2, 4 and 5 and computes on
+    request 3: c0 and c1 agree, every output is released, and c2, never
+    `INPUT_ERROR_STREAK` times in a row, stays in the vote (no fault, the mode stays
+    NORMAL). Its answers are counted as c2's disagreements."""
+    from safemon.runtime.roles import INPUT_ERROR_STREAK
+
     real = _stub(lambda _ch: C_DIGEST, lambda _ch, sent: sent)
+    answered: list[int] = []
 
     def run_device(self: ChannelWorker, msg: Message, meta: dict[str, Any]
                    ) -> Generator[None, None, tuple[npt.NDArray[np.uint64], ...]]:
-        if self.name != "c2":
+        if self.name != "c2" or len(answered) == 2:
+            if self.name == "c2":
+                answered.append(msg.seq)
             return (yield from real(self, msg, meta))
+        answered.append(msg.seq)
         yield
         meta["ok"] = True
         meta["input_error"] = "the x this channel read has safemon-digest64 ..., the request's ..."
@@ -144,13 +152,16 @@ def test_a_channel_that_read_a_changed_x_is_not_put_out_of_the_vote(
     monkeypatch.setattr(ChannelWorker, "_run_device", run_device)
     cfg = make_config(tmp_path, "2oo3", placement="inline")
     x, w = operands(9)
+    assert INPUT_ERROR_STREAK == 3
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
-        for _ in range(4):
+        for _ in range(5):
             answer = _ask(client, wid, x, w.shape[1])
             assert (answer.ok, answer.digest) == (True, digest_hex(C_DIGEST))
-        # counted as disagreements (the last one once its third result is in), not as faults
+        assert len(answered) == 5
+        # the last one counted once its third result is in
         assert wait_for(lambda: _disagreements(daemon, "c2") == 4, 5.0)
+        assert _disagreements(daemon, "c0") == _disagreements(daemon, "c1") == 0
         status = client.status()
         assert status["mode"] == "NORMAL", status
         assert status["voting"] == ["c0", "c1", "c2"], status
