@@ -16,7 +16,7 @@ the x it read is not the client's, answers `input_error`; that answer is voted o
 the C digest `INPUT_ERROR_DIGEST`), so one bad client handle, which every channel fails
 alike, is refused without a channel fault. A disagreement between channels that answered
 `input_error` and channels that computed and agree faults nobody
-(`Roles._explained_by_the_input`): the client's buffer, not a channel, explains it, unless
+(`Roles._on_input_disagreement`): the client's buffer, not a channel, explains it, unless
 the same channel answers so `INPUT_ERROR_STREAK` device requests in a row.
 """
 
@@ -117,7 +117,7 @@ class DeviceRequests(Roles):
         #: seq -> the device-resident request, newest DEVICE_REQUESTS_KEPT
         self._device_requests: collections.OrderedDict[int, Live] = collections.OrderedDict()
         #: channel -> device-resident requests in a row it answered with input_error while
-        #: other channels computed (`Roles._explained_by_the_input`)
+        #: other channels computed (`Roles._on_input_disagreement`)
         self._input_error_runs: dict[str, int] = {}
         #: channel -> its output slot: its position in the deployment's channel list
         self._slot_index = {n: i for i, n in enumerate(self.config.channel_names)}
@@ -180,9 +180,7 @@ class DeviceRequests(Roles):
             return frozenset()
         return frozenset(ch for ch, a in live.device.answers.items() if isinstance(a, str))
 
-    def _input_error_streaks(self, unread: frozenset[str], computed: list[str]) -> list[str]:
-        for ch in computed:
-            self._input_error_runs.pop(ch, None)
+    def _input_error_streaks(self, unread: frozenset[str]) -> list[str]:
         reached = []
         for ch in sorted(unread):
             runs = self._input_error_runs[ch] = self._input_error_runs.get(ch, 0) + 1

@@ -53,7 +53,7 @@ from safemon.transport.wire import Kind
 __all__ = ["INPUT_ERROR_STREAK", "Roles"]
 
 #: Device-resident requests in a row on which a channel may answer `input_error` while other
-#: channels computed before it is faulted (`Roles._explained_by_the_input`). A late read of
+#: channels computed before it is faulted (`Roles._on_input_disagreement`). A late read of
 #: an x the client has replaced needs the channel a whole request behind (the client stages
 #: into two buffers in turn), so a streak points at the channel.
 INPUT_ERROR_STREAK = 3
@@ -159,9 +159,9 @@ class Roles:
         (they could not read the client's buffers, or read an x other than the client's)."""
         return frozenset()
 
-    def _input_error_streaks(self, unread: frozenset[str], computed: list[str]) -> list[str]:
-        """Count one more `input_error` answer in a row for each channel of `unread`, reset
-        the count of each in `computed`; the channels whose count reached
+    def _input_error_streaks(self, unread: frozenset[str]) -> list[str]:
+        """Count one more `input_error` answer in a row for each channel of `unread` (a
+        channel's count restarts when it answers digests); the channels whose count reached
         `INPUT_ERROR_STREAK` (their count is reset)."""
         return []
 
@@ -247,7 +247,7 @@ class Roles:
                   majority=list(d.majority), policy=d.policy.value,
                   first_diverging_layer=None if layer is None else str(layer))
         if by_input:
-            self._explained_by_the_input(d, unread, computed, now)
+            self._on_input_disagreement(d, unread, computed, now)
             return
         if self._explained_by_channels_out_of_the_vote(d, now):
             return
@@ -260,8 +260,8 @@ class Roles:
             self._fault(None, ctl.FaultKind.DISAGREEMENT_UNRESOLVED, now, now,
                         f"request {d.req_id}: {', '.join(d.minority)} disagree{note}")
 
-    def _explained_by_the_input(self, d: vot.Disagreement, unread: frozenset[str],
-                                computed: list[str], now: float) -> None:
+    def _on_input_disagreement(self, d: vot.Disagreement, unread: frozenset[str],
+                               computed: list[str], now: float) -> None:
         """Handle `d`, which the client's input explains: the channels in `unread` answered
         `input_error` (the x they read is not the client's, or they could not read its
         buffers) and the channels that computed, `computed`, agree (at most one, or all in
@@ -275,7 +275,7 @@ class Roles:
         undetected: a channel whose reads fail on fewer requests in a row than the limit."""
         self._log("warning", "disagreement_explained_by_the_input", seq=d.req_id,
                   input_error=sorted(unread), computed=computed)
-        for ch in self._input_error_streaks(unread, computed):
+        for ch in self._input_error_streaks(unread):
             self._fault(ch, ctl.FaultKind.CHANNEL_ERROR, now, now,
                         f"request {d.req_id}: input_error on {INPUT_ERROR_STREAK} device "
                         "requests in a row while other channels read the client's x")
