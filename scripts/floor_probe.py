@@ -43,16 +43,14 @@ from typing import Any
 
 import numpy as np
 import zmq
+from zmq_hop_probe import _wait as hop_wait
 
 WARMUP = 200
 
 
 def _wait(sock: Any, spin_s: float) -> None:
-    end = time.perf_counter() + spin_s
-    while time.perf_counter() < end:
-        if sock.poll(0):
-            return
-    sock.poll(60_000)
+    """Poll without sleeping for up to `spin_s`, then block (zmq_hop_probe's waiting)."""
+    hop_wait(sock, "spin-then-block", spin_s)
 
 
 def _daemon(address: str, m: int, n: int, k: int, x_handle: bytes, out_handle: bytes,
@@ -190,7 +188,7 @@ def run(size: tuple[int, int, int], requests: int, spin_s: float) -> dict[str, l
                 app.send(b"r")
                 _wait(app, spin_s)
                 if not app.poll(0):
-                    raise SystemExit("no answer from the probe's daemon within 60 s")
+                    raise SystemExit("no answer from the probe's daemon within 10 s")
                 app.recv()
                 if app_gpu:
                     copy_digest(slot0, cp.empty((m, n), cp.float32))
