@@ -24,6 +24,12 @@ Rows (p50 / p99 µs over `--requests` after 200 warm-up requests, one run):
 - ``zmq only``: the round trip with no GPU work on either side;
 - ``request``: the whole request as above; ``request − gpu alone`` is the floor of the
   overhead that issue 16's first target bounds at 150 µs;
+- ``request, staged without a wait (IPC event)``: the app queues its copy and digest of x
+  and records an interprocess CUDA event instead of waiting; each channel's stream waits
+  for that event on the device before its graph (cudaStreamWaitEvent). The digest would
+  stay in device memory for the channels to check;
+- ``... slot not taken``: the app does no GPU work after the answer (as if it used the
+  released slot in place, with no copy and no check);
 - ``request, no app GPU work``: the same without the app's two copies and waits.
 
 Each row runs with both processes blocking in poll (`--spin-us 0`) and spinning up to
@@ -54,7 +60,7 @@ def _wait(sock: Any, spin_s: float) -> None:
 
 
 def _daemon(address: str, m: int, n: int, k: int, x_handle: bytes, out_handle: bytes,
-            spin_s: float, gpu: bool) -> None:
+            event_handle: bytes, spin_s: float, gpu: bool) -> None:
     import cupy as cp
 
     from safemon.config import VariantConfig
@@ -68,6 +74,7 @@ def _daemon(address: str, m: int, n: int, k: int, x_handle: bytes, out_handle: b
     rt = cp.cuda.runtime
     x_ptr = rt.ipcOpenMemHandle(x_handle)
     out_ptr = rt.ipcOpenMemHandle(out_handle)
+    staged_event = rt.ipcOpenEventHandle(event_handle)  # the app's "x is staged" event
     slot_bytes = m * n * 4
 
     def view(ptr: int, offset: int, shape: tuple[int, int]) -> Any:
@@ -110,8 +117,10 @@ def _daemon(address: str, m: int, n: int, k: int, x_handle: bytes, out_handle: b
                 notes.append(f"channel {c}: capture failed ({exc!r:.80}), queued by hand")
         channels.append((stream, graph, step, kept))
 
-    def run_channels() -> None:
+    def run_channels(after_event: bool = False) -> None:
         for stream, graph, step, _ in channels:
+            if after_event:  # the stream waits on the GPU for the app's staging, not the host
+                rt.streamWaitEvent(stream.ptr, staged_event, 0)
             if graph is not None:
                 graph.launch(stream)
             else:
@@ -133,7 +142,7 @@ def _daemon(address: str, m: int, n: int, k: int, x_handle: bytes, out_handle: b
         if what == b"stop":
             break
         if gpu:
-            run_channels()
+            run_channels(after_event=what == b"e")
         s.send_multipart([ident, b"done"])
     s.close(0)
     ctx.term()
@@ -147,7 +156,7 @@ def _percentiles(samples: list[float]) -> str:
 def run(size: tuple[int, int, int], requests: int, spin_s: float) -> dict[str, list[float]]:
     import cupy as cp
 
-    from safemon.kernels.model_gpu import copy_digest
+    from safemon.kernels.model_gpu import DigestBatch, copy_digest
 
     m, n, k = size
     rt = cp.cuda.runtime
@@ -156,6 +165,8 @@ def run(size: tuple[int, int, int], requests: int, spin_s: float) -> dict[str, l
     staged = cp.ndarray((m, k), cp.float32, cp.cuda.MemoryPointer(inp, 0))
     slot0 = cp.ndarray((m, n), cp.float32, cp.cuda.MemoryPointer(out, 0))
     x = cp.asarray(np.random.default_rng(0).standard_normal((m, k), dtype=np.float32))
+    staged_event = cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
+    event_handle = bytes(rt.ipcGetEventHandle(staged_event.ptr))
     staged[...] = x
     d = tempfile.mkdtemp(prefix="floor-")
     ctx = zmq.Context()
@@ -164,7 +175,8 @@ def run(size: tuple[int, int, int], requests: int, spin_s: float) -> dict[str, l
         address = f"ipc://{Path(d) / f's{int(gpu)}'}"
         p = mp.get_context("spawn").Process(
             target=_daemon, args=(address, m, n, k, bytes(rt.ipcGetMemHandle(inp.ptr)),
-                                  bytes(rt.ipcGetMemHandle(out.ptr)), spin_s, gpu))
+                                  bytes(rt.ipcGetMemHandle(out.ptr)), event_handle, spin_s,
+                                  gpu))
         p.start()
         app = ctx.socket(zmq.DEALER)
         app.connect(address)
@@ -177,20 +189,28 @@ def run(size: tuple[int, int, int], requests: int, spin_s: float) -> dict[str, l
             print(f"note: {notes.decode()}")
         if gpu:
             rows["gpu alone"] = np.frombuffer(alone, dtype=np.float64).tolist()
-        modes = [("request", True), ("request, no app GPU work", False)] if gpu else [
-            ("zmq only", False)]
-        for label, app_gpu in modes:
+        # (label, how x is staged, whether the released slot is copied out and checked)
+        modes = [("request", "wait", True),
+                 ("request, staged without a wait (IPC event)", "event", True),
+                 ("request, staged with a wait, slot not taken", "wait", False),
+                 ("request, staged without a wait, slot not taken", "event", False),
+                 ("request, no app GPU work", None, False)] if gpu else [
+            ("zmq only", None, False)]
+        for label, staging, take in modes:
             samples = []
             for i in range(WARMUP + requests):
                 t0 = time.perf_counter()
-                if app_gpu:
+                if staging == "wait":  # the digest read back before the request is sent
                     copy_digest(x, staged)
-                app.send(b"r")
+                elif staging == "event":  # the digest stays on the device; no host wait
+                    DigestBatch(1).add_copy(x, staged)
+                    staged_event.record()
+                app.send(b"e" if staging == "event" else b"r")
                 _wait(app, spin_s)
                 if not app.poll(0):
                     raise SystemExit("no answer from the probe's daemon within 10 s")
                 app.recv()
-                if app_gpu:
+                if take:
                     copy_digest(slot0, cp.empty((m, n), cp.float32))
                 if i >= WARMUP:
                     samples.append((time.perf_counter() - t0) * 1e6)
