@@ -389,6 +389,13 @@ class Metrics:
             registry=registry,
         )
         self.fault_injection.set(1 if config.testing.fault_injection else 0)
+        self.cuda_mps = Gauge(
+            name("cuda_mps_found"),
+            "1 when the daemon started with a CUDA MPS control daemon in the pipe directory its "
+            "channel processes inherit (safemon.mps), else 0 (always 0 on the NumPy backend).",
+            registry=registry,
+        )
+        self.cuda_mps.set(0)
         self.fault_classes = Counter(
             name("fault_classes_total"),
             "Faults reported to the safe-state controller, by kind and class "

@@ -61,6 +61,7 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     # no sample until a GPU self-test reports its SMs; the design-set test sets one
     "safemon_selftest_sm_coverage_ratio": ("gauge", {"channel", "gpu", "UUID"}),
     "safemon_fault_injection_enabled": ("gauge", set()),
+    "safemon_cuda_mps_found": ("gauge", set()),
     "safemon_fault_classes": ("counter", {"kind", "class"}),
     # no sample until a whole-model vote disagrees; the design-set test counts one
     "safemon_model_diverging_layer": ("counter", {"layer"}),

@@ -55,6 +55,7 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
         "gauge", frozenset({"deployment", "version", "python", "backend"})
     ),
     "safemon_fault_injection_enabled": ("gauge", frozenset()),
+    "safemon_cuda_mps_found": ("gauge", frozenset()),
     "safemon_fault_classes_total": ("counter", frozenset({"kind", "class"})),
     "safemon_model_diverging_layer_total": ("counter", frozenset({"layer"})),
 }
