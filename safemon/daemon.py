@@ -830,16 +830,23 @@ class Daemon:
         while True:
             inline.tick(self.clock())  # heartbeats due
             if inline.has_work and self.clock() < until:
-                inline.run_round()
-            sent = inline.take(self.clock())
-            for _ in range(inline.take_corrupted()):  # what the transport would have dropped
-                self._rejects.record(RejectReason.BAD_CRC)
-            if not sent and (not inline.has_work or self.clock() >= until):
+                # Each channel's RESULT is voted on as soon as it finished, so a vote that
+                # two results decide is answered before the third channel's wait.
+                inline.run_round(after_finish=lambda: self._take_inline(inline))
+            if not self._take_inline(inline) and (not inline.has_work or self.clock() >= until):
                 return
-            for name, msg in sent:
-                self._channel_message(name, msg)
-                if self._spin_s > 0.0 and msg.kind is not Kind.HEARTBEAT:
-                    self._last_message = time.monotonic()
+
+    def _take_inline(self, inline: InlineChannels) -> bool:
+        """Hand every message the inline channels sent (due held ones included) to
+        `_channel_message`, as if it had come on their sockets; False when there was none."""
+        sent = inline.take(self.clock())
+        for _ in range(inline.take_corrupted()):  # what the transport would have dropped
+            self._rejects.record(RejectReason.BAD_CRC)
+        for name, msg in sent:
+            self._channel_message(name, msg)
+            if self._spin_s > 0.0 and msg.kind is not Kind.HEARTBEAT:
+                self._last_message = time.monotonic()
+        return bool(sent)
 
     # ================================================================== time
 

@@ -10,10 +10,12 @@ socket) and runs its work itself, in lockstep with the other inline channels:
    whole device step on the channel's own CUDA stream (its step generator,
    `ChannelWorker._request_steps`, stops before the wait);
 2. then each suspended request is resumed in turn: its wait, its status and digest
-   read-backs, its RESULT.
+   read-backs, its RESULT, which the daemon hands to the core at once (`run_round`'s
+   `after_finish`).
 
 So the channels' kernels run side by side on the GPU, and the daemon waits on them once
-each, back to back. Each channel keeps what makes it a channel: its own weights (ECC
+each, back to back. A vote that two results decide (2oo3) is answered before the third
+channel's wait, as it would be when the third channel were a slower process. Each channel keeps what makes it a channel: its own weights (ECC
 words included), its own variant, stream, page-locked read-back buffers
 (`safemon.kernels.pinned.lane`), injected faults and link token, and the daemon treats its
 messages exactly like a socket channel's (`Daemon._channel_message`: the supervisor's
@@ -304,14 +306,23 @@ class InlineChannels:
         """Some channel has a message waiting or a request suspended."""
         return any(ch.has_work for ch in self._current.values())
 
-    def run_round(self) -> None:
+    def run_round(self, after_finish: Callable[[], None] | None = None) -> None:
         """One lockstep round: every channel launches its next request (handling the
-        messages queued before it), then each suspended request is finished in turn."""
+        messages queued before it), then each suspended request is finished in turn.
+
+        `after_finish`, when given, is called after each channel's finish: the daemon takes
+        what that channel sent and votes on it there, so that a vote that two results decide
+        (2oo3) is answered before the third channel's wait and read-back. What it does to the
+        channels meanwhile (a message delivered, a channel stopped) is seen by this round
+        only as a stopped channel's finish doing nothing; new messages wait for the next
+        round."""
         chans = list(self._current.values())
         for ch in chans:
             ch.launch()
         for ch in chans:
             ch.finish()
+            if after_finish is not None:
+                after_finish()
 
     def tick(self, now: float) -> None:
         """Heartbeats due (`InlineChannel.tick`)."""

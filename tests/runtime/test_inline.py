@@ -121,17 +121,69 @@ def test_a_lockstep_round_queues_every_channel_before_waiting(
         ch = inline.InlineChannel(cfg, name, incarnation=0, epoch=7, link=None)
         chans.install(ch)
         ch.start()
-    for i, name in enumerate(("c0", "c1", "c2")):
-        assert chans.deliver(name, Kind.REQUEST, epoch=7, seq=10 + i,
-                             meta={"job": "live", "weight_id": "w", "deadline_ms": 100.0})
-    assert chans.has_work
+
+    def deliver_round(first_seq: int) -> None:
+        for i, name in enumerate(("c0", "c1", "c2")):
+            assert chans.deliver(name, Kind.REQUEST, epoch=7, seq=first_seq + i,
+                                 meta={"job": "live", "weight_id": "w", "deadline_ms": 100.0})
+        assert chans.has_work
+
+    def results() -> list[tuple[str, int, str]]:
+        return [(n, m.seq, m.meta["variant"]) for n, m in chans.take(time.monotonic())
+                if m.kind is Kind.RESULT]
+
+    deliver_round(10)
     chans.run_round()
     assert events == ["queue c0", "queue c1", "queue c2", "wait c0", "wait c1", "wait c2"]
     assert not chans.has_work
-    sent = [(n, m) for n, m in chans.take(time.monotonic()) if m.kind is Kind.RESULT]
-    assert [(n, m.seq, m.meta["variant"]) for n, m in sent] == [
-        ("c0", 10, "c0"), ("c1", 11, "c1"), ("c2", 12, "c2")]
+    assert results() == [("c0", 10, "c0"), ("c1", 11, "c1"), ("c2", 12, "c2")]
+    # With `after_finish`, each channel's RESULT can be taken right after its own wait.
+    events.clear()
+    taken: list[list[tuple[str, int, str]]] = []
+    deliver_round(20)
+    chans.run_round(after_finish=lambda: taken.append(results()))
+    assert events == ["queue c0", "queue c1", "queue c2", "wait c0", "wait c1", "wait c2"]
+    assert taken == [[("c0", 20, "c0")], [("c1", 21, "c1")], [("c2", 22, "c2")]]
     assert not chans.deliver("c9", Kind.REQUEST, epoch=7, seq=1, meta={})  # no such channel
+
+
+def test_two_agreeing_inline_results_are_answered_before_the_third_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """2oo3 on inline channels: the daemon votes on each RESULT as soon as its channel's
+    wait returned, so the client's reply goes out after c1's wait and before c2's; c2's
+    RESULT still reaches the core (every channel stays UP, none is blamed). Each channel's
+    step is made to stop once before its wait, as a device-resident step does."""
+    from safemon.daemon import Daemon
+
+    events: list[tuple[str, ...]] = []
+    real_steps = inline._InlineWorker._request_steps
+    real_reply = Daemon._reply
+
+    def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
+        if msg.meta.get("job") == "live":
+            yield
+            events.append(("wait", self.name))
+        return (yield from real_steps(self, msg))
+
+    def reply(self: Any, sock: str, identity: bytes, kind: Kind, *args: Any, **kw: Any) -> None:
+        if kind is Kind.REPLY and sock == "ingress":
+            events.append(("reply",))
+        real_reply(self, sock, identity, kind, *args, **kw)
+
+    monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
+    monkeypatch.setattr(Daemon, "_reply", reply)
+    cfg = make_config(tmp_path, "2oo3", placement="inline")
+    x, w = operands(6)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        for _ in range(3):
+            events.clear()
+            assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
+            assert wait_for(lambda: len(events) == 4)
+            assert events == [("wait", "c0"), ("wait", "c1"), ("reply",), ("wait", "c2")]
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"]
+        assert [c["state"] for c in st["channels"]] == ["UP"] * 3
 
 
 def test_messages_to_inline_channels_are_read_only_views() -> None:
