@@ -66,8 +66,8 @@ def released(daemon: Daemon) -> float:
 
 @pytest.mark.parametrize(("bias", "activation"), [
     (True, "identity"), (False, "identity"), (True, "relu"), (False, "gelu")])
-def test_output_is_the_reference_bit_for_bit(running: Running, bias: bool,
-                                             activation: str) -> None:
+def test_output_is_the_reference_bit_for_bit(running: Running, bias: bool, activation: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """ProtectedLinear(linear) on a 2-D and a 3-D input returns a float32 CPU tensor of shape
     (..., out_features) equal to reference_forward of the Linear's own weightᵀ, bias and
     activation, bit for bit; one request per call."""
@@ -75,11 +75,25 @@ def test_output_is_the_reference_bit_for_bit(running: Running, bias: bool,
     lin = linear(24, 10, bias=bias)
     layer = ProtectedLinear(lin, client, name="fc", activation=activation, timeout=2.0).eval()
     assert (layer.bias is None) is (not bias)
+    sent: list[str] = []  # which client call carried each request (the real one runs)
+
+    def spy(how: str) -> Any:
+        real = getattr(client, how)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            sent.append(how)
+            return real(*args, **kwargs)
+        return call
+
+    for how in ("matmul", "run"):
+        monkeypatch.setattr(client, how, spy(how))
     for x in (rand(7, 24), rand(2, 3, 24, seed=2)):
         before = released(daemon)
         with torch.inference_mode():
             y = layer(x)
         assert released(daemon) - before == 1
+        # a bare product (no bias, identity) goes as a product request, the rest as a model
+        assert sent.pop() == ("matmul" if not bias and activation == "identity" else "run")
         assert isinstance(y, torch.Tensor) and y.device.type == "cpu"
         assert y.dtype == torch.float32 and tuple(y.shape) == (*x.shape[:-1], 10)
         assert same_bits(y.numpy(), expected(lin, x, activation, cfg))
