@@ -9,7 +9,8 @@ config, ipc://) and times, interleaved, each adding one step of the adapter's pa
 one before it (medians over `--reps`, µs, a device-wide synchronize before and after each
 call, as the example's layer bench does):
 
-- ``client.run, CuPy x`` (x converted once, outside the loop);
+- ``client.matmul, CuPy x``: issue 17's baseline, the same product through the client;
+- ``client.run, CuPy x`` (x converted once, outside the loop; the layer's one-layer model);
 - ``+ x through DLPack`` (`cupy.from_dlpack` of the torch tensor on every call);
 - ``+ output through DLPack`` (`torch.from_dlpack` of the result);
 - ``ChainBinding`` (the same two conversions and the BusyError retry loop);
@@ -66,7 +67,9 @@ def main() -> int:
         layer = ProtectedLinear(linear, client, name="probe", timeout=5.0)
         mid = layer.binding.model_id
         arr = cupy.from_dlpack(x)
+        wid = layer.binding.layers[0].weight_id
         calls: dict[str, Any] = {
+            "client.matmul, CuPy x": lambda: client.matmul(arr, wid, timeout=5.0),
             "client.run, CuPy x": lambda: client.run(mid, arr, timeout=5.0),
             "+ x through DLPack": lambda: client.run(mid, cupy.from_dlpack(x), timeout=5.0),
             "+ output through DLPack": lambda: from_dlpack(
@@ -86,11 +89,11 @@ def main() -> int:
                     torch.cuda.synchronize()
                     if i >= 3:
                         times[name].append((time.perf_counter() - t0) * 1e6)
-    base = statistics.median(times["client.run, CuPy x"])
+    base = statistics.median(times["client.matmul, CuPy x"])
     name = torch.cuda.get_device_name(0)
     print(f"torch adapter probe: 64x{n}x{n}, {args.placement} channels, spin_s {args.spin_s}, "
           f"{args.reps} reps, {name}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
-    print("| call | p50 µs | p90 µs | p50 / client.run |")
+    print("| call | p50 µs | p90 µs | p50 / client.matmul |")
     print("|---|---:|---:|---:|")
     for k, v in times.items():
         print(f"| {k} | {statistics.median(v):,.0f} | {np.percentile(v, 90):,.0f} | "
