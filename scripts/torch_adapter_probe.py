@@ -13,7 +13,8 @@ call, as the example's layer bench does):
 - ``client.run, CuPy x`` (x converted once, outside the loop; the layer's one-layer model);
 - ``+ x through DLPack`` (`cupy.from_dlpack` of the torch tensor on every call);
 - ``+ output through DLPack`` (`torch.from_dlpack` of the result);
-- ``ChainBinding`` (the same two conversions and the BusyError retry loop);
+- ``ChainBinding`` (the same two conversions and the BusyError retry loop; this layer has
+  no bias and no activation, so since 2026-12-06 it goes as `client.matmul`, not `run`);
 - ``custom op`` (`torch.ops.safemon.forward`: the torch.library dispatch);
 - ``ProtectedLinear`` (its checks, reshape and the op).
 
