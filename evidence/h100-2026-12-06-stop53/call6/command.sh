@@ -1,0 +1,1 @@
+TREES="base=.device/base quorum=." ROUNDS=3 PLACEMENTS=inline SPIN_S=0.005 REQS=300 MODEL_REQS=40 bash scripts/runtime-ab   # base: git archive 129ecc6 safemon scripts pyproject.toml configs; quorum: 129ecc6 + cherry-pick of 89c0d4e (uncommitted tree)
