@@ -293,8 +293,8 @@ class Daemon:
     def _report_mps(self, cfg: Config) -> None:
         """Say whether the channels will find a CUDA MPS control daemon (`safemon.mps`): the
         metric `safemon_cuda_mps_found`, and a warning when several channels share a GPU
-        without one (they are time-sliced then; deploy/README.md, "Several channels on one
-        GPU")."""
+        without one (their processes, or the app's beside inline channels, are time-sliced
+        then; deploy/README.md, "Several channels on one GPU")."""
         assert self.metrics is not None and cfg.channels is not None
         found = control_pipe_found(os.environ)
         self.metrics.cuda_mps.set(1 if found else 0)
@@ -304,9 +304,10 @@ class Daemon:
             self.log.info("cuda_mps_found", pipe_directory=pipes)
         elif shared:
             self.log.warning("cuda_mps_not_found", pipe_directory=pipes, shared_gpus=shared,
-                             detail="channels that share a GPU are time-sliced without CUDA "
-                             "MPS; 25 of 27 request medians measured 0.69-0.97x as long "
-                             "under it (deploy/README.md)")
+                             detail="without CUDA MPS the processes that share a GPU (channel "
+                             "processes, the app beside inline channels) are time-sliced; 25 "
+                             "of 27 request medians measured 0.69-0.97x as long under it "
+                             "(deploy/README.md)")
 
     def _bind(self, cfg: Config) -> None:
         curve = self._curve()
