@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,13 @@ def test_a_control_fifo_or_socket_is_found_and_anything_else_is_not(tmp_path: Pa
     os.mkfifo(tmp_path / "control")
     assert control_pipe_found(env)
     (tmp_path / "control").unlink()
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.bind(str(tmp_path / "control"))
-        assert control_pipe_found(env)
-    finally:
-        s.close()
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # AF_UNIX paths: ~108 bytes
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(str(Path(short) / "control"))
+            assert control_pipe_found({"CUDA_MPS_PIPE_DIRECTORY": short})
+        finally:
+            s.close()
 
 
 def test_shared_gpus_counts_the_default_device_as_zero() -> None:

@@ -144,6 +144,22 @@ def test_a_lockstep_round_queues_every_channel_before_waiting(
     chans.run_round(after_finish=lambda: taken.append(results()))
     assert events == ["queue c0", "queue c1", "queue c2", "wait c0", "wait c1", "wait c2"]
     assert taken == [[("c0", 20, "c0")], [("c1", 21, "c1")], [("c2", 22, "c2")]]
+    # What the callback does to a channel still suspended counts: c2 stopped after c0's
+    # RESULT (as the core isolating it would) is never resumed and sends nothing more.
+    events.clear()
+    taken.clear()
+    deliver_round(30)
+
+    def stop_c2_after_c0() -> None:
+        taken.append(results())
+        if taken == [[("c0", 30, "c0")]]:
+            chans._current["c2"].stop()
+
+    chans.run_round(after_finish=stop_c2_after_c0)
+    assert events == ["queue c0", "queue c1", "queue c2", "wait c0", "wait c1"]
+    assert taken == [[("c0", 30, "c0")], [("c1", 31, "c1")], []]
+    assert not chans.has_work and results() == []
+    assert not chans.deliver("c2", Kind.REQUEST, epoch=7, seq=33, meta={})  # stopped
     assert not chans.deliver("c9", Kind.REQUEST, epoch=7, seq=1, meta={})  # no such channel
 
 
@@ -170,8 +186,15 @@ def test_two_agreeing_inline_results_are_answered_before_the_third_wait(
             events.append(("reply",))
         real_reply(self, sock, identity, kind, *args, **kw)
 
+    def channel_message(self: Any, name: str, msg: Any) -> None:
+        if msg.kind is Kind.RESULT and msg.meta.get("job") == "live":
+            events.append(("result", name))
+        real_channel_message(self, name, msg)
+
+    real_channel_message = Daemon._channel_message
     monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
     monkeypatch.setattr(Daemon, "_reply", reply)
+    monkeypatch.setattr(Daemon, "_channel_message", channel_message)
     cfg = make_config(tmp_path, "2oo3", placement="inline")
     x, w = operands(6)
     with system(cfg) as (_daemon, client):
@@ -179,8 +202,11 @@ def test_two_agreeing_inline_results_are_answered_before_the_third_wait(
         for _ in range(3):
             events.clear()
             assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
-            assert wait_for(lambda: len(events) == 4)
-            assert events == [("wait", "c0"), ("wait", "c1"), ("reply",), ("wait", "c2")]
+            assert wait_for(lambda: len(events) == 7)
+            # each RESULT is handed to the core right after its channel's wait, the reply
+            # goes out on c1's, and c2's late RESULT still reaches the core
+            assert events == [("wait", "c0"), ("result", "c0"), ("wait", "c1"), ("result", "c1"),
+                              ("reply",), ("wait", "c2"), ("result", "c2")]
         st = client.status()
         assert st["mode"] == "NORMAL" and not st["faults"]
         assert [c["state"] for c in st["channels"]] == ["UP"] * 3

@@ -8,6 +8,7 @@ wrongly (transposed, bias dropped, wrong activation) differs from it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -93,7 +94,8 @@ def test_output_is_the_reference_bit_for_bit(running: Running, bias: bool, activ
             y = layer(x)
         assert released(daemon) - before == 1
         # a bare product (no bias, identity) goes as a product request, the rest as a model
-        assert sent.pop() == ("matmul" if not bias and activation == "identity" else "run")
+        assert sent == ["matmul" if not bias and activation == "identity" else "run"]
+        sent.clear()
         assert isinstance(y, torch.Tensor) and y.device.type == "cpu"
         assert y.dtype == torch.float32 and tuple(y.shape) == (*x.shape[:-1], 10)
         assert same_bits(y.numpy(), expected(lin, x, activation, cfg))
@@ -190,3 +192,22 @@ def test_client_run_takes_a_cpu_tensor(running: Running) -> None:
     assert isinstance(want, np.ndarray) and tuple(got.shape) == (4, 5)
     assert same_bits(got.numpy(), want)
     assert torch.equal(x, x_before)
+
+
+def test_under_1oo1d_a_bare_product_is_served_and_a_layer_with_bias_is_refused(
+        tmp_path: Path) -> None:
+    """Under 1oo1D the daemon refuses whole-model requests (ModelUnavailableError); a
+    bias-free identity layer is a product request, which 1oo1D checks per request
+    (ABFT), so it is served with the reference's bits, while a layer with a bias is still
+    refused (unless the client falls back per layer)."""
+    from safemon.errors import ModelUnavailableError
+
+    cfg = make_config(tmp_path, "1oo1D", extra={"timing": TIMING})
+    with system(cfg) as (_daemon, client):
+        bare, biased = linear(12, 5, bias=False), linear(12, 5, bias=True, seed=5)
+        x = rand(4, 12)
+        with torch.inference_mode():
+            got = ProtectedLinear(bare, client, name="bare", timeout=2.0).eval()(x)
+            assert same_bits(got.numpy(), expected(bare, x, "identity", cfg))
+            with pytest.raises(ModelUnavailableError):
+                ProtectedLinear(biased, client, name="biased", timeout=2.0).eval()(x)
