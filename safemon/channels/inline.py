@@ -306,7 +306,7 @@ class InlineChannels:
         """Some channel has a message waiting or a request suspended."""
         return any(ch.has_work for ch in self._current.values())
 
-    def run_round(self, after_finish: Callable[[], None] | None = None) -> None:
+    def run_round(self, after_finish: Callable[[], object] | None = None) -> None:
         """One lockstep round: every channel launches its next request (handling the
         messages queued before it), then each suspended request is finished in turn.
 

@@ -114,3 +114,51 @@ def test_diverse_inline_channels_agree(tmp_path: Path) -> None:
             assert client.last_request_device and same_bits(got.get(), want)
         st = client.status()
         assert st["mode"] == "NORMAL", st
+
+
+def test_clients_that_exit_right_after_their_reply_leave_the_inline_daemon_serving(
+        tmp_path: Path) -> None:
+    """Inline channels answer a 2oo3 request once two agree, before the third channel's
+    wait: a client that exits at once can end while that channel still reads its x and
+    writes its slot over CUDA IPC, in the daemon's own CUDA context (shared by every inline
+    channel). Six client processes each send a 4-layer model request and `os._exit` the
+    moment the reply is in; then the daemon is still NORMAL with every channel UP, and a
+    request of this process is released bit for bit."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import cupy as cp
+
+    with _inline_daemon(tmp_path) as (client, _cfg):
+        rng = np.random.default_rng(11)
+        w = (rng.standard_normal((1024, 1024)) / 32).astype(np.float32)
+        b = rng.standard_normal(1024).astype(np.float32)
+        np.save(tmp_path / "w.npy", w)
+        np.save(tmp_path / "b.npy", b)
+        script = textwrap.dedent(f"""
+            import os, numpy as np, cupy as cp
+            from safemon.client import Client
+            from safemon.models import Layer
+            c = Client({str(tmp_path / "inline.yaml")!r}, control_timeout_s=30.0)
+            w, b = np.load({str(tmp_path / "w.npy")!r}), np.load({str(tmp_path / "b.npy")!r})
+            mid = c.register_model([Layer(c.register_weight(w), b, "gelu")] * 4)
+            x = cp.asarray(np.ones((64, 1024), np.float32))
+            c.run(mid, x, timeout=30.0)
+            assert c.last_request_device, c.device_io_off_reason
+            os._exit(0)  # at once: the third channel may still be using this process's buffers
+        """)
+        for _ in range(6):
+            done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
+                                  timeout=120, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr[-2000:]
+        layers = [Layer(client.register_weight(w), b, "gelu")] * 4
+        mid = client.register_model(layers)
+        x = rng.standard_normal((64, 1024)).astype(np.float32)
+        want = reference_forward([w] * 4, layers, x)
+        for _ in range(3):
+            assert same_bits(client.run(mid, cp.asarray(x), timeout=30.0).get(), want)
+            assert client.last_request_device
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"], st
+        assert [c["state"] for c in st["channels"]] == ["UP"] * 3, st
