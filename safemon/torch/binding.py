@@ -18,7 +18,8 @@ A chain of one layer with no bias and the identity activation is a bare product:
 as a product request (`Client.matmul` on the registered weight), which the channels compute
 on x in place, instead of a whole-model request, which copies x in first and digests every
 layer. Same bits, same vote on C and ES digests; measured on the H100 a model request of
-one 64×4096×4096 layer took 1.08-1.10× a product request (evidence/h100-2026-12-06-stop53/).
+one 64×4096×4096 layer took 1.02-1.10× a product request (evidence/h100-2026-12-06-stop53/,
+calls 7 and 9).
 
 Errors from the client (`SafeStateError`, `VoteTimeoutError`, `DisagreementError`,
 `InvalidInputError`) pass through unchanged: no output is ever made up. `BusyError` (the
