@@ -16,8 +16,9 @@ socket) and runs its work itself, in lockstep with the other inline channels:
 So the channels' kernels run side by side on the GPU, and the daemon waits on them once
 each, back to back. A vote that two results decide (2oo3) is answered before the third
 channel's wait, as it is when the third channel is a slower process. Each channel keeps
-what makes it a channel: its own weights (ECC words included), its own variant, stream, page-locked read-back buffers
-(`safemon.kernels.pinned.lane`), injected faults and link token, and the daemon treats its
+what makes it a channel: its own weights (ECC words included), its own variant, stream,
+page-locked read-back buffers (`safemon.kernels.pinned.lane`), injected faults and link
+token, and the daemon treats its
 messages exactly like a socket channel's (`Daemon._channel_message`: the supervisor's
 liveness, the core's vote).
 
