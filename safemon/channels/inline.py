@@ -18,9 +18,8 @@ each, back to back. A vote that two results decide (2oo3) is answered before the
 channel's wait, as it is when the third channel is a slower process. Each channel keeps
 what makes it a channel: its own weights (ECC words included), its own variant, stream,
 page-locked read-back buffers (`safemon.kernels.pinned.lane`), injected faults and link
-token, and the daemon treats its
-messages exactly like a socket channel's (`Daemon._channel_message`: the supervisor's
-liveness, the core's vote).
+token, and the daemon treats its messages exactly like a socket channel's
+(`Daemon._channel_message`: the supervisor's liveness, the core's vote).
 
 What it gives up (docs/RUNTIME.md, "Placements"):
 - Common cause: the inline channels share the daemon's process and thread. A fault that
