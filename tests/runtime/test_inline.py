@@ -212,6 +212,64 @@ def test_two_agreeing_inline_results_are_answered_before_the_third_wait(
         assert [c["state"] for c in st["channels"]] == ["UP"] * 3
 
 
+@pytest.mark.parametrize(("fault", "kinds"), [
+    ("bitflip-c", {"disagreement_minority"}),
+    ("crash", {"crash", "channel_lost"}),
+])
+def test_a_fault_in_the_channel_answered_after_the_reply_is_still_caught(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, kinds: set[str]) -> None:
+    """The one channel whose RESULT comes after a quorum reply (c2, last in each round) is
+    the faulty one: every reply is still the reference product, sent before c2's RESULT
+    whenever c2 answers at all, and c2 is then faulted as any late minority is. Steps stop
+    once before their wait, as device-resident steps do."""
+    from safemon.daemon import Daemon
+
+    events: list[tuple[str, ...]] = []
+    real_steps = inline._InlineWorker._request_steps
+    real_reply = Daemon._reply
+    real_channel_message = Daemon._channel_message
+
+    def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
+        if msg.meta.get("job") == "live":
+            yield
+            events.append(("wait", self.name))
+        return (yield from real_steps(self, msg))
+
+    def reply(self: Any, sock: str, identity: bytes, kind: Kind, *args: Any, **kw: Any) -> None:
+        if kind is Kind.REPLY and sock == "ingress":
+            events.append(("reply",))
+        real_reply(self, sock, identity, kind, *args, **kw)
+
+    def channel_message(self: Any, name: str, msg: Any) -> None:
+        if msg.kind is Kind.RESULT and msg.meta.get("job") == "live":
+            events.append(("result", name))
+        real_channel_message(self, name, msg)
+
+    monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
+    monkeypatch.setattr(Daemon, "_reply", reply)
+    monkeypatch.setattr(Daemon, "_channel_message", channel_message)
+    cfg = make_config(tmp_path, "2oo3", placement="inline", injection=True)
+    x, w = operands(6)
+    ref = reference(x, w, cfg)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        assert same_bits(client.matmul(x, wid, timeout=2.0), ref)
+        client.inject("c2", fault)
+        events.clear()
+        assert same_bits(client.matmul(x, wid, timeout=2.0), ref)
+        assert wait_for(lambda: any(f["channel"] == "c2" for f in client.status()["faults"]))
+        assert ("result", "c0") in events and ("result", "c1") in events
+        replied = events.index(("reply",))
+        assert replied > events.index(("result", "c1"))
+        if ("result", "c2") in events:
+            assert events.index(("result", "c2")) > replied
+        st = client.status()
+        assert {f["kind"] for f in st["faults"] if f["channel"] == "c2"} <= kinds, st["faults"]
+        assert not any(f["channel"] in ("c0", "c1") for f in st["faults"])
+        for _ in range(3):  # the two others keep releasing the reference bits
+            assert same_bits(client.matmul(x, wid, timeout=2.0), ref)
+
+
 def test_messages_to_inline_channels_are_read_only_views() -> None:
     """What the daemon hands an inline channel cannot be written through (as a received
     frame cannot), and it is the sender's bytes, not a copy that could differ."""
