@@ -391,8 +391,9 @@ class Metrics:
         self.fault_injection.set(1 if config.testing.fault_injection else 0)
         self.cuda_mps = Gauge(
             name("cuda_mps_found"),
-            "1 when the daemon started with a CUDA MPS control daemon in the pipe directory its "
-            "channel processes inherit (safemon.mps), else 0 (always 0 on the NumPy backend).",
+            "1 when, as the daemon started, a CUDA MPS control daemon accepted connections in "
+            "the pipe directory its channel processes inherit (safemon.mps), else 0 (always 0 "
+            "on the NumPy backend).",
             registry=registry,
         )
         self.cuda_mps.set(0)

@@ -16,12 +16,15 @@ A CUDA process becomes an MPS client when, as CUDA starts in it, a control daemo
 daemon's environment, so `control_pipe_found(os.environ)` tells whether they will find
 one. What it does not tell: whether that server accepts this user's processes (an MPS
 server runs for one user at a time; a client of another user waits or fails), and whether
-the app, with its own environment, uses it. Pure apart from one `stat`; no CUDA call.
+the app, with its own environment, uses it. No CUDA call: one `stat` of the control pipe
+and, when it is a socket, one connection attempt that is closed at once.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
+import socket
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -43,15 +46,45 @@ def pipe_directory(env: Mapping[str, str]) -> Path:
 
 
 def control_pipe_found(env: Mapping[str, str]) -> bool:
-    """Whether `pipe_directory(env)` holds the control daemon's pipe (a FIFO or a socket
-    named `control`): True while `nvidia-cuda-mps-control -d` runs there. A stale pipe
-    left by a killed control daemon also counts (the CUDA processes then fail to start
-    or fall back, as CUDA decides); an unreadable directory counts as not found."""
+    """Whether a control daemon (`nvidia-cuda-mps-control -d`) serves `pipe_directory(env)`:
+    its pipe `control` is a socket that accepts a connection (or has a full backlog), or a
+    FIFO (which cannot be probed without a command; it counts as found). A socket left by
+    a killed control daemon refuses the connection and does not count, nor does one this
+    user may not connect to (CUDA's processes could not either), nor an unreadable
+    directory."""
+    path = pipe_directory(env) / _CONTROL
     try:
-        mode = (pipe_directory(env) / _CONTROL).stat().st_mode
+        mode = path.stat().st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    if stat.S_ISFIFO(mode):
+        return True
+    return stat.S_ISSOCK(mode) and _accepts(path)
+
+
+#: Socket types a control pipe is tried as, in order: a connection of the wrong type fails
+#: with EPROTOTYPE before reaching the listener. CUDA 13's control daemon listens on a
+#: SOCK_SEQPACKET socket (evidence/h100-2026-12-06-stop54/, call 4); the probe's connection
+#: leaves "Unable to accept connection" in its control.log, and nothing else.
+_SOCKET_TYPES = (socket.SOCK_SEQPACKET, socket.SOCK_STREAM)
+
+
+def _accepts(path: Path) -> bool:
+    """Whether the Unix socket `path` has a listener: a non-blocking connect of each type in
+    `_SOCKET_TYPES` until one is not the wrong type, closed at once."""
+    for kind in _SOCKET_TYPES:
+        with socket.socket(socket.AF_UNIX, kind) as probe:
+            probe.setblocking(False)
+            try:
+                probe.connect(str(path))
+            except BlockingIOError:  # EAGAIN: listening, its backlog full
+                return True
+            except OSError as exc:
+                if exc.errno == errno.EPROTOTYPE:
+                    continue
+                return False  # refused (stale), no permission, path too long for AF_UNIX
+        return True
+    return False
 
 
 def shared_gpus(gpus: Iterable[int | None]) -> list[int]:

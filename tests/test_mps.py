@@ -22,7 +22,8 @@ def test_the_pipe_directory_is_the_environments_or_cudas_default(tmp_path: Path)
     assert pipe_directory({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) == tmp_path
 
 
-def test_a_control_fifo_or_socket_is_found_and_anything_else_is_not(tmp_path: Path) -> None:
+def test_a_control_fifo_or_listening_socket_is_found_and_anything_else_is_not(tmp_path: Path
+                                                                                ) -> None:
     env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}
     assert not control_pipe_found(env)  # nothing there
     assert not control_pipe_found({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "missing")})
@@ -33,10 +34,26 @@ def test_a_control_fifo_or_socket_is_found_and_anything_else_is_not(tmp_path: Pa
     assert control_pipe_found(env)
     (tmp_path / "control").unlink()
     with tempfile.TemporaryDirectory(dir="/tmp") as short:  # AF_UNIX paths: ~108 bytes
+        env_short = {"CUDA_MPS_PIPE_DIRECTORY": short}
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.bind(str(Path(short) / "control"))
-            assert control_pipe_found({"CUDA_MPS_PIPE_DIRECTORY": short})
+            assert not control_pipe_found(env_short)  # bound, nobody listening
+            s.listen(1)
+            assert control_pipe_found(env_short)  # a control daemon's socket
+            assert control_pipe_found(env_short)  # the probe's connection is closed at once
+        finally:
+            s.close()
+        # what a killed control daemon leaves: the socket file, no listener
+        assert (Path(short) / "control").is_socket()
+        assert not control_pipe_found(env_short)
+        (Path(short) / "control").unlink()
+        # a listener of the other type (CUDA 13's control daemon: SOCK_SEQPACKET)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            s.bind(str(Path(short) / "control"))
+            s.listen(1)
+            assert control_pipe_found(env_short)
         finally:
             s.close()
 

@@ -311,7 +311,9 @@ class InlineChannels:
         messages queued before it), then each suspended request is finished in turn.
 
         `after_finish`, when given, is called after each channel's finish: the daemon takes
-        what that channel sent and votes on it there, so that a vote that two results decide
+        what every channel has sent so far (that channel's RESULT, RESULTs that other
+        channels answered in their launch, held messages now due) and votes on it there,
+        so that a vote that two results decide
         (2oo3) is answered before the third channel's wait and read-back. What it does to the
         channels meanwhile (a message delivered, a channel stopped) is seen by this round
         only as a stopped channel's finish doing nothing; new messages wait for the next
