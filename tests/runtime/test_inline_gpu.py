@@ -9,6 +9,7 @@ the process that exported them."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,20 +117,65 @@ def test_diverse_inline_channels_agree(tmp_path: Path) -> None:
         assert st["mode"] == "NORMAL", st
 
 
+#: A `sitecustomize` for the daemon's process (its variables are not named SAFEMON_*, which the
+#: config would read as overrides): with INLINE_TEST_HOLD_C2_S set, inline channel
+#: c2 queues nothing for a device-resident request when its round launches, and when its
+#: finish resumes it (after c0 and c1 answered, so after the quorum reply went out) it sleeps
+#: that long before it imports the client's buffers, reads x and writes its slot. Each
+#: resumption after the sleep appends its time.monotonic() to INLINE_TEST_HOLD_LOG.
+_HOLD_C2 = """
+import os, sys, time
+_hold = os.environ.get("INLINE_TEST_HOLD_C2_S")
+if _hold:
+    from safemon.channels import inline as _inline
+    _real = _inline._InlineWorker._request_steps
+
+    def _held(self, msg, _real=_real, _s=float(_hold)):
+        if self.name == "c2" and "x_ipc" in msg.meta:
+            yield
+            time.sleep(_s)
+            with open(os.environ["INLINE_TEST_HOLD_LOG"], "a") as f:
+                f.write(f"{time.monotonic()}\\n")
+        return (yield from _real(self, msg))
+
+    _inline._InlineWorker._request_steps = _held
+_here = os.path.dirname(os.path.abspath(__file__))
+for _d in sys.path:  # then the sitecustomize this one shadows, if any
+    _c = os.path.join(_d, "sitecustomize.py")
+    if os.path.abspath(_d or ".") != _here and os.path.isfile(_c):
+        exec(compile(open(_c).read(), _c, "exec"), {"__name__": "sitecustomize", "__file__": _c})
+        break
+"""
+
+
+@pytest.mark.parametrize("hold_c2_s", [0.0, 0.5])
 def test_clients_that_exit_right_after_their_reply_leave_the_inline_daemon_serving(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold_c2_s: float) -> None:
     """Inline channels answer a 2oo3 request once two agree, before the third channel's
     wait: a client that exits at once can end while that channel still reads its x and
     writes its slot over CUDA IPC, in the daemon's own CUDA context (shared by every inline
     channel). Six client processes each send a 4-layer model request and `os._exit` the
     moment the reply is in; then the daemon is still NORMAL with every channel UP, and a
-    request of this process is released bit for bit."""
+    request of this process is released bit for bit. Without a hold the third channel's
+    work has usually ended before a client can exit; with `hold_c2_s` the daemon holds c2
+    back (`_HOLD_C2`) until after each client has exited, which the test checks."""
     import subprocess
     import sys
     import textwrap
+    import time
 
     import cupy as cp
 
+    hold_log = tmp_path / "hold.log"
+    if hold_c2_s:
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(_HOLD_C2)
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+            [str(site), os.environ.get("PYTHONPATH", ""), str(Path(__file__).parents[2])]))
+        monkeypatch.setenv("INLINE_TEST_HOLD_C2_S", str(hold_c2_s))
+        monkeypatch.setenv("INLINE_TEST_HOLD_LOG", str(hold_log))
+    exits: list[float] = []
     with _inline_daemon(tmp_path) as (client, _cfg):
         rng = np.random.default_rng(11)
         w = (rng.standard_normal((1024, 1024)) / 32).astype(np.float32)
@@ -151,6 +197,7 @@ def test_clients_that_exit_right_after_their_reply_leave_the_inline_daemon_servi
         for _ in range(6):
             done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
                                   timeout=120, capture_output=True, text=True)
+            exits.append(time.monotonic())
             assert done.returncode == 0, done.stderr[-2000:]
         layers = [Layer(client.register_weight(w), b, "gelu")] * 4
         mid = client.register_model(layers)
@@ -162,3 +209,7 @@ def test_clients_that_exit_right_after_their_reply_leave_the_inline_daemon_servi
         st = client.status()
         assert st["mode"] == "NORMAL" and not st["faults"], st
         assert [c["state"] for c in st["channels"]] == ["UP"] * 3, st
+    if hold_c2_s:  # c2 touched each client's buffers only after that client had exited
+        resumed = [float(t) for t in hold_log.read_text().split()]
+        assert len(resumed) >= len(exits)
+        assert all(r > e for r, e in zip(resumed, exits, strict=False)), (resumed, exits)
