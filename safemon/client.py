@@ -154,6 +154,8 @@ class Client:
         self.last_run_per_layer = False
         self._limits = Limits()
         self._seq = 0
+        #: Set by `close`: the sockets are gone, every later call raises `SafemonError`.
+        self.closed = False
         self.epoch: int | None = None
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
         self._models: dict[str, tuple[Layer, ...]] = {}
@@ -182,7 +184,9 @@ class Client:
         return make_socket(self.ctx, zmq.DEALER, address, bind=False, curve=curve)
 
     def close(self) -> None:
-        """Close the sockets (and the context if this client made it)."""
+        """Close the sockets (and the context if this client made it); later calls raise
+        `SafemonError`."""
+        self.closed = True
         self._ingress.close(linger=0)
         self._control.close(linger=0)
         if self._own_ctx:
@@ -198,7 +202,14 @@ class Client:
 
     def _call(self, sock: Socket, kind: Kind, meta: dict[str, Any],
               arrays: tuple[npt.NDArray[Any], ...], timeout_s: float) -> Message | None:
-        """Send one message and wait for the reply with its seq; None on timeout."""
+        """Send one message and wait for the reply with its seq; None on timeout.
+
+        Raises:
+            SafemonError: the client was closed.
+        """
+        if self.closed:
+            raise SafemonError("this safemon Client is closed: make a new Client to talk to "
+                               "the daemon")
         self._seq += 1
         seq = self._seq
         frames = encode(kind, epoch=self.epoch or 0, seq=seq, meta=meta, arrays=arrays)

@@ -8,9 +8,10 @@ request and never yields a half-computed output:
 - `check_input`: at every forward,
   - an input that is not float32 (`TypeError`; fix: `x.float()`, no autocast),
   - an input on another device than the layer's weights (`ValueError`; fix: `x.to(...)`),
-  - an input that requires a gradient, or a module in training mode with autograd on
-    (`ValueError`: safemon computes no gradients; fix: `model.eval()` and
-    `torch.no_grad()` / `torch.inference_mode()`),
+  - a module in training mode (`ValueError`: safemon computes what the model computes in
+    eval mode: a Dropout folded into a request is skipped; fix: `model.eval()`), or an
+    input that requires a gradient while autograd is on (`ValueError`: safemon computes no
+    gradients; fix: `torch.no_grad()` / `torch.inference_mode()`),
   - an input whose last dimension is not the layer's input width (`ValueError`).
 """
 
@@ -50,8 +51,8 @@ def check_input(name: str, x: torch.Tensor, *, device: torch.device, in_features
 
     Raises:
         TypeError: x is not float32.
-        ValueError: x on another device, x requires a gradient (or the module trains with
-            autograd on), or a wrong last dimension.
+        ValueError: x on another device, the module in training mode, x requires a
+            gradient while autograd is on, or a wrong last dimension.
     """
     if x.dtype != torch.float32:
         raise TypeError(
@@ -62,12 +63,17 @@ def check_input(name: str, x: torch.Tensor, *, device: torch.device, in_features
             f"safemon.torch: layer {name!r} has its weights on {device} but got an input on "
             f"{x.device}. Fix: x.to({str(device)!r}), or move the model with model.to(...) "
             "before calling it.")
-    if x.requires_grad or (training and torch.is_grad_enabled()):
-        why = "an input that requires grad" if x.requires_grad else "a call in training mode"
+    if training:
         raise ValueError(
-            f"safemon.torch: layer {name!r} got {why}; safemon protects inference and "
-            "computes no gradients. Fix: train the unprotected model, then call model.eval() "
-            "and run the protected one under torch.no_grad() or torch.inference_mode().")
+            f"safemon.torch: layer {name!r} got a call in training mode; safemon protects "
+            "inference and computes the layers as in eval mode (a Dropout inside a protected "
+            "group is skipped). Fix: train the unprotected model, then call model.eval() and "
+            "run the protected one under torch.no_grad() or torch.inference_mode().")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"safemon.torch: layer {name!r} got an input that requires grad with autograd "
+            "on; safemon computes no gradients. Fix: run the protected model under "
+            "torch.no_grad() or torch.inference_mode().")
     if in_features and (x.ndim == 0 or x.shape[-1] != in_features):
         raise ValueError(
             f"safemon.torch: layer {name!r} expects inputs of shape (..., {in_features}), "

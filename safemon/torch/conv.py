@@ -100,5 +100,6 @@ def im2col(x: torch.Tensor, g: ConvGeometry) -> torch.Tensor:
 
 
 def col2im(y: torch.Tensor, n: int, ho: int, wo: int) -> torch.Tensor:
-    """(N·Ho·Wo, O) → (N, O, Ho, Wo) (contiguous)."""
-    return y.reshape(n, ho * wo, -1).transpose(1, 2).reshape(n, -1, ho, wo).contiguous()
+    """(N·Ho·Wo, O) → (N, O, Ho, Wo) (contiguous; N may be 0)."""
+    o = int(y.shape[1])
+    return y.reshape(n, ho * wo, o).transpose(1, 2).reshape(n, o, ho, wo).contiguous()

@@ -13,13 +13,22 @@ Each module keeps a detached copy of the original weight and bias as buffers (so
 `safemon::forward` operator, which `torch.compile` and tracing see as one node. Inputs are
 checked first (`safemon.torch.checks`): float32, on the weights' device, no gradient.
 
-The weights the daemon holds are a snapshot taken at construction: changing the module's
-buffers afterwards does not change what is computed (protect the model again instead).
+The weights the daemon holds are a snapshot taken at construction. Changing the module's
+buffers afterwards (an in-place write, `load_state_dict`) would not change what is computed,
+so the next eager call raises `ValueError` instead (protect the updated model again; a
+compiled graph leaves this check out). A protected
+module cannot be copied or pickled either (`copy.deepcopy`, `torch.save(model)`): it holds a
+live client; save the unprotected model's `state_dict` instead.
+
+Each protected module carries a forward pre-hook that does nothing. PyTorch's fused fast
+paths (`nn.TransformerEncoderLayer` in eval mode) read their child layers' weights directly
+instead of calling them, unless a child has a hook; with it they call the protected modules.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +61,21 @@ def linear_spec(name: str, linear: nn.Linear, activation: Activation | str) -> L
     return LayerSpec(name, _numpy(linear.weight).T.copy(), bias, Activation(activation))
 
 
+def _called_as_a_module(_module: nn.Module, _args: tuple[object, ...]) -> None:
+    """A forward pre-hook that does nothing: its presence keeps PyTorch's fused fast paths,
+    which would read the layer's weight directly, off (module docstring)."""
+    return None
+
+
+def _version_of(t: torch.Tensor) -> int | None:
+    """`t`'s version counter (bumped by every in-place write), None for an inference tensor,
+    which has none (and cannot be written outside inference mode)."""
+    try:
+        return int(t._version)
+    except RuntimeError:
+        return None
+
+
 class _Protected(nn.Module):
     """What the protected modules share: the binding, its operator key, the checks."""
 
@@ -64,6 +88,47 @@ class _Protected(nn.Module):
         # The device the weights live on (moves with .to()): what inputs must match.
         self.register_buffer("_device_probe", torch.empty(0, device=weight.device),
                              persistent=False)
+        self.register_forward_pre_hook(_called_as_a_module)
+        self._versions: tuple[int | None, ...] = ()
+
+    def _snapshot_taken(self) -> None:
+        """Record the versions of the weight and bias buffers (the subclass has made them)."""
+        self._versions = self._buffer_versions()
+
+    def _buffer_versions(self) -> tuple[int | None, ...]:
+        return tuple(_version_of(b) for name, b in self._buffers.items()
+                     if b is not None and name != "_device_probe")
+
+    def _check_unchanged(self) -> None:
+        """Raise when a weight or bias buffer was written since protect (in eager mode:
+        inside `torch.compile` a version counter is a data-dependent value, so the check is
+        left out of compiled graphs).
+
+        Raises:
+            ValueError: naming the layer and the fix.
+        """
+        if torch.compiler.is_compiling():
+            return
+        if self._buffer_versions() != self._versions:
+            raise ValueError(
+                f"safemon.torch: layer {self.layer_name!r}: its weight or bias was changed "
+                "after protect() (an in-place write or load_state_dict), but the daemon "
+                "computes with the weights registered then. Fix: protect the updated model "
+                "again (protect(model, client=...) on a model with plain nn.Linear/nn.Conv2d "
+                "layers).")
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        """`.to()`, `.cuda()` and the like: refused after a change, re-recorded after."""
+        self._check_unchanged()
+        out = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self._snapshot_taken()
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError(
+            f"safemon.torch: layer {self.layer_name!r} cannot be copied or pickled: it holds a "
+            "live safemon client. Fix: save or copy the unprotected model (its state_dict), "
+            "and protect the copy with its own client.")
 
     @property
     def device(self) -> torch.device:
@@ -104,6 +169,7 @@ class _Protected(nn.Module):
         k = self.binding.in_features
         check_input(self.layer_name, x, device=self.device, in_features=k,
                     training=self.training)
+        self._check_unchanged()
         y = self._product(x.reshape(-1, k))
         return y.reshape(*x.shape[:-1], self.binding.out_features)
 
@@ -134,6 +200,7 @@ class ProtectedLinear(_Protected):
         self.register_buffer("weight", linear.weight.detach().clone())
         self.register_buffer("bias", None if linear.bias is None
                              else linear.bias.detach().clone())
+        self._snapshot_taken()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._dense(x)
@@ -165,6 +232,7 @@ class ProtectedSequence(_Protected):
             self.register_buffer(f"weight{i}", lin.weight.detach().clone())
             self.register_buffer(f"bias{i}", None if lin.bias is None
                                  else lin.bias.detach().clone())
+        self._snapshot_taken()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._dense(x)
@@ -199,10 +267,12 @@ class ProtectedConv2d(_Protected):
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
         self.register_buffer("weight", conv.weight.detach().clone())
         self.register_buffer("bias", None if conv.bias is None else conv.bias.detach().clone())
+        self._snapshot_taken()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(self.layer_name, x, device=self.device, in_features=0,
                     training=self.training)
+        self._check_unchanged()
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(
                 f"safemon.torch: layer {self.layer_name!r} expects (N, {self.in_channels}, H, W)"

@@ -3,7 +3,7 @@
     y = torch.ops.safemon.forward(x, key, out_features)   # x (M, K) float32 -> (M, out_features)
 
 It is registered with `torch.library.custom_op`, so `torch.compile`, `torch.export` and
-FX tracing keep it as one opaque node instead of tracing into ZeroMQ, and with a fake
+`make_fx` keep it as one opaque node instead of tracing into ZeroMQ, and with a fake
 (meta) implementation that gives the output's shape, dtype and device without computing
 anything. `key` names a runner (`register_runner`): the callable that sends the product to
 the safemon daemon. The operator has no autograd formula: a protected model is for

@@ -2,7 +2,8 @@
 
 Two steps, so that a refused model is left untouched:
 
-1. `plan(model)` (pure, no client): walks the modules and decides. In an `nn.Sequential`,
+1. `plan(model)` (pure, no client): walks the modules and decides. In an `nn.Sequential`
+   (the class itself: a subclass may call its layers in another order),
    a run of `nn.Linear` layers whose widths chain, with only ReLU, tanh-GELU, Identity or
    Dropout between them, becomes ONE group (one whole-model request per call); a Linear
    or Conv2d followed by a supported activation takes it along. Elsewhere each Linear /
@@ -14,12 +15,16 @@ Two steps, so that a refused model is left untouched:
 
 Not swapped, on purpose: subclasses of Linear/Conv2d (their forward may differ), layers of
 `nn.MultiheadAttention` (it reads `out_proj.weight` directly, so a swapped module would
-never be called), grouped/depthwise or non-zero-padded convolutions, and GELU in its
-exact (erf) form, which safemon does not compute (its gelu is the tanh form).
+never be called), a module that the model holds at several places (weight tying: one swap
+would leave the other uses unprotected), grouped/depthwise or non-zero-padded convolutions,
+and GELU in its exact (erf) form, which safemon does not compute (its gelu is the tanh
+form). A product that the model's own forward computes from a layer's weight (`F.linear(x,
+self.fc.weight)`) never calls the layer, so no swap can protect it.
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -85,12 +90,28 @@ def _why_not(module: nn.Module) -> str:
     return "no protected counterpart; runs in PyTorch"
 
 
+def _children(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every child slot of `module` in order, a module held in two slots in both
+    (`named_children` lists it once)."""
+    return [(name, child) for name, child in module._modules.items() if child is not None]
+
+
 class _Planner:
-    def __init__(self) -> None:
+    def __init__(self, model: nn.Module) -> None:
         self.groups: list[Group] = []
         self.entries: list[Entry] = []
+        #: how many places of the model hold each module (more than one: shared)
+        self.uses = collections.Counter(
+            id(m) for _, m in model.named_modules(remove_duplicate=False))
+        #: modules already reported (a shared one is met at each of its places)
+        self.seen: set[int] = set()
+
+    def shared(self, module: nn.Module) -> bool:
+        return self.uses[id(module)] > 1
 
     def protectable(self, name: str, module: nn.Module) -> bool:
+        if self.shared(module):
+            return False
         if type(module) is nn.Linear:
             check_weight_dtype(name, module.weight)
             return True
@@ -105,14 +126,21 @@ class _Planner:
                 self.unprotected(name, sub, "nn.MultiheadAttention computes its projections "
                                  "and scores itself (it reads out_proj.weight directly)")
             return
-        children = list(module.named_children())
-        if isinstance(module, nn.Sequential):
+        children = _children(module)
+        if type(module) is nn.Sequential:
             self.scan_sequence(prefix, children)
             return
         for name, child in children:
             self.visit(f"{prefix}{name}", child)
 
     def visit(self, name: str, child: nn.Module) -> None:
+        if self.shared(child):
+            if id(child) not in self.seen:
+                self.seen.add(id(child))
+                self.unprotected(name, child, "held at several places in the model (shared "
+                                 "or tied weights): one swap would leave the other uses "
+                                 "unprotected; give each use its own layer to protect it")
+            return
         if self.protectable(name, child):
             self.add_group(Group([(name, child, Activation.IDENTITY)]))
         elif not list(child.children()):
@@ -179,7 +207,7 @@ def plan(model: nn.Module) -> tuple[list[Group], ProtectionReport]:
         TypeError: a Linear/Conv2d to protect has non-float32 weights (names it).
         ValueError: nothing in `model` can be protected (the message says what is).
     """
-    planner = _Planner()
+    planner = _Planner(model)
     planner.walk(model, "")
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
     entries = sorted(planner.entries, key=lambda e: order.get(e.name, len(order)))
@@ -241,6 +269,7 @@ def protect(model: nn.Module, *, client: Client, timeout: float = 1.0,
     with torch.no_grad():
         built = [(group, _build(group, client, timeout)) for group in groups]
     for group, new in built:
+        new.train(group.members[0][1].training)  # as the layer it replaces (eval stays eval)
         _replace(model, group.members[0][0], new)
         for name in _names(group):
             _replace(model, name, nn.Identity())

@@ -37,13 +37,24 @@ def test_input_requiring_grad_is_a_value_error() -> None:
         check_input("fc1", x, device=CPU, in_features=4, training=False)
 
 
-def test_training_mode_with_autograd_is_a_value_error() -> None:
-    """A module in train() mode called with autograd on is refused (a training step)."""
+def test_training_mode_is_a_value_error_with_or_without_autograd() -> None:
+    """A module in train() mode is refused, under no_grad too: a Dropout folded into a
+    protected request is skipped, which is eval mode's result, not train mode's."""
     x = torch.zeros(2, 4)
-    with pytest.raises(ValueError, match=r"training mode.*model\.eval\(\)"):
+    with pytest.raises(ValueError, match=r"training mode.*Dropout.*model\.eval\(\)"):
         check_input("fc1", x, device=CPU, in_features=4, training=True)
-    with torch.no_grad():  # the same module under no_grad is inference: accepted
+    with torch.no_grad(), pytest.raises(ValueError, match=r"training mode"):
         check_input("fc1", x, device=CPU, in_features=4, training=True)
+
+
+def test_an_input_requiring_grad_is_accepted_without_autograd() -> None:
+    """Under no_grad or inference_mode no graph is built, so an input that requires grad (a
+    parameter fed to a layer, say) is computed."""
+    x = torch.zeros(2, 4, requires_grad=True)
+    with torch.no_grad():
+        check_input("fc1", x, device=CPU, in_features=4, training=False)
+    with torch.inference_mode():
+        check_input("fc1", x, device=CPU, in_features=4, training=False)
 
 
 def test_wrong_width_is_a_value_error() -> None:
