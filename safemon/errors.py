@@ -17,6 +17,7 @@ __all__ = [
     "InvalidInputError",
     "KernelCheckError",
     "ModelUnavailableError",
+    "NonFiniteOperandError",
     "PatternError",
     "SafeStateError",
     "SafemonError",
@@ -33,6 +34,18 @@ class SafemonError(Exception):
 
 class InvalidInputError(SafemonError, ValueError):
     """An input was rejected before any computation (dtype, shape, layout, non-finite values)."""
+
+
+class NonFiniteOperandError(InvalidInputError):
+    """A product's operand held NaN or infinity (the kernels' finite check). `operand` is
+    "a" (the input: the request's x, or a whole-model request's hidden activation, which
+    overflowed float32 in the layer before) or "b" (the weight). `layer` is the layer of a
+    whole-model request whose product found it, else None."""
+
+    def __init__(self, message: str, *, operand: str, layer: int | None = None) -> None:
+        super().__init__(message)
+        self.operand = operand
+        self.layer = layer
 
 
 class DeviceInputError(InvalidInputError):

@@ -57,7 +57,13 @@ from safemon.config import Config
 from safemon.device_io import ImportedBuffers, digest_hex, parse_digest
 from safemon.digest import DIGEST_NAME
 from safemon.ecc import ProtectedArray
-from safemon.errors import DeviceInputError, KernelCheckError, SafemonError, UncorrectableError
+from safemon.errors import (
+    DeviceInputError,
+    KernelCheckError,
+    NonFiniteOperandError,
+    SafemonError,
+    UncorrectableError,
+)
 from safemon.kernels.api import run_variant
 from safemon.kernels.backend import Backend, resolve_backend
 from safemon.kernels.catalog import TILES, auto_tile_builds, make_variant
@@ -455,6 +461,14 @@ class ChannelWorker:
                 raise SafemonError(f"malformed {job!r} request ({len(msg.arrays)} frames)")
             if not arrays_out and "input_error" not in meta:
                 arrays_out = self._run_matmul(a, weight, job, meta)
+        except NonFiniteOperandError as exc:
+            if exc.operand == "a" and job in ("live", "model"):
+                # the request's values, not this channel (a golden pattern's never are):
+                # answered and voted on, as a result is
+                meta["ok"], meta["input_invalid"] = True, str(exc)[:400]
+                arrays_out = ()
+            else:  # a weight that passed registration's finite check: this channel failed
+                meta["error"] = f"channel_error: {exc}"
         except UncorrectableError as exc:
             meta["error"] = f"ecc_uncorrectable: {exc}"
         except KernelCheckError as exc:  # issue 15: an in-kernel check (RMT) failed: no release

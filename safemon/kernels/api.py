@@ -19,6 +19,7 @@ import numpy as np
 from safemon.errors import (
     InvalidInputError,
     KernelCheckError,
+    NonFiniteOperandError,
     UncorrectableError,
 )
 from safemon.kernels.backend import Backend, resolve_backend
@@ -128,10 +129,9 @@ def _device_ok(cp: Any, x: Any) -> bool:
 
 
 def _raise_nonfinite(name: str) -> None:
-    raise InvalidInputError(
+    raise NonFiniteOperandError(
         f"{name} contains NaN or infinity (finite check of {name}); non-finite inputs are "
-        "rejected because NaN payloads differ between CPU and GPU"
-    )
+        "rejected because NaN payloads differ between CPU and GPU", operand=name)
 
 
 _protected_type: list[type] = []

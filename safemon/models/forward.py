@@ -9,7 +9,8 @@ name the first layer at which two channels diverged (`first_diverging_layer`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy.typing as npt
 
 from safemon.config import VariantConfig
 from safemon.digest import digest64
-from safemon.errors import InvalidInputError
+from safemon.errors import InvalidInputError, NonFiniteOperandError
 from safemon.kernels.api import run_variant
 from safemon.kernels.reference import reference_matmul
 from safemon.models.activations import epilogue
@@ -206,8 +207,9 @@ def run_model_steps(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
         raise AssertionError("a settled pass recomputed a layer")  # pragma: no cover
     for i, layer in enumerate(layers):
         w = weights[layer.weight_id]
-        res = run_variant(np.ascontiguousarray(h), w,
-                          variant.to_variant(*_shape(h, w)), "numpy")
+        with _naming_layer(i):
+            res = run_variant(np.ascontiguousarray(h), w,
+                              variant.to_variant(*_shape(h, w)), "numpy")
         if hook is not None:
             hook(i, res.c, res.es)
         h = epilogue(res.c, layer.bias, layer.act)
@@ -217,6 +219,22 @@ def run_model_steps(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
         out_into[...] = h
     return ModelResult(h, h_d[-1], tuple(es_d), tuple(h_d),
                        tuple(digest64(a) for a in extra_digests))
+
+
+@contextlib.contextmanager
+def _naming_layer(i: int) -> Iterator[None]:
+    """Re-raise a `NonFiniteOperandError` of layer `i`'s product with the layer named: a
+    non-finite input of a layer after the first is the previous layer's output, which
+    overflowed float32 on the request's values (every channel finds it alike)."""
+    try:
+        yield
+    except NonFiniteOperandError as exc:
+        if exc.operand != "a":
+            raise
+        what = ("the request's x holds NaN or infinity" if i == 0 else
+                f"the input of layer {i} (the output of layer {i - 1}) holds NaN or infinity: "
+                "the request's values overflow float32")
+        raise NonFiniteOperandError(f"layer {i}: {what}", operand="a", layer=i) from None
 
 
 @dataclass
@@ -242,10 +260,12 @@ class QueuedPass:
         """
         sums = [d for d, _ in self.batch.values()]
         reports = iter(self.reads.reports())
-        # (all() stops at the first recomputed layer: the ones after it read poison.)
-        if not all(res.wait(next(reports) if res.pending else None).c is res.c
-                   for res in self.pending):
-            return None
+        # Stop at the first recomputed layer: the ones after it read poison.
+        for i, res in enumerate(self.pending):
+            with _naming_layer(i):
+                settled = res.wait(next(reports) if res.pending else None)
+            if settled.c is not res.c:
+                return None
         ours = sums[:2 * self.layers]
         return ModelResult(self.out, ours[-1], tuple(ours[0::2]), tuple(ours[1::2]),
                            tuple(sums[i] for i in self.extra_at))

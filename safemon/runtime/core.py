@@ -47,6 +47,7 @@ from safemon.runtime.device_requests import (
     is_device_request,
 )
 from safemon.runtime.models import ModelRequests
+from safemon.runtime.roles import INPUT_INVALID_DIGEST
 from safemon.runtime.support import (
     GoldenPatternLike,
     Live,
@@ -552,6 +553,9 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         elif isinstance(m, msgs.ScrubReport):
             if m.corrected >= 0 and m.uncorrectable >= 0 and name in self.scheduler.channels:
                 self._sched(sch.ScrubDone(name, m.corrected, m.uncorrectable, now))
+        elif (isinstance(m, msgs.Result) and m.job in ("live", "model") and m.ok
+              and m.input_invalid is not None and not msg.arrays):
+            self._on_input_invalid(name, msg.seq, m.input_invalid, m.variant, now)
         elif (isinstance(m, msgs.Result) and m.job in ("live", "model")
               and (live := self.device_request(msg.seq)) is not None):
             self._on_device_result(name, msg, m, live, now)
@@ -604,6 +608,19 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         ch = next(c for c in self.config.channels if c.name == name)
         return ch.variant.to_variant(int(x.shape[0]), int(w.shape[1]), int(x.shape[1]))
 
+    def _on_input_invalid(self, name: str, seq: int, text: str, variant: str,
+                          now: float) -> None:
+        """Channel `name` found NaN or infinity in a product's input of live or model
+        request `seq` (the request's x, or a hidden activation that overflowed float32):
+        voted as the C digest `INPUT_INVALID_DIGEST`, so that a request every channel
+        finds so is answered `InvalidInputError` (`Roles._released`) with no channel
+        faulted, and a channel that alone finds so disagrees with the others."""
+        self._queued[name].pop(seq, None)
+        live = self._live.get(seq)
+        if live is not None:
+            live.invalid.setdefault(name, text)
+        self._voter(vot.ChannelResult(seq, name, now, True, INPUT_INVALID_DIGEST, b"", variant))
+
     def _on_result(self, name: str, msg: Message, m: msgs.Result, ok: bool, now: float) -> None:
         c, es = (msg.arrays[0], msg.arrays[1]) if ok else (None, None)
         self._queued[name].pop(msg.seq, None)
@@ -613,6 +630,11 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 and live.x is not None
                 and not abft_passes(live.x, self.weights[live.weight_id], c,
                                     self._variant_of(name, live.x, self.weights[live.weight_id]))):
+            overflow = _overflows(live.x, self.weights[live.weight_id], c,
+                                  self._variant_of(name, live.x, self.weights[live.weight_id]))
+            if overflow is not None:  # the checksum test cannot judge an overflowed C
+                self._on_input_invalid(name, msg.seq, overflow, m.variant, now)
+                return
             ok, error_text = False, "channel_error: C failed the per-request checksum test"
         if ok and c is not None and es is not None:
             if live is not None:
@@ -667,6 +689,28 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 self._error_to("ingress", identity, seq, "ShuttingDownError",
                                f"the daemon stopped before weight {wid} reached every channel")
         self._weight_waits.clear()
+
+
+def _overflows(x: npt.NDArray[np.float32], w: npt.NDArray[np.float32],
+               c: npt.NDArray[np.float32], variant: Variant) -> str | None:
+    """Why the channel's C of x·w holds NaN or infinity when that is the request's doing:
+    the kernels' NumPy reference (bit-exact with them) computes non-finite values at the
+    same elements (NaN where C has NaN, the same infinities) and the same bits elsewhere.
+    None otherwise (C is then judged as it is: a channel error). Only on the path of a
+    1oo1D checksum test that failed, which cannot judge a non-finite C."""
+    bad = ~np.isfinite(c)
+    if not bad.any():
+        return None
+    from safemon.kernels.reference import reference_matmul
+
+    ref, _ = reference_matmul(x, w, variant)
+    if not np.array_equal(np.isnan(c), np.isnan(ref)):
+        return None
+    plain = ~np.isnan(c)
+    if c[plain].tobytes() != ref[plain].tobytes():
+        return None
+    return (f"x·w leaves float32: {int(bad.sum())} element(s) of the product overflow (NaN "
+            "or infinity, as the kernels' reference computes them)")
 
 
 class StimulusFailed(Exception):

@@ -50,7 +50,13 @@ from safemon.states import ChannelState, Mode, Policy
 from safemon.transport import messages as msgs
 from safemon.transport.wire import Kind
 
-__all__ = ["INPUT_ERROR_STREAK", "Roles"]
+__all__ = ["INPUT_ERROR_STREAK", "INPUT_INVALID_DIGEST", "Roles"]
+
+INPUT_INVALID_DIGEST = b"request-values-non-finite"
+"""The C digest the voter sees for a channel that answered `input_invalid`: a product's
+input held NaN or infinity (the request's x, or a hidden activation that overflowed
+float32). Every healthy channel answers such a request alike, so the vote releases it
+and the client gets `InvalidInputError`; a channel that answers so alone disagrees."""
 
 #: Device-resident requests in a row on which a channel may answer `input_error` while other
 #: channels computed before it is faulted (`Roles._on_input_disagreement`). A late read of
@@ -209,6 +215,14 @@ class Roles:
     def _released(self, d: vot.Release, now: float) -> None:
         live = self._live.pop(d.req_id, None)
         if live is None:
+            return
+        invalid = live.invalid.get(d.channel)
+        if invalid is not None:  # the vote agreed on the request's values, not on a result
+            self.metrics.count_request("invalid_input")
+            self._log("info", "request_values_non_finite", seq=d.req_id,
+                      agreed=list(d.agreed), detail=invalid)
+            self._error_to("ingress", live.identity, live.client_seq, "InvalidInputError",
+                           f"{invalid} (every agreeing channel found it; nothing released)")
             return
         if live.device is not None:
             self._release_device(d, live, now)

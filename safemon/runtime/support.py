@@ -128,6 +128,9 @@ class Live:
     model: RegisteredModel | None = None
     #: a device-resident request's buffers and answers (None: x and C travel as frames)
     device: DeviceIo | None = None
+    #: per channel that answered `input_invalid` (the request's values held or made NaN or
+    #: infinity in a product), its text (`RuntimeCore._on_input_invalid`)
+    invalid: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

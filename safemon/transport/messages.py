@@ -383,7 +383,11 @@ class Result(Schema):
     """C, then ES; a GPU self-test adds the SM id of every block (uint32) and `sm_count`.
     `ok=False` carries `error` and no frames. Device-resident work answers one uint64
     frame of digests (docs/PROTOCOL.md section 11), or `input_error` and no frame when the
-    client's buffers could not be read (voted on like a result, never a channel fault)."""
+    client's buffers could not be read (voted on like a result, never a channel fault).
+    Live and model work answer `input_invalid` and no frame when a product's input held
+    NaN or infinity (the request's x, or a hidden activation that overflowed float32):
+    voted on like a result, and when it is what the vote releases, the client gets
+    `InvalidInputError` and no channel is faulted."""
 
     KIND = Kind.RESULT
     ROUTE = "channel → daemon"
@@ -395,6 +399,7 @@ class Result(Schema):
     sm_count: int | None = None
     error: str | None = None
     input_error: str | None = None
+    input_invalid: str | None = None
 
 
 @dataclass(frozen=True)
