@@ -234,7 +234,7 @@ def _naming_layer(i: int) -> Iterator[None]:
         what = ("the request's x holds NaN or infinity" if i == 0 else
                 f"the input of layer {i} (the output of layer {i - 1}) holds NaN or infinity: "
                 "the request's values overflow float32")
-        raise NonFiniteOperandError(f"layer {i}: {what}", operand="a", layer=i) from None
+        raise NonFiniteOperandError(f"layer {i}: {what} ({exc})", operand="a", layer=i) from None
 
 
 @dataclass

@@ -27,10 +27,11 @@ pytestmark = pytest.mark.gpu
 
 
 @contextlib.contextmanager
-def _inline_daemon(tmp_path: Path, variants: list[dict[str, Any]] | None = None) -> Iterator[Any]:
+def _inline_daemon(tmp_path: Path, variants: list[dict[str, Any]] | None = None,
+                   placement: str = "inline") -> Iterator[Any]:
     cfg = _bench_config(tmp_path, "ipc", "cupy", ["16x16x16"])
     cfg["name"] = "t-inline"
-    cfg["channels"] = [{"name": f"c{i}", "placement": "inline",
+    cfg["channels"] = [{"name": f"c{i}", "placement": placement,
                         "variant": (variants or [{}] * 3)[i]} for i in range(3)]
     cfg["testing"] = {"fault_injection": True}
     path = tmp_path / "inline.yaml"
@@ -98,6 +99,34 @@ def test_a_bit_flip_in_one_inline_channel_is_outvoted(tmp_path: Path) -> None:
             released += 1
         assert released == 6
         assert wait_for(lambda: any(f["channel"] == "c1" for f in client.status()["faults"]), 10.0)
+
+
+@pytest.mark.parametrize("placement", ["inline", "process"])
+def test_a_device_model_whose_hidden_layer_overflows_is_invalid_input(tmp_path: Path,
+                                                                      placement: str) -> None:
+    """A CuPy x through the device path, layer 0 of 3e38-valued weights: every channel's
+    layer 1 finds infinity in its input (the kernels' finite check, read after the one
+    wait), the client gets InvalidInputError naming layer 1, no channel is faulted, and the
+    next device request is bit-exact (before 2026-12-06 every channel answered an error and
+    the daemon went SAFE)."""
+    import cupy as cp
+
+    from safemon.errors import InvalidInputError
+
+    with _inline_daemon(tmp_path, placement=placement) as (client, cfg):
+        big = np.full((64, 128), 3e38, dtype=np.float32)
+        eye = np.eye(128, dtype=np.float32)
+        mid = client.register_model([Layer(client.register_weight(big)),
+                                     Layer(client.register_weight(eye))])
+        for _ in range(3):
+            with pytest.raises(InvalidInputError, match=r"layer 1.*overflow float32"):
+                client.run(mid, cp.ones((4, 64), dtype=cp.float32), timeout=30.0)
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"], st
+        x, w = _operands(16, 64, 32, 5)
+        wid = client.register_weight(w)
+        got = client.matmul(cp.asarray(x), wid, timeout=30.0)
+        assert client.last_request_device and same_bits(got.get(), reference(x, w, cfg))
 
 
 def test_diverse_inline_channels_agree(tmp_path: Path) -> None:
