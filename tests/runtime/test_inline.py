@@ -163,17 +163,16 @@ def test_a_lockstep_round_queues_every_channel_before_waiting(
     assert not chans.deliver("c9", Kind.REQUEST, epoch=7, seq=1, meta={})  # no such channel
 
 
-def test_two_agreeing_inline_results_are_answered_before_the_third_wait(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """2oo3 on inline channels: the daemon votes on each RESULT as soon as its channel's
-    wait returned, so the client's reply goes out after c1's wait and before c2's; c2's
-    RESULT still reaches the core (every channel stays UP, none is blamed). Each channel's
-    step is made to stop once before its wait, as a device-resident step does."""
+def _record_round_events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """Make every inline channel's live step stop once before its wait, as a device-resident
+    step does, and record, in order: each channel's wait ("wait", name), each live RESULT
+    the daemon takes ("result", name) and each client reply ("reply",)."""
     from safemon.daemon import Daemon
 
     events: list[tuple[str, ...]] = []
     real_steps = inline._InlineWorker._request_steps
     real_reply = Daemon._reply
+    real_channel_message = Daemon._channel_message
 
     def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
         if msg.meta.get("job") == "live":
@@ -191,10 +190,19 @@ def test_two_agreeing_inline_results_are_answered_before_the_third_wait(
             events.append(("result", name))
         real_channel_message(self, name, msg)
 
-    real_channel_message = Daemon._channel_message
     monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
     monkeypatch.setattr(Daemon, "_reply", reply)
     monkeypatch.setattr(Daemon, "_channel_message", channel_message)
+    return events
+
+
+def test_two_agreeing_inline_results_are_answered_before_the_third_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """2oo3 on inline channels: the daemon votes on each RESULT as soon as its channel's
+    wait returned, so the client's reply goes out after c1's wait and before c2's; c2's
+    RESULT still reaches the core (every channel stays UP, none is blamed). Each channel's
+    step is made to stop once before its wait, as a device-resident step does."""
+    events = _record_round_events(monkeypatch)
     cfg = make_config(tmp_path, "2oo3", placement="inline")
     x, w = operands(6)
     with system(cfg) as (_daemon, client):
@@ -222,32 +230,7 @@ def test_a_fault_in_the_channel_answered_after_the_reply_is_still_caught(
     the faulty one: every reply is still the reference product, sent before c2's RESULT
     whenever c2 answers at all, and c2 is then faulted as any late minority is. Steps stop
     once before their wait, as device-resident steps do."""
-    from safemon.daemon import Daemon
-
-    events: list[tuple[str, ...]] = []
-    real_steps = inline._InlineWorker._request_steps
-    real_reply = Daemon._reply
-    real_channel_message = Daemon._channel_message
-
-    def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
-        if msg.meta.get("job") == "live":
-            yield
-            events.append(("wait", self.name))
-        return (yield from real_steps(self, msg))
-
-    def reply(self: Any, sock: str, identity: bytes, kind: Kind, *args: Any, **kw: Any) -> None:
-        if kind is Kind.REPLY and sock == "ingress":
-            events.append(("reply",))
-        real_reply(self, sock, identity, kind, *args, **kw)
-
-    def channel_message(self: Any, name: str, msg: Any) -> None:
-        if msg.kind is Kind.RESULT and msg.meta.get("job") == "live":
-            events.append(("result", name))
-        real_channel_message(self, name, msg)
-
-    monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
-    monkeypatch.setattr(Daemon, "_reply", reply)
-    monkeypatch.setattr(Daemon, "_channel_message", channel_message)
+    events = _record_round_events(monkeypatch)
     cfg = make_config(tmp_path, "2oo3", placement="inline", injection=True)
     x, w = operands(6)
     ref = reference(x, w, cfg)
