@@ -85,3 +85,24 @@ def test_a_channel_that_alone_finds_the_values_non_finite_is_outvoted(
         assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
         assert wait_for(lambda: any(f["channel"] == "c1" and f["kind"] == "disagreement_minority"
                                     for f in client.status()["faults"]))
+
+
+def test_a_non_finite_c_the_values_cannot_make_is_not_the_requests() -> None:
+    """The 1oo1D rule: a non-finite C counts as the request's overflow only where the sums
+    of |x·w| exceed float32's range; an infinity elsewhere (a fault) stays a channel error."""
+    from safemon.runtime.core import _overflows
+
+    x = np.ones((2, 3), dtype=np.float32)
+    w = np.ones((3, 4), dtype=np.float32)
+    c = x @ w
+    assert _overflows(x, w, c) is None  # nothing non-finite
+    c[1, 2] = np.inf
+    assert _overflows(x, w, c) is None  # |x·w| sums to 3 there
+    big = np.full((3, 4), 3e38, dtype=np.float32)
+    c = np.full((2, 4), np.inf, dtype=np.float32)
+    c[0, 0] = np.nan  # infinities of both signs met
+    assert _overflows(x, big, c) is not None
+    w_mixed = big.copy()
+    w_mixed[:, 3] = 1.0
+    c[:, 3] = np.inf  # column 3 cannot overflow: a fault
+    assert _overflows(x, w_mixed, c) is None
