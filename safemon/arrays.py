@@ -84,6 +84,11 @@ def array_library(name: str, x: Any) -> str:
         InvalidInputError: x speaks neither protocol, or its DLPack device is neither CPU
             nor CUDA.
     """
+    if isinstance(x, np.ma.MaskedArray | np.matrix):
+        raise InvalidInputError(
+            f"{name} is a {type(x).__name__}: its mask or matrix semantics would be lost; "
+            f"pass a plain numpy.ndarray (e.g. np.asarray({name}) once you decided what a "
+            "masked value means)")
     if isinstance(x, np.ndarray):
         return "numpy"
     module = type(x).__module__.split(".")[0]

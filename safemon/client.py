@@ -88,8 +88,29 @@ REPLY_GRACE_S = 0.05
 raising `VoteTimeoutError` "no answer from the daemon" itself."""
 
 
+MAX_TIMEOUT_S = 86_400.0
+"""The longest timeout (seconds) a request may be given: a day. Longer would overflow the
+deadline arithmetic of the transport (milliseconds in a C int)."""
+
+
 class DaemonUnreachableError(SafemonError, ConnectionError):
     """No daemon answered on the control / ingress socket within the allowed time."""
+
+
+def _check_timeout(timeout: Any) -> None:
+    """Raise `InvalidInputError` unless `timeout` is a finite number of seconds in
+    (0, MAX_TIMEOUT_S] (not a bool)."""
+    if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+            or not 0 < timeout <= MAX_TIMEOUT_S):
+        raise InvalidInputError(
+            f"timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout!r}")
+
+
+def _check_id(name: str, value: Any, made_by: str) -> None:
+    """Raise `InvalidInputError` unless `value` is a string (an id from `made_by`)."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be the string {made_by} returned, got "
+                                f"{type(value).__name__} {value!r}")
 
 
 _ERRORS: dict[str, type[SafemonError]] = {
@@ -212,7 +233,10 @@ class Client:
                                "the daemon")
         self._seq += 1
         seq = self._seq
-        frames = encode(kind, epoch=self.epoch or 0, seq=seq, meta=meta, arrays=arrays)
+        # With the receiver's limits: a message the daemon's transport would drop unanswered
+        # is refused here, with the sizes named, instead of timing out.
+        frames = encode(kind, epoch=self.epoch or 0, seq=seq, meta=meta, arrays=arrays,
+                        limits=self._limits)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -304,8 +328,10 @@ class Client:
             SafeStateError, VoteTimeoutError, DisagreementError (also: the released
             device output does not match the voted digest), InvalidInputError.
         """
+        _check_id("weight_id", weight_id, "register_weight")
+        _check_timeout(timeout)
         w = self._weights.get(weight_id)
-        end = time.monotonic() + timeout if isinstance(timeout, int | float) else 0.0
+        end = time.monotonic() + timeout
         self.last_request_device = False
         if w is not None:
             done = self._device_request(
@@ -316,7 +342,7 @@ class Client:
         host, kind = as_host("x", x, self._devices)
         out = self._request(
             lambda ms: msgs.MatmulRequest(weight_id=weight_id, deadline_ms=ms), (host,),
-            self._left(timeout, end), functools.partial(self._reregister_weight, weight_id))
+            self._left(end), functools.partial(self._reregister_weight, weight_id))
         return kind.restore(out)
 
     def register_model(self, layers: Sequence[Layer]) -> str:
@@ -357,7 +383,9 @@ class Client:
             for a model id this client never registered and the daemon does not know),
             ModelUnavailableError (a VoteTimeoutError) without `per_layer_fallback`.
         """
-        end = time.monotonic() + timeout if isinstance(timeout, int | float) else 0.0
+        _check_id("model_id", model_id, "register_model")
+        _check_timeout(timeout)
+        end = time.monotonic() + timeout
         self.last_run_per_layer = False
         self.last_request_device = False
         layers = self._models.get(model_id)
@@ -373,7 +401,7 @@ class Client:
         try:
             out = self._request(
                 lambda ms: msgs.ModelRequest(model_id=model_id, deadline_ms=ms), (host,),
-                self._left(timeout, end), functools.partial(self._reregister_model, model_id))
+                self._left(end), functools.partial(self._reregister_model, model_id))
         except ModelUnavailableError:
             layers = self._models.get(model_id)
             if not self.per_layer_fallback or layers is None:
@@ -391,11 +419,8 @@ class Client:
         return kind.restore(out)
 
     @staticmethod
-    def _left(timeout: Any, end: float) -> Any:
-        """What is left of `timeout` (a number) at monotonic `end`; anything else as given
-        (`_request` rejects it)."""
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0:
-            return timeout
+    def _left(end: float) -> float:
+        """Seconds left until monotonic `end` (at least a microsecond)."""
         return max(end - time.monotonic(), 1e-6)
 
     def _device_request(self, make_request: Callable[[float, dict[str, Any]],
@@ -466,8 +491,7 @@ class Client:
         """Send one voted request; on an Unknown{Weight,Model}Error (a restarted daemon)
         call `reregister` once and retry within the same timeout. `take` turns a released
         reply into the result (None: malformed); by default its one frame, copied."""
-        if not isinstance(timeout, int | float) or not timeout > 0:
-            raise InvalidInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        _check_timeout(timeout)
         end = time.monotonic() + timeout
         for _attempt in range(2):
             remaining = end - time.monotonic()

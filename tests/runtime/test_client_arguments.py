@@ -1,0 +1,65 @@
+"""Arguments a client can get wrong, refused by `Client` with `InvalidInputError` before
+anything is sent (found by a review of bad input): a timeout that is not a finite number of
+seconds up to a day (a bool, inf, 1e300), an id that is not the string its registration
+returned, a masked array or an np.matrix (whose mask or semantics would be lost), and a
+message over the transport's limits (which the daemon would drop unanswered)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from safemon.errors import InvalidInputError
+from safemon.models import Layer
+
+from .helpers import make_config, operands, reference, same_bits, system
+
+
+def test_bad_arguments_are_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, "2oo3")
+    x, w = operands(3)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        mid = client.register_model([Layer(wid)])
+
+        def released() -> float:
+            v = daemon.registry.get_sample_value("safemon_requests_total",
+                                                 {"outcome": "released"})
+            return v or 0.0
+
+        before = released()
+        for timeout in (True, float("inf"), float("nan"), 1e300, 0, -1, "1"):
+            with pytest.raises(InvalidInputError, match="timeout must be"):
+                client.matmul(x, wid, timeout=timeout)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError, match="timeout must be"):
+                client.run(mid, x, timeout=timeout)  # type: ignore[arg-type]
+        for bad_id in (None, 5, [wid]):
+            with pytest.raises(InvalidInputError, match="weight_id must be the string"):
+                client.matmul(x, bad_id)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError, match="model_id must be the string"):
+                client.run(bad_id, x)  # type: ignore[arg-type]
+        masked = np.ma.masked_array(x, mask=np.zeros_like(x, dtype=bool))
+        with pytest.raises(InvalidInputError, match=r"MaskedArray.*mask"):
+            client.matmul(masked, wid)
+        with pytest.warns(PendingDeprecationWarning):
+            as_matrix = np.asmatrix(x)
+        with pytest.raises(InvalidInputError, match="matrix"):
+            client.matmul(as_matrix, wid)
+        assert released() == before
+        assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"], st
+
+
+def test_a_message_over_the_transports_limits_is_refused_by_the_client(tmp_path: Path) -> None:
+    """Over ipc:// a frame bigger than the transport admits (256 MiB) is dropped by the
+    daemon's socket unanswered; the client refuses it itself, with InvalidInputError naming
+    the sizes, instead of a DaemonUnreachableError after its control timeout."""
+    cfg = make_config(tmp_path, "2oo3", transport="ipc")
+    with system(cfg) as (_daemon, client):
+        client.control_timeout_s = 3.0
+        too_big = client._limits.max_frame_bytes // 4 + 1
+        with pytest.raises(InvalidInputError, match=r"frame 0 is \d+ bytes, at most"):
+            client.register_weight(np.ones((too_big, 1), dtype=np.float32))
