@@ -56,6 +56,7 @@ from safemon.errors import (
     InvalidInputError,
     ModelUnavailableError,
     SafemonError,
+    UnknownWeightError,
     VoteTimeoutError,
 )
 from safemon.models.activations import Activation, epilogue
@@ -356,7 +357,12 @@ class Client:
         """
         validate_layers(layers, {wid: w.shape for wid, w in self._weights.items()})
         spec, biases = encode_model(layers)
-        mid = self._register(msgs.RegisterModel(), (spec, biases))
+        try:
+            mid = self._register(msgs.RegisterModel(), (spec, biases))
+        except UnknownWeightError:  # a restarted daemon: this client's weights, sent again
+            for wid in dict.fromkeys(ly.weight_id for ly in layers):
+                self.register_weight(self._weights[wid])
+            mid = self._register(msgs.RegisterModel(), (spec, biases))
         self._models[mid] = tuple(layers)
         return mid
 

@@ -23,6 +23,7 @@ __all__ = [
     "SafemonError",
     "ShuttingDownError",
     "UncorrectableError",
+    "UnknownWeightError",
     "VoteTimeoutError",
     "WeightBudgetError",
 ]
@@ -46,6 +47,12 @@ class NonFiniteOperandError(InvalidInputError):
         super().__init__(message)
         self.operand = operand
         self.layer = layer
+
+
+class UnknownWeightError(InvalidInputError):
+    """A weight id the daemon does not hold: never registered there, or registered before
+    the daemon restarted. `Client` then registers its own copy again (same content, same
+    id) and retries once."""
 
 
 class DeviceInputError(InvalidInputError):

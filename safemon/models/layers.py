@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from safemon.errors import InvalidInputError
+from safemon.errors import InvalidInputError, UnknownWeightError
 from safemon.models.activations import Activation
 
 __all__ = ["MAX_LAYERS", "Layer", "decode_model", "encode_model", "model_id_of",
@@ -97,7 +97,7 @@ def validate_layers(layers: Sequence[Layer], weight_shapes: Mapping[str, tuple[i
             raise InvalidInputError(f"layer {i}: not a Layer ({type(layer).__name__})")
         shape = weight_shapes.get(layer.weight_id)
         if shape is None:
-            raise InvalidInputError(f"layer {i}: weight {layer.weight_id[:80]!r} is not registered")
+            raise UnknownWeightError(f"layer {i}: weight {layer.weight_id[:80]!r} is not registered")
         k, n = int(shape[0]), int(shape[1])
         if prev_n is not None and k != prev_n:
             raise InvalidInputError(

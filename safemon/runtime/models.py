@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from safemon.errors import InvalidInputError
+from safemon.errors import InvalidInputError, UnknownWeightError
 from safemon.model_registry import ModelRegistry
 from safemon.models.forward import first_diverging_layer
 from safemon.patterns import voter as vot
@@ -52,7 +52,8 @@ class ModelRequests(Roles):
             text = str(exc)
             if len(text) > 4 * MAX_QUOTE:
                 text = text[: 4 * MAX_QUOTE - 3] + "..."
-            self._error_to("ingress", identity, msg.seq, "InvalidInputError", text)
+            kind = "UnknownWeightError" if isinstance(exc, UnknownWeightError) else "InvalidInputError"
+            self._error_to("ingress", identity, msg.seq, kind, text)
             return
         self._log("info", "model_registered", model_id=model.model_id, layers=len(model.layers))
         self._reply("ingress", identity, Kind.REPLY, msg.seq,

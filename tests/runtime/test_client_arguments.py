@@ -63,3 +63,26 @@ def test_a_message_over_the_transports_limits_is_refused_by_the_client(tmp_path:
         too_big = client._limits.max_frame_bytes // 4 + 1
         with pytest.raises(InvalidInputError, match=r"frame 0 is \d+ bytes, at most"):
             client.register_weight(np.ones((too_big, 1), dtype=np.float32))
+
+
+def test_register_model_sends_this_clients_weights_again_to_a_daemon_that_lost_them(
+        tmp_path: Path) -> None:
+    """A daemon that does not hold a weight this client registered (it restarted) answers
+    register_model with UnknownWeightError; the client registers its own copy again (same
+    content, same id) and the model with it. Here the daemon never got the weight: the
+    client holds it as it would after a daemon restart."""
+    from safemon.errors import UnknownWeightError
+    from safemon.models import reference_forward
+    from safemon.weight_id import weight_id_of
+
+    cfg = make_config(tmp_path, "2oo3")
+    x, w = operands(4)
+    with system(cfg) as (_daemon, client):
+        wid = weight_id_of(w)
+        client._weights[wid] = w.copy()  # what a client keeps across a daemon restart
+        layers = [Layer(wid, None, "relu")]
+        mid = client.register_model(layers)
+        assert same_bits(client.run(mid, x, timeout=2.0), reference_forward([w], layers, x))
+        other = Layer(weight_id_of(w * 2))  # a weight nobody registered: still refused
+        with pytest.raises(UnknownWeightError, match="not registered"):
+            client.register_model([other])
