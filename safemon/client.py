@@ -496,8 +496,8 @@ class Client:
                  take: Callable[[Message], Any] | None = None) -> Any:
         """Send one voted request; on an Unknown{Weight,Model}Error (a restarted daemon)
         call `reregister` once and retry within the same timeout. `take` turns a released
-        reply into the result (None: malformed); by default its one frame, copied."""
-        _check_timeout(timeout)
+        reply into the result (None: malformed); by default its one frame, copied.
+        `timeout` was checked by the public call (`_check_timeout`)."""
         end = time.monotonic() + timeout
         for _attempt in range(2):
             remaining = end - time.monotonic()

@@ -99,6 +99,12 @@ class _Protected(nn.Module):
         return tuple(_version_of(b) for name, b in self._buffers.items()
                      if b is not None and name != "_device_probe")
 
+    def _checked(self, x: torch.Tensor, in_features: int) -> None:
+        """The checks of every call: `check_input` on x, then `_check_unchanged`."""
+        check_input(self.layer_name, x, device=self.device, in_features=in_features,
+                    training=self.training)
+        self._check_unchanged()
+
     def _check_unchanged(self) -> None:
         """Raise when a weight or bias buffer was written since protect (in eager mode:
         inside `torch.compile` a version counter is a data-dependent value, so the check is
@@ -167,9 +173,7 @@ class _Protected(nn.Module):
     def _dense(self, x: torch.Tensor) -> torch.Tensor:
         """(..., K) → (..., N) through the binding, after the checks."""
         k = self.binding.in_features
-        check_input(self.layer_name, x, device=self.device, in_features=k,
-                    training=self.training)
-        self._check_unchanged()
+        self._checked(x, k)
         y = self._product(x.reshape(-1, k))
         return y.reshape(*x.shape[:-1], self.binding.out_features)
 
@@ -270,9 +274,7 @@ class ProtectedConv2d(_Protected):
         self._snapshot_taken()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(self.layer_name, x, device=self.device, in_features=0,
-                    training=self.training)
-        self._check_unchanged()
+        self._checked(x, 0)
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(
                 f"safemon.torch: layer {self.layer_name!r} expects (N, {self.in_channels}, H, W)"

@@ -134,7 +134,10 @@ class _Planner:
             self.visit(f"{prefix}{name}", child)
 
     def visit(self, name: str, child: nn.Module) -> None:
-        if self.shared(child):
+        # A shared layer or container is left alone (an activation held twice is not:
+        # each of its places is judged as it stands)
+        if self.shared(child) and (isinstance(child, nn.Linear | nn.Conv2d)
+                                   or bool(child._modules)):
             if id(child) not in self.seen:
                 self.seen.add(id(child))
                 self.unprotected(name, child, "held at several places in the model (shared "

@@ -111,3 +111,15 @@ def test_report_of_an_unprotected_model_is_a_value_error() -> None:
 
     with pytest.raises(ValueError, match="not protected"):
         report_of(nn.Linear(2, 2))
+
+
+def test_an_activation_held_at_two_places_is_judged_at_each() -> None:
+    """One nn.ReLU object at two places: where it follows a protected layer it is folded,
+    where it stands alone it is left to PyTorch as an activation, not as a shared layer
+    (only a Linear, Conv2d or container held at several places is left alone as shared)."""
+    act = nn.ReLU()
+    model = nn.Sequential(act, nn.Linear(8, 8), act)
+    groups, report = plan(model)
+    assert len(groups) == 1 and groups[0].folded == [("2", "ReLU")]
+    note = {e.name: e.note for e in report.entries}
+    assert report.unprotected == ["0"] and "several places" not in note["0"]
