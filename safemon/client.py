@@ -31,6 +31,12 @@ its own copy of the weight once and retries within the same timeout.
 Operator calls over the control socket: `status()`, `reset()`, `inject(channel, fault)`,
 `clear_faults(channel=None)`, `selftest()`; they raise `DaemonUnreachableError` when no
 answer arrives in `control_timeout_s`.
+
+Threads: one `Client` may be shared by several threads. Its calls take turns (a lock held
+for the whole call: a request's staging, its round trip and the take of its output), so each
+thread gets its own reply, never another's; the `last_*` attributes describe the last call
+that ended, whichever thread made it. For requests in parallel, give each thread its own
+`Client`.
 """
 
 from __future__ import annotations
@@ -38,10 +44,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -98,6 +105,24 @@ class DaemonUnreachableError(SafemonError, ConnectionError):
     """No daemon answered on the control / ingress socket within the allowed time."""
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_at_a_time(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a public `Client` method under the client's lock (module docstring, "Threads").
+
+    The lock is re-entrant: `run` may call `register_model` and `matmul`, which take it too.
+    """
+    @functools.wraps(method)
+    def locked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        client = args[0]
+        assert isinstance(client, Client)
+        with client._lock:
+            return method(*args, **kwargs)
+    return locked
+
+
 def _check_timeout(timeout: Any) -> None:
     """Raise `InvalidInputError` unless `timeout` is a finite number of seconds in
     (0, MAX_TIMEOUT_S] (not a bool)."""
@@ -132,7 +157,8 @@ def _check_matrix(name: str, a: Any) -> npt.NDArray[np.float32]:
 
 
 class Client:
-    """A connection to one safemon daemon. Not thread-safe (one per thread).
+    """A connection to one safemon daemon. Threads may share it; their calls take turns
+    (module docstring, "Threads").
 
     Args:
         config: a `Config`, a YAML path, or None: `$SAFEMON_CONFIG` or the embedded default.
@@ -168,6 +194,8 @@ class Client:
         elif not isinstance(config, Config):
             config = load_config(config)
         self.config = config
+        #: Held by every public call, for its whole length (`_one_at_a_time`).
+        self._lock = threading.RLock()
         self._own_ctx = context is None
         self.ctx: Context = zmq.Context() if context is None else context
         self.control_timeout_s = control_timeout_s
@@ -205,6 +233,7 @@ class Client:
                                                sec.keys_dir / "server.key")
         return make_socket(self.ctx, zmq.DEALER, address, bind=False, curve=curve)
 
+    @_one_at_a_time
     def close(self) -> None:
         """Close the sockets (and the context if this client made it); later calls raise
         `SafemonError`."""
@@ -280,6 +309,7 @@ class Client:
 
     # ------------------------------------------------------------------ data path
 
+    @_one_at_a_time
     def register_weight(self, w: npt.NDArray[np.float32]) -> str:
         """Make `w` ((K, N) float32, finite) resident in every channel; returns its id.
 
@@ -309,6 +339,7 @@ class Client:
             self._raise(reply)
         return self._control_reply(reply).outcome
 
+    @_one_at_a_time
     def matmul(self, x: Any, weight_id: str, *, timeout: float = 1.0) -> Any:
         """C = x·W for the registered weight, released by the voter.
 
@@ -346,6 +377,7 @@ class Client:
             self._left(end), functools.partial(self._reregister_weight, weight_id))
         return kind.restore(out)
 
+    @_one_at_a_time
     def register_model(self, layers: Sequence[Layer]) -> str:
         """Register the ordered `layers` (each a weight this client registered, an optional
         bias and an activation) as one model; returns its id (a content address).
@@ -366,6 +398,7 @@ class Client:
         self._models[mid] = tuple(layers)
         return mid
 
+    @_one_at_a_time
     def run(self, model_id: str, x: Any, *, timeout: float = 1.0) -> Any:
         """The whole forward pass of model `model_id` on `x`, voted once on its output and
         per-layer digests; the first diverging layer is named in a DisagreementError.
@@ -547,6 +580,7 @@ class Client:
             raise InvalidInputError(answer.outcome)
         return reply
 
+    @_one_at_a_time
     def wait_ready(self, timeout: float) -> dict[str, Any]:
         """Wait until the daemon answers and has a voting set (mode NORMAL or DEGRADED),
         at most `timeout` seconds; returns its status.
@@ -580,6 +614,7 @@ class Client:
                 last = f"mode {st['mode']}"
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
 
+    @_one_at_a_time
     def status(self) -> dict[str, Any]:
         """The daemon's status: mode, policy, metrics_url, channels [{name, state}], ..."""
         reply = self._command("status")
@@ -588,18 +623,22 @@ class Client:
         out: dict[str, Any] = json.loads(bytes(reply.arrays[0]).decode())
         return out
 
+    @_one_at_a_time
     def reset(self) -> None:
         """Operator reset (leaves the latched SAFE state; re-admits isolated channels)."""
         self._command("reset")
 
+    @_one_at_a_time
     def inject(self, channel: str, fault: str) -> None:
         """Inject `fault` (see `safemon.channels.faults.FAULT_KINDS`) into `channel`."""
         self._command("inject", f"{channel}:{fault}")
 
+    @_one_at_a_time
     def clear_faults(self, channel: str | None = None) -> None:
         """Remove injected faults from `channel` (None: every channel)."""
         self._command("clear", channel or "")
 
+    @_one_at_a_time
     def selftest(self) -> None:
         """Ask for an immediate self-test of every running channel."""
         self._command("selftest")

@@ -77,6 +77,42 @@ def test_cupy_and_torch_requests_go_through_the_ipc_buffers_bit_exact(tmp_path: 
         assert same_bits(t.cpu().numpy(), out.get())
 
 
+def test_threads_sharing_one_client_each_get_their_own_device_result(tmp_path: Path) -> None:
+    """Four threads share one client and send CuPy x through its CUDA IPC buffers (process
+    channels): the calls take turns (`Client`'s lock, staging to take), and each thread
+    gets its own input's product, bit for bit, as a CuPy array."""
+    import threading
+
+    cp = _cp()
+    cfg = _config(tmp_path)
+    _, w1, _, _ = _operands()
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w1)
+        failures: list[str] = []
+        start = threading.Barrier(4)
+
+        def work(t: int) -> None:
+            rng = np.random.default_rng(200 + t)
+            start.wait()
+            try:
+                for i in range(10):
+                    x = rng.standard_normal((16 + t, w1.shape[0])).astype(np.float32)
+                    got = client.matmul(cp.asarray(x), wid, timeout=20.0)
+                    if not (isinstance(got, cp.ndarray)
+                            and same_bits(got.get(), reference(x, w1, cfg))):
+                        failures.append(f"thread {t} call {i}: not its own product")
+            except Exception as exc:
+                failures.append(f"thread {t}: {type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(180)
+        assert not any(th.is_alive() for th in threads) and failures == []
+        assert client.last_request_device, client.device_io_off_reason
+
+
 def test_a_faulty_channel_is_outvoted_on_digests(tmp_path: Path) -> None:
     """A bit flip injected into c1's C: 2oo3 releases the majority's slot, the reference's
     bits, and c1 is the minority."""
