@@ -20,14 +20,22 @@ except ImportError as exc:  # pragma: no cover - exercised only where torch is a
         f"yourself first); importing torch failed: {exc}") from exc
 
 from safemon.torch.binding import ChainBinding, LayerSpec
-from safemon.torch.modules import ProtectedConv2d, ProtectedLinear, ProtectedSequence
+from safemon.torch.checks import AutocastWarning
+from safemon.torch.modules import (
+    FoldedLinear,
+    ProtectedConv2d,
+    ProtectedLinear,
+    ProtectedSequence,
+)
 from safemon.torch.protect import Group, plan, protect, report_of
 from safemon.torch.report import NOT_MODULES, Entry, ProtectionReport, Status
 
 __all__ = [
     "NOT_MODULES",
+    "AutocastWarning",
     "ChainBinding",
     "Entry",
+    "FoldedLinear",
     "Group",
     "LayerSpec",
     "ProtectedConv2d",

@@ -13,13 +13,23 @@ request and never yields a half-computed output:
     input that requires a gradient while autograd is on (`ValueError`: safemon computes no
     gradients; fix: `torch.no_grad()` / `torch.inference_mode()`),
   - an input whose last dimension is not the layer's input width (`ValueError`).
+
+  Under `torch.autocast` a float32 input is accepted and computed in float32 (where
+  `nn.Linear` would have computed in the autocast dtype); `check_input` warns once per layer
+  (`AutocastWarning`), since the output is then float32, not the autocast dtype.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-__all__ = ["check_input", "check_weight_dtype"]
+__all__ = ["AutocastWarning", "check_input", "check_weight_dtype"]
+
+
+class AutocastWarning(UserWarning):
+    """A protected layer was called under `torch.autocast`: it computes in float32."""
 
 _FP32_ONLY = ("safemon's kernels and their signatures protect float32 products only "
               "(fp16/bf16 products are not protected)")
@@ -63,6 +73,13 @@ def check_input(name: str, x: torch.Tensor, *, device: torch.device, in_features
             f"safemon.torch: layer {name!r} has its weights on {device} but got an input on "
             f"{x.device}. Fix: x.to({str(device)!r}), or move the model with model.to(...) "
             "before calling it.")
+    if (x.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(x.device.type)
+            and not torch.compiler.is_compiling()):
+        warnings.warn(
+            f"safemon.torch: layer {name!r} is called under torch.autocast; safemon computes "
+            "it in float32 and returns float32 (unprotected layers keep the autocast dtype). "
+            "A protected layer whose input comes out of an autocast layer in fp16/bf16 is "
+            "refused with a TypeError.", AutocastWarning, stacklevel=4)
     if training:
         raise ValueError(
             f"safemon.torch: layer {name!r} got a call in training mode; safemon protects "

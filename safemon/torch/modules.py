@@ -4,12 +4,16 @@
   computes that activation): act(x · Wᵀ + b) through safemon.
 - `ProtectedSequence`: consecutive Linear layers of an `nn.Sequential` with only supported
   activations (ReLU, tanh-GELU, Identity, Dropout in eval) between them, sent as ONE
-  whole-model request per call instead of one request per layer.
+  whole-model request per call instead of one request per layer. It takes the first
+  Linear's place; each later Linear's place holds a `FoldedLinear` (its weight and bias,
+  passing its input through), so the model's `state_dict` keys stay those of the
+  unprotected model.
 - `ProtectedConv2d`: one `nn.Conv2d` (groups 1, zero padding) as one product over the
   unfolded input (`safemon.torch.conv`), plus its activation.
 
-Each module keeps a detached copy of the original weight and bias as buffers (so
-`state_dict`, `.to(device)` and the device check follow the model) and calls the
+Each module keeps a detached copy of the original weight and bias as buffers named as the
+original's (`weight`, `bias`: `state_dict`, `.to(device)` and the device check follow the
+model, and a protected model's `state_dict` loads into the unprotected model) and calls the
 `safemon::forward` operator, which `torch.compile` and tracing see as one node. Inputs are
 checked first (`safemon.torch.checks`): float32, on the weights' device, no gradient.
 
@@ -43,7 +47,7 @@ from safemon.torch.checks import check_input, check_weight_dtype
 from safemon.torch.op import forward as safemon_forward
 from safemon.torch.op import register_runner
 
-__all__ = ["ProtectedConv2d", "ProtectedLinear", "ProtectedSequence"]
+__all__ = ["FoldedLinear", "ProtectedConv2d", "ProtectedLinear", "ProtectedSequence"]
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -76,34 +80,29 @@ def _version_of(t: torch.Tensor) -> int | None:
         return None
 
 
-class _Protected(nn.Module):
-    """What the protected modules share: the binding, its operator key, the checks."""
+class _Snapshot(nn.Module):
+    """A module holding copies of a layer's weight and bias (as buffers) that the daemon
+    computes with: a write to them after `protect` is refused at the next call."""
 
-    def __init__(self, name: str, client: Client, specs: Sequence[LayerSpec],
-                 weight: torch.Tensor, timeout: float) -> None:
+    def __init__(self, name: str) -> None:
         super().__init__()
         self.layer_name = name
-        self.binding = ChainBinding(client, specs, timeout=timeout)
-        self._key = register_runner(self.binding, name or "model")
-        # The device the weights live on (moves with .to()): what inputs must match.
-        self.register_buffer("_device_probe", torch.empty(0, device=weight.device),
-                             persistent=False)
-        self.register_forward_pre_hook(_called_as_a_module)
         self._versions: tuple[int | None, ...] = ()
 
+    def _hold(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        """Keep detached copies of `weight` and `bias` as the buffers `weight` and `bias`,
+        and record their versions."""
+        self.register_buffer("weight", weight.detach().clone())
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self._snapshot_taken()
+
     def _snapshot_taken(self) -> None:
-        """Record the versions of the weight and bias buffers (the subclass has made them)."""
+        """Record the versions of the weight and bias buffers."""
         self._versions = self._buffer_versions()
 
     def _buffer_versions(self) -> tuple[int | None, ...]:
         return tuple(_version_of(b) for name, b in self._buffers.items()
                      if b is not None and name != "_device_probe")
-
-    def _checked(self, x: torch.Tensor, in_features: int) -> None:
-        """The checks of every call: `check_input` on x, then `_check_unchanged`."""
-        check_input(self.layer_name, x, device=self.device, in_features=in_features,
-                    training=self.training)
-        self._check_unchanged()
 
     def _check_unchanged(self) -> None:
         """Raise when a weight or bias buffer was written since protect (in eager mode:
@@ -132,9 +131,29 @@ class _Protected(nn.Module):
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError(
-            f"safemon.torch: layer {self.layer_name!r} cannot be copied or pickled: it holds a "
-            "live safemon client. Fix: save or copy the unprotected model (its state_dict), "
+            f"safemon.torch: layer {self.layer_name!r} cannot be copied or pickled: a "
+            "protected model holds a live safemon client. Fix: save or copy the unprotected model (its state_dict), "
             "and protect the copy with its own client.")
+
+
+class _Protected(_Snapshot):
+    """What the protected modules share: the binding, its operator key, the checks."""
+
+    def __init__(self, name: str, client: Client, specs: Sequence[LayerSpec],
+                 weight: torch.Tensor, timeout: float) -> None:
+        super().__init__(name)
+        self.binding = ChainBinding(client, specs, timeout=timeout)
+        self._key = register_runner(self.binding, name or "model")
+        # The device the weights live on (moves with .to()): what inputs must match.
+        self.register_buffer("_device_probe", torch.empty(0, device=weight.device),
+                             persistent=False)
+        self.register_forward_pre_hook(_called_as_a_module)
+
+    def _checked(self, x: torch.Tensor, in_features: int) -> None:
+        """The checks of every call: `check_input` on x, then `_check_unchanged`."""
+        check_input(self.layer_name, x, device=self.device, in_features=in_features,
+                    training=self.training)
+        self._check_unchanged()
 
     @property
     def device(self) -> torch.device:
@@ -201,10 +220,7 @@ class ProtectedLinear(_Protected):
         spec = linear_spec(name, linear, activation)
         super().__init__(name, client, [spec], linear.weight, timeout)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("weight", linear.weight.detach().clone())
-        self.register_buffer("bias", None if linear.bias is None
-                             else linear.bias.detach().clone())
-        self._snapshot_taken()
+        self._hold(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._dense(x)
@@ -215,6 +231,32 @@ class ProtectedLinear(_Protected):
                 f"out_features={self.out_features}, activation={act}")
 
 
+class FoldedLinear(_Snapshot):
+    """The place of a Linear that a `ProtectedSequence` computes (every member after the
+    first): it holds that Linear's weight and bias, so the model's `state_dict` keeps the
+    unprotected model's keys, and passes its input through unchanged (the sequence before it
+    has already applied this layer).
+
+    Its `forward` and the sequence's each refuse a call after its weight or bias was
+    written (`_check_unchanged`).
+    """
+
+    def __init__(self, name: str, linear: nn.Linear, computed_by: str) -> None:
+        super().__init__(name)
+        self.computed_by = computed_by
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self._hold(linear.weight, linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_unchanged()
+        return x
+
+    def extra_repr(self) -> str:
+        return (f"{self.layer_name!r}, in_features={self.in_features}, "
+                f"out_features={self.out_features}: computed by {self.computed_by!r}'s "
+                "request")
+
+
 class ProtectedSequence(_Protected):
     """Consecutive dense layers sent as one whole-model request per call.
 
@@ -222,6 +264,9 @@ class ProtectedSequence(_Protected):
         layers: (name, linear, activation) in order; out_features of one equals the
             in_features of the next.
         client, timeout: as for `ProtectedLinear`.
+
+    It holds the first layer's weight and bias (`weight`, `bias`); `folded` are the
+    `FoldedLinear` modules that `protect` puts in the later layers' places, holding theirs.
 
     Input (..., in_features of the first) float32; output (..., out_features of the last).
     """
@@ -232,11 +277,17 @@ class ProtectedSequence(_Protected):
         label = f"{layers[0][0]}..{layers[-1][0]}"
         super().__init__(label, client, specs, layers[0][1].weight, timeout)
         self.names = tuple(name for name, _, _ in layers)
-        for i, (_, lin, _) in enumerate(layers):
-            self.register_buffer(f"weight{i}", lin.weight.detach().clone())
-            self.register_buffer(f"bias{i}", None if lin.bias is None
-                                 else lin.bias.detach().clone())
-        self._snapshot_taken()
+        self._hold(layers[0][1].weight, layers[0][1].bias)
+        # A tuple, so that nn.Module does not register them as children here too (they are
+        # the model's children at their own places).
+        self.folded: tuple[FoldedLinear, ...] = tuple(
+            FoldedLinear(name, lin, label) for name, lin, _ in layers[1:])
+
+    def _check_unchanged(self) -> None:
+        """Raise when this layer's or a folded member's weight or bias was written."""
+        super()._check_unchanged()
+        for member in self.folded:
+            member._check_unchanged()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._dense(x)
@@ -250,7 +301,8 @@ class ProtectedConv2d(_Protected):
     """A Conv2d (groups 1, zero padding) as one safemon product over the unfolded input,
     then bias and activation in the channels.
 
-    Input (N, C, H, W) float32 on the weights' device; output (N, O, Ho, Wo).
+    Input (N, C, H, W) float32 on the weights' device; output (N, O, Ho, Wo). An unbatched
+    (C, H, W) input gives (O, Ho, Wo), as `nn.Conv2d` does.
 
     Raises (construction): ValueError if `conv_support(conv)` refuses the layer; TypeError
     for non-float32 weights; the client's errors.
@@ -269,27 +321,41 @@ class ProtectedConv2d(_Protected):
         super().__init__(name, client, [spec], conv.weight, timeout)
         self.geometry = convmath.geometry_of(conv)
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
-        self.register_buffer("weight", conv.weight.detach().clone())
-        self.register_buffer("bias", None if conv.bias is None else conv.bias.detach().clone())
-        self._snapshot_taken()
+        self._hold(conv.weight, conv.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._checked(x, 0)
+    def _batched(self, x: torch.Tensor) -> torch.Tensor:
+        """x as (N, C, H, W): an unbatched (C, H, W) input, which `nn.Conv2d` accepts too,
+        as a batch of one.
+
+        Raises:
+            ValueError: any other shape, or another channel count (naming the layer).
+        """
+        if x.ndim == 3 and x.shape[0] == self.in_channels:
+            return x.unsqueeze(0)
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(
                 f"safemon.torch: layer {self.layer_name!r} expects (N, {self.in_channels}, H, W)"
-                f" inputs, got {tuple(x.shape)}.")
-        ho, wo = self.geometry.out_size(int(x.shape[2]), int(x.shape[3]))
-        y = self._product(convmath.im2col(x, self.geometry))
-        return convmath.col2im(y, int(x.shape[0]), ho, wo)
+                f" or ({self.in_channels}, H, W) inputs, got {tuple(x.shape)}.")
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._checked(x, 0)
+        xb = self._batched(x)
+        ho, wo = self.geometry.out_size(int(xb.shape[2]), int(xb.shape[3]))
+        y = self._product(convmath.im2col(xb, self.geometry))
+        out = convmath.col2im(y, int(xb.shape[0]), ho, wo)
+        return out.squeeze(0) if x.ndim == 3 else out
 
     def reference(self, x: torch.Tensor, variant: VariantConfig | None = None) -> np.ndarray:
-        """What this module must output for `x` ((N, C, H, W)), from `reference_forward`
-        on the unfolded input (NumPy, host, (N, O, Ho, Wo)); see `_Protected.reference`."""
-        ho, wo = self.geometry.out_size(int(x.shape[2]), int(x.shape[3]))
-        cols = convmath.im2col(x.detach().to("cpu"), self.geometry)
-        out = torch.from_numpy(self._reference_2d(cols, variant))
-        return convmath.col2im(out, int(x.shape[0]), ho, wo).numpy()
+        """What this module must output for `x` ((N, C, H, W) or (C, H, W)), from
+        `reference_forward` on the unfolded input (NumPy, host, (N, O, Ho, Wo) or
+        (O, Ho, Wo)); see `_Protected.reference`."""
+        xb = self._batched(x)
+        ho, wo = self.geometry.out_size(int(xb.shape[2]), int(xb.shape[3]))
+        cols = convmath.im2col(xb.detach().to("cpu"), self.geometry)
+        out = convmath.col2im(torch.from_numpy(self._reference_2d(cols, variant)),
+                              int(xb.shape[0]), ho, wo)
+        return (out.squeeze(0) if x.ndim == 3 else out).numpy()
 
     def extra_repr(self) -> str:
         g = self.geometry

@@ -10,8 +10,10 @@ Two steps, so that a refused model is left untouched:
    Conv2d is a group of its own. Everything else is reported as left to PyTorch, with why.
    Every float32 check on weights runs here, before anything is registered.
 2. `protect` registers each group with the client and puts the protected module in the
-   group's place (members folded into it are replaced by `nn.Identity`, so a Sequential
-   keeps its indices), prints the report, and returns the same model.
+   group's first place; a later Linear of the group becomes a `FoldedLinear` (it keeps the
+   Linear's weight and bias, so `state_dict` keys do not change) and a folded activation
+   `nn.Identity`, so a Sequential keeps its indices. It prints the report and returns the
+   same model.
 
 Not swapped, on purpose: subclasses of Linear/Conv2d (their forward may differ), layers of
 `nn.MultiheadAttention` (it reads `out_proj.weight` directly, so a swapped module would
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -37,7 +38,12 @@ from safemon.client import Client
 from safemon.models import Activation
 from safemon.torch import conv as convmath
 from safemon.torch.checks import check_weight_dtype
-from safemon.torch.modules import ProtectedConv2d, ProtectedLinear, ProtectedSequence
+from safemon.torch.modules import (
+    FoldedLinear,
+    ProtectedConv2d,
+    ProtectedLinear,
+    ProtectedSequence,
+)
 from safemon.torch.report import Entry, ProtectionReport, Status
 
 __all__ = ["Group", "plan", "protect", "report_of"]
@@ -52,7 +58,8 @@ class Group:
     Attributes:
         members: (qualified name, Linear or Conv2d, activation applied after it).
         folded: (qualified name, class name) of the modules absorbed into the request (activations,
-            Identity, Dropout); they become `nn.Identity`.
+            Identity, Dropout); they become `nn.Identity` (a later Linear member becomes a
+            `FoldedLinear`).
     """
 
     members: list[tuple[str, nn.Module, Activation]] = field(default_factory=list)
@@ -208,8 +215,19 @@ def plan(model: nn.Module) -> tuple[list[Group], ProtectionReport]:
 
     Raises:
         TypeError: a Linear/Conv2d to protect has non-float32 weights (names it).
-        ValueError: nothing in `model` can be protected (the message says what is).
+        ValueError: nothing in `model` can be protected (the message says what is), or
+            `model` holds layers that `protect` already swapped (names them).
     """
+    done = [name for name, m in model.named_modules()
+            if isinstance(m, ProtectedLinear | ProtectedSequence | ProtectedConv2d
+                          | FoldedLinear)]
+    if done:
+        raise ValueError(
+            f"safemon.torch: model {type(model).__name__} was already protected: "
+            f"{', '.join(repr(n) for n in done[:4])}{' ...' if len(done) > 4 else ''} "
+            "are safemon layers. Fix: call protect once per model; to protect it with "
+            "another client, protect a fresh instance of the unprotected model (load its "
+            "state_dict).")
     planner = _Planner(model)
     planner.walk(model, "")
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
@@ -225,7 +243,14 @@ def plan(model: nn.Module) -> tuple[list[Group], ProtectionReport]:
     return planner.groups, report
 
 
-def _build(group: Group, client: Client, timeout: float) -> nn.Module:
+def _build(group: Group, client: Client, timeout: float) -> list[tuple[str, nn.Module]]:
+    """The modules to put in the group's places: the protected module at its first member's
+    place, a `FoldedLinear` at each later Linear's, `nn.Identity` at each folded activation's."""
+    return ([(group.members[0][0], _protected(group, client, timeout))]
+            + [(name, nn.Identity()) for name, _ in group.folded])
+
+
+def _protected(group: Group, client: Client, timeout: float) -> nn.Module:
     name, module, act = group.members[0]
     if isinstance(module, nn.Conv2d):
         return ProtectedConv2d(module, client, name=name, activation=act, timeout=timeout)
@@ -239,14 +264,19 @@ def _build(group: Group, client: Client, timeout: float) -> nn.Module:
     return ProtectedSequence(linears, client, timeout=timeout)
 
 
+def _places(group: Group, client: Client, timeout: float) -> list[tuple[str, nn.Module]]:
+    """(qualified name, module to put there) for every place of `group` (`_build`), the
+    later Linear members' `FoldedLinear` modules included."""
+    places = _build(group, client, timeout)
+    protected = places[0][1]
+    if isinstance(protected, ProtectedSequence):
+        places += [(member.layer_name, member) for member in protected.folded]
+    return places
+
+
 def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
     parent_name, _, attr = name.rpartition(".")
     setattr(model.get_submodule(parent_name), attr, new)
-
-
-def _names(group: Group) -> Iterator[str]:
-    yield from (m[0] for m in group.members[1:])
-    yield from (name for name, _ in group.folded)
 
 
 def protect(model: nn.Module, *, client: Client, timeout: float = 1.0,
@@ -270,12 +300,11 @@ def protect(model: nn.Module, *, client: Client, timeout: float = 1.0,
     """
     groups, report = plan(model)
     with torch.no_grad():
-        built = [(group, _build(group, client, timeout)) for group in groups]
-    for group, new in built:
-        new.train(group.members[0][1].training)  # as the layer it replaces (eval stays eval)
-        _replace(model, group.members[0][0], new)
-        for name in _names(group):
-            _replace(model, name, nn.Identity())
+        built = [(group, _places(group, client, timeout)) for group in groups]
+    for group, places in built:
+        for name, new in places:
+            new.train(group.members[0][1].training)  # as the layer replaced (eval stays eval)
+            _replace(model, name, new)
     setattr(model, _REPORT_ATTR, report)
     if verbose:
         print(report.render(), file=file or sys.stdout)

@@ -20,6 +20,8 @@ from safemon.config import Config  # noqa: E402
 from safemon.daemon import Daemon  # noqa: E402
 from safemon.errors import SafemonError  # noqa: E402
 from safemon.torch import (  # noqa: E402
+    AutocastWarning,
+    FoldedLinear,
     ProtectedConv2d,
     ProtectedLinear,
     ProtectedSequence,
@@ -97,7 +99,9 @@ def test_protect_swaps_the_right_layers(running: tuple[Config, Daemon, Client]) 
     model = protect(make_model(), client=client, verbose=False)
     assert isinstance(model.conv[0], ProtectedConv2d) and isinstance(model.conv[1], nn.Identity)
     assert isinstance(model.mlp[0], ProtectedSequence)
-    assert all(isinstance(model.mlp[i], nn.Identity) for i in range(1, 5))
+    assert all(isinstance(model.mlp[i], nn.Identity) for i in (1, 3))
+    assert all(isinstance(model.mlp[i], FoldedLinear) for i in (2, 4))
+    assert model.mlp[0].folded == (model.mlp[2], model.mlp[4])
     assert type(model.norm) is nn.LayerNorm and type(model.pool) is nn.AvgPool2d
     report = report_of(model)
     assert report.protected == ["conv.0", "mlp.0", "mlp.2", "mlp.4"]
@@ -338,3 +342,82 @@ def test_a_closed_client_is_a_safemon_error(running: tuple[Config, Daemon, Clien
     own.close()
     with torch.no_grad(), pytest.raises(SafemonError, match=r"Client is closed"):
         model(torch.randn(2, 16))
+
+
+def test_state_dict_keys_and_values_are_the_unprotected_models(
+        running: tuple[Config, Daemon, Client]) -> None:
+    """A protected model's state_dict has the unprotected model's keys and values (a
+    Sequential's later Linears keep theirs at their own places), so it loads strictly into
+    a fresh unprotected model, which then computes what the original did."""
+    _, _, client = running
+    original = make_model()
+    want = original.state_dict()
+    model = protect(make_model(), client=client, verbose=False)
+    got = model.state_dict()
+    assert list(got) == list(want)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    fresh = Net().eval()
+    fresh.load_state_dict(got, strict=True)
+    x = inputs()
+    with torch.inference_mode():
+        assert torch.equal(fresh(x), original(x))
+
+
+def test_a_write_to_a_folded_layer_is_refused(running: tuple[Config, Daemon, Client]) -> None:
+    """An in-place write to the MLP's second Linear (held by its FoldedLinear) makes the
+    next call raise, naming that layer, before the MLP's request is sent (the conv before
+    it still sends its own)."""
+    _, daemon, client = running
+    model = protect(make_model(), client=client, verbose=False)
+    x = inputs()
+    with torch.inference_mode():
+        model(x)
+    with torch.no_grad():
+        model.mlp[2].weight.mul_(2.0)
+    before = _released(daemon)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"layer 'mlp.2'.*changed after"):
+        model(x)
+    assert _released(daemon) == before + 1
+
+
+def test_protecting_a_protected_model_again_is_refused_and_changes_nothing(
+        running: tuple[Config, Daemon, Client]) -> None:
+    _, _, client = running
+    model = protect(make_model(), client=client, verbose=False)
+    layers = list(model.modules())
+    with pytest.raises(ValueError, match=r"already protected: 'conv.0', 'mlp.0'.*Fix"):
+        protect(model, client=client, verbose=False)
+    assert list(model.modules()) == layers
+
+
+def test_an_unbatched_conv_input_gives_the_unbatched_output(
+        running: tuple[Config, Daemon, Client]) -> None:
+    """(C, H, W) in, (O, Ho, Wo) out, as nn.Conv2d does, bit-exact with the reference."""
+    cfg, _, client = running
+    torch.manual_seed(3)
+    conv = nn.Conv2d(2, 3, 3, padding=1).eval()
+    protected = ProtectedConv2d(conv, client, name="c").eval()
+    x = torch.randn(2, 6, 6)
+    with torch.inference_mode():
+        got = protected(x)
+        batched = protected(x.unsqueeze(0))
+        assert got.shape == conv(x).shape == (3, 6, 6)
+    assert torch.equal(got, batched[0])
+    assert same_bits(got.numpy(), reference_of(protected, x, cfg))
+    with torch.inference_mode(), pytest.raises(ValueError, match=r"layer 'c' expects"):
+        protected(torch.randn(3, 6, 6))
+
+
+def test_autocast_warns_once_and_computes_in_float32(
+        running: tuple[Config, Daemon, Client]) -> None:
+    """Under torch.autocast a float32 input is computed in float32 (same bits as without),
+    with an AutocastWarning naming the layer."""
+    _, _, client = running
+    model = protect(nn.Sequential(nn.Linear(16, 4)).eval(), client=client, verbose=False)
+    x = torch.randn(2, 16)
+    with torch.inference_mode():
+        plain = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16), \
+                pytest.warns(AutocastWarning, match=r"layer '0'.*float32"):
+            under = model(x)
+    assert under.dtype == torch.float32 and torch.equal(under, plain)
