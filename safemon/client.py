@@ -21,6 +21,10 @@ deadline, or the daemon could not be reached in time), `DisagreementError` (chan
 disagreed and the policy could not single one out), `InvalidInputError` (bad x / unknown
 weight id; raised before anything is sent when it can be checked locally).
 
+Evictions: a daemon whose weight budget is full evicts the least recently used weights and
+models (`safemon.eviction`); a request on one of this client's then finds it unknown, and
+the client registers its own copy again and retries, as after a restart (below).
+
 Reconnection: the sockets reconnect by themselves when the daemon restarts. Every request
 carries a fresh sequence number (never reused in this client's life) and only a reply with
 that number is accepted, so a stale result can never be returned; a request lost with the

@@ -363,7 +363,9 @@ class LimitsConfig(_Model):
     max_dim: largest M, K or N of a request or weight.
     max_weight_bytes: size of one weight (K * N * 4 bytes).
     max_weights / max_weight_total_bytes: how many weights, and how many bytes of them,
-        may be registered at once (every channel keeps each one resident).
+        may be registered at once (every channel keeps each one resident). A new weight
+        that does not fit evicts the least recently used ones that no request in flight
+        uses (`safemon.eviction`; their clients register them again when they need them).
     min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
         healthy channel must sustain, and the fixed time it may take per work item. When
         the config does not set min_channel_gflops, it is 0.05 (the NumPy reference on a

@@ -407,6 +407,16 @@ class Metrics:
         for k in METRIC_KINDS:
             for c in ("transient", "permanent", "unclassified"):
                 self.fault_classes.labels(kind=k, **{"class": c})
+        self.evictions = Counter(
+            name("evictions_total"),
+            "Registered weights and models evicted, least recently used first, to make room "
+            "in a full budget (limits.max_weights / max_weight_total_bytes, MAX_MODELS); "
+            "their clients register them again on their next request.",
+            ["what"],
+            registry=registry,
+        )
+        for what in ("weight", "model"):
+            self.evictions.labels(what=what)
         self.model_diverging_layer = Counter(
             name("model_diverging_layer_total"),
             "Disagreeing whole-model votes, by the first layer (0-based) at which two "
@@ -414,6 +424,16 @@ class Metrics:
             ["layer"],
             registry=registry,
         )
+
+    def count_eviction(self, what: str) -> None:
+        """One registered weight or model (`what`) evicted to make room (`safemon.eviction`).
+
+        Raises:
+            UnknownLabelError: `what` is neither "weight" nor "model".
+        """
+        if what not in ("weight", "model"):
+            raise UnknownLabelError(f"eviction of {what!r}: 'weight' or 'model'")
+        self.evictions.labels(what=what).inc()
 
     def count_diverging_layer(self, layer: int) -> None:
         """One disagreeing whole-model vote whose first diverging layer is `layer` (an index

@@ -4,10 +4,15 @@ A registered model keeps its two wire frames (sent with every request to the cha
 a channel holds no model state and a restarted channel needs nothing re-sent) and its
 layer shapes (for admission: the largest dimension and the channels' work budget, the sum
 of the layers' item costs).
+
+At most `MAX_MODELS` are held: a new model evicts the least recently used one that no
+request in flight uses (`safemon.eviction`), and a model goes with any of its
+weights when that weight is evicted (`drop_using`).
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +23,7 @@ import numpy.typing as npt
 from safemon import admission
 from safemon.config import Config
 from safemon.errors import InvalidInputError
+from safemon.eviction import choose_evictions
 from safemon.models.layers import Layer, decode_model, model_id_of
 
 __all__ = ["MAX_MODELS", "ModelRegistry", "RegisteredModel"]
@@ -67,26 +73,52 @@ class RegisteredModel:
 
 
 class ModelRegistry:
-    """Models by id. Not thread-safe (the daemon's loop owns it)."""
+    """Models by id, least recently used first. Not thread-safe (the daemon's loop owns it).
 
-    def __init__(self) -> None:
-        self._models: dict[str, RegisteredModel] = {}
+    Args:
+        capacity: the most models held (`MAX_MODELS`).
+    """
+
+    def __init__(self, capacity: int = MAX_MODELS) -> None:
+        self.capacity = capacity
+        self._models: collections.OrderedDict[str, RegisteredModel] = collections.OrderedDict()
 
     def __contains__(self, model_id: object) -> bool:
         return model_id in self._models
+
+    def __len__(self) -> int:
+        return len(self._models)
 
     def get(self, model_id: object) -> RegisteredModel | None:
         """The model `model_id`, or None when unknown."""
         return self._models.get(model_id) if isinstance(model_id, str) else None
 
+    def touch(self, model_id: str) -> None:
+        """`model_id` was just used: it is evicted last."""
+        if model_id in self._models:
+            self._models.move_to_end(model_id)
+
+    def drop_using(self, weight_id: str) -> list[str]:
+        """Forget every model that has a layer on weight `weight_id` (being evicted);
+        returns their ids."""
+        gone = [mid for mid, m in self._models.items()
+                if any(ly.weight_id == weight_id for ly in m.layers)]
+        for mid in gone:
+            del self._models[mid]
+        return gone
+
     def register(self, frames: tuple[npt.NDArray[Any], ...],
-                 weight_shapes: Mapping[str, tuple[int, ...]]) -> RegisteredModel:
+                 weight_shapes: Mapping[str, tuple[int, ...]],
+                 in_use: frozenset[str] = frozenset()) -> tuple[RegisteredModel, list[str]]:
         """Register the model carried by `frames` (spec, biases) over the registered
-        weights; returns it (the same model again for the same layers).
+        weights; returns it (the same model again for the same layers, now the most
+        recently used) and the ids of the models evicted to make room for it (the least
+        recently used ones not in `in_use`).
 
         Raises:
             InvalidInputError: wrong frames, a malformed spec, unknown weights, shapes that
-                do not chain (naming the layer), or `MAX_MODELS` models already held.
+                do not chain (naming the layer), or `capacity` models held that requests in
+                flight use.
         """
         if len(frames) != 2:
             raise InvalidInputError(f"register_model carries 2 frames (spec, biases), got {len(frames)}")
@@ -94,13 +126,20 @@ class ModelRegistry:
         mid = model_id_of(layers)
         known = self._models.get(mid)
         if known is not None:
-            return known
-        if len(self._models) >= MAX_MODELS:
-            raise InvalidInputError(f"this daemon already holds {MAX_MODELS} models")
+            self._models.move_to_end(mid)
+            return known, []
+        evict = choose_evictions(self._models, {m: 0 for m in self._models}, in_use,
+                                 new_bytes=0, max_count=self.capacity, max_bytes=0)
+        if evict is None:
+            raise InvalidInputError(
+                f"this daemon holds {len(self._models)} models (at most {self.capacity}) "
+                "and requests in flight use every one of them: retry later")
+        for old in evict:
+            del self._models[old]
         dims = tuple((int(weight_shapes[ly.weight_id][0]), int(weight_shapes[ly.weight_id][1]))
                      for ly in layers)
         spec = np.array(frames[0], dtype=np.uint8, copy=True)
         biases = np.array(frames[1], dtype=np.float32, copy=True)
         model = RegisteredModel(mid, tuple(layers), spec, biases, dims)
         self._models[mid] = model
-        return model
+        return model, evict

@@ -63,6 +63,7 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_fault_injection_enabled": ("gauge", set()),
     "safemon_cuda_mps_found": ("gauge", set()),
     "safemon_fault_classes": ("counter", {"kind", "class"}),
+    "safemon_evictions": ("counter", {"what"}),
     # no sample until a whole-model vote disagrees; the design-set test counts one
     "safemon_model_diverging_layer": ("counter", {"layer"}),
 }

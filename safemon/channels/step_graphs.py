@@ -92,6 +92,21 @@ class StepGraphs:
     def __len__(self) -> int:
         return len(self._steps)
 
+    def drop_holding(self, obj: object) -> int:
+        """Forget every captured step that keeps `obj` alive (a weight the channel dropped),
+        so that its memory can be freed; returns how many were dropped. Their keys name
+        `obj` by its `id`, which a later object may reuse: those keys are forgotten too, so
+        nothing is launched for a new object on the strength of the old one's sightings."""
+        gone = [key for key, step in self._steps.items()
+                if any(kept is obj for kept in step.keep)]
+        for key in gone:
+            del self._steps[key]
+            self._seen.pop(key, None)
+        ident = id(obj)
+        for seen in [key for key in self._seen if isinstance(key, tuple) and ident in key]:
+            del self._seen[seen]
+        return len(gone)
+
     def get(self, key: Hashable) -> CapturedStep[Any] | None:
         """The captured step of `key`, or None."""
         step = self._steps.get(key)

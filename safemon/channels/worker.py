@@ -18,6 +18,9 @@ Messages in (docs/PROTOCOL.md kinds):
   adds a third frame (uint32, the SM id of every block) and meta `sm_count`.
 - CONTROL command="weight", args=weight_id, frames [W (K, N) float32]: keep W resident
   (an ECC `ProtectedArray` when config.weights.ecc; verified before every use).
+- CONTROL command="drop_weight", args=weight_id: forget that weight (the daemon evicted it,
+  `safemon.eviction`), with any captured step that holds it; unanswered. Work sent before
+  it was handled before it (arrival order), and no work on it comes after it.
 - CONTROL command="scrub": patrol the resident weights; answered EVENT event="scrub"
   with the pass's corrected / uncorrectable word counts.
 - CONTROL command="inject", args=KIND / command="clear": fault injection (`faults.py`).
@@ -141,6 +144,9 @@ class ChannelWorker:
         self._stop = threading.Event()
         self._stop_signalled = False  # set by stop_from_signal, read by the loop
         self._weights: dict[str, ProtectedArray | npt.NDArray[np.float32]] = {}
+        #: ECC (corrected, uncorrectable) counts of the weights dropped so far (heartbeats
+        #: report cumulative totals per incarnation)
+        self._ecc_dropped = (0, 0)
         #: decoded layer lists by their two wire frames' bytes (`_layers_of`)
         self._decoded: collections.OrderedDict[tuple[bytes, bytes], list[Any]] = (
             collections.OrderedDict())
@@ -308,8 +314,11 @@ class ChannelWorker:
         })
 
     def _heartbeat(self, sock: Socket | None) -> None:
-        corrected = sum(getattr(w, "corrected_total", 0) for w in self._weights.values())
-        uncorrectable = sum(getattr(w, "uncorrectable_total", 0) for w in self._weights.values())
+        # Dropped weights' counts stay in the totals, which never go down in an incarnation.
+        corrected = self._ecc_dropped[0] + sum(
+            getattr(w, "corrected_total", 0) for w in self._weights.values())
+        uncorrectable = self._ecc_dropped[1] + sum(
+            getattr(w, "uncorrectable_total", 0) for w in self._weights.values())
         self._send(sock, Kind.HEARTBEAT, self._next_seq(), meta={
             "state": "UP",
             "uptime_s": self._clock() - self._started,
@@ -385,6 +394,17 @@ class ChannelWorker:
             # Acknowledged delivery: the daemon waits for this before the channel votes.
             self._send(sock, Kind.EVENT, self._next_seq(), epoch=msg.epoch, meta={
                 "event": "weight", "weight_id": args[:64], "ok": stored})
+        elif command == "drop_weight" and isinstance(args, str):
+            dropped = self._weights.pop(args, None)
+            graphs = 0
+            if dropped is not None:
+                self._ecc_dropped = (
+                    self._ecc_dropped[0] + int(getattr(dropped, "corrected_total", 0)),
+                    self._ecc_dropped[1] + int(getattr(dropped, "uncorrectable_total", 0)))
+                if self._graphs is not None:
+                    graphs = self._graphs.drop_holding(dropped)
+            self.log.info("weight_dropped", weight_id=args[:64], held=dropped is not None,
+                          graphs=graphs)
         elif command == "scrub":
             corrected = uncorrectable = 0
             for w in self._weights.values():

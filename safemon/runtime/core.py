@@ -8,7 +8,8 @@ the real clock (the clock is injected; `now` comes with each stimulus).
 What it owns: the roles (`Roles`: voter, DTI scheduler, safe-state controller, fault
 classifier), the requests in flight and their budgets (`safemon.admission`), the weights
 registered by clients and their acknowledged delivery to every channel incarnation
-(`safemon.weight_delivery`), the self-tests in flight, fault injection bookkeeping.
+(`safemon.weight_delivery`), their eviction when the weight budget is full
+(`safemon.eviction`), the self-tests in flight, fault injection bookkeeping.
 What it reads and never owns: the supervisor's view of the processes (`ProcessView`).
 
 Per-request checks under an effective 1oo1D (no second channel to compare with): C must be
@@ -21,6 +22,7 @@ own deadline or the channels' work budget, whichever comes first
 
 from __future__ import annotations
 
+import collections
 import heapq
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,6 +32,7 @@ import numpy.typing as npt
 
 from safemon import admission
 from safemon.config import Config
+from safemon.eviction import choose_evictions
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.abft import abft_passes
 from safemon.kernels.catalog import Variant
@@ -91,6 +94,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self.injection_enabled = bool(config.testing.fault_injection)
         self.draining = False
         self.weights: dict[str, npt.NDArray[np.float32]] = {}
+        #: the registered weights' ids, least recently used (registered or requested) first
+        self._weight_lru: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._weight_bytes = 0
         self._deliveries = {n: WeightDelivery() for n in config.channel_names}
         #: per channel, live work sent and not answered: seq -> (item cost s, budget end).
@@ -311,6 +316,12 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             budget_s = model.budget_s(self.config, m, queued_s)
             cost_s = model.cost_s(self.config, m)
         client_s = client_deadline_s(request.deadline_ms, budget_s)
+        if model is not None:
+            self.models.touch(model.model_id)
+            for ly in model.layers:
+                self._weight_lru.move_to_end(ly.weight_id)
+        else:
+            self._weight_lru.move_to_end(wid)
         seq = self.next_seq()
         for ch in voters:
             self._queued[ch][seq] = (cost_s, now + budget_s)
@@ -427,14 +438,21 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                            f"a weight must be a non-empty, finite, 2-D float32 array, got {w.dtype} {w.shape}")
             return
         wid = weight_id_of(w)
-        if wid not in self.weights:
+        if wid in self.weights:
+            self._weight_lru.move_to_end(wid)
+        else:
             refusal = admission.check_weight(self.config, w.shape, len(self.weights),
                                              self._weight_bytes)
+            if (refusal is not None and refusal.error_type == "WeightBudgetError"
+                    and self._make_room(int(w.nbytes))):
+                refusal = admission.check_weight(self.config, w.shape, len(self.weights),
+                                                 self._weight_bytes)
             if refusal is not None:
                 self._log("warning", "weight_refused", shape=list(w.shape), reason=refusal.message)
                 self._error_to("ingress", identity, msg.seq, refusal.error_type, refusal.message)
                 return
             self.weights[wid] = np.array(w, dtype=np.float32, order="C", copy=True)
+            self._weight_lru[wid] = None
             self._weight_bytes += int(w.nbytes)
             owing = {ch for ch in self.config.channel_names if self.processes.registered(ch)}
             if owing:
@@ -457,6 +475,52 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             return
         self._reply("ingress", identity, Kind.REPLY, msg.seq,
                     msgs.ControlReply(ok=True, outcome=wid).to_meta())
+
+    def _weights_in_use(self) -> set[str]:
+        """Weights that must stay: used by a request in flight (the core reads a 1oo1D
+        request's weight when its result comes), or still being delivered to a channel or
+        awaited by a client's `register_weight`."""
+        used = {ly.weight_id for live in self._live.values() if live.model is not None
+                for ly in live.model.layers}
+        used.update(live.weight_id for live in self._live.values() if live.model is None)
+        used.update(self._weight_waits)
+        used.update(wid for wid in self.weights
+                    if any(d.owes(wid) for d in self._deliveries.values()))
+        return used
+
+    def _make_room(self, new_bytes: int) -> bool:
+        """Evict the least recently used weights that nothing in flight needs until one
+        more weight of `new_bytes` fits `limits.max_weights` / `max_weight_total_bytes`
+        (`safemon.eviction`); False, with nothing evicted, when that cannot be done."""
+        lim = self.config.limits
+        evict = choose_evictions(self._weight_lru,
+                                 {wid: int(w.nbytes) for wid, w in self.weights.items()},
+                                 self._weights_in_use(), new_bytes=new_bytes,
+                                 max_count=lim.max_weights, max_bytes=lim.max_weight_total_bytes)
+        if evict is None:
+            return False
+        for wid in evict:
+            self._evict_weight(wid)
+        return True
+
+    def _evict_weight(self, wid: str) -> None:
+        """Forget weight `wid` and every model on it, and tell each running channel to
+        drop its copy. A channel handles its messages in order, so work sent before this
+        still finds the weight; the core sends no work on `wid` after it (a request for it
+        is answered `UnknownWeightError`, and its client registers it again)."""
+        w = self.weights.pop(wid)
+        self._weight_lru.pop(wid, None)
+        self._weight_bytes -= int(w.nbytes)
+        for mid in self.models.drop_using(wid):
+            self._model_evicted(mid, f"its weight {wid} was evicted")
+        for ch in self.config.channel_names:
+            if self.processes.registered(ch):
+                self._send(ch, Kind.CONTROL, self.next_seq(),
+                           msgs.ChannelCommand(command="drop_weight", args=wid).to_meta())
+        self.metrics.count_eviction("weight")
+        self._log("info", "weight_evicted", weight_id=wid, shape=list(w.shape),
+                  reason="the weight budget (limits.max_weights / max_weight_total_bytes) "
+                         "is full")
 
     def _weight_budget_s(self, wid: str) -> float:
         """How long a channel may take to acknowledge weight `wid`: the work budget of an

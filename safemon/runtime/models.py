@@ -47,7 +47,8 @@ class ModelRequests(Roles):
         naming the layer at fault."""
         shapes = {wid: tuple(w.shape) for wid, w in self.weights.items()}
         try:
-            model = self.models.register(tuple(msg.arrays), shapes)
+            model, evicted = self.models.register(tuple(msg.arrays), shapes,
+                                                  self._models_in_flight())
         except InvalidInputError as exc:
             text = str(exc)
             if len(text) > 4 * MAX_QUOTE:
@@ -55,9 +56,22 @@ class ModelRequests(Roles):
             kind = "UnknownWeightError" if isinstance(exc, UnknownWeightError) else "InvalidInputError"
             self._error_to("ingress", identity, msg.seq, kind, text)
             return
+        for mid in evicted:
+            self._model_evicted(mid, "the model budget (model_registry.MAX_MODELS) is full")
         self._log("info", "model_registered", model_id=model.model_id, layers=len(model.layers))
         self._reply("ingress", identity, Kind.REPLY, msg.seq,
                     msgs.ControlReply(ok=True, outcome=model.model_id).to_meta())
+
+    def _models_in_flight(self) -> frozenset[str]:
+        """Ids of the models that requests in flight use (never evicted)."""
+        return frozenset(live.model.model_id for live in self._live.values()
+                         if live.model is not None)
+
+    def _model_evicted(self, model_id: str, why: str) -> None:
+        """Count and log model `model_id`, evicted (`safemon.eviction`): its client
+        registers it again on `UnknownModelError`."""
+        self.metrics.count_eviction("model")
+        self._log("info", "model_evicted", model_id=model_id, reason=why)
 
     def _on_model_result(self, name: str, msg: Message, now: float) -> None:
         """[output, digests]: the vote compares the channel-computed digests (output; per

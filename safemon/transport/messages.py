@@ -344,8 +344,9 @@ class ModelWork(DeviceWork):
 
 @dataclass(frozen=True)
 class ChannelCommand(Schema):
-    """`weight` (args: its id; one frame W), `scrub`, `inject` (args: the fault), `clear`,
-    `link` (learn the daemon's routing id), `stop`."""
+    """`weight` (args: its id; one frame W), `drop_weight` (args: the id of an evicted
+    weight), `scrub`, `inject` (args: the fault), `clear`, `link` (learn the daemon's
+    routing id), `stop`."""
 
     KIND = Kind.CONTROL
     ROUTE = "daemon → channel"

@@ -91,6 +91,22 @@ def test_the_least_recently_used_graph_is_dropped_at_capacity() -> None:
     assert len(graphs) == 0 and not graphs.seen_before("a")
 
 
+def test_a_dropped_weights_steps_and_sightings_are_forgotten() -> None:
+    """`drop_holding(w)`: every step that keeps `w` goes, and so do the keys naming it by
+    id (a later object may get that id); the other steps stay."""
+    graphs, stream = StepGraphs(capacity=4), _Stream()
+    w, other = object(), object()
+    k1, k2, k3 = ("product", id(w), 1), ("model", id(w), 2), ("product", id(other), 1)
+    graphs.capture(k1, stream, lambda: None, keep=(w,))
+    graphs.capture(k2, stream, lambda: None, keep=(other, w))
+    graphs.capture(k3, stream, lambda: None, keep=(other,))
+    graphs.seen_before(("product", id(w), 9))  # a sighting only
+    assert graphs.drop_holding(w) == 2
+    assert len(graphs) == 1 and graphs.get(k3) is not None
+    assert graphs.get(k1) is None and graphs.get(k2) is None
+    assert not graphs.seen_before(("product", id(w), 9))  # forgotten: a first sight again
+
+
 def test_a_failed_capture_is_ended_and_not_kept() -> None:
     graphs, stream = StepGraphs(), _Stream()
 

@@ -9,6 +9,7 @@ the process that exported them."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +29,11 @@ pytestmark = pytest.mark.gpu
 
 @contextlib.contextmanager
 def _inline_daemon(tmp_path: Path, variants: list[dict[str, Any]] | None = None,
-                   placement: str = "inline") -> Iterator[Any]:
+                   placement: str = "inline",
+                   extra: dict[str, dict[str, Any]] | None = None) -> Iterator[Any]:
     cfg = _bench_config(tmp_path, "ipc", "cupy", ["16x16x16"])
+    for section, values in (extra or {}).items():  # merged into the bench config's sections
+        cfg[section] = {**cfg.get(section, {}), **values}
     cfg["name"] = "t-inline"
     cfg["channels"] = [{"name": f"c{i}", "placement": placement,
                         "variant": (variants or [{}] * 3)[i]} for i in range(3)]
@@ -242,3 +246,38 @@ def test_clients_that_exit_right_after_their_reply_leave_the_inline_daemon_servi
         resumed = [float(t) for t in hold_log.read_text().split()]
         assert len(resumed) >= len(exits)
         assert all(r > e for r, e in zip(resumed, exits, strict=False)), (resumed, exits)
+
+
+def test_an_evicted_weight_is_dropped_with_its_graphs_and_comes_back_bit_exact(
+        tmp_path: Path) -> None:
+    """A budget of one weight on the GPU: the second weight evicts the first, whose captured
+    step graphs the inline channels drop with it (`weight_dropped` held=True in each); the
+    first is then registered again by the client on its next request and computed, through
+    fresh graphs, bit for bit as before. No channel is faulted."""
+    import cupy as cp
+
+    cfg_path = tmp_path / "budget"
+    cfg_path.mkdir()
+    with _inline_daemon(cfg_path, extra={"limits": {"max_weights": 1},
+                                         "logging": {"level": "info"}}) as (client, cfg):
+        x1, w1 = _operands(80, 80, 80, 11)
+        x2, w2 = _operands(64, 80, 48, 12)
+        id1 = client.register_weight(w1)
+        for _ in range(5):  # captured on the third and fourth requests (two input buffers)
+            assert same_bits(client.matmul(cp.asarray(x1), id1, timeout=30.0).get(),
+                             reference(x1, w1, cfg))
+        id2 = client.register_weight(w2)  # evicts w1
+        for _ in range(5):
+            assert same_bits(client.matmul(cp.asarray(x2), id2, timeout=30.0).get(),
+                             reference(x2, w2, cfg))
+        for _ in range(5):  # w1 again: registered again by the client, evicting w2
+            assert same_bits(client.matmul(cp.asarray(x1), id1, timeout=30.0).get(),
+                             reference(x1, w1, cfg))
+            assert client.last_request_device
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"], st
+    log = (cfg_path / "daemon.log").read_text(encoding="utf-8", errors="replace")
+    dropped = [json.loads(line) for line in log.splitlines() if '"weight_dropped"' in line]
+    first = [d for d in dropped if d["weight_id"] == id1[:64]][:3]
+    assert len(first) == 3 and all(d["held"] and d["graphs"] >= 1 for d in first), dropped
+    assert sum(d["held"] for d in dropped) >= 6, dropped  # w2 went when w1 came back

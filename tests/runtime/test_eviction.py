@@ -1,0 +1,210 @@
+"""A full weight or model budget evicts the least recently used entries no request in
+flight needs (`safemon.eviction`): the rule alone, the model registry, the core's effects
+(the channels are told to drop the weight; a weight in flight is never chosen), and a real
+daemon where clients keep getting bit-exact results while their weights come and go."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from safemon.errors import InvalidInputError
+from safemon.eviction import choose_evictions
+from safemon.golden_store import load_patterns
+from safemon.metrics import Metrics
+from safemon.model_registry import ModelRegistry
+from safemon.models import Layer, reference_forward
+from safemon.models.layers import encode_model
+from safemon.patterns import scheduler as sch
+from safemon.runtime import effects as fx
+from safemon.runtime import stimuli as st
+from safemon.runtime.core import RuntimeCore
+from safemon.runtime.support import assign_patterns, scheduler_config
+from safemon.transport.wire import Kind
+from safemon.weight_id import weight_id_of
+
+from .helpers import make_config, reference, same_bits, system
+from .test_core import Clock, Processes, _form, _msg, _of
+
+# ------------------------------------------------------------------ the rule
+
+def test_nothing_is_evicted_while_the_new_entry_fits() -> None:
+    assert choose_evictions(["a", "b"], {"a": 4, "b": 4}, set(), new_bytes=4,
+                            max_count=3, max_bytes=100) == []
+
+
+def test_the_oldest_entries_not_in_use_go_first_and_no_more_than_needed() -> None:
+    sizes = {"a": 10, "b": 10, "c": 10, "d": 10}
+    assert choose_evictions("abcd", sizes, set(), new_bytes=10, max_count=4,
+                            max_bytes=100) == ["a"]
+    assert choose_evictions("abcd", sizes, {"a"}, new_bytes=10, max_count=4,
+                            max_bytes=100) == ["b"]
+    # bytes decide: 25 more bytes need two 10-byte entries gone
+    assert choose_evictions("abcd", sizes, {"b"}, new_bytes=25, max_count=9,
+                            max_bytes=50) == ["a", "c"]
+
+
+def test_when_only_entries_in_use_could_make_room_nothing_is_evicted() -> None:
+    sizes = {"a": 10, "b": 10}
+    assert choose_evictions("ab", sizes, {"a", "b"}, new_bytes=1, max_count=2,
+                            max_bytes=100) is None
+    assert choose_evictions("ab", sizes, set(), new_bytes=101, max_count=9,
+                            max_bytes=100) is None
+
+
+# ------------------------------------------------------------------ the model registry
+
+def _model_frames(wid: str, bias: float) -> tuple[Any, ...]:
+    spec, biases = encode_model([Layer(wid, np.full(3, bias, np.float32), "relu")])
+    return (spec, biases)
+
+
+def test_the_model_registry_evicts_its_least_recently_used_model_not_in_flight() -> None:
+    shapes = {"w" * 64: (2, 3)}
+    reg = ModelRegistry(capacity=2)
+    a, _ = reg.register(_model_frames("w" * 64, 1.0), shapes)
+    b, _ = reg.register(_model_frames("w" * 64, 2.0), shapes)
+    reg.touch(a.model_id)  # b is now the least recently used
+    c, evicted = reg.register(_model_frames("w" * 64, 3.0), shapes)
+    assert evicted == [b.model_id] and b.model_id not in reg and len(reg) == 2
+    d, evicted = reg.register(_model_frames("w" * 64, 4.0), shapes,
+                              in_use=frozenset({a.model_id}))
+    assert evicted == [c.model_id] and a.model_id in reg and d.model_id in reg
+    with pytest.raises(InvalidInputError, match="requests in flight use every one"):
+        reg.register(_model_frames("w" * 64, 5.0), shapes,
+                     in_use=frozenset({a.model_id, d.model_id}))
+    assert reg.drop_using("w" * 64) == [a.model_id, d.model_id] and len(reg) == 0
+
+
+# ------------------------------------------------------------------ the core
+
+def _core(tmp_path: Path, max_weights: int) -> tuple[RuntimeCore, Processes, Clock]:
+    cfg = make_config(tmp_path, "1oo1D", extra={"limits": {"max_weights": max_weights}})
+    by_channel, ids = assign_patterns(cfg, load_patterns(cfg), None)
+    procs = Processes({n: 0 for n in cfg.channel_names})
+    clock = Clock()
+    core = RuntimeCore(cfg, sch.Scheduler(scheduler_config(cfg, ids), rng=random.Random(0)),
+                       by_channel, procs, Metrics(cfg, CollectorRegistry(), backend="numpy"),
+                       "numpy", clock)
+    return core, procs, clock
+
+
+def _register(core: RuntimeCore, clock: Clock, w: np.ndarray, seq: int) -> list[fx.Effect]:
+    """register_weight, and the channel's acknowledgement of any weight sent to it."""
+    effects = core.handle(st.IngressMessage(
+        b"c", _msg(Kind.CONTROL, seq, {"command": "register_weight"}, (w,)), clock(), "reg"))
+    for send in _of(effects, fx.SendToChannel):
+        if send.meta.get("command") == "weight":
+            ack = _msg(Kind.EVENT, 900 + seq, {"event": "weight", "weight_id": send.meta["args"],
+                                               "ok": True}, channel=send.channel)
+            effects += core.handle(st.ChannelMessage(send.channel, ack, clock(), "ack"))
+    return effects
+
+
+def _weights(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(n)]
+
+
+def test_a_full_budget_evicts_the_oldest_weight_no_request_in_flight_needs(
+        tmp_path: Path) -> None:
+    core, procs, clock = _core(tmp_path, max_weights=2)
+    _form(core, procs, clock)
+    w1, w2, w3, w4 = _weights(4)
+    id1, id2, id3 = (weight_id_of(w) for w in (w1, w2, w3))
+    _register(core, clock, w1, 1)
+    _register(core, clock, w2, 2)
+    x = np.ones((2, 4), np.float32)
+    # a request on w1 stays in flight (no result yet): w1 is needed, w2 is the one to go
+    asked = core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 3, {"weight_id": id1}, (x,)),
+                                          clock(), "ask"))
+    assert [s.meta.get("job") for s in _of(asked, fx.SendToChannel)] == ["live"]
+    effects = _register(core, clock, w3, 4)
+    drops = [s for s in _of(effects, fx.SendToChannel) if s.meta.get("command") == "drop_weight"]
+    assert [(s.channel, s.meta["args"]) for s in drops] == [("c0", id2)]
+    assert [r.meta["outcome"] for r in _of(effects, fx.Reply)] == [id3]
+    assert set(core.weights) == {id1, id3}
+    assert core.metrics.evictions.labels(what="weight")._value.get() == 1
+    # w2's client is told so, and registers it again (test_client side: Client does)
+    gone = core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 5, {"weight_id": id2}, (x,)),
+                                         clock(), "gone"))
+    assert [r.meta["error_type"] for r in _of(gone, fx.Reply)] == ["UnknownWeightError"]
+    # w1 and w3 both in flight: no room can be made, and nothing is evicted
+    core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 6, {"weight_id": id3}, (x,)),
+                                  clock(), "ask3"))
+    refused = _register(core, clock, w4, 7)
+    assert [r.meta["error_type"] for r in _of(refused, fx.Reply)] == ["WeightBudgetError"]
+    assert set(core.weights) == {id1, id3}
+
+
+# ------------------------------------------------------------------ a real daemon
+
+@pytest.mark.parametrize("placement", ["inline", "process"])
+def test_clients_get_bit_exact_results_while_a_small_budget_evicts_their_weights(
+        tmp_path: Path, placement: str) -> None:
+    """Budget of 3 weights, 5 weights and a 2-layer model in use by one client: every
+    result is the reference's bits (evicted weights and models are registered again by the
+    client), evictions are counted, and the channels hold only what the core holds."""
+    cfg = make_config(tmp_path, "2oo3", placement=placement, transport="ipc",
+                      extra={"limits": {"max_weights": 3}})
+    ws = _weights(5)
+    rng = np.random.default_rng(3)
+    with system(cfg) as (daemon, client):
+        ids = [client.register_weight(w) for w in ws[:2]]
+        square = np.eye(3, 4, dtype=np.float32)[:, :3].copy()  # (3, 3): chains after w
+        sid = client.register_weight(square)
+        layers = [Layer(ids[0], None, "relu"), Layer(sid)]
+        mid = client.register_model(layers)
+        ids += [client.register_weight(w) for w in ws[2:]]  # evicts; drops the model
+        for rnd in range(3):
+            for i, w in enumerate(ws):
+                x = rng.standard_normal((2, 4)).astype(np.float32)
+                assert same_bits(client.matmul(x, ids[i], timeout=10.0),
+                                 reference(x, w, cfg)), (rnd, i)
+            x = rng.standard_normal((2, 4)).astype(np.float32)
+            assert same_bits(client.run(mid, x, timeout=10.0),
+                             reference_forward([ws[0], square], layers, x))
+        assert daemon.core is not None and len(daemon.core.weights) <= 3
+        weights = daemon.registry.get_sample_value("safemon_evictions_total", {"what": "weight"})
+        models = daemon.registry.get_sample_value("safemon_evictions_total", {"what": "model"})
+        assert weights is not None and weights >= 10 and models is not None and models >= 1
+        assert client.status()["mode"] == "NORMAL"
+        if placement == "inline":
+            assert daemon._inline is not None
+            for ch in daemon._inline._current.values():
+                assert set(ch.worker._weights) == set(daemon.core.weights), ch.name
+
+
+def test_an_evicted_weights_ecc_counts_stay_in_the_channels_totals(tmp_path: Path) -> None:
+    """A channel reports cumulative ECC totals per incarnation, which must never go down:
+    the corrections counted on a weight it later drops stay in them (no
+    `bad_heartbeat_ecc`, the counter keeps its value)."""
+    import structlog
+
+    from .helpers import wait_for
+
+    cfg = make_config(tmp_path, "2oo3", placement="inline", extra={"limits": {"max_weights": 1}})
+    w1, w2 = _weights(2)
+    x = np.ones((2, 4), np.float32)
+    labels = {"buffer": "weights"}
+    with system(cfg) as (daemon, client), structlog.testing.capture_logs() as logs:
+        id1 = client.register_weight(w1)
+        assert daemon._inline is not None
+        store = daemon._inline._current["c0"].worker._weights[id1].verified()
+        store.reshape(-1).view(np.uint8)[5] ^= np.uint8(1 << 3)  # one flip: corrected at use
+        assert same_bits(client.matmul(x, id1, timeout=10.0), reference(x, w1, cfg))
+
+        def corrected() -> float:
+            return daemon.registry.get_sample_value("safemon_ecc_corrected_total", labels) or 0.0
+
+        assert wait_for(lambda: corrected() == 1.0)
+        client.register_weight(w2)  # evicts w1: c0 drops it
+        assert daemon.core is not None and set(daemon.core.weights) == {weight_id_of(w2)}
+        hb = cfg.timing.heartbeat_interval_s
+        assert not wait_for(lambda: corrected() != 1.0, timeout=5 * hb)
+    assert not [e for e in logs if e.get("event") == "bad_heartbeat_ecc"]
