@@ -591,9 +591,10 @@ class Daemon:
             self.log.warning("foreign_channel_message_dropped", channel=name, kind=msg.kind.value)
             return
         if msg.kind is Kind.RESULT:
-            self.supervisor.on_work_done(name, _work_key(msg.seq, None))
+            self.supervisor.on_work_done(name, _work_key(msg.seq, None), now)
         elif msg.kind is Kind.EVENT and msg.meta.get("event") == "weight":
-            self.supervisor.on_work_done(name, _work_key(0, str(msg.meta.get("weight_id"))))
+            self.supervisor.on_work_done(name, _work_key(0, str(msg.meta.get("weight_id"))),
+                                         now)
         started = None
         if msg.kind in (Kind.REGISTER, Kind.HEARTBEAT):
             try:  # what the supervisor needs; the core judges the rest of the message

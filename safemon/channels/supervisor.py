@@ -14,7 +14,12 @@ items of work. Work sent to it and not answered yet (`on_work_sent` / `on_work_d
 request or self-test until its result, a weight to store until its acknowledgement)
 therefore excuses its silence until the *earliest* deadline of that work still due after its
 last heartbeat: the heartbeat timeout runs from that deadline (or from the last heartbeat
-when there is none). A channel still silent then is lost as before; a missed request or
+when there is none). The answer to work it was sent is heard as a heartbeat: its loop is
+alive then, and its next heartbeat may still be on its way (until 2026-12-06 the answer only
+ended the excuse, so a channel that had stored a weight for longer than the timeout was
+lost in the moment between its acknowledgement and its next heartbeat, and one client's
+registration of a large weight drove a CPU daemon to SAFE). A channel still silent then is
+lost as before; a missed request or
 self-test deadline (or weight acknowledgement) has blamed it in the meantime. Only the
 earliest deadline counts, so work that keeps arriving (self-tests every DTI) never keeps a
 hung channel alive.
@@ -193,11 +198,13 @@ class Supervisor:
         if slot is not None and slot.watching:
             slot.work[key] = deadline
 
-    def on_work_done(self, channel: str, key: Hashable) -> None:
-        """`channel` answered work `key` (a result, a weight acknowledgement)."""
+    def on_work_done(self, channel: str, key: Hashable, now: float) -> None:
+        """`channel` answered work `key` (a result, a weight acknowledgement) at `now`: the
+        work's excuse ends, and, when that work was sent to its current incarnation and is
+        still awaited, the answer counts as a heartbeat."""
         slot = self._slots.get(channel)
-        if slot is not None:
-            slot.work.pop(key, None)
+        if slot is not None and slot.work.pop(key, None) is not None and slot.watching:
+            slot.last_seen = now
 
     @staticmethod
     def _silent_since(last_seen: float, slot: _Slot) -> float:

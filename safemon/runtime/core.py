@@ -522,6 +522,17 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                   reason="the weight budget (limits.max_weights / max_weight_total_bytes) "
                          "is full")
 
+    def _scrub_budget_s(self) -> float:
+        """How long a channel's scrub of every resident weight may keep its loop from
+        heartbeating: `timing.request_deadline_s` plus, per weight, the item cost of an
+        8-row product on it (the order of work of reading it once, as its store is;
+        `safemon.admission.item_cost_s`). Until 2026-12-06 a scrub had no such allowance,
+        and on the NumPy backend every channel holding a 64 MiB weight was lost within a
+        few scrub intervals."""
+        return self.config.timing.request_deadline_s + sum(
+            admission.item_cost_s(self.config, 8, int(w.shape[0]), int(w.shape[1]))
+            for w in self.weights.values())
+
     def _weight_budget_s(self, wid: str) -> float:
         """How long a channel may take to acknowledge weight `wid`: the work budget of an
         8-row work item on it (storing it, ECC encoding included, is that order of work)."""

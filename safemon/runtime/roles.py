@@ -146,6 +146,9 @@ class Roles:
     def _drop_delivery(self, ch: str) -> None:  # pragma: no cover - RuntimeCore overrides
         raise NotImplementedError
 
+    def _scrub_budget_s(self) -> float:  # pragma: no cover - RuntimeCore overrides
+        raise NotImplementedError
+
     # Whole-model hooks (`safemon.runtime.models.ModelRequests` overrides them).
     def _diverging_layer(self, seq: int) -> int | None:
         return None
@@ -356,8 +359,10 @@ class Roles:
         if isinstance(ins, sch.StartSelfTest):
             self._start_selftest(ins, now)
         elif isinstance(ins, sch.StartScrub):
+            # The channel's loop patrols every resident weight before its next heartbeat.
             self._send(ins.channel, Kind.CONTROL, self.next_seq(),
-                       msgs.ChannelCommand(command="scrub").to_meta())
+                       msgs.ChannelCommand(command="scrub").to_meta(),
+                       busy_until=now + self._scrub_budget_s())
         elif isinstance(ins, sch.SelfTestPassed):
             self.metrics.observe_selftest(ins.channel, SelftestResult.PASS, ins.latency)
             ondemand = ins.test_id in self._ondemand

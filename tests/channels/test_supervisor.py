@@ -97,7 +97,7 @@ def test_unanswered_work_excuses_silence_until_its_earliest_deadline(tmp_path: P
     long_deadline = 10 * timeout
     sup.on_work_sent("c0", 1, timeout / 2)
     sup.on_work_sent("c0", ("weight", "w"), long_deadline)
-    sup.on_work_done("c0", 1)
+    sup.on_work_done("c0", 1, timeout / 4)
     assert lost_at(2 * timeout) == []  # silent past the timeout, but storing the weight
     beat_others(long_deadline)
     assert sup.next_wakeup() == long_deadline + timeout  # c0's expiry, and the others' now
@@ -197,3 +197,26 @@ def test_a_watched_process_that_exited_is_due_at_once(tmp_path: Path) -> None:
     assert wake is not None and wake <= 10.2
     assert sup.tick(10.2) == [Lost("c0", "crash", 10.2, "incarnation 0 exited")]
     assert sup.next_wakeup() is None  # reported once; no longer watched
+
+
+def test_an_answer_to_work_counts_as_a_heartbeat(tmp_path: Path) -> None:
+    """A channel silent for longer than the timeout while it stored a weight answers, and
+    its next heartbeat is still on its way: the answer shows its loop alive, so it is not
+    lost at the next tick (it was, until 2026-12-06, and a large weight's registration drove
+    a CPU daemon to SAFE); silence after the answer still counts from the answer. An answer
+    to work never sent to this incarnation is no sign of life."""
+    cfg = make_config(tmp_path, "2oo3")
+    sup = Supervisor(cfg, FakeLauncher(), epoch=5)
+    sup.start_all(0.0)
+    for name in ("c0", "c1", "c2"):
+        sup.on_register(name, 0, 0.0)
+    timeout = cfg.timing.heartbeat_timeout_s
+    sup.on_work_sent("c0", ("weight", "w"), 10 * timeout)
+    answered = 3 * timeout  # long after its last heartbeat (at 0), inside the excuse
+    sup.on_work_done("c0", ("weight", "w"), answered)
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, answered + 2 * timeout)
+    assert sup.tick(answered + timeout / 2) == []
+    sup.on_work_done("c0", ("weight", "never sent"), answered + timeout / 2)
+    lost = sup.tick(answered + timeout + 0.01)
+    assert [(x.channel, x.kind) for x in lost] == [("c0", "heartbeat_lost")]

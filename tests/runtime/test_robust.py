@@ -6,6 +6,7 @@ channel state has a bounded exit. Real daemon, real client, real sockets (inproc
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,6 @@ from safemon.client import Client
 from safemon.errors import (
     InvalidInputError,
     VoteTimeoutError,
-    WeightBudgetError,
 )
 from safemon.transport import Kind, Limits, encode, recv_message
 
@@ -87,7 +87,9 @@ def test_a_clients_short_timeout_blames_the_client_not_the_channels(tmp_path: Pa
 
 def test_oversized_input_and_large_weight_get_typed_errors_not_safe(tmp_path: Path) -> None:
     """An 8 MiB x and a weight over limits.max_weight_bytes are refused with
-    InvalidInputError; too many weights with WeightBudgetError; the mode stays NORMAL."""
+    InvalidInputError; a weight past limits.max_weights evicts the least recently used one
+    (test_eviction.py has the WeightBudgetError left for weights in flight); the mode stays
+    NORMAL."""
     cfg = make_config(tmp_path, "2oo3", extra=_roomy(limits={
         "max_request_bytes": 1024 * 1024, "max_weight_bytes": 64 * 1024, "max_weights": 2}))
     x, w = operands()
@@ -99,8 +101,8 @@ def test_oversized_input_and_large_weight_get_typed_errors_not_safe(tmp_path: Pa
             client.matmul(big_x, wide, timeout=2.0)
         with pytest.raises(InvalidInputError, match="max_weight_bytes"):
             client.register_weight(np.ones((256, 256), dtype=np.float32))
-        with pytest.raises(WeightBudgetError, match="max_weights"):
-            client.register_weight(np.full((4, 4), 3.0, dtype=np.float32))
+        client.register_weight(np.full((4, 4), 3.0, dtype=np.float32))  # evicts w, the oldest
+        assert _value(daemon, "safemon_evictions_total", what="weight") == 1
         assert _value(daemon, "safemon_messages_rejected_total", reason="oversized") >= 1
         assert _healthy(daemon), daemon.status()
         assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
@@ -339,3 +341,24 @@ def test_a_disagreeing_channel_is_retested_and_its_fault_classified(tmp_path: Pa
         for cls in ("transient", "permanent"):
             assert sum(_value(daemon, "safemon_fault_classes_total", kind=k, **{"class": cls})
                        for k in ("disagreement", "selftest_fail")) >= 1
+
+
+def test_registering_the_largest_admitted_weight_faults_no_channel(tmp_path: Path) -> None:
+    """A 4096x4096 weight (64 MiB, limits.max_weight_bytes) keeps each process channel's
+    loop busy storing it (ECC-encoded on the NumPy backend) for longer than the heartbeat
+    timeout. Until 2026-12-06 every channel was lost between its acknowledgement and its
+    next heartbeat, and the daemon went SAFE on one client's legal registration; now the
+    acknowledgement counts as a heartbeat."""
+    # No scrubbing here: a NumPy scrub of 64 MiB outlasts the self-test deadline (docs/ECC.md)
+    timing = {"heartbeat_interval_s": 0.1, "heartbeat_timeout_s": 0.5, "dti_s": 1.0,
+              "selftest_deadline_s": 0.5, "ftti_s": 2.0, "request_deadline_s": 0.25,
+              "scrub_interval_s": None}
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"timing": timing})
+    w = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+    with system(cfg) as (_daemon, client):
+        client.control_timeout_s = 60.0
+        client.register_weight(w)
+        time.sleep(1.0)  # a loss would be found within a heartbeat timeout of the answer
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"], st
