@@ -262,7 +262,9 @@ class TimingConfig(_Model):
     selftest_deadline_s: a self-test result later than this counts as a failed self-test.
     dti_jitter: fraction in [0, 0.5] by which the scheduler may *shorten* a period (to
         de-synchronise channels); it never lengthens it, so the DTI bound holds.
-    scrub_interval_s: period of the ECC scrubber over resident weights; None = off.
+    scrub_interval_s: period of the ECC scrubber over resident weights; None = off. Each
+        scrub patrols for at most min(heartbeat_interval_s, selftest_deadline_s / 4) and the
+        next resumes there: large host (NumPy) weights take several periods (docs/ECC.md).
     heartbeat_interval_s / heartbeat_timeout_s: channel liveness; a channel silent for the
         timeout is treated as failed.
     ftti_s: fault-tolerant time interval of the protected function.

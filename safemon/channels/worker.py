@@ -21,7 +21,8 @@ Messages in (docs/PROTOCOL.md kinds):
 - CONTROL command="drop_weight", args=weight_id: forget that weight (the daemon evicted it,
   `safemon.eviction`), with any captured step that holds it; unanswered. Work sent before
   it was handled before it (arrival order), and no work on it comes after it.
-- CONTROL command="scrub": patrol the resident weights; answered EVENT event="scrub"
+- CONTROL command="scrub": patrol the resident weights (for at most a time slice, resuming
+  where the last scrub stopped: `_scrub`); answered EVENT event="scrub"
   with the pass's corrected / uncorrectable word counts.
 - CONTROL command="inject", args=KIND / command="clear": fault injection (`faults.py`).
 - CONTROL command="stop": leave the loop.
@@ -80,6 +81,10 @@ from safemon.weight_id import weight_id_of
 __all__ = ["ChannelWorker", "Reply", "main"]
 
 log = structlog.get_logger("safemon.channel")
+
+#: Code words a host (NumPy) weight's scrub patrols per step (4 MiB of 32-bit words, tens of
+#: ms on the NumPy backend), between which a scrub command checks its time slice.
+SCRUB_CHUNK_WORDS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,10 @@ class ChannelWorker:
         #: ECC (corrected, uncorrectable) counts of the weights dropped so far (heartbeats
         #: report cumulative totals per incarnation)
         self._ecc_dropped = (0, 0)
+        #: the weight the next scrub starts in, and how long one scrub command may patrol
+        self._scrub_at: str | None = None
+        t = config.timing
+        self._scrub_slice_s = min(t.heartbeat_interval_s, t.selftest_deadline_s / 4)
         #: decoded layer lists by their two wire frames' bytes (`_layers_of`)
         self._decoded: collections.OrderedDict[tuple[bytes, bytes], list[Any]] = (
             collections.OrderedDict())
@@ -406,17 +415,45 @@ class ChannelWorker:
             self.log.info("weight_dropped", weight_id=args[:64], held=dropped is not None,
                           graphs=graphs)
         elif command == "scrub":
-            corrected = uncorrectable = 0
-            for w in self._weights.values():
-                if isinstance(w, ProtectedArray):
-                    res = w.scrub()
-                    corrected += res.corrected
-                    uncorrectable += res.new_uncorrectable
+            corrected, uncorrectable = self._scrub()
             self._send(sock, Kind.EVENT, self._next_seq(), epoch=msg.epoch, meta={
                 "event": "scrub", "buffer": "weights", "corrected": corrected,
                 "uncorrectable": uncorrectable, "count": corrected + uncorrectable,
             })
         return False
+
+    def _scrub(self) -> tuple[int, int]:
+        """One scrub command: patrol the resident weights, from where the last one stopped,
+        for at most `_scrub_slice_s` (then the loop heartbeats and takes the next message,
+        a self-test say); returns (words corrected, new uncorrectable words). On a GPU every
+        weight is patrolled at once (a kernel each). A host weight (NumPy backend: tens of
+        ms per MiB) is patrolled `SCRUB_CHUNK_WORDS` at a time, so that one scrub command
+        never keeps the loop for much longer than the slice: a full patrol of large host
+        weights then takes several scrub intervals (docs/ECC.md, "Scrubbing")."""
+        names = [n for n, w in self._weights.items() if isinstance(w, ProtectedArray)]
+        if not names:
+            return 0, 0
+        first = names.index(self._scrub_at) if self._scrub_at in names else 0
+        end = self._clock() + self._scrub_slice_s
+        corrected = uncorrectable = 0
+        for step in range(len(names)):
+            name = names[(first + step) % len(names)]
+            w = self._weights[name]
+            assert isinstance(w, ProtectedArray)
+            while True:
+                res, done = w.scrub_part(SCRUB_CHUNK_WORDS)
+                corrected += res.corrected
+                uncorrectable += res.new_uncorrectable
+                if done:
+                    break
+                if self._clock() >= end:  # resume inside this weight next time
+                    self._scrub_at = name
+                    return corrected, uncorrectable
+            if self._clock() >= end:
+                self._scrub_at = names[(first + step + 1) % len(names)]
+                return corrected, uncorrectable
+        self._scrub_at = names[first]
+        return corrected, uncorrectable
 
     def _crash(self) -> None:
         if self._exit_process is not None:

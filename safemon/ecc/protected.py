@@ -111,6 +111,8 @@ class ProtectedArray:
         self._on_errors = on_errors
         self._lock = threading.Lock()
         self._known_bad: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
+        #: where the next `scrub_part` starts (a code-word index, a multiple of 4)
+        self._scrub_cursor = 0
         self.corrected_total = 0
         self.uncorrectable_total = 0
         self._derived: dict[Hashable, Any] = {}
@@ -308,6 +310,46 @@ class ProtectedArray:
                 uncorrectable_total=self.uncorrectable_total,
             )
 
+    def scrub_part(self, max_words: int) -> tuple[ScrubResult, bool]:
+        """Patrol the next `max_words` code words (rounded up to a multiple of 4, the check
+        bytes' packing) from where the last call stopped, as `scrub` does for the whole
+        buffer: so that a slow patrol (a host buffer on the NumPy backend: tens of ms per
+        MiB) can be cut into pieces that each end in bounded time. A device buffer is
+        patrolled whole (one kernel; fast).
+
+        Returns:
+            the result for the words patrolled (word indices are the buffer's), and whether
+            this call reached the buffer's end (the next call starts again at word 0).
+
+        Raises:
+            InvalidInputError: `max_words` < 1.
+        """
+        if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1:
+            raise InvalidInputError(f"max_words must be an int >= 1, got {max_words!r}")
+        if self.on_device:
+            return self.scrub(), True
+        wb = self._word_bits // 8
+        with self._lock:
+            total = n_words(int(self._data.nbytes), self._word_bits)
+            start = self._scrub_cursor
+            stop = min(total, start + (max_words + 3) // 4 * 4)
+            flat = self._data.reshape(-1).view(np.uint8)
+            report = decode(flat[start * wb:min(stop * wb, flat.size)],
+                            self._check[start // 4:(stop + 3) // 4],
+                            word_bits=self._word_bits, correct=True)
+            words = report.uncorrectable_words + start
+            new = self._record(report, words)
+            self._scrub_cursor = 0 if stop >= total else stop
+            return ScrubResult(
+                buffer=self._name,
+                n_words=report.n_words,
+                corrected=report.n_corrected,
+                uncorrectable_words=words,
+                new_uncorrectable=new,
+                corrected_total=self.corrected_total,
+                uncorrectable_total=self.uncorrectable_total,
+            ), stop >= total
+
     def update(self, data: Any) -> None:
         """Overwrite the contents with `data` (same shape, dtype and array module) and re-encode.
 
@@ -335,9 +377,13 @@ class ProtectedArray:
 
     # ---- internals ---------------------------------------------------------------------
 
-    def _record(self, report: EccReport) -> int:
-        """Add a report to the cumulative counts; return the number of new bad words."""
-        new_bad = np.setdiff1d(report.uncorrectable_words, self._known_bad, assume_unique=True)
+    def _record(self, report: EccReport,
+                uncorrectable: npt.NDArray[np.int64] | None = None) -> int:
+        """Add a report to the cumulative counts; return the number of new bad words.
+        `uncorrectable`: the report's uncorrectable words as indices of the whole buffer,
+        when the report covers a part of it (default: the report's own)."""
+        bad = report.uncorrectable_words if uncorrectable is None else uncorrectable
+        new_bad = np.setdiff1d(bad, self._known_bad, assume_unique=True)
         if new_bad.size:
             self._known_bad = np.union1d(self._known_bad, new_bad)
         self.corrected_total += report.n_corrected

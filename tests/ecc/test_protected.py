@@ -153,3 +153,38 @@ def test_scrub_corrects_single_errors_and_counts_cumulatively() -> None:
     assert second[0].corrected == 0 and second[1].new_uncorrectable == 0
     assert (a.corrected_total, a.uncorrectable_total) == (2, 0)
     assert (b.corrected_total, b.uncorrectable_total) == (0, 1)
+
+
+@pytest.mark.parametrize("word_bits", [32, 64])
+def test_a_patrol_in_parts_covers_every_word_and_names_words_of_the_whole_buffer(
+        word_bits: int) -> None:
+    """`scrub_part` walks the buffer in steps (a multiple of 4 words), corrects what it
+    finds in place, reports uncorrectable words by their index in the whole buffer, says
+    when it reached the end, and starts again at word 0."""
+    w = _weights((5, 11))  # 220 bytes: a tail word in the 64-bit code
+    pa = ProtectedArray.from_host(w, name="w", word_bits=word_bits, backend="numpy")
+    store = pa.verified()
+    wb = word_bits // 8
+    total = -(-w.nbytes // wb)
+    _flip(store, 3, 1)                      # word 0: corrected by the first part
+    _flip(store, w.nbytes - 1, 6)           # the last word: corrected by the last part
+    _flip(store, 9 * wb, 0)                 # word 9: two flips, uncorrectable
+    _flip(store, 9 * wb + 1, 2)
+    seen, done, parts = 0, False, 0
+    bad: list[int] = []
+    while not done:
+        res, done = pa.scrub_part(5)        # rounded up to 8 words a part
+        seen += res.n_words
+        bad += res.uncorrectable_words.tolist()
+        parts += 1
+    assert seen == total and parts == -(-total // 8)
+    assert bad == [9] and pa.uncorrectable_total == 1 and pa.corrected_total == 2
+    flat = np.array(store).reshape(-1).view(np.uint8)
+    good = w.reshape(-1).view(np.uint8)
+    assert np.array_equal(np.delete(flat, np.s_[9 * wb:10 * wb]),
+                          np.delete(good, np.s_[9 * wb:10 * wb]))
+    res, done = pa.scrub_part(8)            # word 0 again: nothing new
+    assert res.n_words == 8 and res.uncorrectable_words.size == 0 and not done
+    assert pa.uncorrectable_total == 1      # word 9 is known-bad, not counted twice
+    with pytest.raises(InvalidInputError, match="max_words"):
+        pa.scrub_part(0)

@@ -343,22 +343,24 @@ def test_a_disagreeing_channel_is_retested_and_its_fault_classified(tmp_path: Pa
                        for k in ("disagreement", "selftest_fail")) >= 1
 
 
-def test_registering_the_largest_admitted_weight_faults_no_channel(tmp_path: Path) -> None:
+def test_registering_the_largest_admitted_weights_faults_no_channel(tmp_path: Path) -> None:
     """A 4096x4096 weight (64 MiB, limits.max_weight_bytes) keeps each process channel's
     loop busy storing it (ECC-encoded on the NumPy backend) for longer than the heartbeat
-    timeout. Until 2026-12-06 every channel was lost between its acknowledgement and its
-    next heartbeat, and the daemon went SAFE on one client's legal registration; now the
-    acknowledgement counts as a heartbeat."""
-    # No scrubbing here: a NumPy scrub of 64 MiB outlasts the self-test deadline (docs/ECC.md)
+    timeout, and a NumPy scrub of it takes longer than a self-test's deadline. Until
+    2026-12-06 every channel was lost between its acknowledgement and its next heartbeat,
+    and once past that, the scrubs that followed made the self-tests queued behind them
+    overrun: one client's legal registration drove the daemon to SAFE. Now the
+    acknowledgement counts as a heartbeat and a scrub command patrols for a time slice."""
     timing = {"heartbeat_interval_s": 0.1, "heartbeat_timeout_s": 0.5, "dti_s": 1.0,
               "selftest_deadline_s": 0.5, "ftti_s": 2.0, "request_deadline_s": 0.25,
-              "scrub_interval_s": None}
+              "scrub_interval_s": 0.3}
     cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
                       extra={"timing": timing})
-    w = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+    rng = np.random.default_rng(0)
     with system(cfg) as (_daemon, client):
         client.control_timeout_s = 60.0
-        client.register_weight(w)
-        time.sleep(1.0)  # a loss would be found within a heartbeat timeout of the answer
+        for _ in range(2):  # 128 MiB resident: a whole patrol takes a second or more
+            client.register_weight(rng.standard_normal((4096, 4096)).astype(np.float32))
+        time.sleep(4.0)  # a loss within a heartbeat timeout; overruns within a few scrubs
         st = client.status()
         assert st["mode"] == "NORMAL" and not st["faults"], st
