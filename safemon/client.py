@@ -58,7 +58,7 @@ import numpy as np
 import numpy.typing as npt
 import zmq
 
-from safemon import errors
+from safemon import admission, errors
 from safemon.arrays import array_library, as_host, device_view
 from safemon.config import Config, load_config
 from safemon.device_io import ExchangeBuffers, StagedRequest
@@ -316,29 +316,43 @@ class Client:
     @_one_at_a_time
     def register_weight(self, w: npt.NDArray[np.float32]) -> str:
         """Make `w` ((K, N) float32, finite) resident in every channel; returns its id.
+        Waits `control_timeout_s` plus the channels' time to store w (`_storing_s`: seconds
+        per MiB on a CPU backend's budget).
 
         Raises:
             InvalidInputError: bad array. DaemonUnreachableError: no answer in time.
         """
         w = _check_matrix("w", w)
-        wid = self._register(msgs.RegisterWeight(), (w,))
+        wid = self._register(msgs.RegisterWeight(), (w,), self._storing_s(w))
         self._weights[wid] = np.array(w, copy=True)
         return wid
 
+    def _storing_s(self, w: npt.NDArray[np.float32]) -> float:
+        """How long the daemon may take to answer `register_weight(w)` beyond the transport:
+        it answers once every channel has stored w, each within its acknowledgement budget
+        (`admission.work_budget_s` of an 8-row item on w, priced at the config's
+        `limits.min_channel_gflops`), and inline channels store one after another. Until
+        2026-12-06 the client waited `control_timeout_s` (2 s) alone, and a 64 MiB weight,
+        which three inline channels on an H100 took 1.3-1.9 s to store, timed out as
+        "unreachable" (evidence/h100-2026-12-06-stop55/, call 3)."""
+        k, n = int(w.shape[0]), int(w.shape[1])
+        return len(self.config.channel_names) * admission.work_budget_s(self.config, 8, k, n)
+
     def _register(self, message: msgs.RegisterWeight | msgs.RegisterModel,
-                  arrays: tuple[npt.NDArray[Any], ...]) -> str:
+                  arrays: tuple[npt.NDArray[Any], ...], extra_s: float = 0.0) -> str:
         """Send a registration on ingress; returns the reply's `outcome` (the new id).
+        It waits `control_timeout_s` plus `extra_s` (the channels' storing, `_storing_s`).
 
         Raises:
-            DaemonUnreachableError: no answer in `control_timeout_s`; the daemon's typed
-                error (e.g. InvalidInputError, WeightBudgetError) when it refuses.
+            DaemonUnreachableError: no answer in that time; the daemon's typed error (e.g.
+                InvalidInputError, WeightBudgetError) when it refuses.
         """
-        reply = self._call(self._ingress, Kind.CONTROL, message.to_meta(), arrays,
-                           self.control_timeout_s)
+        wait_s = self.control_timeout_s + extra_s
+        reply = self._call(self._ingress, Kind.CONTROL, message.to_meta(), arrays, wait_s)
         if reply is None:
             raise DaemonUnreachableError(
                 f"no answer to {message.TAG[1] if message.TAG else 'register'} on "
-                f"{self.config.endpoints.ingress} within {self.control_timeout_s} s")
+                f"{self.config.endpoints.ingress} within {wait_s:.3g} s")
         if reply.kind is Kind.ERROR:
             self._raise(reply)
         return self._control_reply(reply).outcome

@@ -86,3 +86,17 @@ def test_register_model_sends_this_clients_weights_again_to_a_daemon_that_lost_t
         other = Layer(weight_id_of(w * 2))  # a weight nobody registered: still refused
         with pytest.raises(UnknownWeightError, match="not registered"):
             client.register_model([other])
+
+
+def test_a_large_weight_is_given_the_time_its_channels_take_to_store_it(tmp_path: Path) -> None:
+    """Three inline channels store a 16 MiB weight one after another (ECC-encoded on the
+    NumPy backend), which takes far longer than this client's 50 ms control timeout: the
+    registration waits for it instead of raising DaemonUnreachableError (a 64 MiB weight
+    timed out so against three inline channels on an H100, at the default 2 s)."""
+    cfg = make_config(tmp_path, "2oo3", placement="inline", transport="ipc")
+    w = np.random.default_rng(6).standard_normal((2048, 2048)).astype(np.float32)
+    with system(cfg) as (daemon, client):
+        client.control_timeout_s = 0.05
+        wid = client.register_weight(w)
+        assert daemon.core is not None and wid in daemon.core.weights
+        assert daemon.status()["mode"] == "NORMAL"
