@@ -93,6 +93,11 @@ DRAIN_SWEEP_S = 0.1
 TIMER_PERIOD_S = 0.05
 
 
+#: The supervisor's key of a channel's scrub: its report (EVENT event="scrub") echoes no
+#: sequence number, and a channel has at most one scrub queued at a time.
+_SCRUB_KEY = ("scrub",)
+
+
 def _work_key(seq: int, weight_id: str | None) -> object:
     """The supervisor's key of one item of channel work: a weight by its id (its
     acknowledgement names the id), anything else by the sequence number its result echoes."""
@@ -595,6 +600,8 @@ class Daemon:
         elif msg.kind is Kind.EVENT and msg.meta.get("event") == "weight":
             self.supervisor.on_work_done(name, _work_key(0, str(msg.meta.get("weight_id"))),
                                          now)
+        elif msg.kind is Kind.EVENT and msg.meta.get("event") == "scrub":
+            self.supervisor.on_work_done(name, _SCRUB_KEY, now)
         started = None
         if msg.kind in (Kind.REGISTER, Kind.HEARTBEAT):
             try:  # what the supervisor needs; the core judges the rest of the message
@@ -752,7 +759,9 @@ class Daemon:
         if sent and e.busy_until is not None:
             # The channel's loop computes instead of heartbeating until then (supervisor).
             assert self.supervisor is not None
-            self.supervisor.on_work_sent(e.channel, _work_key(e.seq, e.weight_id), e.busy_until)
+            key = (_SCRUB_KEY if e.kind is Kind.CONTROL and e.meta.get("command") == "scrub"
+                   else _work_key(e.seq, e.weight_id))
+            self.supervisor.on_work_sent(e.channel, key, e.busy_until)
         return sent
 
     def _send_to(self, name: str, kind: Kind, seq: int, meta: dict[str, Any],

@@ -522,14 +522,15 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                   reason="the weight budget (limits.max_weights / max_weight_total_bytes) "
                          "is full")
 
-    def _scrub_budget_s(self) -> float:
-        """How long a channel's scrub of every resident weight may keep its loop from
-        heartbeating: `timing.request_deadline_s` plus, per weight, the item cost of an
-        8-row product on it (the order of work of reading it once, as its store is;
-        `safemon.admission.item_cost_s`). Until 2026-12-06 a scrub had no such allowance,
-        and on the NumPy backend every channel holding a 64 MiB weight was lost within a
-        few scrub intervals."""
-        return self.config.timing.request_deadline_s + sum(
+    def _scrub_busy_until(self, ch: str, now: float) -> float:
+        """Until when a scrub sent to `ch` at `now` may keep its loop from heartbeating: the
+        work queued ahead of it (`_queued_s`: the supervisor counts only the earliest
+        deadline of a channel's unanswered work, so a scrub's must not end before the work
+        it waits behind), then `timing.request_deadline_s` plus, per resident weight, the
+        item cost of an 8-row product on it (the order of work of reading it once, as its
+        store is; `safemon.admission.item_cost_s`). A scrub command patrols for a time
+        slice at most (`ChannelWorker._scrub`), so this is an upper bound."""
+        return now + self._queued_s(ch, now) + self.config.timing.request_deadline_s + sum(
             admission.item_cost_s(self.config, 8, int(w.shape[0]), int(w.shape[1]))
             for w in self.weights.values())
 

@@ -146,7 +146,7 @@ class Roles:
     def _drop_delivery(self, ch: str) -> None:  # pragma: no cover - RuntimeCore overrides
         raise NotImplementedError
 
-    def _scrub_budget_s(self) -> float:  # pragma: no cover - RuntimeCore overrides
+    def _scrub_busy_until(self, ch: str, now: float) -> float:  # pragma: no cover - overridden
         raise NotImplementedError
 
     # Whole-model hooks (`safemon.runtime.models.ModelRequests` overrides them).
@@ -362,7 +362,7 @@ class Roles:
             # The channel's loop patrols every resident weight before its next heartbeat.
             self._send(ins.channel, Kind.CONTROL, self.next_seq(),
                        msgs.ChannelCommand(command="scrub").to_meta(),
-                       busy_until=now + self._scrub_budget_s())
+                       busy_until=self._scrub_busy_until(ins.channel, now))
         elif isinstance(ins, sch.SelfTestPassed):
             self.metrics.observe_selftest(ins.channel, SelftestResult.PASS, ins.latency)
             ondemand = ins.test_id in self._ondemand
