@@ -93,8 +93,9 @@ DRAIN_SWEEP_S = 0.1
 TIMER_PERIOD_S = 0.05
 
 
-#: The supervisor's key of a channel's scrub: its report (EVENT event="scrub") echoes no
-#: sequence number, and a channel has at most one scrub queued at a time.
+#: The supervisor's key of a channel's scrubs: their reports (EVENT event="scrub") echo no
+#: sequence number. Scrubs sent one after another share it (the later allowance replaces the
+#: earlier), and the first report ends it; each scrub is a time slice at most.
 _SCRUB_KEY = ("scrub",)
 
 

@@ -11,9 +11,12 @@ Contract
 Events in (frozen dataclasses):
 
 - `Tick(now)`: time passes.
-- `ChannelJoined(channel, now)`: start scheduling `channel`. Its first self-test is due at
-  `next_due(config, Job.SELFTEST, now, u)`, i.e. within one DTI; an immediate test (a
-  rejoining channel must pass one before it votes) is asked for with `RunNow`.
+- `ChannelJoined(channel, now, selftest_due=None, scrub_due=None)`: start scheduling
+  `channel`. Its first self-test is due at `next_due(config, Job.SELFTEST, now, u)`, i.e.
+  within one DTI, or at `selftest_due` when that is earlier (a channel that left for a
+  while, to store a weight, keeps the self-test it was due; one already due starts at once),
+  and its first scrub likewise with `scrub_due`; an immediate test (a rejoining channel must
+  pass one before it votes) is asked for with `RunNow`.
 - `ChannelLeft(channel, now)`: stop scheduling `channel`; its outstanding self-tests become
   stale (their results are ignored, no overrun is reported for them). Leaving an unknown
   channel does nothing. A restarted channel process should leave and join again, so that
@@ -284,10 +287,13 @@ class Tick:
 
 @dataclass(frozen=True)
 class ChannelJoined:
-    """Start scheduling `channel` (first self-test due within one DTI)."""
+    """Start scheduling `channel` (first self-test due within one DTI, or at `selftest_due`
+    when that is earlier)."""
 
     channel: str
     now: float
+    selftest_due: float | None = None
+    scrub_due: float | None = None
 
 
 @dataclass(frozen=True)
@@ -504,6 +510,11 @@ class Scheduler:
         """When `channel`'s next periodic self-test is due. Raises KeyError if unknown."""
         return self._channels[channel].next_selftest
 
+    def scrub_due(self, channel: str) -> float | None:
+        """When `channel`'s next scrub is due (None: no scrubbing). Raises KeyError if
+        unknown."""
+        return self._channels[channel].next_scrub
+
     def next_wakeup(self) -> float | None:
         """The earliest time at which a `Tick` has work to do; None with no channel joined.
 
@@ -534,15 +545,16 @@ class Scheduler:
         match event:
             case Tick():
                 pass
-            case ChannelJoined(channel=c, now=now):
+            case ChannelJoined(channel=c, now=now, selftest_due=due, scrub_due=scrub):
+                regular = next_due(self._config, Job.SELFTEST, now, self._draw())
+                scrub_at = (next_due(self._config, Job.SCRUB, now)
+                            if self._config.scrub_interval is not None else None)
+                if scrub_at is not None and scrub is not None:
+                    scrub_at = min(scrub_at, max(scrub, now))
                 self._channels[c] = _Channel(
                     joined_at=now,
-                    next_selftest=next_due(self._config, Job.SELFTEST, now, self._draw()),
-                    next_scrub=(
-                        next_due(self._config, Job.SCRUB, now)
-                        if self._config.scrub_interval is not None
-                        else None
-                    ),
+                    next_selftest=regular if due is None else min(regular, max(due, now)),
+                    next_scrub=scrub_at,
                 )
             case ChannelLeft(channel=c):
                 self._channels.pop(c, None)
@@ -578,8 +590,12 @@ class Scheduler:
         if self._now is not None and event.now < self._now:
             raise InvalidInputError(f"time went backwards: event at {event.now} after {self._now}")
         match event:
-            case ChannelJoined(channel=c):
+            case ChannelJoined(channel=c, selftest_due=due, scrub_due=scrub):
                 _check_channel(c)
+                if due is not None:
+                    check_seconds("selftest_due", due)
+                if scrub is not None:
+                    check_seconds("scrub_due", scrub)
                 if c in self._channels:
                     raise InvalidInputError(
                         f"channel {c!r} joined twice; send ChannelLeft first when it restarts"

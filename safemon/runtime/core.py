@@ -107,6 +107,9 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self._sent_expiry: list[tuple[float, int]] = []
         #: channels registered and waiting for their weights before they join the schedule
         self._awaiting_join: set[str] = set()
+        #: per channel out of the schedule to store weights, the self-test and scrub it was
+        #: due then
+        self._due_after_store: dict[str, tuple[float, float | None]] = {}
         #: weight id -> (clients waiting for register_weight's reply, channels still owing
         #: the acknowledgement)
         self._weight_waits: dict[str, tuple[list[tuple[bytes, int]], set[str]]] = {}
@@ -438,8 +441,16 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                            f"a weight must be a non-empty, finite, 2-D float32 array, got {w.dtype} {w.shape}")
             return
         wid = weight_id_of(w)
+        now = self.clock()
         if wid in self.weights:
             self._weight_lru.move_to_end(wid)
+        elif (due := self._due_a_selftest(now)) is not None:
+            # Storing takes the channels out of the self-test schedule; a stream of new
+            # weights (evictions make it endless) must not keep a voting channel untested.
+            self._error_to("ingress", identity, msg.seq, "BusyError",
+                           f"channel {due} is due for its periodic self-test: new weights wait "
+                           "until it has passed one (retry)")
+            return
         else:
             refusal = admission.check_weight(self.config, w.shape, len(self.weights),
                                              self._weight_bytes)
@@ -457,14 +468,16 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             owing = {ch for ch in self.config.channel_names if self.processes.registered(ch)}
             if owing:
                 self._weight_waits[wid] = ([], owing)
-            now = self.clock()
             for ch in owing:
                 self._deliveries[ch].add(wid)
                 if ch in self.scheduler.channels:
                     # Storing a large weight (checked, ECC-encoded, uploaded) keeps the
                     # channel's loop busy for up to its ack budget: a self-test queued behind
                     # it would overrun through no fault of the channel. It leaves the
-                    # schedule and rejoins once it holds the weight (`_pump_weights`).
+                    # schedule and rejoins once it holds the weight (`_pump_weights`), with
+                    # the self-test it was due then.
+                    self._due_after_store.setdefault(
+                        ch, (self.scheduler.selftest_due(ch), self.scheduler.scrub_due(ch)))
                     self._sched(sch.ChannelLeft(ch, now))
                     self._awaiting_join.add(ch)
                 self._pump_weights(ch, now)
@@ -557,7 +570,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             d.sent(wid, ack_by)
         if d.idle and ch in self._awaiting_join:
             self._awaiting_join.discard(ch)
-            self._sched(sch.ChannelJoined(ch, now))
+            test_due, scrub_due = self._due_after_store.pop(ch, (None, None))
+            self._sched(sch.ChannelJoined(ch, now, test_due, scrub_due))
             if (self.controller.mode is not Mode.SAFE
                     and self.controller.channel_state(ch) is ChannelState.STARTING):
                 self._run_now(ch, now)
@@ -573,9 +587,20 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 self._reply("ingress", identity, Kind.REPLY, seq,
                             msgs.ControlReply(ok=True, outcome=wid).to_meta())
 
+    def _due_a_selftest(self, now: float) -> str | None:
+        """A voting channel whose last passed self-test started more than one DTI before
+        `now` (it is due its next one), or None."""
+        dti = self.config.timing.dti_s
+        for ch in self.controller.voting:
+            started = self._selftest_passed_at.get(ch)
+            if started is not None and now - started > dti:
+                return ch
+        return None
+
     def _drop_delivery(self, ch: str) -> None:
         """`ch` is being restarted or isolated: it owes nothing more (its next incarnation
         gets every weight afresh), and no client waits for it."""
+        self._due_after_store.pop(ch, None)
         self._deliveries[ch].begin(())
         self._awaiting_join.discard(ch)
         for wid in list(self._weight_waits):

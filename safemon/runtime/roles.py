@@ -95,6 +95,8 @@ class Roles:
         self._tests: dict[int, SelfTestInFlight] = {}
         self._ondemand: set[int] = set()
         self._runnow_at: dict[str, float] = {}
+        #: per channel, when its last passed self-test started (`RuntimeCore._due_a_selftest`)
+        self._selftest_passed_at: dict[str, float] = {}
         self._injected_at: dict[str, float] = {}
         self._injected_expiry: dict[str, float] = {}  # set when a fault is cleared
         self._ctl_queue: collections.deque[ctl.ControllerEvent] = collections.deque()
@@ -365,6 +367,7 @@ class Roles:
                        busy_until=self._scrub_busy_until(ins.channel, now))
         elif isinstance(ins, sch.SelfTestPassed):
             self.metrics.observe_selftest(ins.channel, SelftestResult.PASS, ins.latency)
+            self._selftest_passed_at[ins.channel] = now - ins.latency  # when it started
             ondemand = ins.test_id in self._ondemand
             self._ondemand.discard(ins.test_id)
             if ondemand and self._classifier.active(ins.channel):

@@ -87,7 +87,7 @@ class _Snapshot(nn.Module):
     def __init__(self, name: str) -> None:
         super().__init__()
         self.layer_name = name
-        self._versions: tuple[int | None, ...] = ()
+        self._versions: tuple[tuple[int, int | None], ...] = ()
 
     def _hold(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         """Keep detached copies of `weight` and `bias` as the buffers `weight` and `bias`,
@@ -100,8 +100,11 @@ class _Snapshot(nn.Module):
         """Record the versions of the weight and bias buffers."""
         self._versions = self._buffer_versions()
 
-    def _buffer_versions(self) -> tuple[int | None, ...]:
-        return tuple(_version_of(b) for name, b in self._buffers.items()
+    def _buffer_versions(self) -> tuple[tuple[int, int | None], ...]:
+        """Each weight/bias buffer's identity and version: an in-place write bumps the
+        version, a replacement (`load_state_dict(assign=True)`, `layer.weight = t`) the
+        identity."""
+        return tuple((id(b), _version_of(b)) for name, b in self._buffers.items()
                      if b is not None and name != "_device_probe")
 
     def _check_unchanged(self) -> None:

@@ -359,3 +359,18 @@ def test_bad_events_raise_and_leave_the_scheduler_unchanged(event: object, fragm
         s.handle(event)  # type: ignore[arg-type]
     assert (s.channels, s.selftest_due("a"), s.pending("a"), s.next_wakeup()) == before
     assert s.handle(Tick(5.0)) == []  # the clock did not move
+
+
+def test_a_rejoin_keeps_the_selftest_and_scrub_the_channel_was_due() -> None:
+    """A channel that left to store a weight rejoins with the tests it was due: a due time
+    already past starts at once, a later one stays, and neither is pushed to a full
+    interval after the rejoin."""
+    cfg = SchedulerConfig(dti=10.0, selftest_deadline=2.0, patterns=("p0",), scrub_interval=20.0)
+    s = joined(cfg)
+    assert s.selftest_due("a") == 10.0 and s.scrub_due("a") == 20.0
+    s.handle(ChannelLeft("a", 9.0))
+    s.handle(ChannelJoined("a", 12.0, selftest_due=10.0, scrub_due=20.0))
+    assert s.selftest_due("a") == 12.0 and s.scrub_due("a") == 20.0
+    assert starts(s.handle(Tick(12.0))) == [StartSelfTest("a", 1, "p0", 14.0)]
+    with pytest.raises(InvalidInputError, match="selftest_due"):
+        s.handle(ChannelJoined("b", 13.0, selftest_due=float("nan")))

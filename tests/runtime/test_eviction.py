@@ -208,3 +208,56 @@ def test_an_evicted_weights_ecc_counts_stay_in_the_channels_totals(tmp_path: Pat
         hb = cfg.timing.heartbeat_interval_s
         assert not wait_for(lambda: corrected() != 1.0, timeout=5 * hb)
     assert not [e for e in logs if e.get("event") == "bad_heartbeat_ecc"]
+
+
+def test_a_stream_of_new_weights_never_keeps_a_voting_channel_from_its_tests(
+        tmp_path: Path) -> None:
+    """Every new weight takes the channels out of the self-test schedule while they store
+    it, and with eviction the stream of new weights has no end. A channel rejoins with the
+    self-test and scrub it was due (found by a review: the schedule restarted at each
+    rejoin, and a registration every 0.1 s left a voting channel with no self-test and no
+    scrub for as long as it went on). 10 s of core time, a new weight every 0.1 s."""
+
+    from .test_core import _pass_selftests
+
+    core, procs, clock = _core(tmp_path, max_weights=2)
+    _form(core, procs, clock)
+    t = core.config.timing
+    assert t.scrub_interval_s is not None
+    ws = _weights(3)
+    tests = scrubs = registered = 0
+    end, next_reg, i = clock.now + 10.0, clock.now, 0
+    while clock.now < end:
+        effects: list[fx.Effect] = []
+        if clock.now >= next_reg:
+            got = _register(core, clock, ws[i % 3], 100 + i)
+            registered += sum(1 for r in _of(got, fx.Reply) if r.kind is Kind.REPLY)
+            effects += got
+            i, next_reg = i + 1, clock.now + 0.1
+        effects += core.handle(st.TimerTick(clock.now, st.stimulus_id("tick")))
+        sends = _of(effects, fx.SendToChannel)
+        tests += sum(1 for s in sends if s.meta.get("job") == "selftest")
+        scrubs += sum(1 for s in sends if s.meta.get("command") == "scrub")
+        _pass_selftests(core, sends, clock)
+        clock.now += 0.05
+    assert registered >= 90  # the weights still come and go
+    assert tests >= 0.8 * 10.0 / t.dti_s and scrubs >= 0.8 * 10.0 / t.scrub_interval_s
+    assert core.controller.mode.value == "NORMAL"
+
+
+def test_a_new_weight_waits_while_a_voting_channel_is_due_its_selftest(tmp_path: Path) -> None:
+    """A voting channel whose last passed self-test started more than a DTI ago is due its
+    next one: a new weight (which would take it out of the schedule) is answered BusyError
+    until it has passed; a weight already held is answered at once."""
+    core, procs, clock = _core(tmp_path, max_weights=4)
+    _form(core, procs, clock)
+    w1, w2 = _weights(2)
+    _register(core, clock, w1, 1)
+    core._selftest_passed_at["c0"] = clock.now - 2 * core.config.timing.dti_s
+    refused = _register(core, clock, w2, 2)
+    assert [r.meta.get("error_type") for r in _of(refused, fx.Reply)] == ["BusyError"]
+    again = _register(core, clock, w1, 3)
+    assert [r.meta.get("outcome") for r in _of(again, fx.Reply)] == [weight_id_of(w1)]
+    core._selftest_passed_at["c0"] = clock.now
+    accepted = _register(core, clock, w2, 4)
+    assert [r.meta.get("outcome") for r in _of(accepted, fx.Reply)] == [weight_id_of(w2)]

@@ -317,6 +317,11 @@ def test_weights_changed_after_protect_are_refused(
         fresh[0].bias.add_(1.0)
         with pytest.raises(ValueError, match=r"changed after protect"):
             fresh(x)
+    assigned = protect(nn.Sequential(nn.Linear(16, 4)).eval(), client=client, verbose=False)
+    state = {k: v * 2 for k, v in assigned.state_dict().items()}
+    assigned.load_state_dict(state, assign=True)  # replaces the buffers: no in-place write
+    with torch.no_grad(), pytest.raises(ValueError, match=r"changed after protect"):
+        assigned(x)
     assert _released(daemon) == before
 
 
