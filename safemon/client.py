@@ -204,6 +204,9 @@ class Client:
         self.config = config
         #: Held by every public call, for its whole length (`_one_at_a_time`).
         self._lock = threading.RLock()
+        #: While a request registers its evicted weight or model again: the request's end
+        #: (monotonic s), which bounds those registrations' waits (`_request`, `_register`).
+        self._register_until: float | None = None
         self._own_ctx = context is None
         self.ctx: Context = zmq.Context() if context is None else context
         self.control_timeout_s = control_timeout_s
@@ -353,9 +356,18 @@ class Client:
         """
         wait_s = self.control_timeout_s + extra_s
         end = time.monotonic() + wait_s
+        capped = self._register_until is not None and self._register_until < end
+        if capped:
+            assert self._register_until is not None
+            end = self._register_until
         while True:
             reply = self._call(self._ingress, Kind.CONTROL, message.to_meta(), arrays,
                                max(end - time.monotonic(), 1e-3))
+            if reply is None and capped:
+                raise VoteTimeoutError(
+                    "the request's weight or model was not registered with the daemon (evicted "
+                    "or lost in a restart), and registering it again did not finish within the "
+                    "request's timeout; the daemon goes on storing it: retry the request")
             if reply is None:
                 raise DaemonUnreachableError(
                     f"no answer to {message.TAG[1] if message.TAG else 'register'} on "
@@ -585,7 +597,11 @@ class Client:
                     return out
             err = msgs.ErrorReply.parse(reply.meta) if reply.kind is Kind.ERROR else None
             if err is not None and err.error_type in ("UnknownWeightError", "UnknownModelError"):
-                reregister(reply)
+                self._register_until = end  # within this request's timeout (`_register`)
+                try:
+                    reregister(reply)
+                finally:
+                    self._register_until = None
                 continue
             if reply.kind is Kind.ERROR:
                 self._raise(reply)

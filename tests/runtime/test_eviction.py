@@ -261,3 +261,26 @@ def test_a_new_weight_waits_while_a_voting_channel_is_due_its_selftest(tmp_path:
     core._selftest_passed_at["c0"] = clock.now
     accepted = _register(core, clock, w2, 4)
     assert [r.meta.get("outcome") for r in _of(accepted, fx.Reply)] == [weight_id_of(w2)]
+
+
+def test_a_request_whose_weight_was_evicted_keeps_its_timeout(tmp_path: Path) -> None:
+    """The client registers an evicted weight again inside the request, within the
+    request's timeout: a 16 MiB weight that three inline NumPy channels take far longer to
+    store than the request's 0.2 s is answered VoteTimeoutError saying so (not after the
+    registration's own, much longer, wait), and the daemon goes on storing it."""
+    from safemon.errors import VoteTimeoutError
+
+    from .helpers import wait_for
+
+    cfg = make_config(tmp_path, "2oo3", placement="inline", transport="ipc",
+                      extra={"limits": {"max_weights": 1}})
+    big = np.random.default_rng(8).standard_normal((2048, 2048)).astype(np.float32)
+    small = _weights(1)[0]
+    with system(cfg) as (daemon, client):
+        client.control_timeout_s = 30.0
+        big_id = client.register_weight(big)
+        client.register_weight(small)  # evicts the big one
+        assert daemon.core is not None and big_id not in daemon.core.weights
+        with pytest.raises(VoteTimeoutError, match="registering it again did not finish"):
+            client.matmul(np.ones((1, 2048), np.float32), big_id, timeout=0.2)
+        assert wait_for(lambda: big_id in daemon.core.weights, timeout=30.0)  # type: ignore[union-attr]
