@@ -69,6 +69,7 @@ from safemon.errors import (
     SafemonError,
     UnknownWeightError,
     VoteTimeoutError,
+    WeightBudgetError,
 )
 from safemon.models.activations import Activation, epilogue
 from safemon.models.layers import Layer, encode_model, validate_layers
@@ -428,15 +429,24 @@ class Client:
             InvalidInputError: no layers, an unregistered weight, a bias of the wrong
                 length, or shapes that do not chain (the message names the layer index).
             DaemonUnreachableError: no answer in time.
+            WeightBudgetError: the model's weights do not fit the daemon's budget together.
         """
         validate_layers(layers, {wid: w.shape for wid, w in self._weights.items()})
         spec, biases = encode_model(layers)
         try:
             mid = self._register(msgs.RegisterModel(), (spec, biases))
         except UnknownWeightError:  # a restarted daemon: this client's weights, sent again
-            for wid in dict.fromkeys(ly.weight_id for ly in layers):
+            wids = list(dict.fromkeys(ly.weight_id for ly in layers))
+            for wid in wids:
                 self.register_weight(self._weights[wid])
-            mid = self._register(msgs.RegisterModel(), (spec, biases))
+            try:
+                mid = self._register(msgs.RegisterModel(), (spec, biases))
+            except UnknownWeightError as exc:  # each weight evicted the ones before it
+                mib = sum(self._weights[w].nbytes for w in wids) / 2**20
+                raise WeightBudgetError(
+                    f"the model's {len(wids)} weights ({mib:.1f} MiB) do not fit the daemon's "
+                    "weight budget together (limits.max_weights / max_weight_total_bytes): "
+                    f"each evicted the ones before it ({exc})") from None
         self._models[mid] = tuple(layers)
         return mid
 

@@ -284,3 +284,17 @@ def test_a_request_whose_weight_was_evicted_keeps_its_timeout(tmp_path: Path) ->
         with pytest.raises(VoteTimeoutError, match="registering it again did not finish"):
             client.matmul(np.ones((1, 2048), np.float32), big_id, timeout=0.2)
         assert wait_for(lambda: big_id in daemon.core.weights, timeout=30.0)  # type: ignore[union-attr]
+
+
+def test_a_model_whose_weights_do_not_fit_together_is_a_budget_error(tmp_path: Path) -> None:
+    """Budget of one weight, a model of two: each registration evicts the other, and
+    register_model says that the weights do not fit together (WeightBudgetError), not that
+    a weight the caller has just registered is unknown."""
+    from safemon.errors import WeightBudgetError
+
+    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"max_weights": 1}})
+    w1, w2 = _weights(2)
+    with system(cfg) as (_daemon, client):
+        first, second = client.register_weight(w1), client.register_weight(w2.T.copy())
+        with pytest.raises(WeightBudgetError, match=r"2 weights .* do not fit"):
+            client.register_model([Layer(first), Layer(second)])
