@@ -102,8 +102,9 @@ raising `VoteTimeoutError` "no answer from the daemon" itself."""
 
 
 REGISTER_RETRY_S = 0.01
-"""How long (seconds) the client waits before sending a registration again that the daemon
-answered `BusyError` (a voting channel is due its periodic self-test first)."""
+"""How long (seconds) the client first waits before sending a registration again that the
+daemon answered `BusyError` (a voting channel is due its periodic self-test first); the
+pause doubles with each refusal, up to 16 times this."""
 
 MAX_TIMEOUT_S = 86_400.0
 """The longest timeout (seconds) a request may be given: a day. Longer would overflow the
@@ -329,6 +330,8 @@ class Client:
 
         Raises:
             InvalidInputError: bad array. DaemonUnreachableError: no answer in time.
+            BusyError: a voting channel was due its periodic self-test for the whole wait
+                (the daemon registers nothing new until it has passed one).
         """
         w = _check_matrix("w", w)
         wid = self._register(msgs.RegisterWeight(), (w,), self._storing_s(w))
@@ -361,6 +364,7 @@ class Client:
         if capped:
             assert self._register_until is not None
             end = self._register_until
+        pause = REGISTER_RETRY_S
         while True:
             reply = self._call(self._ingress, Kind.CONTROL, message.to_meta(), arrays,
                                max(end - time.monotonic(), 1e-3))
@@ -373,11 +377,13 @@ class Client:
                 raise DaemonUnreachableError(
                     f"no answer to {message.TAG[1] if message.TAG else 'register'} on "
                     f"{self.config.endpoints.ingress} within {wait_s:.3g} s")
-            # BusyError: a voting channel is due its self-test first (RuntimeCore); retried
+            # BusyError: a voting channel is due its self-test first (RuntimeCore); sent
+            # again after a pause that doubles up to 16 times REGISTER_RETRY_S
             if (reply.kind is not Kind.ERROR or reply.meta.get("error_type") != "BusyError"
-                    or time.monotonic() + REGISTER_RETRY_S >= end):
+                    or time.monotonic() + pause >= end):
                 break
-            time.sleep(REGISTER_RETRY_S)
+            time.sleep(pause)
+            pause = min(2 * pause, 16 * REGISTER_RETRY_S)
         if reply.kind is Kind.ERROR:
             self._raise(reply)
         return self._control_reply(reply).outcome
@@ -445,8 +451,9 @@ class Client:
                 mib = sum(self._weights[w].nbytes for w in wids) / 2**20
                 raise WeightBudgetError(
                     f"the model's {len(wids)} weights ({mib:.1f} MiB) do not fit the daemon's "
-                    "weight budget together (limits.max_weights / max_weight_total_bytes): "
-                    f"each evicted the ones before it ({exc})") from None
+                    "weight budget together (limits.max_weights / max_weight_total_bytes), or "
+                    "other clients' registrations evicted them meanwhile: each was evicted "
+                    f"before the model could be registered ({exc})") from None
         self._models[mid] = tuple(layers)
         return mid
 

@@ -435,22 +435,23 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         if len(msg.arrays) != 1:
             self._error_to("ingress", identity, msg.seq, "InvalidInputError", "register_weight needs one array")
             return
+        now = self.clock()
+        if (due := self._due_a_selftest(now)) is not None:
+            # Storing takes the channels out of the self-test schedule; a stream of new
+            # weights (evictions make it endless) must not keep a voting channel untested.
+            # Refused before the weight is checked and hashed: clients send it again.
+            self._error_to("ingress", identity, msg.seq, "BusyError",
+                           f"channel {due} is due for its periodic self-test: registrations "
+                           "wait until it has passed one (retry)")
+            return
         w = msg.arrays[0]
         if w.dtype != np.float32 or w.ndim != 2 or w.size == 0 or not np.isfinite(w).all():
             self._error_to("ingress", identity, msg.seq, "InvalidInputError",
                            f"a weight must be a non-empty, finite, 2-D float32 array, got {w.dtype} {w.shape}")
             return
         wid = weight_id_of(w)
-        now = self.clock()
         if wid in self.weights:
             self._weight_lru.move_to_end(wid)
-        elif (due := self._due_a_selftest(now)) is not None:
-            # Storing takes the channels out of the self-test schedule; a stream of new
-            # weights (evictions make it endless) must not keep a voting channel untested.
-            self._error_to("ingress", identity, msg.seq, "BusyError",
-                           f"channel {due} is due for its periodic self-test: new weights wait "
-                           "until it has passed one (retry)")
-            return
         else:
             refusal = admission.check_weight(self.config, w.shape, len(self.weights),
                                              self._weight_bytes)
@@ -654,6 +655,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         elif isinstance(m, msgs.ScrubReport):
             if m.corrected >= 0 and m.uncorrectable >= 0 and name in self.scheduler.channels:
                 self._sched(sch.ScrubDone(name, m.corrected, m.uncorrectable, now))
+            elif (m.corrected > 0 or m.uncorrectable > 0) and name in self._awaiting_join:
+                # Out of the schedule only to store a weight: its findings are facts about
+                # its memory all the same (an uncorrectable word is a fault).
+                self._on_sched(sch.ScrubFindings(name, m.corrected, m.uncorrectable), now)
         elif (isinstance(m, msgs.Result) and m.job in ("live", "model") and m.ok
               and m.input_invalid is not None and not msg.arrays):
             self._on_input_invalid(name, msg.seq, m.input_invalid, m.variant, now)
@@ -702,6 +707,12 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             self._sched(sch.SelfTestDone(name, test.test_id, passed, now, sms=sms,
                                          sm_count=sm_count, failing_sms=failing))
             self.metrics.set_sm_coverage(name, self.scheduler.sm_coverage(name))
+        elif name in self._awaiting_join:
+            # Sent before the channel left the schedule to store a weight: the scheduler no
+            # longer waits for it, but a failed test is a fault and a passed one counts
+            # (found by a review: a registration during each test or scrub discarded them).
+            self._on_sched(sch.SelfTestPassed(name, test.test_id, now - test.started) if passed
+                           else sch.SelfTestFailed(name, test.test_id, now, failing), now)
 
     def _variant_of(self, name: str, x: npt.NDArray[Any], w: npt.NDArray[Any]) -> Variant:
         """The kernel variant channel `name` runs for x·w (its tile and split)."""

@@ -247,8 +247,8 @@ def test_a_stream_of_new_weights_never_keeps_a_voting_channel_from_its_tests(
 
 def test_a_new_weight_waits_while_a_voting_channel_is_due_its_selftest(tmp_path: Path) -> None:
     """A voting channel whose last passed self-test started more than a DTI ago is due its
-    next one: a new weight (which would take it out of the schedule) is answered BusyError
-    until it has passed; a weight already held is answered at once."""
+    next one: a registration (a new weight would take it out of the schedule) is answered
+    BusyError, before the weight is hashed, until it has passed."""
     core, procs, clock = _core(tmp_path, max_weights=4)
     _form(core, procs, clock)
     w1, w2 = _weights(2)
@@ -257,7 +257,7 @@ def test_a_new_weight_waits_while_a_voting_channel_is_due_its_selftest(tmp_path:
     refused = _register(core, clock, w2, 2)
     assert [r.meta.get("error_type") for r in _of(refused, fx.Reply)] == ["BusyError"]
     again = _register(core, clock, w1, 3)
-    assert [r.meta.get("outcome") for r in _of(again, fx.Reply)] == [weight_id_of(w1)]
+    assert [r.meta.get("error_type") for r in _of(again, fx.Reply)] == ["BusyError"]
     core._selftest_passed_at["c0"] = clock.now
     accepted = _register(core, clock, w2, 4)
     assert [r.meta.get("outcome") for r in _of(accepted, fx.Reply)] == [weight_id_of(w2)]
@@ -298,3 +298,40 @@ def test_a_model_whose_weights_do_not_fit_together_is_a_budget_error(tmp_path: P
         first, second = client.register_weight(w1), client.register_weight(w2.T.copy())
         with pytest.raises(WeightBudgetError, match=r"2 weights .* do not fit"):
             client.register_model([Layer(first), Layer(second)])
+
+
+def test_results_that_arrive_while_a_channel_stores_a_weight_still_count(
+        tmp_path: Path) -> None:
+    """A self-test or scrub sent before a channel left the schedule to store a weight
+    reports while it is out (found by a review: the reports were dropped, so a
+    registration during each test or scrub discarded failures and uncorrectable words).
+    A wrong self-test result faults the channel, and so does an uncorrectable word (1oo1D
+    here: the fault latches SAFE)."""
+    core, procs, clock = _core(tmp_path, max_weights=8)
+    _form(core, procs, clock)
+    w1, w2 = _weights(2)
+    clock.now += core.config.timing.dti_s  # the next self-test falls due
+    sent = _of(core.handle(st.TimerTick(clock.now, st.stimulus_id("t"))), fx.SendToChannel)
+    [test] = [s for s in sent if s.meta.get("job") == "selftest"]
+    core._selftest_passed_at["c0"] = clock.now  # (due a test: registrations would wait)
+    # a registration while that test runs: c0 leaves the schedule to store w1 (no ack yet)
+    core.handle(st.IngressMessage(
+        b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w1,)), clock(), "reg"))
+    assert "c0" not in core.scheduler.channels
+    a, b = test.arrays
+    wrong = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    es = np.zeros((1, 1), np.uint32)
+    reply = _msg(Kind.RESULT, test.seq, {"ok": True, "job": "selftest"}, (wrong, es), "c0")
+    core.handle(st.ChannelMessage("c0", reply, clock(), st.stimulus_id("r")))
+    assert core.controller.mode.value == "SAFE"  # 1oo1D: the wrong result faulted c0
+
+    (tmp_path / "b").mkdir()
+    core2, procs2, clock2 = _core(tmp_path / "b", max_weights=8)
+    _form(core2, procs2, clock2)
+    core2._selftest_passed_at["c0"] = clock2.now
+    core2.handle(st.IngressMessage(
+        b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w2,)), clock2(), "reg"))
+    scrub = _msg(Kind.EVENT, 9, {"event": "scrub", "buffer": "weights", "corrected": 0,
+                                 "uncorrectable": 1, "count": 1}, channel="c0")
+    core2.handle(st.ChannelMessage("c0", scrub, clock2(), st.stimulus_id("s")))
+    assert core2.controller.mode.value == "SAFE"  # an uncorrectable word faulted c0
