@@ -576,6 +576,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             if (self.controller.mode is not Mode.SAFE
                     and self.controller.channel_state(ch) is ChannelState.STARTING):
                 self._run_now(ch, now)
+            elif self._classifier.active(ch):
+                # A fault's retests began while it stored (a self-test that failed then,
+                # `_on_selftest_result`): they could not run until now.
+                self._run_now(ch, now)
 
     def _weight_acked(self, ch: str, wid: str) -> None:
         wait = self._weight_waits.get(wid)

@@ -335,3 +335,39 @@ def test_results_that_arrive_while_a_channel_stores_a_weight_still_count(
                                  "uncorrectable": 1, "count": 1}, channel="c0")
     core2.handle(st.ChannelMessage("c0", scrub, clock2(), st.stimulus_id("s")))
     assert core2.controller.mode.value == "SAFE"  # an uncorrectable word faulted c0
+
+
+def test_a_selftest_failed_while_storing_is_retested_as_soon_as_the_channel_rejoins(
+        tmp_path: Path) -> None:
+    """2oo3: a voting channel's wrong self-test result that arrives while it stores a
+    weight starts the fault's retests (as any failed self-test of a voting channel does);
+    they cannot run while it stores, and the first is sent the moment it rejoins."""
+    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"max_weights": 8}})
+    by_channel, ids = assign_patterns(cfg, load_patterns(cfg), None)
+    procs = Processes({n: 0 for n in cfg.channel_names})
+    clock = Clock()
+    core = RuntimeCore(cfg, sch.Scheduler(scheduler_config(cfg, ids), rng=random.Random(0)),
+                       by_channel, procs, Metrics(cfg, CollectorRegistry(), backend="numpy"),
+                       "numpy", clock)
+    _form(core, procs, clock)
+    clock.now += cfg.timing.dti_s
+    sent = _of(core.handle(st.TimerTick(clock.now, st.stimulus_id("t"))), fx.SendToChannel)
+    [test] = [s for s in sent if s.meta.get("job") == "selftest" and s.channel == "c0"]
+    for ch in cfg.channel_names:
+        core._selftest_passed_at[ch] = clock.now
+    (w,) = _weights(1)
+    reg = core.handle(st.IngressMessage(
+        b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w,)), clock(), "reg"))
+    stores = [s for s in _of(reg, fx.SendToChannel) if s.meta.get("command") == "weight"]
+    a, b = test.arrays
+    wrong = _msg(Kind.RESULT, test.seq, {"ok": True, "job": "selftest"},
+                 (np.zeros((a.shape[0], b.shape[1]), np.float32), np.zeros((1, 1), np.uint32)),
+                 "c0")
+    clock.now += 0.01
+    got = core.handle(st.ChannelMessage("c0", wrong, clock(), st.stimulus_id("r")))
+    assert "fault_retest_started" in [e.event for e in got if isinstance(e, fx.Log)]
+    [store] = [s for s in stores if s.channel == "c0"]
+    ack = _msg(Kind.EVENT, 50, {"event": "weight", "weight_id": store.meta["args"], "ok": True},
+               channel="c0")
+    rejoined = core.handle(st.ChannelMessage("c0", ack, clock(), st.stimulus_id("a")))
+    assert [s.meta.get("job") for s in _of(rejoined, fx.SendToChannel)] == ["selftest"]
