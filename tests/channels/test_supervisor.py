@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from safemon.channels.supervisor import STOP_GRACE_S, Lost, Started, Supervisor
+from safemon.config import Config
 from tests.runtime.helpers import make_config
 
 
@@ -72,16 +73,22 @@ def test_supervisor_detects_crash_and_silence_and_restarts_after_the_delay(tmp_p
     assert launcher.started[2].stopped
 
 
-def test_unanswered_work_excuses_silence_until_its_earliest_deadline(tmp_path: Path) -> None:
-    """A channel computing (or compiling for, or storing a weight for) a long item sends no
-    heartbeat: the earliest deadline of its unanswered work due after its last heartbeat
-    bounds that silence. An answered item excuses nothing any more, and work that keeps
-    arriving does not extend the excuse, so a hung channel is still found."""
+def _three_registered(tmp_path: Path) -> tuple[Supervisor, Config]:
+    """A 2oo3 supervisor whose three channels started and registered at time 0."""
     cfg = make_config(tmp_path, "2oo3")
     sup = Supervisor(cfg, FakeLauncher(), epoch=5)
     sup.start_all(0.0)
     for name in ("c0", "c1", "c2"):
         sup.on_register(name, 0, 0.0)
+    return sup, cfg
+
+
+def test_unanswered_work_excuses_silence_until_its_earliest_deadline(tmp_path: Path) -> None:
+    """A channel computing (or compiling for, or storing a weight for) a long item sends no
+    heartbeat: the earliest deadline of its unanswered work due after its last heartbeat
+    bounds that silence. An answered item excuses nothing any more, and work that keeps
+    arriving does not extend the excuse, so a hung channel is still found."""
+    sup, cfg = _three_registered(tmp_path)
     timeout = cfg.timing.heartbeat_timeout_s
 
     def beat_others(now: float) -> None:
@@ -205,11 +212,7 @@ def test_an_answer_to_work_counts_as_a_heartbeat(tmp_path: Path) -> None:
     lost at the next tick (it was, until 2026-12-06, and a large weight's registration drove
     a CPU daemon to SAFE); silence after the answer still counts from the answer. An answer
     to work never sent to this incarnation is no sign of life."""
-    cfg = make_config(tmp_path, "2oo3")
-    sup = Supervisor(cfg, FakeLauncher(), epoch=5)
-    sup.start_all(0.0)
-    for name in ("c0", "c1", "c2"):
-        sup.on_register(name, 0, 0.0)
+    sup, cfg = _three_registered(tmp_path)
     timeout = cfg.timing.heartbeat_timeout_s
     sup.on_work_sent("c0", ("weight", "w"), 10 * timeout)
     answered = 3 * timeout  # long after its last heartbeat (at 0), inside the excuse

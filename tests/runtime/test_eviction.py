@@ -83,8 +83,9 @@ def test_the_model_registry_evicts_its_least_recently_used_model_not_in_flight()
 
 # ------------------------------------------------------------------ the core
 
-def _core(tmp_path: Path, max_weights: int) -> tuple[RuntimeCore, Processes, Clock]:
-    cfg = make_config(tmp_path, "1oo1D", extra={"limits": {"max_weights": max_weights}})
+def _core(tmp_path: Path, max_weights: int,
+          policy: str = "1oo1D") -> tuple[RuntimeCore, Processes, Clock]:
+    cfg = make_config(tmp_path, policy, extra={"limits": {"max_weights": max_weights}})
     by_channel, ids = assign_patterns(cfg, load_patterns(cfg), None)
     procs = Processes({n: 0 for n in cfg.channel_names})
     clock = Clock()
@@ -342,13 +343,8 @@ def test_a_selftest_failed_while_storing_is_retested_as_soon_as_the_channel_rejo
     """2oo3: a voting channel's wrong self-test result that arrives while it stores a
     weight starts the fault's retests (as any failed self-test of a voting channel does);
     they cannot run while it stores, and the first is sent the moment it rejoins."""
-    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"max_weights": 8}})
-    by_channel, ids = assign_patterns(cfg, load_patterns(cfg), None)
-    procs = Processes({n: 0 for n in cfg.channel_names})
-    clock = Clock()
-    core = RuntimeCore(cfg, sch.Scheduler(scheduler_config(cfg, ids), rng=random.Random(0)),
-                       by_channel, procs, Metrics(cfg, CollectorRegistry(), backend="numpy"),
-                       "numpy", clock)
+    core, procs, clock = _core(tmp_path, max_weights=8, policy="2oo3")
+    cfg = core.config
     _form(core, procs, clock)
     clock.now += cfg.timing.dti_s
     sent = _of(core.handle(st.TimerTick(clock.now, st.stimulus_id("t"))), fx.SendToChannel)
