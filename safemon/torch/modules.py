@@ -143,8 +143,14 @@ class _Protected(_Snapshot):
     """What the protected modules share: the binding, its operator key, the checks."""
 
     def __init__(self, name: str, client: Client, specs: Sequence[LayerSpec],
-                 weight: torch.Tensor, timeout: float) -> None:
+                 source: nn.Module, timeout: float) -> None:
+        """`source` is the (first) module replaced: the weights' device and the mode
+        (train/eval) start as its own, so a module built from an eval-mode layer is in eval
+        mode."""
         super().__init__(name)
+        weight = source.weight
+        assert isinstance(weight, torch.Tensor)
+        self.train(source.training)
         self.binding = ChainBinding(client, specs, timeout=timeout)
         self._key = register_runner(self.binding, name or "model")
         # The device the weights live on (moves with .to()): what inputs must match.
@@ -221,7 +227,7 @@ class ProtectedLinear(_Protected):
                  activation: Activation | str = Activation.IDENTITY,
                  timeout: float = 1.0) -> None:
         spec = linear_spec(name, linear, activation)
-        super().__init__(name, client, [spec], linear.weight, timeout)
+        super().__init__(name, client, [spec], linear, timeout)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self._hold(linear.weight, linear.bias)
 
@@ -278,7 +284,7 @@ class ProtectedSequence(_Protected):
                  client: Client, *, timeout: float = 1.0) -> None:
         specs = [linear_spec(name, lin, act) for name, lin, act in layers]
         label = f"{layers[0][0]}..{layers[-1][0]}"
-        super().__init__(label, client, specs, layers[0][1].weight, timeout)
+        super().__init__(label, client, specs, layers[0][1], timeout)
         self.names = tuple(name for name, _, _ in layers)
         self._hold(layers[0][1].weight, layers[0][1].bias)
         # A tuple, so that nn.Module does not register them as children here too (they are
@@ -321,7 +327,7 @@ class ProtectedConv2d(_Protected):
         bias = None if conv.bias is None else _numpy(conv.bias)
         spec = LayerSpec(name, _numpy(convmath.weight_matrix(conv.weight.detach())), bias,
                          Activation(activation))
-        super().__init__(name, client, [spec], conv.weight, timeout)
+        super().__init__(name, client, [spec], conv, timeout)
         self.geometry = convmath.geometry_of(conv)
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
         self._hold(conv.weight, conv.bias)

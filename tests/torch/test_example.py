@@ -95,13 +95,22 @@ def _check_report(report: dict[str, Any], n_test: int, out: str) -> None:
         assert r["daemon_ready_after_faults"] is True, name
 
 
+def _check_layer_bench(report: dict[str, Any], n: int, path: str) -> None:
+    """The layer bench ran every call it times (a protected Linear, the client's `run` and
+    `matmul`, PyTorch) on the shape asked for, through the expected path."""
+    bench = report["layer_bench"]
+    assert bench["shape"] == [64, n, n] and bench["device_path"] == path, bench
+    for call in ("pytorch", "protected_layer", "client_run", "client_matmul"):
+        assert bench[call]["p50"] > 0, (call, bench)
+
+
 def test_example_on_the_cpu_releases_no_wrong_output(tmp_path: Path) -> None:
     """CPU, NumPy backend: exit 0; for both models 0 wrong outputs released with faults
     injected, clean protected accuracy that of PyTorch, the protected/unprotected lists."""
     out_json = tmp_path / "report.json"
     argv = [sys.executable, "-c", _CUT_TEST_SPLIT, str(CPU_TEST_SAMPLES), str(EXAMPLE),
             "--device", "cpu", "--epochs", "1", "--reps", "1", "--batch", "16",
-            "--out", str(out_json), "--run-dir", str(tmp_path / "run")]
+            "--layer-bench", "32", "--out", str(out_json), "--run-dir", str(tmp_path / "run")]
     done = _run(argv, _env("numpy"), timeout=240)
     log = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     assert done.returncode == 0, log
@@ -110,6 +119,7 @@ def test_example_on_the_cpu_releases_no_wrong_output(tmp_path: Path) -> None:
     _check_report(report, CPU_TEST_SAMPLES, log)
     for r in report["models"].values():
         assert r["device_path"] == "host"
+    _check_layer_bench(report, 32, "host")
 
 
 @pytest.mark.gpu
@@ -121,7 +131,7 @@ def test_example_on_cuda_releases_no_wrong_output(tmp_path: Path) -> None:
         pytest.skip("torch has no CUDA device")
     out_json = tmp_path / "report.json"
     argv = [sys.executable, str(EXAMPLE), "--device", "cuda", "--epochs", "2", "--reps", "5",
-            "--out", str(out_json), "--run-dir", str(tmp_path / "run")]
+            "--layer-bench", "256", "--out", str(out_json), "--run-dir", str(tmp_path / "run")]
     done = _run(argv, _env("cupy"), timeout=280)
     log = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     assert done.returncode == 0, log
@@ -131,3 +141,4 @@ def test_example_on_cuda_releases_no_wrong_output(tmp_path: Path) -> None:
     _check_report(report, n_test, log)
     for r in report["models"].values():
         assert r["latency_ms"]["batch"] == 64  # the example's CUDA default
+    _check_layer_bench(report, 256, "cuda-ipc")

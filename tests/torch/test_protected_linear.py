@@ -123,6 +123,20 @@ def test_eval_mode_with_grad_enabled_is_accepted(running: Running) -> None:
     assert same_bits(layer(x).numpy(), expected(lin, x, "identity", cfg))
 
 
+def test_a_layer_built_from_an_eval_mode_linear_starts_in_eval_mode(running: Running) -> None:
+    """ProtectedLinear takes the mode of the Linear it replaces: built from `linear.eval()` it
+    computes at once (the example's layer bench built it so, and was refused as training);
+    built from a Linear in training mode it starts in training mode."""
+    cfg, _, client = running
+    lin = linear(8, 4, bias=True).eval()
+    layer = ProtectedLinear(lin, client, timeout=2.0)
+    assert not layer.training
+    x = rand(3, 8)
+    with torch.inference_mode():
+        assert same_bits(layer(x).numpy(), expected(lin, x, "identity", cfg))
+    assert ProtectedLinear(linear(8, 4, bias=True).train(), client, timeout=2.0).training
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_non_fp32_input_is_refused_before_a_request(running: Running,
                                                     dtype: torch.dtype) -> None:
