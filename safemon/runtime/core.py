@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from safemon import admission
 from safemon.config import Config
-from safemon.eviction import MAX_CLAIMANTS, choose_evictions
+from safemon.eviction import choose_evictions
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.abft import abft_passes
 from safemon.kernels.catalog import Variant
@@ -96,11 +96,6 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self.weights: dict[str, npt.NDArray[np.float32]] = {}
         #: the registered weights' ids, least recently used (registered or requested) first
         self._weight_lru: collections.OrderedDict[str, None] = collections.OrderedDict()
-        #: the clients (ingress identities) that registered each weight: whose holding it
-        #: counts in when the budget is full (`safemon.eviction`, the heaviest holder pays)
-        #: (the latest `MAX_CLAIMANTS`, oldest first: a client that reconnects in a loop
-        #: cannot grow it without bound)
-        self._weight_claims: dict[str, dict[bytes, None]] = {}
         self._weight_bytes = 0
         self._deliveries = {n: WeightDelivery() for n in config.channel_names}
         #: per channel, live work sent and not answered: seq -> (item cost s, budget end).
@@ -457,16 +452,11 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         wid = weight_id_of(w)
         if wid in self.weights:
             self._weight_lru.move_to_end(wid)
-            claims = self._weight_claims[wid]
-            claims.pop(identity, None)
-            claims[identity] = None
-            if len(claims) > MAX_CLAIMANTS:
-                del claims[next(iter(claims))]
         else:
             refusal = admission.check_weight(self.config, w.shape, len(self.weights),
                                              self._weight_bytes)
             if (refusal is not None and refusal.error_type == "WeightBudgetError"
-                    and self._make_room(int(w.nbytes), identity)):
+                    and self._make_room(int(w.nbytes))):
                 refusal = admission.check_weight(self.config, w.shape, len(self.weights),
                                                  self._weight_bytes)
             if refusal is not None:
@@ -475,7 +465,6 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 return
             self.weights[wid] = np.array(w, dtype=np.float32, order="C", copy=True)
             self._weight_lru[wid] = None
-            self._weight_claims[wid] = {identity: None}
             self._weight_bytes += int(w.nbytes)
             owing = {ch for ch in self.config.channel_names if self.processes.registered(ch)}
             if owing:
@@ -513,17 +502,15 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                     if any(d.owes(wid) for d in self._deliveries.values()))
         return used
 
-    def _make_room(self, new_bytes: int, newcomer: bytes) -> bool:
-        """Evict weights that nothing in flight needs, the heaviest holder's least recently
-        used first, until one more weight of `new_bytes`, registered by client `newcomer`,
-        fits `limits.max_weights` / `max_weight_total_bytes` (`safemon.eviction`); False,
-        with nothing evicted, when that cannot be done."""
+    def _make_room(self, new_bytes: int) -> bool:
+        """Evict the least recently used weights that nothing in flight needs until one
+        more weight of `new_bytes` fits `limits.max_weights` / `max_weight_total_bytes`
+        (`safemon.eviction`); False, with nothing evicted, when that cannot be done."""
         lim = self.config.limits
         evict = choose_evictions(self._weight_lru,
                                  {wid: int(w.nbytes) for wid, w in self.weights.items()},
                                  self._weights_in_use(), new_bytes=new_bytes,
-                                 max_count=lim.max_weights, max_bytes=lim.max_weight_total_bytes,
-                                 claims=self._weight_claims, newcomer=newcomer)
+                                 max_count=lim.max_weights, max_bytes=lim.max_weight_total_bytes)
         if evict is None:
             return False
         for wid in evict:
@@ -537,7 +524,6 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         is answered `UnknownWeightError`, and its client registers it again)."""
         w = self.weights.pop(wid)
         self._weight_lru.pop(wid, None)
-        self._weight_claims.pop(wid, None)
         self._weight_bytes -= int(w.nbytes)
         for mid in self.models.drop_using(wid):
             self._model_evicted(mid, f"its weight {wid} was evicted")
@@ -548,7 +534,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self.metrics.count_eviction("weight")
         self._log("info", "weight_evicted", weight_id=wid, shape=list(w.shape),
                   reason="the weight budget (limits.max_weights / max_weight_total_bytes) "
-                         "is full; the client holding the most weight bytes gives way")
+                         "is full")
 
     def _scrub_busy_until(self, ch: str, now: float) -> float:
         """Until when a scrub sent to `ch` at `now` may keep its loop from heartbeating: the
