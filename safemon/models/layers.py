@@ -145,9 +145,12 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
         bias = None
         if item["bias"]:
             shape = weight_shapes.get(str(item["weight_id"]))
-            n = int(shape[1]) if shape is not None else 0
-            if n == 0 or offset + n > biases.shape[0]:
-                raise InvalidInputError(f"layer {i}: bias frame too short or weight unknown")
+            if shape is None:  # as validate_layers says it: the client registers it again
+                raise UnknownWeightError(
+                    f"layer {i}: weight {str(item['weight_id'])[:80]!r} is not registered")
+            n = int(shape[1])
+            if offset + n > biases.shape[0]:
+                raise InvalidInputError(f"layer {i}: bias frame too short")
             bias = np.asarray(biases[offset:offset + n], dtype=np.float32)
             offset += n
         layers.append(Layer(str(item["weight_id"]), bias, str(item["activation"])))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from safemon.config import VariantConfig
-from safemon.errors import InvalidInputError
+from safemon.errors import InvalidInputError, UnknownWeightError
 from safemon.kernels.api import run_variant
 from safemon.models import (
     Activation,
@@ -69,6 +69,16 @@ def test_decode_refuses_a_short_bias_frame() -> None:
     spec, _ = encode_model([Layer("a", np.zeros(16, np.float32))])
     with pytest.raises(InvalidInputError, match="layer 0"):
         decode_model(spec, np.zeros(3, np.float32), SHAPES)
+
+
+def test_decode_names_an_unknown_weight_of_a_layer_with_a_bias_as_unknown() -> None:
+    """A layer with a bias whose weight is not registered (evicted, a restarted daemon) is
+    an UnknownWeightError, as for a layer without one: `Client.register_model` registers
+    its weights again on that error and on no other."""
+    for bias in (np.zeros(16, np.float32), None):
+        spec, biases = encode_model([Layer("gone", bias)])
+        with pytest.raises(UnknownWeightError, match="layer 0: weight 'gone' is not registered"):
+            decode_model(spec, biases, SHAPES)
 
 
 def test_reference_forward_is_product_then_bias_then_activation_per_layer() -> None:
