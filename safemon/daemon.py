@@ -681,12 +681,16 @@ class Daemon:
     def _carry_out(self, effects: Sequence[fx.Effect]) -> None:
         """Carry out the core's effects in order."""
         failed_weights: dict[str, list[str]] = {}
+        failed_drops: dict[str, list[str]] = {}
         for e in effects:
             if isinstance(e, fx.SendToChannel):
                 if e.weight_id is not None and e.channel in failed_weights:
                     failed_weights[e.channel].append(e.weight_id)  # keep their order
-                elif not self._send_channel(e) and e.weight_id is not None:
-                    failed_weights[e.channel] = [e.weight_id]
+                elif not self._send_channel(e):
+                    if e.weight_id is not None:
+                        failed_weights[e.channel] = [e.weight_id]
+                    elif e.drops_weight is not None:
+                        failed_drops.setdefault(e.channel, []).append(e.drops_weight)
             elif isinstance(e, fx.Reply):
                 self._reply(e.socket, e.identity, e.kind, e.seq, dict(e.meta), e.arrays)
             elif isinstance(e, fx.ReplyStatus):
@@ -700,6 +704,9 @@ class Daemon:
         for ch, wids in failed_weights.items():
             self._feedback.append(st.WeightSendFailed(ch, tuple(wids), self.clock(),
                                                       st.stimulus_id("send-failed")))
+        for ch, wids in failed_drops.items():
+            self._feedback.append(st.DropSendFailed(ch, tuple(wids), self.clock(),
+                                                    st.stimulus_id("drop-failed")))
 
     def _carry_out_other(self, e: fx.Effect) -> None:
         assert self.supervisor is not None and self.core is not None

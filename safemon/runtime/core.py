@@ -98,6 +98,9 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self._weight_lru: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._weight_bytes = 0
         self._deliveries = {n: WeightDelivery() for n in config.channel_names}
+        #: per channel, evicted weights whose `drop_weight` could not be queued (socket
+        #: full): sent again on the next tick (`DropSendFailed`)
+        self._drops_owed: dict[str, dict[str, None]] = {n: {} for n in config.channel_names}
         #: per channel, live work sent and not answered: seq -> (item cost s, budget end).
         self._queued: dict[str, dict[int, tuple[float, float]]] = {
             n: {} for n in config.channel_names}
@@ -157,6 +160,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         elif isinstance(s, st.WeightSendFailed):
             for wid in reversed(s.weight_ids):
                 self._deliveries[s.channel].send_failed(wid)
+        elif isinstance(s, st.DropSendFailed):
+            # Registered again meanwhile: the new copy's delivery replaces the old one.
+            self._drops_owed[s.channel].update(
+                (wid, None) for wid in s.weight_ids if wid not in self.weights)
         elif isinstance(s, st.TimerTick):
             self._on_tick(s.now)
         elif isinstance(s, st.StopRequested):
@@ -465,6 +472,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 return
             self.weights[wid] = np.array(w, dtype=np.float32, order="C", copy=True)
             self._weight_lru[wid] = None
+            for owed in self._drops_owed.values():
+                owed.pop(wid, None)  # the channels store the new copy over the old
             self._weight_bytes += int(w.nbytes)
             owing = {ch for ch in self.config.channel_names if self.processes.registered(ch)}
             if owing:
@@ -529,12 +538,27 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             self._model_evicted(mid, f"its weight {wid} was evicted")
         for ch in self.config.channel_names:
             if self.processes.registered(ch):
-                self._send(ch, Kind.CONTROL, self.next_seq(),
-                           msgs.ChannelCommand(command="drop_weight", args=wid).to_meta())
+                self._send_drop(ch, wid)
         self.metrics.count_eviction("weight")
         self._log("info", "weight_evicted", weight_id=wid, shape=list(w.shape),
                   reason="the weight budget (limits.max_weights / max_weight_total_bytes) "
                          "is full")
+
+    def _send_drop(self, ch: str, wid: str) -> None:
+        """Tell `ch` to drop evicted weight `wid` (a failed send comes back as
+        `DropSendFailed`)."""
+        self._send(ch, Kind.CONTROL, self.next_seq(),
+                   msgs.ChannelCommand(command="drop_weight", args=wid).to_meta(),
+                   drops_weight=wid)
+
+    def _resend_drops(self) -> None:
+        """Send again the `drop_weight` commands that could not be queued."""
+        for ch, owed in self._drops_owed.items():
+            if owed and self.processes.registered(ch):
+                wids = list(owed)
+                owed.clear()
+                for wid in wids:
+                    self._send_drop(ch, wid)
 
     def _scrub_busy_until(self, ch: str, now: float) -> float:
         """Until when a scrub sent to `ch` at `now` may keep its loop from heartbeating: the
@@ -629,6 +653,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         # It joins the self-test schedule (and so may rejoin the vote) only once it
         # holds every registered weight, acknowledged (`_pump_weights`).
         self._drop_delivery(name)
+        self._drops_owed[name].clear()  # a new incarnation holds no weight
         self._deliveries[name].begin(self.weights)
         self._awaiting_join.add(name)
         self._controller(ctl.ChannelStarted(name, now))
@@ -789,6 +814,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self._voter(vot.Tick(now))
         self._expire_client_deadlines(now)
         self._check_deliveries(now)
+        self._resend_drops()
         # Self-tests never answered (a lost channel) were judged by the scheduler at their
         # deadline; forget them after ten of those.
         stale = now - 10 * self.config.timing.selftest_deadline_s

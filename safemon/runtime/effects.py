@@ -36,7 +36,9 @@ __all__ = [
 class SendToChannel:
     """Send one message to `channel`'s current incarnation (the shell adds its link
     token). A failed send is dropped (the deadline or overrun reports it), except a
-    weight's (`weight_id` set): the shell reports that back as `WeightSendFailed`.
+    weight's (`weight_id` set): the shell reports that back as `WeightSendFailed`, and a
+    `drop_weight` command's (`drops_weight` set, the evicted weight's id): reported back as
+    `DropSendFailed`.
     `busy_until` (core clock, seconds): work or a weight keeps the channel's loop busy, and
     so without heartbeats, until at most then; the shell tells the supervisor."""
 
@@ -48,6 +50,7 @@ class SendToChannel:
     weight_id: str | None = None
     stimulus_id: str = ""
     busy_until: float | None = None
+    drops_weight: str | None = None
 
 
 @dataclass(frozen=True)

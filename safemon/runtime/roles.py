@@ -125,9 +125,9 @@ class Roles:
 
     def _send(self, channel: str, kind: Kind, seq: int, meta: Mapping[str, Any],
               arrays: tuple[npt.NDArray[Any], ...] = (), weight_id: str | None = None,
-              busy_until: float | None = None) -> None:
+              busy_until: float | None = None, drops_weight: str | None = None) -> None:
         self._emit(fx.SendToChannel(channel, kind, seq, meta, arrays, weight_id, self._sid,
-                                    busy_until))
+                                    busy_until, drops_weight))
 
     def _reply(self, socket: str, identity: bytes, kind: Kind, seq: int, meta: Mapping[str, Any],
                arrays: tuple[npt.NDArray[Any], ...] = ()) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "ChannelReplaced",
     "ControlMessage",
     "DrainFinished",
+    "DropSendFailed",
     "IngressMessage",
     "ProcessLost",
     "Stimulus",
@@ -111,6 +112,19 @@ class WeightSendFailed:
 
 
 @dataclass(frozen=True)
+class DropSendFailed:
+    """The `drop_weight` commands for `weight_ids` could not be queued on `channel`'s socket
+    (full): the channel still holds those evicted weights, beyond what the budget counts.
+    They are sent again on a later tick, unless the weight was registered again meanwhile
+    or the channel was replaced (a new incarnation holds nothing)."""
+
+    channel: str
+    weight_ids: tuple[str, ...]
+    now: float
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
 class TimerTick:
     """Time passed: voter deadlines, scheduler wakeups, client deadlines, weight acks."""
 
@@ -135,5 +149,5 @@ class DrainFinished:
 
 
 Stimulus = (IngressMessage | ControlMessage | ChannelMessage | ChannelRegistered
-            | ChannelReplaced | ProcessLost | WeightSendFailed | TimerTick | StopRequested
+            | ChannelReplaced | ProcessLost | WeightSendFailed | DropSendFailed | TimerTick | StopRequested
             | DrainFinished)

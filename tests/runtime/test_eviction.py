@@ -6,6 +6,7 @@ daemon where clients keep getting bit-exact results while their weights come and
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,43 @@ def test_a_full_budget_evicts_the_oldest_weight_no_request_in_flight_needs(
     assert set(core.weights) == {id1, id3}
 
 
+def _drops(effects: list[fx.Effect]) -> list[tuple[str, str]]:
+    return [(s.channel, s.meta["args"]) for s in _of(effects, fx.SendToChannel)
+            if s.meta.get("command") == "drop_weight"]
+
+
+def test_a_drop_that_could_not_be_queued_is_sent_again(tmp_path: Path) -> None:
+    """The shell reports a `drop_weight` it could not queue (`DropSendFailed`): the next tick
+    sends it again, and again while it fails; a weight registered again meanwhile, or a
+    channel replaced meanwhile, is not dropped (the new copy / the new incarnation holds
+    what the core holds)."""
+    core, procs, clock = _core(tmp_path, max_weights=1)
+    _form(core, procs, clock)
+    w1, w2, w3 = _weights(3)
+    id1, id2 = weight_id_of(w1), weight_id_of(w2)
+    _register(core, clock, w1, 1)
+    evicting = _register(core, clock, w2, 2)
+    assert _drops(evicting) == [("c0", id1)]
+    drop = next(s for s in _of(evicting, fx.SendToChannel) if s.meta.get("command") == "drop_weight")
+    assert drop.drops_weight == id1
+    core.handle(st.DropSendFailed("c0", (id1,), clock(), "full"))
+    clock.now += 0.05
+    assert _drops(core.handle(st.TimerTick(clock(), "tick"))) == [("c0", id1)]
+    clock.now += 0.05
+    assert _drops(core.handle(st.TimerTick(clock(), "tick"))) == []  # sent: owed no more
+    # failed again, then w1 registered again before the next tick: nothing to drop
+    core.handle(st.DropSendFailed("c0", (id1,), clock(), "full"))
+    _register(core, clock, w1, 3)  # evicts w2 (the budget is 1)
+    clock.now += 0.05
+    assert _drops(core.handle(st.TimerTick(clock(), "tick"))) == []
+    # failed for w2, then the channel is replaced: the new incarnation holds nothing of it
+    core.handle(st.DropSendFailed("c0", (id2,), clock(), "full"))
+    core.handle(st.ChannelRegistered("c0", 1, clock(), "reg"))
+    clock.now += 0.05
+    assert _drops(core.handle(st.TimerTick(clock(), "tick"))) == []
+    assert set(core.weights) == {id1} and weight_id_of(w3) not in core.weights
+
+
 # ------------------------------------------------------------------ a real daemon
 
 @pytest.mark.parametrize("placement", ["inline", "process"])
@@ -179,6 +217,61 @@ def test_clients_get_bit_exact_results_while_a_small_budget_evicts_their_weights
             assert daemon._inline is not None
             for ch in daemon._inline._current.values():
                 assert set(ch.worker._weights) == set(daemon.core.weights), ch.name
+
+
+def test_a_model_with_biases_on_an_evicted_weight_registers_after_its_weight_again(
+        tmp_path: Path) -> None:
+    """Budget of 2 weights: w0 is evicted by w1 and w2; registering a model whose layer has a
+    bias on w0 gets `UnknownWeightError` from the daemon (it was `InvalidInputError`, which the
+    client does not recover from), so the client registers w0 again and the model runs
+    bit-exact."""
+    cfg = make_config(tmp_path, "2oo3", placement="inline", transport="ipc",
+                      extra={"limits": {"max_weights": 2}})
+    ws = _weights(3)
+    with system(cfg) as (daemon, client):
+        ids = [client.register_weight(w) for w in ws]
+        assert daemon.core is not None and ids[0] not in daemon.core.weights
+        layers = [Layer(ids[0], np.full(3, 0.5, np.float32), "relu")]
+        mid = client.register_model(layers)
+        x = np.ones((2, 4), np.float32)
+        assert same_bits(client.run(mid, x, timeout=10.0), reference_forward([ws[0]], layers, x))
+
+
+def test_channels_drop_an_evicted_weight_whose_first_drop_could_not_be_queued(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real daemon with inline channels, budget of 2 weights, where the shell cannot queue
+    the first `drop_weight` to each channel (as at a full socket): once the retries have
+    gone out, every channel holds exactly the weights the core holds, and results stay
+    bit-exact."""
+    cfg = make_config(tmp_path, "2oo3", placement="inline", transport="ipc",
+                      extra={"limits": {"max_weights": 2}})
+    ws = _weights(3)
+    with system(cfg) as (daemon, client):
+        assert daemon.core is not None and daemon._inline is not None
+        refused: list[str] = []
+        real = daemon._send_to
+
+        def send_to(name: str, kind: Kind, seq: int, meta: dict[str, Any],
+                    arrays: tuple[Any, ...] = ()) -> bool:
+            if meta.get("command") == "drop_weight" and name not in refused:
+                refused.append(name)
+                return False
+            return real(name, kind, seq, meta, arrays)
+
+        monkeypatch.setattr(daemon, "_send_to", send_to)
+        ids = [client.register_weight(w) for w in ws]  # the third evicts the first
+        assert sorted(refused) == sorted(cfg.channel_names)
+        x = np.ones((2, 4), np.float32)
+        assert same_bits(client.matmul(x, ids[2], timeout=10.0), reference(x, ws[2], cfg))
+        deadline = time.monotonic() + 5.0
+        held = {}
+        while time.monotonic() < deadline:
+            held = {ch.name: set(ch.worker._weights) for ch in daemon._inline._current.values()}
+            if all(h == set(daemon.core.weights) for h in held.values()):
+                break
+            time.sleep(0.05)
+        assert ids[0] not in daemon.core.weights
+        assert all(h == set(daemon.core.weights) for h in held.values()), held
 
 
 def test_an_evicted_weights_ecc_counts_stay_in_the_channels_totals(tmp_path: Path) -> None:
