@@ -404,16 +404,8 @@ class ChannelWorker:
             self._send(sock, Kind.EVENT, self._next_seq(), epoch=msg.epoch, meta={
                 "event": "weight", "weight_id": args[:64], "ok": stored})
         elif command == "drop_weight" and isinstance(args, str):
-            dropped = self._weights.pop(args, None)
-            graphs = 0
-            if dropped is not None:
-                self._ecc_dropped = (
-                    self._ecc_dropped[0] + int(getattr(dropped, "corrected_total", 0)),
-                    self._ecc_dropped[1] + int(getattr(dropped, "uncorrectable_total", 0)))
-                if self._graphs is not None:
-                    graphs = self._graphs.drop_holding(dropped)
-            self.log.info("weight_dropped", weight_id=args[:64], held=dropped is not None,
-                          graphs=graphs)
+            held, graphs = self._forget_weight(args)
+            self.log.info("weight_dropped", weight_id=args[:64], held=held, graphs=graphs)
         elif command == "scrub":
             corrected, uncorrectable = self._scrub()
             self._send(sock, Kind.EVENT, self._next_seq(), epoch=msg.epoch, meta={
@@ -460,9 +452,25 @@ class ChannelWorker:
             self._exit_process()
         raise _Crash()
 
+    def _forget_weight(self, weight_id: str) -> tuple[bool, int]:
+        """Drop the copy of `weight_id` this channel holds, if any: its ECC counts go into
+        the dropped totals (the heartbeat's totals never go down within an incarnation),
+        and the captured step graphs that hold it go with it. Returns (whether it was held,
+        how many graphs were dropped)."""
+        dropped = self._weights.pop(weight_id, None)
+        if dropped is None:
+            return False, 0
+        self._ecc_dropped = (
+            self._ecc_dropped[0] + int(getattr(dropped, "corrected_total", 0)),
+            self._ecc_dropped[1] + int(getattr(dropped, "uncorrectable_total", 0)))
+        graphs = self._graphs.drop_holding(dropped) if self._graphs is not None else 0
+        return True, graphs
+
     def _store_weight(self, weight_id: str, w: npt.NDArray[Any]) -> bool:
         """Keep `w` resident under `weight_id`; False (refused) if its content does not
-        match the id or it is not a float32 matrix."""
+        match the id or it is not a float32 matrix. A copy already held under that id (one
+        whose `drop_weight` never arrived, and the weight was registered again) is forgotten
+        first, as a drop would (`_forget_weight`)."""
         if w.dtype != np.float32 or w.ndim != 2:
             return False
         host = np.array(w, dtype=np.float32, order="C", copy=True)
@@ -470,6 +478,7 @@ class ChannelWorker:
             # Weight ids are content addresses: a weight under another's id is refused.
             self.log.error("weight_content_mismatch", weight_id=weight_id[:32])
             return False
+        self._forget_weight(weight_id)
         try:
             if self.config.weights.ecc:
                 self._weights[weight_id] = self._protect(host, name=f"w-{weight_id}")
@@ -727,8 +736,9 @@ class ChannelWorker:
         used decodings are kept: at most `DECODED_MODELS` of them, and beyond the newest,
         no more than `DECODED_MODEL_BYTES` of frames (a kept decoding holds its frames'
         bytes as its key and a copy of its biases). A kept decoding stays valid: weight ids
-        are content addresses (a stored id always holds the same shape) and a channel never
-        drops a weight. Frames that fail to decode raise every time (nothing is kept).
+        are content addresses (a stored id always holds the same shape, and a weight dropped
+        and stored again is the same matrix; the core sends no model work on a weight it
+        evicted). Frames that fail to decode raise every time (nothing is kept).
 
         Raises:
             InvalidInputError: as `decode_model`.

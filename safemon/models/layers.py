@@ -125,6 +125,8 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
     `weight_shapes` (`validate_layers`).
 
     Raises:
+        UnknownWeightError: a layer names a weight not in `weight_shapes` (with or
+            without a bias).
         InvalidInputError: malformed JSON or frames, or the checks of `validate_layers`.
     """
     if spec.dtype != np.uint8 or spec.ndim != 1 or biases.dtype != np.float32 or biases.ndim != 1:

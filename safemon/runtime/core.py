@@ -155,6 +155,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         elif isinstance(s, st.ChannelReplaced):
             self._drop_delivery(s.channel)
             self._queued[s.channel].clear()  # the old incarnation's queue died with it
+            self._drops_owed[s.channel].clear()  # and the weights it held
         elif isinstance(s, st.ProcessLost):
             self._on_lost(s)
         elif isinstance(s, st.WeightSendFailed):
@@ -791,6 +792,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         kind = ctl.FaultKind.CRASH if lost.kind == "crash" else ctl.FaultKind.HEARTBEAT_LOST
         self._log("warning", "channel_lost", channel=lost.channel, kind=lost.kind,
                   detail=lost.detail)
+        self._drops_owed[lost.channel].clear()  # a lost incarnation is never sent to again
         if lost.channel in self.scheduler.channels:
             # Nothing left to self-test or scrub; it joins again when it registers.
             self._sched(sch.ChannelLeft(lost.channel, now))
@@ -809,7 +811,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
 
     def _on_tick(self, now: float) -> None:
         """Timers: scheduler wakeups (the scheduler settles what fell due before `now`
-        itself), voter deadlines, client deadlines, weight acknowledgements."""
+        itself), voter deadlines, client deadlines, weight acknowledgements, `drop_weight`
+        commands that could not be queued."""
         self._sched(sch.Tick(now))
         self._voter(vot.Tick(now))
         self._expire_client_deadlines(now)

@@ -304,6 +304,49 @@ def test_an_evicted_weights_ecc_counts_stay_in_the_channels_totals(tmp_path: Pat
     assert not [e for e in logs if e.get("event") == "bad_heartbeat_ecc"]
 
 
+def test_a_weight_stored_again_over_an_undropped_copy_keeps_the_ecc_totals(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drop of an evicted weight never reaches c0 (refused by the shell, as at a full
+    socket), and the weight is registered again before the retry: c0 stores the new copy
+    over its old one, whose corrected count must stay in its totals (no
+    `bad_heartbeat_ecc`, the counter keeps its value), and later results stay bit-exact."""
+    import structlog
+
+    from .helpers import wait_for
+
+    cfg = make_config(tmp_path, "2oo3", placement="inline", extra={"limits": {"max_weights": 1}})
+    w1, w2 = _weights(2)
+    x = np.ones((2, 4), np.float32)
+    labels = {"buffer": "weights"}
+    with system(cfg) as (daemon, client), structlog.testing.capture_logs() as logs:
+        id1 = client.register_weight(w1)
+        assert daemon._inline is not None
+        store = daemon._inline._current["c0"].worker._weights[id1].verified()
+        store.reshape(-1).view(np.uint8)[5] ^= np.uint8(1 << 3)  # one flip: corrected at use
+        assert same_bits(client.matmul(x, id1, timeout=10.0), reference(x, w1, cfg))
+
+        def corrected() -> float:
+            return daemon.registry.get_sample_value("safemon_ecc_corrected_total", labels) or 0.0
+
+        assert wait_for(lambda: corrected() == 1.0)
+        real = daemon._send_to
+
+        def send_to(name: str, kind: Kind, seq: int, meta: dict[str, Any],
+                    arrays: tuple[Any, ...] = ()) -> bool:
+            if meta.get("command") == "drop_weight" and name == "c0":
+                return False  # refused every time: only a new store can replace the copy
+            return real(name, kind, seq, meta, arrays)
+
+        monkeypatch.setattr(daemon, "_send_to", send_to)
+        client.register_weight(w2)  # evicts w1; c0 keeps it
+        assert id1 in daemon._inline._current["c0"].worker._weights
+        client.register_weight(w1)  # evicts w2; c0 stores w1 over its old copy
+        assert same_bits(client.matmul(x, id1, timeout=10.0), reference(x, w1, cfg))
+        hb = cfg.timing.heartbeat_interval_s
+        assert not wait_for(lambda: corrected() != 1.0, timeout=5 * hb)
+    assert not [e for e in logs if e.get("event") == "bad_heartbeat_ecc"]
+
+
 def test_a_stream_of_new_weights_never_keeps_a_voting_channel_from_its_tests(
         tmp_path: Path) -> None:
     """Every new weight takes the channels out of the self-test schedule while they store
