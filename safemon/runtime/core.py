@@ -99,7 +99,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self._weight_bytes = 0
         self._deliveries = {n: WeightDelivery() for n in config.channel_names}
         #: per channel, evicted weights whose `drop_weight` could not be queued (socket
-        #: full): sent again on the next tick (`DropSendFailed`)
+        #: full or not connected): sent again on the next tick (`DropSendFailed`)
         self._drops_owed: dict[str, dict[str, None]] = {n: {} for n in config.channel_names}
         #: per channel, live work sent and not answered: seq -> (item cost s, budget end).
         self._queued: dict[str, dict[int, tuple[float, float]]] = {
