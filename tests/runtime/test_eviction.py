@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +275,29 @@ def test_channels_drop_an_evicted_weight_whose_first_drop_could_not_be_queued(
         assert all(h == set(daemon.core.weights) for h in held.values()), held
 
 
+def _one_corrected_flip_in_c0(daemon: Any, client: Any, cfg: Any,
+                              w: np.ndarray) -> tuple[str, Callable[[], float]]:
+    """Register `w`, flip one bit of its ECC store in inline channel c0 and compute with it
+    (bit-exact: the flip is corrected at use); once the daemon counts that one correction,
+    return the weight id and a reader of `safemon_ecc_corrected_total{buffer="weights"}`."""
+    from .helpers import wait_for
+
+    wid = client.register_weight(w)
+    assert daemon._inline is not None
+    store = daemon._inline._current["c0"].worker._weights[wid].verified()
+    store.reshape(-1).view(np.uint8)[5] ^= np.uint8(1 << 3)
+    x = np.ones((2, 4), np.float32)
+    assert same_bits(client.matmul(x, wid, timeout=10.0), reference(x, w, cfg))
+
+    def corrected() -> float:
+        value = daemon.registry.get_sample_value("safemon_ecc_corrected_total",
+                                                 {"buffer": "weights"})
+        return value or 0.0
+
+    assert wait_for(lambda: corrected() == 1.0)
+    return wid, corrected
+
+
 def test_an_evicted_weights_ecc_counts_stay_in_the_channels_totals(tmp_path: Path) -> None:
     """A channel reports cumulative ECC totals per incarnation, which must never go down:
     the corrections counted on a weight it later drops stay in them (no
@@ -284,19 +308,8 @@ def test_an_evicted_weights_ecc_counts_stay_in_the_channels_totals(tmp_path: Pat
 
     cfg = make_config(tmp_path, "2oo3", placement="inline", extra={"limits": {"max_weights": 1}})
     w1, w2 = _weights(2)
-    x = np.ones((2, 4), np.float32)
-    labels = {"buffer": "weights"}
     with system(cfg) as (daemon, client), structlog.testing.capture_logs() as logs:
-        id1 = client.register_weight(w1)
-        assert daemon._inline is not None
-        store = daemon._inline._current["c0"].worker._weights[id1].verified()
-        store.reshape(-1).view(np.uint8)[5] ^= np.uint8(1 << 3)  # one flip: corrected at use
-        assert same_bits(client.matmul(x, id1, timeout=10.0), reference(x, w1, cfg))
-
-        def corrected() -> float:
-            return daemon.registry.get_sample_value("safemon_ecc_corrected_total", labels) or 0.0
-
-        assert wait_for(lambda: corrected() == 1.0)
+        _, corrected = _one_corrected_flip_in_c0(daemon, client, cfg, w1)
         client.register_weight(w2)  # evicts w1: c0 drops it
         assert daemon.core is not None and set(daemon.core.weights) == {weight_id_of(w2)}
         hb = cfg.timing.heartbeat_interval_s
@@ -317,18 +330,8 @@ def test_a_weight_stored_again_over_an_undropped_copy_keeps_the_ecc_totals(
     cfg = make_config(tmp_path, "2oo3", placement="inline", extra={"limits": {"max_weights": 1}})
     w1, w2 = _weights(2)
     x = np.ones((2, 4), np.float32)
-    labels = {"buffer": "weights"}
     with system(cfg) as (daemon, client), structlog.testing.capture_logs() as logs:
-        id1 = client.register_weight(w1)
-        assert daemon._inline is not None
-        store = daemon._inline._current["c0"].worker._weights[id1].verified()
-        store.reshape(-1).view(np.uint8)[5] ^= np.uint8(1 << 3)  # one flip: corrected at use
-        assert same_bits(client.matmul(x, id1, timeout=10.0), reference(x, w1, cfg))
-
-        def corrected() -> float:
-            return daemon.registry.get_sample_value("safemon_ecc_corrected_total", labels) or 0.0
-
-        assert wait_for(lambda: corrected() == 1.0)
+        id1, corrected = _one_corrected_flip_in_c0(daemon, client, cfg, w1)
         real = daemon._send_to
 
         def send_to(name: str, kind: Kind, seq: int, meta: dict[str, Any],
