@@ -114,9 +114,10 @@ class WeightSendFailed:
 @dataclass(frozen=True)
 class DropSendFailed:
     """The `drop_weight` commands for `weight_ids` could not be queued on `channel`'s socket
-    (full or not connected; an inline channel that stopped): the channel still holds those evicted weights, beyond what the budget counts.
-    They are sent again on a later tick, unless the weight was registered again meanwhile
-    or the channel was replaced (a new incarnation holds nothing)."""
+    (full or not connected; an inline channel that stopped): the channel still holds those
+    evicted weights, beyond what the budget counts. They are sent again on a later tick,
+    unless the weight was registered again meanwhile or the channel was replaced (a new
+    incarnation holds nothing)."""
 
     channel: str
     weight_ids: tuple[str, ...]
