@@ -252,6 +252,7 @@ class FoldedLinear(_Snapshot):
 
     def __init__(self, name: str, linear: nn.Linear, computed_by: str) -> None:
         super().__init__(name)
+        self.train(linear.training)  # as the Linear it replaces, like the protected modules
         self.computed_by = computed_by
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self._hold(linear.weight, linear.bias)

@@ -300,10 +300,9 @@ def protect(model: nn.Module, *, client: Client, timeout: float = 1.0,
     """
     groups, report = plan(model)
     with torch.no_grad():
-        built = [(group, _places(group, client, timeout)) for group in groups]
-    for group, places in built:
-        for name, new in places:
-            new.train(group.members[0][1].training)  # as the layer replaced (eval stays eval)
+        built = [_places(group, client, timeout) for group in groups]
+    for places in built:
+        for name, new in places:  # each starts in its replaced layer's mode (eval stays eval)
             _replace(model, name, new)
     setattr(model, _REPORT_ATTR, report)
     if verbose:
