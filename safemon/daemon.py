@@ -644,17 +644,34 @@ class Daemon:
         """Hand `stim` to the core and carry out its effects (and what they feed back).
 
         Raises:
-            StimulusFailed: the core failed on `stim`; its effects so far were carried out.
+            StimulusFailed: the core failed on `stim`; its effects so far were carried out,
+                and what they fed back was handled.
         """
         assert self.core is not None
         try:
             effects = self.core.handle(stim)
         except StimulusFailed as exc:
             self._carry_out(exc.effects)
+            self._feed_back()
             raise
         self._carry_out(effects)
+        self._feed_back()
+
+    def _feed_back(self) -> None:
+        """Feed the stimuli that carrying out effects reported back (sends the shell could
+        not queue), now, whether or not the stimulus that produced them failed: each on its
+        own, so that one that fails is counted and logged as itself, neither stopping the
+        rest nor blamed on the message being handled."""
         while self._feedback:
-            self._feed(self._feedback.popleft())
+            stim = self._feedback.popleft()
+            try:
+                self._feed(stim)
+            except Exception as exc:  # the loop must survive any one stimulus
+                cause = exc.cause if isinstance(exc, StimulusFailed) else exc
+                if self.metrics is not None:
+                    self.metrics.count_rejected("handler_error")
+                self.log.exception("feedback_handling_failed", stimulus=type(stim).__name__,
+                                   error=quote(cause))
 
     def _count_reject(self, reason: Any) -> None:
         if self.metrics is not None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from safemon.daemon import Daemon
 from safemon.errors import InvalidInputError
 from safemon.eviction import choose_evictions
 from safemon.golden_store import load_patterns
@@ -25,7 +26,7 @@ from safemon.models.layers import encode_model
 from safemon.patterns import scheduler as sch
 from safemon.runtime import effects as fx
 from safemon.runtime import stimuli as st
-from safemon.runtime.core import RuntimeCore
+from safemon.runtime.core import RuntimeCore, StimulusFailed
 from safemon.runtime.support import assign_patterns, scheduler_config
 from safemon.transport.wire import Kind
 from safemon.weight_id import weight_id_of
@@ -273,6 +274,47 @@ def test_channels_drop_an_evicted_weight_whose_first_drop_could_not_be_queued(
             time.sleep(0.05)
         assert ids[0] not in daemon.core.weights
         assert all(h == set(daemon.core.weights) for h in held.values()), held
+
+
+class _FailingFirstCore:
+    """A stand-in core: the first stimulus fails after asking for a `drop_weight` (which the
+    shell cannot queue); the `DropSendFailed` fed back fails too when `feedback_fails`."""
+
+    def __init__(self, *, feedback_fails: bool) -> None:
+        self.fed: list[st.Stimulus] = []
+        self.feedback_fails = feedback_fails
+
+    def handle(self, stim: st.Stimulus) -> list[fx.Effect]:
+        self.fed.append(stim)
+        drop = fx.SendToChannel("c0", Kind.CONTROL, 1, {"command": "drop_weight"},
+                                drops_weight="w1")
+        if len(self.fed) == 1:
+            raise StimulusFailed([drop], RuntimeError("the first stimulus fails"))
+        if self.feedback_fails:
+            raise StimulusFailed([], RuntimeError("the feedback fails too"))
+        return []
+
+
+@pytest.mark.parametrize("feedback_fails", [False, True])
+def test_what_a_failed_stimulus_fed_back_is_handled_before_its_failure_is_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, feedback_fails: bool) -> None:
+    """A stimulus whose handling raises still had its effects carried out; a drop among them
+    that the shell could not queue is fed back at once, not after the next stimulus. A
+    feedback stimulus that fails in turn is logged as itself: the first failure is the one
+    raised."""
+    daemon = Daemon(make_config(tmp_path, "2oo3", placement="inline", transport="ipc"),
+                    registry=CollectorRegistry())
+    core = _FailingFirstCore(feedback_fails=feedback_fails)
+    daemon.core = core  # type: ignore[assignment]
+    monkeypatch.setattr(daemon, "_send_to", lambda *args, **kwargs: False)
+    try:
+        with pytest.raises(StimulusFailed, match="the first stimulus fails"):
+            daemon._feed(st.TimerTick(0.0, "tick"))
+    finally:
+        daemon.close()  # never started: closes its ZeroMQ context
+    assert [type(s) for s in core.fed] == [st.TimerTick, st.DropSendFailed]
+    assert core.fed[1].weight_ids == ("w1",)  # type: ignore[attr-defined]
+    assert not daemon._feedback
 
 
 def _one_corrected_flip_in_c0(daemon: Any, client: Any, cfg: Any,
