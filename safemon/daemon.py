@@ -646,31 +646,35 @@ class Daemon:
         Raises:
             StimulusFailed: the core failed on `stim`; its effects so far were carried out,
                 and what they fed back was handled.
+            Exception: carrying out an effect raised (a bug in the shell); the sends that
+                failed before it were still fed back.
         """
         assert self.core is not None
         try:
-            effects = self.core.handle(stim)
-        except StimulusFailed as exc:
-            self._carry_out(exc.effects)
-            self._feed_back()
-            raise
-        self._carry_out(effects)
-        self._feed_back()
+            try:
+                effects = self.core.handle(stim)
+            except StimulusFailed as exc:
+                self._carry_out(exc.effects)
+                raise
+            self._carry_out(effects)
+        finally:
+            self._feed_back()  # never raises
 
     def _feed_back(self) -> None:
         """Feed the stimuli that carrying out effects reported back (sends the shell could
         not queue), now, whether or not the stimulus that produced them failed: each on its
-        own, so that one that fails is counted and logged as itself, neither stopping the
-        rest nor blamed on the message being handled."""
+        own, so that one that fails is logged as itself (`feedback_handling_failed`),
+        neither stopping the rest nor blamed on the message being handled (it is no received
+        message, so `messages_rejected_total` does not count it)."""
         while self._feedback:
             stim = self._feedback.popleft()
             try:
                 self._feed(stim)
             except Exception as exc:  # the loop must survive any one stimulus
                 cause = exc.cause if isinstance(exc, StimulusFailed) else exc
-                if self.metrics is not None:
-                    self.metrics.count_rejected("handler_error")
                 self.log.exception("feedback_handling_failed", stimulus=type(stim).__name__,
+                                   channel=getattr(stim, "channel", None),
+                                   weight_ids=list(getattr(stim, "weight_ids", ())),
                                    error=quote(cause))
 
     def _count_reject(self, reason: Any) -> None:
@@ -696,34 +700,37 @@ class Daemon:
     # ================================================================== effects out
 
     def _carry_out(self, effects: Sequence[fx.Effect]) -> None:
-        """Carry out the core's effects in order."""
+        """Carry out the core's effects in order. Sends that failed are reported back
+        (`_feedback`), even when a later effect raises."""
         failed_weights: dict[str, list[str]] = {}
         failed_drops: dict[str, list[str]] = {}
-        for e in effects:
-            if isinstance(e, fx.SendToChannel):
-                if e.weight_id is not None and e.channel in failed_weights:
-                    failed_weights[e.channel].append(e.weight_id)  # keep their order
-                elif not self._send_channel(e):
-                    if e.weight_id is not None:
-                        failed_weights[e.channel] = [e.weight_id]
-                    elif e.drops_weight is not None:
-                        failed_drops.setdefault(e.channel, []).append(e.drops_weight)
-            elif isinstance(e, fx.Reply):
-                self._reply(e.socket, e.identity, e.kind, e.seq, dict(e.meta), e.arrays)
-            elif isinstance(e, fx.ReplyStatus):
-                body = np.frombuffer(json.dumps(self.status()).encode(), dtype=np.uint8).copy()
-                self._reply("control", e.identity, Kind.REPLY, e.seq,
-                            msgs.ControlReply(ok=True, outcome="status").to_meta(), (body,))
-            elif isinstance(e, fx.Log):
-                getattr(self.log, e.level)(e.event, **e.fields)
-            else:
-                self._carry_out_other(e)
-        for ch, wids in failed_weights.items():
-            self._feedback.append(st.WeightSendFailed(ch, tuple(wids), self.clock(),
-                                                      st.stimulus_id("send-failed")))
-        for ch, wids in failed_drops.items():
-            self._feedback.append(st.DropSendFailed(ch, tuple(wids), self.clock(),
-                                                    st.stimulus_id("drop-failed")))
+        try:
+            for e in effects:
+                if isinstance(e, fx.SendToChannel):
+                    if e.weight_id is not None and e.channel in failed_weights:
+                        failed_weights[e.channel].append(e.weight_id)  # keep their order
+                    elif not self._send_channel(e):
+                        if e.weight_id is not None:
+                            failed_weights[e.channel] = [e.weight_id]
+                        elif e.drops_weight is not None:
+                            failed_drops.setdefault(e.channel, []).append(e.drops_weight)
+                elif isinstance(e, fx.Reply):
+                    self._reply(e.socket, e.identity, e.kind, e.seq, dict(e.meta), e.arrays)
+                elif isinstance(e, fx.ReplyStatus):
+                    body = np.frombuffer(json.dumps(self.status()).encode(), dtype=np.uint8).copy()
+                    self._reply("control", e.identity, Kind.REPLY, e.seq,
+                                msgs.ControlReply(ok=True, outcome="status").to_meta(), (body,))
+                elif isinstance(e, fx.Log):
+                    getattr(self.log, e.level)(e.event, **e.fields)
+                else:
+                    self._carry_out_other(e)
+        finally:
+            for ch, wids in failed_weights.items():
+                self._feedback.append(st.WeightSendFailed(ch, tuple(wids), self.clock(),
+                                                          st.stimulus_id("send-failed")))
+            for ch, wids in failed_drops.items():
+                self._feedback.append(st.DropSendFailed(ch, tuple(wids), self.clock(),
+                                                        st.stimulus_id("drop-failed")))
 
     def _carry_out_other(self, e: fx.Effect) -> None:
         assert self.supervisor is not None and self.core is not None

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import structlog
 from prometheus_client import CollectorRegistry
 
 from safemon.daemon import Daemon
@@ -277,44 +278,54 @@ def test_channels_drop_an_evicted_weight_whose_first_drop_could_not_be_queued(
 
 
 class _FailingFirstCore:
-    """A stand-in core: the first stimulus fails after asking for a `drop_weight` (which the
-    shell cannot queue); the `DropSendFailed` fed back fails too when `feedback_fails`."""
+    """A stand-in core: its first stimulus asks for a `drop_weight` (which the shell cannot
+    queue) and then fails in the core (`how="core"`), or in the shell, on an effect after
+    the drop (`how="effect"`: a log level structlog lacks); the `DropSendFailed` fed back
+    fails too when `how="feedback"`."""
 
-    def __init__(self, *, feedback_fails: bool) -> None:
+    def __init__(self, how: str) -> None:
         self.fed: list[st.Stimulus] = []
-        self.feedback_fails = feedback_fails
+        self.how = how
 
     def handle(self, stim: st.Stimulus) -> list[fx.Effect]:
         self.fed.append(stim)
         drop = fx.SendToChannel("c0", Kind.CONTROL, 1, {"command": "drop_weight"},
                                 drops_weight="w1")
+        if len(self.fed) == 1 and self.how == "effect":
+            return [drop, fx.Log("no_such_level", "never_logged")]  # type: ignore[arg-type]
         if len(self.fed) == 1:
             raise StimulusFailed([drop], RuntimeError("the first stimulus fails"))
-        if self.feedback_fails:
+        if self.how == "feedback":
             raise StimulusFailed([], RuntimeError("the feedback fails too"))
         return []
 
 
-@pytest.mark.parametrize("feedback_fails", [False, True])
+@pytest.mark.parametrize("how", ["core", "feedback", "effect"])
 def test_what_a_failed_stimulus_fed_back_is_handled_before_its_failure_is_raised(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, feedback_fails: bool) -> None:
-    """A stimulus whose handling raises still had its effects carried out; a drop among them
-    that the shell could not queue is fed back at once, not after the next stimulus. A
-    feedback stimulus that fails in turn is logged as itself: the first failure is the one
-    raised."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """A stimulus whose handling raises (in the core, or on a later effect in the shell)
+    still had its effects before the failure carried out; a drop among them that the shell
+    could not queue is fed back at once, not after the next stimulus. A feedback stimulus
+    that fails in turn is logged as itself, and the first failure is the one raised."""
     daemon = Daemon(make_config(tmp_path, "2oo3", placement="inline", transport="ipc"),
                     registry=CollectorRegistry())
-    core = _FailingFirstCore(feedback_fails=feedback_fails)
+    core = _FailingFirstCore(how)
     daemon.core = core  # type: ignore[assignment]
     monkeypatch.setattr(daemon, "_send_to", lambda *args, **kwargs: False)
+    raised = (pytest.raises(AttributeError, match="no_such_level") if how == "effect"
+              else pytest.raises(StimulusFailed, match="the first stimulus fails"))
     try:
-        with pytest.raises(StimulusFailed, match="the first stimulus fails"):
+        with structlog.testing.capture_logs() as logs, raised:
             daemon._feed(st.TimerTick(0.0, "tick"))
     finally:
         daemon.close()  # never started: closes its ZeroMQ context
     assert [type(s) for s in core.fed] == [st.TimerTick, st.DropSendFailed]
-    assert core.fed[1].weight_ids == ("w1",)  # type: ignore[attr-defined]
+    fed_back = core.fed[1]
+    assert isinstance(fed_back, st.DropSendFailed) and fed_back.weight_ids == ("w1",)
     assert not daemon._feedback
+    failed = [e for e in logs if e["event"] == "feedback_handling_failed"]
+    assert [(e["channel"], e["weight_ids"]) for e in failed] == (
+        [("c0", ["w1"])] if how == "feedback" else [])
 
 
 def _one_corrected_flip_in_c0(daemon: Any, client: Any, cfg: Any,
@@ -344,7 +355,6 @@ def test_an_evicted_weights_ecc_counts_stay_in_the_channels_totals(tmp_path: Pat
     """A channel reports cumulative ECC totals per incarnation, which must never go down:
     the corrections counted on a weight it later drops stay in them (no
     `bad_heartbeat_ecc`, the counter keeps its value)."""
-    import structlog
 
     from .helpers import wait_for
 
@@ -365,7 +375,6 @@ def test_a_weight_stored_again_over_an_undropped_copy_keeps_the_ecc_totals(
     socket), and the weight is registered again before the retry: c0 stores the new copy
     over its old one, whose corrected count must stay in its totals (no
     `bad_heartbeat_ecc`, the counter keeps its value), and later results stay bit-exact."""
-    import structlog
 
     from .helpers import wait_for
 
