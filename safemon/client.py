@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -222,6 +223,9 @@ class Client:
         self.epoch: int | None = None
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
         self._models: dict[str, tuple[Layer, ...]] = {}
+        #: This object's key in `register_weight` (random): whom the daemon's per-client
+        #: quota (`limits.max_client_weight_bytes`) counts its weights against.
+        self._key = secrets.token_hex(16)
         #: `kernel_seconds` of the last released result: the slowest agreeing channel's
         #: compute time (s), i.e. the kernel time on the release's critical path.
         self.last_kernel_seconds: float | None = None
@@ -334,7 +338,7 @@ class Client:
                 (the daemon registers nothing new until it has passed one).
         """
         w = _check_matrix("w", w)
-        wid = self._register(msgs.RegisterWeight(), (w,), self._storing_s(w))
+        wid = self._register(msgs.RegisterWeight(client=self._key), (w,), self._storing_s(w))
         self._weights[wid] = np.array(w, copy=True)
         return wid
 

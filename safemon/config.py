@@ -368,6 +368,12 @@ class LimitsConfig(_Model):
         may be registered at once (every channel keeps each one resident). A new weight
         that does not fit evicts the least recently used ones that no request in flight
         uses (`safemon.eviction`; their clients register them again when they need them).
+    max_client_weight_bytes: a quota per client (None, the default: no quota): a client
+        whose registered weights would exceed it gives up its own least recently used ones
+        first, and weights no client holds are evicted before any other
+        (`safemon.eviction`). A client is a `Client` object (its `client` key in
+        `register_weight`), or the connection for one that sends no key. A single weight
+        over the quota is refused (`WeightBudgetError`). At most `max_weight_total_bytes`.
     min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
         healthy channel must sustain, and the fixed time it may take per work item. When
         the config does not set min_channel_gflops, it is 0.05 (the NumPy reference on a
@@ -389,9 +395,18 @@ class LimitsConfig(_Model):
     max_weight_bytes: Annotated[StrictInt, Field(ge=4)] = 64 * 1024 * 1024
     max_weights: Annotated[StrictInt, Field(ge=1)] = 256
     max_weight_total_bytes: Annotated[StrictInt, Field(ge=4)] = 1024 * 1024 * 1024
+    max_client_weight_bytes: Annotated[StrictInt, Field(ge=4)] | None = None
     min_channel_gflops: Annotated[StrictFloat, Field(gt=0.0)] = 0.05
     item_overhead_s: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.005
     max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 512
+
+    @model_validator(mode="after")
+    def _quota_within_the_budget(self) -> LimitsConfig:
+        quota = self.max_client_weight_bytes
+        if quota is not None and quota > self.max_weight_total_bytes:
+            raise ValueError(f"limits.max_client_weight_bytes ({quota}) exceeds "
+                             f"limits.max_weight_total_bytes ({self.max_weight_total_bytes})")
+        return self
 
 
 #: `limits.min_channel_gflops` on a GPU backend when the config leaves it unset. The

@@ -9,13 +9,21 @@ entries that no request in flight needs are evicted to make room. A client whose
 model was evicted gets `UnknownWeightError` / `UnknownModelError` on its next request, and
 `Client` registers its own copy again and retries within the same timeout (as after a
 daemon restart), so an eviction costs a client a registration, never a wrong or lost result.
+
+A per-client quota (`limits.max_client_weight_bytes`, off by default) bounds what one client
+can push the others out with. Each registered weight is *held* by the clients that
+registered it. A client whose holdings would exceed the quota gives up its own least
+recently used holds first (`holds_to_release`): the weights stay registered, but a weight
+nobody holds is evicted before any held one (`eviction_order`). So a client that registers
+new weights in a loop evicts its own old ones, and the others' weights (within their quotas)
+go only once no unheld weight is left.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-__all__ = ["choose_evictions"]
+__all__ = ["choose_evictions", "eviction_order", "holds_to_release"]
 
 
 def choose_evictions(lru: Iterable[str], sizes: Mapping[str, int], in_use: set[str] | frozenset[str],
@@ -51,3 +59,39 @@ def choose_evictions(lru: Iterable[str], sizes: Mapping[str, int], in_use: set[s
     if count < max_count and total + new_bytes <= max_bytes:
         return chosen
     return None
+
+
+def eviction_order(lru: Iterable[str], held: Mapping[str, object]) -> list[str]:
+    """`lru` (least recently used first) with the ids nobody holds first: the order
+    `choose_evictions` takes them in under a per-client quota. `held`: id -> its holders
+    (an id absent or with no holders is held by nobody)."""
+    order = list(lru)
+    return ([i for i in order if not held.get(i)] + [i for i in order if held.get(i)])
+
+
+def holds_to_release(held_lru: Iterable[str], sizes: Mapping[str, int], *, new_bytes: int,
+                     quota_bytes: int) -> list[str] | None:
+    """The holds one client gives up, oldest first, so that a new weight of `new_bytes` fits
+    its quota.
+
+    Args:
+        held_lru: the ids this client holds, least recently used first.
+        sizes: bytes of each id of `held_lru`.
+        new_bytes: size of the weight it registers (>= 0; not among `held_lru`).
+        quota_bytes: `limits.max_client_weight_bytes`.
+
+    Returns:
+        [] when it fits already; the fewest oldest holds to give up otherwise; None when the
+        new weight alone is over the quota (then nothing should be given up).
+    """
+    if new_bytes > quota_bytes:
+        return None
+    order = list(held_lru)
+    total = sum(sizes[i] for i in order)
+    released: list[str] = []
+    for wid in order:
+        if total + new_bytes <= quota_bytes:
+            break
+        released.append(wid)
+        total -= sizes[wid]
+    return released

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from safemon import admission
 from safemon.config import Config
-from safemon.eviction import choose_evictions
+from safemon.eviction import choose_evictions, eviction_order, holds_to_release
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.abft import abft_passes
 from safemon.kernels.catalog import Variant
@@ -67,6 +67,11 @@ from safemon.weight_id import weight_id_of
 
 __all__ = ["RuntimeCore"]
 
+#: Under a per-client quota, the most clients a weight keeps as its holders (the least
+#: recent one is dropped, and no longer charged): what a long-running daemon remembers
+#: stays bounded however many `Client` objects register the same weight.
+MAX_HOLDERS = 64
+
 
 class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
     """The daemon's decisions (see the module docstring). Not thread-safe: the shell's loop
@@ -97,6 +102,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         #: the registered weights' ids, least recently used (registered or requested) first
         self._weight_lru: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._weight_bytes = 0
+        #: under `limits.max_client_weight_bytes` only: weight id -> the clients holding
+        #: it (their keys, least recently registered first; at most `MAX_HOLDERS`). A
+        #: weight nobody holds is absent, and is evicted before any held one.
+        self._holders: dict[str, collections.OrderedDict[str, None]] = {}
         self._deliveries = {n: WeightDelivery() for n in config.channel_names}
         #: per channel, evicted weights whose `drop_weight` could not be queued (socket
         #: full or not connected): sent again on the next tick (`DropSendFailed`)
@@ -264,7 +273,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                            "the daemon is shutting down")
             return
         if isinstance(request, msgs.RegisterWeight):
-            self._register_weight(identity, msg)
+            self._register_weight(identity, msg, request)
             return
         if isinstance(request, msgs.RegisterModel):
             self._register_model(identity, msg)
@@ -439,7 +448,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
 
     # ================================================================== weights
 
-    def _register_weight(self, identity: bytes, msg: Message) -> None:
+    def _register_weight(self, identity: bytes, msg: Message,
+                         request: msgs.RegisterWeight) -> None:
         if len(msg.arrays) != 1:
             self._error_to("ingress", identity, msg.seq, "InvalidInputError", "register_weight needs one array")
             return
@@ -457,7 +467,17 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             self._error_to("ingress", identity, msg.seq, "InvalidInputError",
                            f"a weight must be a non-empty, finite, 2-D float32 array, got {w.dtype} {w.shape}")
             return
+        holder = request.client if request.client is not None else identity.hex()
+        if len(holder) > msgs.MAX_CLIENT_KEY:
+            self._error_to("ingress", identity, msg.seq, "InvalidInputError",
+                           f"register_weight's client key has {len(holder)} characters, "
+                           f"over {msgs.MAX_CLIENT_KEY}")
+            return
         wid = weight_id_of(w)
+        if (over := self._fit_quota(holder, wid, int(w.nbytes))) is not None:
+            self._log("warning", "weight_refused", shape=list(w.shape), reason=over)
+            self._error_to("ingress", identity, msg.seq, "WeightBudgetError", over)
+            return
         if wid in self.weights:
             self._weight_lru.move_to_end(wid)
         else:
@@ -493,12 +513,47 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                     self._awaiting_join.add(ch)
                 self._pump_weights(ch, now)
             self._log("info", "weight_registered", weight_id=wid, shape=list(w.shape))
+        self._hold(holder, wid)
         wait = self._weight_waits.get(wid)
         if wait is not None and wait[1]:
             wait[0].append((identity, msg.seq))  # answered once every channel holds it
             return
         self._reply("ingress", identity, Kind.REPLY, msg.seq,
                     msgs.ControlReply(ok=True, outcome=wid).to_meta())
+
+    def _fit_quota(self, holder: str, wid: str, new_bytes: int) -> str | None:
+        """Under `limits.max_client_weight_bytes`, make `holder`'s registration of `wid`
+        (`new_bytes`) fit its quota by giving up its own least recently used holds
+        (`safemon.eviction.holds_to_release`; the weights stay registered, first in line
+        for eviction once nobody holds them). Returns why it cannot fit (the weight alone
+        is over the quota), else None."""
+        quota = self.config.limits.max_client_weight_bytes
+        if quota is None or holder in self._holders.get(wid, ()):
+            return None
+        held = [i for i in self._weight_lru if holder in self._holders.get(i, ())]
+        release = holds_to_release(held, {i: int(self.weights[i].nbytes) for i in held},
+                                   new_bytes=new_bytes, quota_bytes=quota)
+        if release is None:
+            return (f"the weight is {new_bytes} bytes, over the quota of one client "
+                    f"(limits.max_client_weight_bytes, {quota})")
+        for i in release:
+            holders = self._holders[i]
+            del holders[holder]
+            if not holders:
+                del self._holders[i]
+            self._log("info", "weight_hold_released", weight_id=i, client=holder[:8],
+                      reason="limits.max_client_weight_bytes: the client registers another")
+        return None
+
+    def _hold(self, holder: str, wid: str) -> None:
+        """Count registered weight `wid` against `holder` (under a quota only)."""
+        if self.config.limits.max_client_weight_bytes is None:
+            return
+        holders = self._holders.setdefault(wid, collections.OrderedDict())
+        holders[holder] = None
+        holders.move_to_end(holder)
+        if len(holders) > MAX_HOLDERS:
+            holders.popitem(last=False)  # bounded: that client is no longer charged
 
     def _weights_in_use(self) -> set[str]:
         """Weights that must stay: used by a request in flight (the core reads a 1oo1D
@@ -517,7 +572,9 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         more weight of `new_bytes` fits `limits.max_weights` / `max_weight_total_bytes`
         (`safemon.eviction`); False, with nothing evicted, when that cannot be done."""
         lim = self.config.limits
-        evict = choose_evictions(self._weight_lru,
+        order = (self._weight_lru if lim.max_client_weight_bytes is None
+                 else eviction_order(self._weight_lru, self._holders))
+        evict = choose_evictions(order,
                                  {wid: int(w.nbytes) for wid, w in self.weights.items()},
                                  self._weights_in_use(), new_bytes=new_bytes,
                                  max_count=lim.max_weights, max_bytes=lim.max_weight_total_bytes)
@@ -534,6 +591,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         is answered `UnknownWeightError`, and its client registers it again)."""
         w = self.weights.pop(wid)
         self._weight_lru.pop(wid, None)
+        self._holders.pop(wid, None)
         self._weight_bytes -= int(w.nbytes)
         for mid in self.models.drop_using(wid):
             self._model_evicted(mid, f"its weight {wid} was evicted")

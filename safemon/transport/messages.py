@@ -222,12 +222,16 @@ class Hello(Schema):
 @dataclass(frozen=True)
 class RegisterWeight(Schema):
     """One frame: the weight W (K, N) float32, finite. Answered `ControlReply` with
-    `outcome` = the weight id, once every running channel holds it."""
+    `outcome` = the weight id, once every running channel holds it. `client`: the sender's
+    key (at most `MAX_CLIENT_KEY` characters; `Client` sends a random one per object), whom
+    `limits.max_client_weight_bytes` counts the weight against; without it, the
+    connection."""
 
     KIND = Kind.CONTROL
     TAG = ("command", "register_weight")
     ROUTE = "client → daemon (ingress)"
     args: str | None = None
+    client: str | None = None
 
 
 @dataclass(frozen=True)
@@ -436,6 +440,9 @@ class PublishedEvent(Schema):
     ROUTE = "daemon → subscribers (events)"
     event: str
 
+
+#: The longest `RegisterWeight.client` key the daemon accepts (characters).
+MAX_CLIENT_KEY = 64
 
 #: Every schema, in the order docs/PROTOCOL.md lists them.
 SCHEMAS: tuple[type[Schema], ...] = (

@@ -16,9 +16,10 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
+from safemon.client import Client
 from safemon.daemon import Daemon
 from safemon.errors import InvalidInputError
-from safemon.eviction import choose_evictions
+from safemon.eviction import choose_evictions, eviction_order, holds_to_release
 from safemon.golden_store import load_patterns
 from safemon.metrics import Metrics
 from safemon.model_registry import ModelRegistry
@@ -68,6 +69,21 @@ def _model_frames(wid: str, bias: float) -> tuple[Any, ...]:
     return (spec, biases)
 
 
+def test_weights_nobody_holds_go_first_then_the_least_recently_used() -> None:
+    held = {"a": {"c1": None}, "b": {}, "d": {"c2": None}}
+    assert eviction_order(["a", "b", "c", "d"], held) == ["b", "c", "a", "d"]
+    assert eviction_order(["a", "d"], held) == ["a", "d"]
+
+
+def test_a_client_over_its_quota_gives_up_its_oldest_holds_and_no_more() -> None:
+    sizes = {"a": 40, "b": 40, "c": 40}
+    assert holds_to_release(["a", "b", "c"], sizes, new_bytes=10, quota_bytes=200) == []
+    assert holds_to_release(["a", "b", "c"], sizes, new_bytes=40, quota_bytes=120) == ["a"]
+    assert holds_to_release(["a", "b", "c"], sizes, new_bytes=100, quota_bytes=120) == [
+        "a", "b", "c"]
+    assert holds_to_release(["a"], sizes, new_bytes=121, quota_bytes=120) is None
+
+
 def test_the_model_registry_evicts_its_least_recently_used_model_not_in_flight() -> None:
     shapes = {"w" * 64: (2, 3)}
     reg = ModelRegistry(capacity=2)
@@ -87,9 +103,10 @@ def test_the_model_registry_evicts_its_least_recently_used_model_not_in_flight()
 
 # ------------------------------------------------------------------ the core
 
-def _core(tmp_path: Path, max_weights: int,
-          policy: str = "1oo1D") -> tuple[RuntimeCore, Processes, Clock]:
-    cfg = make_config(tmp_path, policy, extra={"limits": {"max_weights": max_weights}})
+def _core(tmp_path: Path, max_weights: int, policy: str = "1oo1D",
+          quota_bytes: int | None = None) -> tuple[RuntimeCore, Processes, Clock]:
+    cfg = make_config(tmp_path, policy, extra={"limits": {
+        "max_weights": max_weights, "max_client_weight_bytes": quota_bytes}})
     by_channel, ids = assign_patterns(cfg, load_patterns(cfg), None)
     procs = Processes({n: 0 for n in cfg.channel_names})
     clock = Clock()
@@ -99,10 +116,13 @@ def _core(tmp_path: Path, max_weights: int,
     return core, procs, clock
 
 
-def _register(core: RuntimeCore, clock: Clock, w: np.ndarray, seq: int) -> list[fx.Effect]:
-    """register_weight, and the channel's acknowledgement of any weight sent to it."""
-    effects = core.handle(st.IngressMessage(
-        b"c", _msg(Kind.CONTROL, seq, {"command": "register_weight"}, (w,)), clock(), "reg"))
+def _register(core: RuntimeCore, clock: Clock, w: np.ndarray, seq: int,
+              client: str | None = None) -> list[fx.Effect]:
+    """register_weight (from `client`, its key; None: the key-less connection b"c"), and
+    the channel's acknowledgement of any weight sent to it."""
+    meta = {"command": "register_weight"} | ({} if client is None else {"client": client})
+    effects = core.handle(st.IngressMessage(b"c", _msg(Kind.CONTROL, seq, meta, (w,)),
+                                            clock(), "reg"))
     for send in _of(effects, fx.SendToChannel):
         if send.meta.get("command") == "weight":
             ack = _msg(Kind.EVENT, 900 + seq, {"event": "weight", "weight_id": send.meta["args"],
@@ -145,6 +165,56 @@ def test_a_full_budget_evicts_the_oldest_weight_no_request_in_flight_needs(
     refused = _register(core, clock, w4, 7)
     assert [r.meta["error_type"] for r in _of(refused, fx.Reply)] == ["WeightBudgetError"]
     assert set(core.weights) == {id1, id3}
+
+
+def _quota_core(tmp_path: Path, *, max_weights: int,
+                quota_bytes: int | None) -> tuple[RuntimeCore, Clock]:
+    core, procs, clock = _core(tmp_path, max_weights, quota_bytes=quota_bytes)
+    _form(core, procs, clock)
+    return core, clock
+
+
+@pytest.mark.parametrize("quota", [None, 2 * 48])
+def test_under_a_quota_a_client_registering_in_a_loop_evicts_only_its_own_weights(
+        tmp_path: Path, quota: int | None) -> None:
+    """Budget of 4 weights of 48 bytes. Client "b" registers two, then client "a" registers
+    new weights in a loop. Without a quota (plain LRU) a's loop pushes b's weights out; with
+    a quota of two weights a gives up its own oldest holds, which are evicted first, and b's
+    weights stay."""
+    core, clock = _quota_core(tmp_path, max_weights=4, quota_bytes=quota)
+    ws = [np.full((4, 3), i + 1, np.float32) for i in range(8)]
+    ids = [weight_id_of(w) for w in ws]
+    for seq, w in enumerate(ws[:2], start=1):
+        assert _of(_register(core, clock, w, seq, "b"), fx.Reply)[0].meta["ok"]
+    for seq, w in enumerate(ws[2:], start=3):
+        assert _of(_register(core, clock, w, seq, "a"), fx.Reply)[0].meta["ok"]
+    if quota is None:
+        assert set(core.weights) == set(ids[4:])  # b's are gone
+    else:
+        assert set(core.weights) == {*ids[:2], *ids[6:]}  # b's stay, a keeps its newest two
+    assert len(core.weights) == 4
+
+
+def test_a_weight_over_the_quota_is_refused_and_a_shared_weight_stays_for_its_other_holder(
+        tmp_path: Path) -> None:
+    core, clock = _quota_core(tmp_path, max_weights=8, quota_bytes=48)
+    big = np.ones((4, 6), np.float32)  # 96 bytes
+    refused = _register(core, clock, big, 1, "a")
+    assert [(r.meta["error_type"], "limits.max_client_weight_bytes" in r.meta["message"])
+            for r in _of(refused, fx.Reply)] == [("WeightBudgetError", True)]
+    assert not core.weights
+    shared, own = np.full((4, 3), 1, np.float32), np.full((4, 3), 2, np.float32)
+    for seq, (w, client) in enumerate([(shared, "a"), (shared, "b"), (own, "a")], start=2):
+        assert _of(_register(core, clock, w, seq, client), fx.Reply)[0].meta["ok"]
+    # a gave up its hold on `shared` to register `own`; b still holds it, and nothing went
+    assert set(core.weights) == {weight_id_of(shared), weight_id_of(own)}
+    assert list(core._holders[weight_id_of(shared)]) == ["b"]
+    assert list(core._holders[weight_id_of(own)]) == ["a"]
+    # a key-less sender is its connection; an over-long key is refused
+    assert _of(_register(core, clock, shared, 5, None), fx.Reply)[0].meta["ok"]
+    assert list(core._holders[weight_id_of(shared)]) == ["b", b"c".hex()]
+    long_key = _register(core, clock, own, 6, "k" * 65)
+    assert [r.meta["error_type"] for r in _of(long_key, fx.Reply)] == ["InvalidInputError"]
 
 
 def _drops(effects: list[fx.Effect]) -> list[tuple[str, str]]:
@@ -220,6 +290,34 @@ def test_clients_get_bit_exact_results_while_a_small_budget_evicts_their_weights
             assert daemon._inline is not None
             for ch in daemon._inline._current.values():
                 assert set(ch.worker._weights) == set(daemon.core.weights), ch.name
+
+
+def test_a_client_over_its_quota_never_pushes_another_clients_weights_out(
+        tmp_path: Path) -> None:
+    """A real daemon (inline channels), a budget of 4 weights and a quota of two per client:
+    one `Client` keeps two weights while another registers six in turn. The first client's
+    weights are never evicted; the second's results stay bit-exact (its evicted weights are
+    registered again by `Client`), and every channel holds what the core holds."""
+    cfg = make_config(tmp_path, "2oo3", placement="inline", transport="ipc",
+                      extra={"limits": {"max_weights": 4, "max_client_weight_bytes": 2 * 48}})
+    ws = _weights(8)
+    rng = np.random.default_rng(5)
+    with system(cfg) as (daemon, keeper), Client(cfg) as churner:
+        assert daemon.core is not None and daemon._inline is not None
+        kept = [keeper.register_weight(w) for w in ws[:2]]
+        churned = []
+        for w in ws[2:]:
+            churned.append(churner.register_weight(w))
+            assert set(kept) <= set(daemon.core.weights)
+        for i, wid in [(0, kept[0]), (1, kept[1]), (2, churned[0]), (7, churned[-1])]:
+            x = rng.standard_normal((2, 4)).astype(np.float32)
+            user = keeper if i < 2 else churner
+            assert same_bits(user.matmul(x, wid, timeout=10.0), reference(x, ws[i], cfg)), i
+        assert set(kept) <= set(daemon.core.weights)
+        evicted = daemon.registry.get_sample_value("safemon_evictions_total", {"what": "weight"})
+        assert evicted is not None and evicted >= 4  # the churner's own, never the keeper's
+        for ch in daemon._inline._current.values():
+            assert set(ch.worker._weights) == set(daemon.core.weights), ch.name
 
 
 def test_a_model_with_biases_on_an_evicted_weight_registers_after_its_weight_again(
