@@ -368,12 +368,15 @@ class LimitsConfig(_Model):
         may be registered at once (every channel keeps each one resident). A new weight
         that does not fit evicts the least recently used ones that no request in flight
         uses (`safemon.eviction`; their clients register them again when they need them).
-    max_client_weight_bytes: a quota per client (None, the default: no quota): a client
-        whose registered weights would exceed it gives up its own least recently used ones
-        first, and weights no client holds are evicted before any other
-        (`safemon.eviction`). A client is a `Client` object (its `client` key in
-        `register_weight`), or the connection for one that sends no key. A single weight
-        over the quota is refused (`WeightBudgetError`). At most `max_weight_total_bytes`.
+    max_client_weight_bytes: a quota per client (None, the default: no quota). A weight
+        counts against each client that registered it: its bytes, and at least
+        `max_weight_total_bytes / max_weights`. A client whose weights would exceed the
+        quota gives up its own least recently used ones first, and weights no client holds
+        are evicted before any other (`safemon.eviction`); size the quotas so that those of
+        all clients fit `max_weight_total_bytes` together. A client is a `Client` object
+        (its `client` key in `register_weight`), or the connection for one that sends no
+        key. A single weight over the quota is refused (`WeightBudgetError`). Between
+        `max_weight_total_bytes / max_weights` and `max_weight_total_bytes`.
     min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
         healthy channel must sustain, and the fixed time it may take per work item. When
         the config does not set min_channel_gflops, it is 0.05 (the NumPy reference on a
@@ -403,9 +406,12 @@ class LimitsConfig(_Model):
     @model_validator(mode="after")
     def _quota_within_the_budget(self) -> LimitsConfig:
         quota = self.max_client_weight_bytes
-        if quota is not None and quota > self.max_weight_total_bytes:
-            raise ValueError(f"limits.max_client_weight_bytes ({quota}) exceeds "
-                             f"limits.max_weight_total_bytes ({self.max_weight_total_bytes})")
+        least = self.max_weight_total_bytes // self.max_weights  # one weight's least charge
+        if quota is not None and not least <= quota <= self.max_weight_total_bytes:
+            raise ValueError(
+                f"limits.max_client_weight_bytes ({quota}) must lie between "
+                f"max_weight_total_bytes / max_weights ({least}: what one weight counts at "
+                f"least) and max_weight_total_bytes ({self.max_weight_total_bytes})")
         return self
 
 

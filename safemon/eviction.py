@@ -12,11 +12,13 @@ daemon restart), so an eviction costs a client a registration, never a wrong or 
 
 A per-client quota (`limits.max_client_weight_bytes`, off by default) bounds what one client
 can push the others out with. Each registered weight is *held* by the clients that
-registered it. A client whose holdings would exceed the quota gives up its own least
-recently used holds first (`holds_to_release`): the weights stay registered, but a weight
-nobody holds is evicted before any held one (`eviction_order`). So a client that registers
-new weights in a loop evicts its own old ones, and the others' weights (within their quotas)
-go only once no unheld weight is left.
+registered it, and counts against each holder's quota (its bytes, at least
+`max_weight_total_bytes / max_weights`). A client whose holdings would exceed the quota
+gives up its own least recently used holds first (`holds_to_release`): the weights stay
+registered, but a weight nobody holds is evicted before any held one (`eviction_order`).
+While the quotas of the clients holding weights fit the budget together, a registration
+never evicts a held weight, unless the weights nobody holds are in use by requests in
+flight.
 """
 
 from __future__ import annotations
@@ -61,12 +63,16 @@ def choose_evictions(lru: Iterable[str], sizes: Mapping[str, int], in_use: set[s
     return None
 
 
-def eviction_order(lru: Iterable[str], held: Mapping[str, object]) -> list[str]:
+def eviction_order(lru: Iterable[str], held: Mapping[str, object],
+                   also_unheld: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """`lru` (least recently used first) with the ids nobody holds first: the order
     `choose_evictions` takes them in under a per-client quota. `held`: id -> its holders
-    (an id absent or with no holders is held by nobody)."""
+    (an id absent or with no holders is held by nobody); `also_unheld`: ids to count as
+    held by nobody (their only holder is giving them up)."""
     order = list(lru)
-    return ([i for i in order if not held.get(i)] + [i for i in order if held.get(i)])
+    unheld = [i for i in order if not held.get(i) or i in also_unheld]
+    taken = set(unheld)
+    return unheld + [i for i in order if i not in taken]
 
 
 def holds_to_release(held_lru: Iterable[str], sizes: Mapping[str, int], *, new_bytes: int,

@@ -378,10 +378,11 @@ def test_limits_and_testing_sections_default_to_production_values() -> None:
 
 def test_a_per_client_quota_is_off_by_default_and_never_above_the_whole_budget() -> None:
     assert load_config(env=XDG).limits.max_client_weight_bytes is None
-    quota = load_config(env={**XDG, "SAFEMON_LIMITS__MAX_CLIENT_WEIGHT_BYTES": "4096"})
-    assert quota.limits.max_client_weight_bytes == 4096
-    with pytest.raises(ConfigError, match="max_client_weight_bytes"):
-        load_config(env={**XDG, "SAFEMON_LIMITS__MAX_CLIENT_WEIGHT_BYTES": str(2**31)})
+    quota = load_config(env={**XDG, "SAFEMON_LIMITS__MAX_CLIENT_WEIGHT_BYTES": str(2**28)})
+    assert quota.limits.max_client_weight_bytes == 2**28
+    for outside in (2**31, 2**30 // 256 - 1):  # over the budget; under one weight's least
+        with pytest.raises(ConfigError, match="max_client_weight_bytes"):
+            load_config(env={**XDG, "SAFEMON_LIMITS__MAX_CLIENT_WEIGHT_BYTES": str(outside)})
 
 
 def test_policy_chain_follows_the_degradations() -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 import heapq
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -467,16 +467,11 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             self._error_to("ingress", identity, msg.seq, "InvalidInputError",
                            f"a weight must be a non-empty, finite, 2-D float32 array, got {w.dtype} {w.shape}")
             return
-        holder = request.client if request.client is not None else identity.hex()
-        if len(holder) > msgs.MAX_CLIENT_KEY:
-            self._error_to("ingress", identity, msg.seq, "InvalidInputError",
-                           f"register_weight's client key has {len(holder)} characters, "
-                           f"over {msgs.MAX_CLIENT_KEY}")
-            return
         wid = weight_id_of(w)
-        if (over := self._fit_quota(holder, wid, int(w.nbytes))) is not None:
-            self._log("warning", "weight_refused", shape=list(w.shape), reason=over)
-            self._error_to("ingress", identity, msg.seq, "WeightBudgetError", over)
+        plan = self._plan_hold(identity, request, wid, int(w.nbytes))
+        if isinstance(plan, admission.Refusal):
+            self._log("warning", "weight_refused", shape=list(w.shape), reason=plan.message)
+            self._error_to("ingress", identity, msg.seq, plan.error_type, plan.message)
             return
         if wid in self.weights:
             self._weight_lru.move_to_end(wid)
@@ -484,7 +479,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
             refusal = admission.check_weight(self.config, w.shape, len(self.weights),
                                              self._weight_bytes)
             if (refusal is not None and refusal.error_type == "WeightBudgetError"
-                    and self._make_room(int(w.nbytes))):
+                    and self._make_room(int(w.nbytes), plan)):
                 refusal = admission.check_weight(self.config, w.shape, len(self.weights),
                                                  self._weight_bytes)
             if refusal is not None:
@@ -513,7 +508,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                     self._awaiting_join.add(ch)
                 self._pump_weights(ch, now)
             self._log("info", "weight_registered", weight_id=wid, shape=list(w.shape))
-        self._hold(holder, wid)
+        if plan is not None:
+            self._take_hold(plan, wid)
         wait = self._weight_waits.get(wid)
         if wait is not None and wait[1]:
             wait[0].append((identity, msg.seq))  # answered once every channel holds it
@@ -521,34 +517,57 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self._reply("ingress", identity, Kind.REPLY, msg.seq,
                     msgs.ControlReply(ok=True, outcome=wid).to_meta())
 
-    def _fit_quota(self, holder: str, wid: str, new_bytes: int) -> str | None:
-        """Under `limits.max_client_weight_bytes`, make `holder`'s registration of `wid`
-        (`new_bytes`) fit its quota by giving up its own least recently used holds
-        (`safemon.eviction.holds_to_release`; the weights stay registered, first in line
-        for eviction once nobody holds them). Returns why it cannot fit (the weight alone
-        is over the quota), else None."""
+    def _charge(self, nbytes: int) -> int:
+        """What a weight of `nbytes` counts against its holders' quota: its bytes, and at
+        least its share of the count budget (`max_weight_total_bytes / max_weights`), so
+        that quotas that fit the byte budget together fit the count budget too."""
+        lim = self.config.limits
+        return max(nbytes, lim.max_weight_total_bytes // lim.max_weights)
+
+    def _plan_hold(self, identity: bytes, request: msgs.RegisterWeight, wid: str,
+                   new_bytes: int) -> tuple[str, list[str]] | admission.Refusal | None:
+        """Under `limits.max_client_weight_bytes`: who registers `wid` (`"key:"` + its
+        `client` key, or `"conn:"` + its connection), and which of its holds it gives up,
+        least recently used first, so that `wid` fits its quota
+        (`safemon.eviction.holds_to_release`). Nothing changes until `_take_hold`, after
+        the registration is accepted. None without a quota; a Refusal for a client key
+        over `MAX_CLIENT_KEY` characters or a weight whose charge alone is over the quota."""
         quota = self.config.limits.max_client_weight_bytes
-        if quota is None or holder in self._holders.get(wid, ()):
+        if quota is None:
             return None
+        if request.client is not None and len(request.client) > msgs.MAX_CLIENT_KEY:
+            return admission.Refusal(
+                "InvalidInputError", f"register_weight's client key has {len(request.client)} "
+                f"characters, over {msgs.MAX_CLIENT_KEY}", "invalid_input")
+        holder = (f"key:{request.client}" if request.client is not None
+                  else f"conn:{identity.hex()}")
+        if holder in self._holders.get(wid, ()):
+            return holder, []
         held = [i for i in self._weight_lru if holder in self._holders.get(i, ())]
-        release = holds_to_release(held, {i: int(self.weights[i].nbytes) for i in held},
-                                   new_bytes=new_bytes, quota_bytes=quota)
+        release = holds_to_release(
+            held, {i: self._charge(int(self.weights[i].nbytes)) for i in held},
+            new_bytes=self._charge(new_bytes), quota_bytes=quota)
         if release is None:
-            return (f"the weight is {new_bytes} bytes, over the quota of one client "
-                    f"(limits.max_client_weight_bytes, {quota})")
+            return admission.Refusal(
+                "WeightBudgetError", f"the weight counts {self._charge(new_bytes)} bytes (its "
+                f"{new_bytes}, at least max_weight_total_bytes / max_weights), over the quota "
+                f"of one client (limits.max_client_weight_bytes, {quota})", "invalid_input")
+        return holder, release
+
+    def _take_hold(self, plan: tuple[str, list[str]], wid: str) -> None:
+        """Carry out `_plan_hold`'s plan for the accepted registration of `wid`: give up the
+        planned holds (a weight nobody holds any more is first in line for eviction), then
+        hold `wid` (a weight keeps at most `MAX_HOLDERS`)."""
+        holder, release = plan
         for i in release:
-            holders = self._holders[i]
+            holders = self._holders.get(i)
+            if holders is None or holder not in holders:
+                continue  # evicted to make room for `wid`
             del holders[holder]
             if not holders:
                 del self._holders[i]
-            self._log("info", "weight_hold_released", weight_id=i, client=holder[:8],
+            self._log("info", "weight_hold_released", weight_id=i, client=holder[:12],
                       reason="limits.max_client_weight_bytes: the client registers another")
-        return None
-
-    def _hold(self, holder: str, wid: str) -> None:
-        """Count registered weight `wid` against `holder` (under a quota only)."""
-        if self.config.limits.max_client_weight_bytes is None:
-            return
         holders = self._holders.setdefault(wid, collections.OrderedDict())
         holders[holder] = None
         holders.move_to_end(holder)
@@ -567,13 +586,18 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                     if any(d.owes(wid) for d in self._deliveries.values()))
         return used
 
-    def _make_room(self, new_bytes: int) -> bool:
+    def _make_room(self, new_bytes: int, plan: tuple[str, list[str]] | None = None) -> bool:
         """Evict the least recently used weights that nothing in flight needs until one
         more weight of `new_bytes` fits `limits.max_weights` / `max_weight_total_bytes`
-        (`safemon.eviction`); False, with nothing evicted, when that cannot be done."""
+        (`safemon.eviction`); False, with nothing evicted, when that cannot be done. Under
+        a quota (`plan`: `_plan_hold`'s), the weights nobody holds go first, counting
+        those whose only holder gives them up for this registration."""
         lim = self.config.limits
-        order = (self._weight_lru if lim.max_client_weight_bytes is None
-                 else eviction_order(self._weight_lru, self._holders))
+        order: Iterable[str] = self._weight_lru
+        if plan is not None:
+            holder, release = plan
+            order = eviction_order(self._weight_lru, self._holders, also_unheld={
+                i for i in release if list(self._holders.get(i, ())) == [holder]})
         evict = choose_evictions(order,
                                  {wid: int(w.nbytes) for wid, w in self.weights.items()},
                                  self._weights_in_use(), new_bytes=new_bytes,

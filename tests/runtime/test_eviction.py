@@ -104,9 +104,8 @@ def test_the_model_registry_evicts_its_least_recently_used_model_not_in_flight()
 # ------------------------------------------------------------------ the core
 
 def _core(tmp_path: Path, max_weights: int, policy: str = "1oo1D",
-          quota_bytes: int | None = None) -> tuple[RuntimeCore, Processes, Clock]:
-    cfg = make_config(tmp_path, policy, extra={"limits": {
-        "max_weights": max_weights, "max_client_weight_bytes": quota_bytes}})
+          **limits: int | None) -> tuple[RuntimeCore, Processes, Clock]:
+    cfg = make_config(tmp_path, policy, extra={"limits": {"max_weights": max_weights, **limits}})
     by_channel, ids = assign_patterns(cfg, load_patterns(cfg), None)
     procs = Processes({n: 0 for n in cfg.channel_names})
     clock = Clock()
@@ -167,11 +166,17 @@ def test_a_full_budget_evicts_the_oldest_weight_no_request_in_flight_needs(
     assert set(core.weights) == {id1, id3}
 
 
-def _quota_core(tmp_path: Path, *, max_weights: int,
-                quota_bytes: int | None) -> tuple[RuntimeCore, Clock]:
-    core, procs, clock = _core(tmp_path, max_weights, quota_bytes=quota_bytes)
+def _quota_core(tmp_path: Path, *, max_weights: int, quota_bytes: int | None,
+                **limits: int) -> tuple[RuntimeCore, Clock]:
+    """A formed 1oo1D core whose budget holds `max_weights` weights of 48 bytes (4x3)."""
+    core, procs, clock = _core(tmp_path, max_weights, max_weight_total_bytes=48 * max_weights,
+                               max_client_weight_bytes=quota_bytes, **limits)
     _form(core, procs, clock)
     return core, clock
+
+
+def _ok(effects: list[fx.Effect]) -> bool:
+    return bool(_of(effects, fx.Reply)[0].meta.get("ok"))
 
 
 @pytest.mark.parametrize("quota", [None, 2 * 48])
@@ -185,14 +190,28 @@ def test_under_a_quota_a_client_registering_in_a_loop_evicts_only_its_own_weight
     ws = [np.full((4, 3), i + 1, np.float32) for i in range(8)]
     ids = [weight_id_of(w) for w in ws]
     for seq, w in enumerate(ws[:2], start=1):
-        assert _of(_register(core, clock, w, seq, "b"), fx.Reply)[0].meta["ok"]
+        assert _ok(_register(core, clock, w, seq, "b"))
     for seq, w in enumerate(ws[2:], start=3):
-        assert _of(_register(core, clock, w, seq, "a"), fx.Reply)[0].meta["ok"]
+        assert _ok(_register(core, clock, w, seq, "a"))
     if quota is None:
         assert set(core.weights) == set(ids[4:])  # b's are gone
+        assert not core._holders  # nothing is tracked without a quota
     else:
         assert set(core.weights) == {*ids[:2], *ids[6:]}  # b's stay, a keeps its newest two
-    assert len(core.weights) == 4
+
+
+def test_small_weights_count_at_least_their_share_of_the_count_budget(tmp_path: Path) -> None:
+    """A client registering many tiny weights stays within a quota of bytes, but each counts
+    at least `max_weight_total_bytes / max_weights`: it cannot fill the count budget with
+    them and push out another client's weights."""
+    core, clock = _quota_core(tmp_path, max_weights=4, quota_bytes=2 * 48)
+    kept = [np.full((4, 3), i + 1, np.float32) for i in range(2)]
+    for seq, w in enumerate(kept, start=1):
+        assert _ok(_register(core, clock, w, seq, "b"))
+    for seq in range(3, 13):
+        assert _ok(_register(core, clock, np.full((1, 1), seq, np.float32), seq, "a"))
+    assert {weight_id_of(w) for w in kept} <= set(core.weights)
+    assert sum("key:a" in h for h in core._holders.values()) == 2
 
 
 def test_a_weight_over_the_quota_is_refused_and_a_shared_weight_stays_for_its_other_holder(
@@ -205,16 +224,34 @@ def test_a_weight_over_the_quota_is_refused_and_a_shared_weight_stays_for_its_ot
     assert not core.weights
     shared, own = np.full((4, 3), 1, np.float32), np.full((4, 3), 2, np.float32)
     for seq, (w, client) in enumerate([(shared, "a"), (shared, "b"), (own, "a")], start=2):
-        assert _of(_register(core, clock, w, seq, client), fx.Reply)[0].meta["ok"]
+        assert _ok(_register(core, clock, w, seq, client))
     # a gave up its hold on `shared` to register `own`; b still holds it, and nothing went
     assert set(core.weights) == {weight_id_of(shared), weight_id_of(own)}
-    assert list(core._holders[weight_id_of(shared)]) == ["b"]
-    assert list(core._holders[weight_id_of(own)]) == ["a"]
+    assert list(core._holders[weight_id_of(shared)]) == ["key:b"]
+    assert list(core._holders[weight_id_of(own)]) == ["key:a"]
     # a key-less sender is its connection; an over-long key is refused
-    assert _of(_register(core, clock, shared, 5, None), fx.Reply)[0].meta["ok"]
-    assert list(core._holders[weight_id_of(shared)]) == ["b", b"c".hex()]
+    assert _ok(_register(core, clock, shared, 5, None))
+    assert list(core._holders[weight_id_of(shared)]) == ["key:b", "conn:" + b"c".hex()]
     long_key = _register(core, clock, own, 6, "k" * 65)
     assert [r.meta["error_type"] for r in _of(long_key, fx.Reply)] == ["InvalidInputError"]
+
+
+def test_a_refused_registration_gives_up_no_hold(tmp_path: Path) -> None:
+    """A weight refused by the other limits (here over `max_weight_bytes`) leaves the
+    client's holds as they were: they are given up only for a registration accepted."""
+    core, clock = _quota_core(tmp_path, max_weights=4, quota_bytes=2 * 48, max_weight_bytes=48)
+    for seq in (1, 2):
+        assert _ok(_register(core, clock, np.full((4, 3), seq, np.float32), seq, "a"))
+    before = {wid: list(h) for wid, h in core._holders.items()}
+    refused = _register(core, clock, np.ones((4, 6), np.float32), 3, "a")  # 96 bytes
+    assert [r.meta["error_type"] for r in _of(refused, fx.Reply)] == ["InvalidInputError"]
+    assert {wid: list(h) for wid, h in core._holders.items()} == before
+
+
+def test_without_a_quota_the_client_key_is_not_looked_at(tmp_path: Path) -> None:
+    core, clock = _quota_core(tmp_path, max_weights=4, quota_bytes=None)
+    assert _ok(_register(core, clock, np.ones((4, 3), np.float32), 1, "k" * 65))
+    assert not core._holders
 
 
 def _drops(effects: list[fx.Effect]) -> list[tuple[str, str]]:
@@ -299,7 +336,8 @@ def test_a_client_over_its_quota_never_pushes_another_clients_weights_out(
     weights are never evicted; the second's results stay bit-exact (its evicted weights are
     registered again by `Client`), and every channel holds what the core holds."""
     cfg = make_config(tmp_path, "2oo3", placement="inline", transport="ipc",
-                      extra={"limits": {"max_weights": 4, "max_client_weight_bytes": 2 * 48}})
+                      extra={"limits": {"max_weights": 4, "max_weight_total_bytes": 4 * 48,
+                                        "max_client_weight_bytes": 2 * 48}})
     ws = _weights(8)
     rng = np.random.default_rng(5)
     with system(cfg) as (daemon, keeper), Client(cfg) as churner:
