@@ -406,7 +406,7 @@ class LimitsConfig(_Model):
     @model_validator(mode="after")
     def _quota_within_the_budget(self) -> LimitsConfig:
         quota = self.max_client_weight_bytes
-        least = self.max_weight_total_bytes // self.max_weights  # one weight's least charge
+        least = -(-self.max_weight_total_bytes // self.max_weights)  # one weight's least charge
         if quota is not None and not least <= quota <= self.max_weight_total_bytes:
             raise ValueError(
                 f"limits.max_client_weight_bytes ({quota}) must lie between "

@@ -17,8 +17,8 @@ registered it, and counts against each holder's quota (its bytes, at least
 gives up its own least recently used holds first (`holds_to_release`): the weights stay
 registered, but a weight nobody holds is evicted before any held one (`eviction_order`).
 While the quotas of the clients holding weights fit the budget together, a registration
-never evicts a held weight, unless the weights nobody holds are in use by requests in
-flight.
+never evicts a held weight, unless the weights nobody holds are in use (by requests in
+flight, or still being delivered to a channel, as after a channel restart).
 """
 
 from __future__ import annotations

@@ -522,7 +522,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         least its share of the count budget (`max_weight_total_bytes / max_weights`), so
         that quotas that fit the byte budget together fit the count budget too."""
         lim = self.config.limits
-        return max(nbytes, lim.max_weight_total_bytes // lim.max_weights)
+        return max(nbytes, -(-lim.max_weight_total_bytes // lim.max_weights))  # rounded up
 
     def _plan_hold(self, identity: bytes, request: msgs.RegisterWeight, wid: str,
                    new_bytes: int) -> tuple[str, list[str]] | admission.Refusal | None:
@@ -561,7 +561,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         holder, release = plan
         for i in release:
             holders = self._holders.get(i)
-            if holders is None or holder not in holders:
+            if holders is None:
                 continue  # evicted to make room for `wid`
             del holders[holder]
             if not holders:

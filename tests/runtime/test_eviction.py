@@ -73,6 +73,7 @@ def test_weights_nobody_holds_go_first_then_the_least_recently_used() -> None:
     held = {"a": {"c1": None}, "b": {}, "d": {"c2": None}}
     assert eviction_order(["a", "b", "c", "d"], held) == ["b", "c", "a", "d"]
     assert eviction_order(["a", "d"], held) == ["a", "d"]
+    assert eviction_order(["a", "b", "c", "d"], held, also_unheld={"d"}) == ["b", "c", "d", "a"]
 
 
 def test_a_client_over_its_quota_gives_up_its_oldest_holds_and_no_more() -> None:
@@ -246,6 +247,25 @@ def test_a_refused_registration_gives_up_no_hold(tmp_path: Path) -> None:
     refused = _register(core, clock, np.ones((4, 6), np.float32), 3, "a")  # 96 bytes
     assert [r.meta["error_type"] for r in _of(refused, fx.Reply)] == ["InvalidInputError"]
     assert {wid: list(h) for wid, h in core._holders.items()} == before
+
+
+def test_the_least_charge_is_rounded_up_so_that_the_count_budget_cannot_overfill(
+        tmp_path: Path) -> None:
+    """Budget of 49 bytes in 10 weights: a weight counts at least 5 bytes (49 / 10 rounded
+    up), so a quota of 24 holds at most 4 tiny weights, and two clients whose quotas fit the
+    49 bytes together hold at most 8 of the 10. Client b's registrations then never evict
+    a's held weights (rounded down, a would hold 6 and lose 2)."""
+    core, procs, clock = _core(tmp_path, 10, max_weight_total_bytes=49,
+                               max_client_weight_bytes=24)
+    _form(core, procs, clock)
+    tiny = [np.full((1, 1), i + 1, np.float32) for i in range(12)]
+    for seq, w in enumerate(tiny[:6], start=1):
+        assert _ok(_register(core, clock, w, seq, "a"))
+    held_by_a = {wid for wid, h in core._holders.items() if "key:a" in h}
+    assert len(held_by_a) == 4
+    for seq, w in enumerate(tiny[6:], start=7):
+        assert _ok(_register(core, clock, w, seq, "b"))
+    assert held_by_a <= set(core.weights)
 
 
 def test_without_a_quota_the_client_key_is_not_looked_at(tmp_path: Path) -> None:
