@@ -77,13 +77,14 @@ def eviction_order(lru: Iterable[str], held: Mapping[str, object],
 
 def holds_to_release(held_lru: Iterable[str], sizes: Mapping[str, int], *, new_bytes: int,
                      quota_bytes: int) -> list[str] | None:
-    """The holds one client gives up, oldest first, so that a new weight of `new_bytes` fits
-    its quota.
+    """The holds one client gives up, oldest first, so that a new weight counting `new_bytes`
+    fits its quota.
 
     Args:
         held_lru: the ids this client holds, least recently used first.
-        sizes: bytes of each id of `held_lru`.
-        new_bytes: size of the weight it registers (>= 0; not among `held_lru`).
+        sizes: what each id of `held_lru` counts against the quota (bytes; the core's
+            `_charge`: a weight's bytes, at least its share of the count budget).
+        new_bytes: what the weight it registers counts (>= 0; not among `held_lru`).
         quota_bytes: `limits.max_client_weight_bytes`.
 
     Returns:
