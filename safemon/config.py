@@ -403,10 +403,16 @@ class LimitsConfig(_Model):
     item_overhead_s: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.005
     max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 512
 
+    @property
+    def least_weight_charge(self) -> int:
+        """What one weight counts at least against a client's quota (bytes): its share of
+        the count budget, `max_weight_total_bytes / max_weights` rounded up."""
+        return -(-self.max_weight_total_bytes // self.max_weights)
+
     @model_validator(mode="after")
     def _quota_within_the_budget(self) -> LimitsConfig:
         quota = self.max_client_weight_bytes
-        least = -(-self.max_weight_total_bytes // self.max_weights)  # one weight's least charge
+        least = self.least_weight_charge
         if quota is not None and not least <= quota <= self.max_weight_total_bytes:
             raise ValueError(
                 f"limits.max_client_weight_bytes ({quota}) must lie between "

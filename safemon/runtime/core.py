@@ -521,8 +521,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         """What a weight of `nbytes` counts against its holders' quota: its bytes, and at
         least its share of the count budget (`max_weight_total_bytes / max_weights`), so
         that quotas that fit the byte budget together fit the count budget too."""
-        lim = self.config.limits
-        return max(nbytes, -(-lim.max_weight_total_bytes // lim.max_weights))  # rounded up
+        return max(nbytes, self.config.limits.least_weight_charge)
 
     def _plan_hold(self, identity: bytes, request: msgs.RegisterWeight, wid: str,
                    new_bytes: int) -> tuple[str, list[str]] | admission.Refusal | None:
