@@ -6,7 +6,9 @@ refusal with a typed error (never a fault, never SAFE: a client's load or input 
 nothing about the hardware).
 
 - `check_request`: per-request shape and size limits (`InvalidInputError`), and the
-  bounded in-flight queue (`BusyError`).
+  bounded in-flight queue and work queued on a channel (`BusyError`).
+- `max_queued_s` / `max_ahead_s`: how much priced work a self-test may wait behind within
+  its own deadline, and in all (the rest extends its deadline, within the FTTI).
 - `check_weight`: per-weight size, and the count / byte budget of registered weights.
 - `work_budget_s`: how long a channel may take for one work item; the only deadline a
   channel is judged by (a client's shorter timeout ends the client's wait, not the
@@ -19,8 +21,8 @@ from dataclasses import dataclass
 
 from safemon.config import Config
 
-__all__ = ["Refusal", "check_request", "check_weight", "item_cost_s", "max_queued_s",
-           "work_budget_s"]
+__all__ = ["Refusal", "check_request", "check_weight", "item_cost_s", "max_ahead_s",
+           "max_queued_s", "selftest_extension_s", "work_budget_s"]
 
 #: float32 only on the data path.
 _ITEMSIZE = 4
@@ -56,16 +58,41 @@ def work_budget_s(config: Config, m: int, k: int, n: int, queued_s: float = 0.0)
 
 
 def max_queued_s(config: Config) -> float:
-    """The most work (seconds of item cost) admitted onto one channel's queue: half the
-    self-test deadline, so a self-test queued behind it still meets its deadline."""
+    """Seconds of priced work a self-test may wait behind within its own deadline: half
+    `timing.selftest_deadline_s` (the other half is the test's)."""
     return config.timing.selftest_deadline_s / 2.0
 
 
+def max_ahead_s(config: Config) -> float:
+    """The most priced work (seconds of item costs) admitted onto one channel's queue, a
+    lone request's included: `max_queued_s` plus the slack the timing leaves a self-test,
+    `min(ftti_s - dti_s, dti_s) - selftest_deadline_s` (at least 0). A self-test sent
+    behind more than `max_queued_s` of work has its deadline extended by the excess
+    (`selftest_extension_s`), so its verdict still comes within the FTTI (a latent fault's
+    detection time stays <= dti_s + its extended deadline <= ftti_s) and before the
+    channel's next periodic test is due (<= dti_s)."""
+    t = config.timing
+    return max_queued_s(config) + max(0.0, min(t.ftti_s - t.dti_s, t.dti_s) - t.selftest_deadline_s)
+
+
+def selftest_extension_s(config: Config, ahead_s: float) -> float:
+    """Seconds by which a self-test's deadline is extended when it is sent behind
+    `ahead_s` seconds of priced work: the part beyond `max_queued_s`, which its own
+    deadline does not allow for. At most `max_ahead_s - max_queued_s` for the work
+    admission lets onto a queue."""
+    return max(0.0, ahead_s - max_queued_s(config))
+
+
 def check_request(config: Config, shape: tuple[int, ...], n: int, in_flight: int,
-                  queued_s: float = 0.0) -> Refusal | None:
+                  queued_s: float = 0.0, cost_s: float | None = None) -> Refusal | None:
     """Refusal for a request with x of `shape` against a weight with `n` columns while
     `in_flight` requests are open and the busiest voting channel has `queued_s` seconds of
-    work queued, or None to admit it."""
+    work queued, or None to admit it. `cost_s` is the request's own priced work (a whole
+    model's: the sum of its layers'); None prices one (M, K)·(K, N) item.
+
+    A request whose own work is priced over `max_ahead_s` is refused whatever the queue
+    (`InvalidInputError`: it would hold a self-test past the FTTI); one that does not fit
+    beside the work queued is refused with `BusyError` (retry later)."""
     lim = config.limits
     if len(shape) == 2 and max(shape[0], shape[1], n) > lim.max_dim:
         return Refusal("InvalidInputError",
@@ -82,13 +109,23 @@ def check_request(config: Config, shape: tuple[int, ...], n: int, in_flight: int
         return Refusal("BusyError",
                        f"{in_flight} requests in flight (limits.max_in_flight): retry later",
                        "busy")
-    if len(shape) == 2 and shape[0] >= 1 and shape[1] >= 1 and n >= 1:
-        cost = item_cost_s(config, shape[0], shape[1], n)
-        if queued_s > 0.0 and queued_s + cost > max_queued_s(config):
+    if cost_s is None and len(shape) == 2 and shape[0] >= 1 and shape[1] >= 1 and n >= 1:
+        cost_s = item_cost_s(config, shape[0], shape[1], n)
+    if cost_s is not None:
+        most = max_ahead_s(config)
+        if cost_s > most:
+            return Refusal("InvalidInputError",
+                           f"the request's work is priced at {cost_s:.3f} s (at "
+                           f"limits.min_channel_gflops {lim.min_channel_gflops:g} GFLOP/s plus "
+                           f"item_overhead_s per product), over the {most:.3f} s a self-test may "
+                           "wait behind work within the timing's FTTI: send smaller requests, "
+                           "or set limits.min_channel_gflops to what the channels sustain, or "
+                           "lengthen timing.ftti_s", "invalid_input")
+        if queued_s + cost_s > most:
             return Refusal("BusyError",
                            f"{queued_s:.3f} s of work already queued on a channel (at most "
-                           f"{max_queued_s(config):.3f} s, half timing.selftest_deadline_s): "
-                           "retry later", "busy")
+                           f"{most:.3f} s with this request's {cost_s:.3f} s): retry later",
+                           "busy")
     return None
 
 

@@ -78,6 +78,10 @@ class WeightDelivery:
     def next_deadline(self) -> float | None:
         return min(self._pending.values(), default=None)
 
+    def pending(self) -> list[str]:
+        """The weights sent and not yet acknowledged, oldest send first."""
+        return list(self._pending)
+
     @property
     def idle(self) -> bool:
         """Every owed weight was acknowledged."""

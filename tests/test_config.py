@@ -470,7 +470,7 @@ def test_gpu_backend_prices_work_items_at_the_gpu_default_unless_the_config_says
     """On a GPU the default 0.05 GFLOP/s priced a 64×4096×4096 item at 43 s, so a single
     straggling item made the next request a BusyError; the daemon swaps in the GPU default,
     and only where the config left the field unset."""
-    from safemon.admission import check_request, item_cost_s
+    from safemon.admission import check_request, item_cost_s, max_ahead_s
     from safemon.config import GPU_MIN_CHANNEL_GFLOPS, with_backend_limits
 
     cfg = load_config(None, env={})
@@ -484,7 +484,8 @@ def test_gpu_backend_prices_work_items_at_the_gpu_default_unless_the_config_says
     assert check_request(gpu, (64, 4096), 4096, in_flight=1, queued_s=cost) is None
     # ... while the CPU pricing still does, and a full queue still does on the GPU.
     assert check_request(cfg, (64, 4096), 4096, in_flight=1, queued_s=1.0) is not None
-    assert check_request(gpu, (64, 4096), 4096, in_flight=1, queued_s=0.09) is not None
+    assert check_request(gpu, (64, 4096), 4096, in_flight=1,
+                         queued_s=max_ahead_s(gpu) - cost / 2) is not None
     own = load_config(None, env={}).model_copy(
         update={"limits": cfg.limits.model_copy(update={"min_channel_gflops": 3.0})})
     own = type(cfg).model_validate(own.model_dump())  # as if read from YAML

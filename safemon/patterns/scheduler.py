@@ -28,6 +28,10 @@ Events in (frozen dataclasses):
   resident weights finished; counts are numbers of words (int >= 0).
 - `RunNow(channel, now)`: start a self-test now (1oo2D mismatch, rejoin gate). It counts as a
   started self-test for the DTI bound, so the next periodic one is planned from it.
+- `SelfTestDelayed(channel, test_id, seconds, now)`: the shell enqueued self-test `test_id`
+  behind work that its deadline does not allow for: the deadline moves `seconds` later
+  (finite, >= 0; the shell bounds it, `safemon.admission.selftest_extension_s`). A test
+  already settled, or unknown, is left alone.
 
 Instructions out (frozen dataclasses), in the order they happen:
 
@@ -55,8 +59,8 @@ Timing rules (all pure functions of the config, `next_due` and `deadline_for`):
 - Self-test starts of one channel are at most `dti` apart (join → first start included);
   jitter draws `u` in [0, 1) from the injected `random.Random` and plans the next start at
   `last_start + dti * (1 - jitter * u)`: only ever earlier than the DTI bound.
-- A self-test started at `t` must complete with `now < t + selftest_deadline`; the first
-  event with `now >= t + selftest_deadline` reports the overrun. Because
+- A self-test started at `t` must complete with `now < t + selftest_deadline` (plus what
+  `SelfTestDelayed` added); the first event at or past that reports the overrun. Because
   `selftest_deadline <= dti`, a periodic test is settled before the next one is due.
 - Scrubs start every `scrub_interval` (no jitter) and must complete before
   `start + scrub_deadline` (default: `scrub_interval`).
@@ -105,6 +109,7 @@ __all__ = [
     "ScrubDone",
     "ScrubFindings",
     "ScrubOverrun",
+    "SelfTestDelayed",
     "SelfTestDone",
     "SelfTestFailed",
     "SelfTestPassed",
@@ -335,7 +340,20 @@ class RunNow:
     now: float
 
 
-SchedulerEvent: TypeAlias = Tick | ChannelJoined | ChannelLeft | SelfTestDone | ScrubDone | RunNow
+@dataclass(frozen=True)
+class SelfTestDelayed:
+    """Self-test `test_id` of `channel` waits behind work its deadline does not allow for:
+    its deadline moves `seconds` (finite, >= 0) later."""
+
+    channel: str
+    test_id: int
+    seconds: float
+    now: float
+
+
+SchedulerEvent: TypeAlias = (
+    Tick | ChannelJoined | ChannelLeft | SelfTestDone | ScrubDone | RunNow | SelfTestDelayed
+)
 
 
 # ---------------------------------------------------------------------- instructions out
@@ -583,6 +601,11 @@ class Scheduler:
                         out.append(ScrubFindings(c, corr, unc))
             case RunNow(channel=c, now=now):
                 self._start_selftest(c, self._channels[c], now, out)
+            case SelfTestDelayed(channel=c, test_id=tid, seconds=sec):
+                ch = self._channels.get(c)
+                pend = ch.pending.get(tid) if ch else None
+                if ch is not None and pend is not None:
+                    ch.pending[tid] = _Pending(pend.started, pend.deadline + sec)
         return out
 
     def _validate(self, event: SchedulerEvent) -> None:
@@ -624,6 +647,13 @@ class Scheduler:
                 for name, n in (("corrected", corr), ("uncorrectable", unc)):
                     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                         raise InvalidInputError(f"{name} must be an int >= 0, got {n!r}")
+            case SelfTestDelayed(channel=c, test_id=tid, seconds=sec):
+                _check_channel(c)
+                if isinstance(tid, bool) or not isinstance(tid, int):
+                    raise InvalidInputError(f"test_id must be an int, got {tid!r}")
+                check_seconds("seconds", sec)
+                if sec < 0:
+                    raise InvalidInputError(f"seconds must be >= 0, got {sec!r}")
             case Tick():
                 pass
 

@@ -302,9 +302,15 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         safe = self.controller.mode is Mode.SAFE
         policy = self.controller.policy
         voters = tuple(self.config.channel_names[: policy.channels]) if safe else self.controller.voting
+        # Admission weighs the live work queued ahead (what a self-test would wait behind);
+        # the budget also covers weight stores ahead, which a storing channel finishes
+        # before this work but runs out of the self-test schedule.
         queued_s = max((self._queued_s(ch, now) for ch in voters), default=0.0)
+        ahead_s = max((self._ahead_s(ch, now) for ch in voters), default=0.0)
+        cost_s = (admission.item_cost_s(self.config, m, k, n) if model is None
+                  else model.cost_s(self.config, m))
         refusal = admission.check_request(self.config, (m, k), n, self.voter.open_requests,
-                                          queued_s)
+                                          queued_s, cost_s)
         if refusal is None and io is not None and not safe and policy is Policy.ONE_OO_ONE_D:
             # 1oo1D checks C against x and W on the host: it needs the bytes.
             refusal = admission.Refusal(
@@ -330,11 +336,9 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         # ahead of it included), never by the client's timeout: a client that gives up
         # earlier gets VoteTimeoutError, alone.
         if model is None:
-            budget_s = admission.work_budget_s(self.config, m, k, n, queued_s)
-            cost_s = admission.item_cost_s(self.config, m, k, n)
+            budget_s = admission.work_budget_s(self.config, m, k, n, ahead_s)
         else:
-            budget_s = model.budget_s(self.config, m, queued_s)
-            cost_s = model.cost_s(self.config, m)
+            budget_s = model.budget_s(self.config, m, ahead_s)
         client_s = client_deadline_s(request.deadline_ms, budget_s)
         if model is not None:
             self.models.touch(model.model_id)
@@ -374,8 +378,18 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 self._send(ch, Kind.REQUEST, seq, work, frames, busy_until=now + budget_s)
 
     def _queued_s(self, ch: str, now: float) -> float:
-        """Seconds of work (item costs) sent to `ch` and not answered, within its budget."""
+        """Seconds of live work (item costs) sent to `ch` and not answered, within its budget."""
         return sum(c for c, d in self._queued[ch].values() if d >= now)
+
+    def _ahead_s(self, ch: str, now: float) -> float:
+        """Seconds of work that something sent to `ch` now waits behind: its live work
+        (`_queued_s`) and the weights sent to it and not yet acknowledged (`_store_cost_s`
+        each). Until 2026-12-06 the stores were left out, and a request sent behind a
+        64 MiB store got a budget shorter than the store: the channel was blamed
+        (`deadline_miss`) for work it was never given time for."""
+        return self._queued_s(ch, now) + sum(
+            self._store_cost_s(wid) for wid in self._deliveries[ch].pending()
+            if wid in self.weights)
 
     def _expire_client_deadlines(self, now: float) -> None:
         """Answer each request whose client's own deadline passed with VoteTimeoutError;
@@ -644,21 +658,23 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
 
     def _scrub_busy_until(self, ch: str, now: float) -> float:
         """Until when a scrub sent to `ch` at `now` may keep its loop from heartbeating: the
-        work queued ahead of it (`_queued_s`: the supervisor counts only the earliest
+        work queued ahead of it (`_ahead_s`: the supervisor counts only the earliest
         deadline of a channel's unanswered work, so a scrub's must not end before the work
-        it waits behind), then `timing.request_deadline_s` plus, per resident weight, the
-        item cost of an 8-row product on it (the order of work of reading it once, as its
-        store is; `safemon.admission.item_cost_s`). A scrub command patrols for a time
-        slice at most (`ChannelWorker._scrub`), so this is an upper bound."""
-        return now + self._queued_s(ch, now) + self.config.timing.request_deadline_s + sum(
-            admission.item_cost_s(self.config, 8, int(w.shape[0]), int(w.shape[1]))
-            for w in self.weights.values())
+        it waits behind), then `timing.request_deadline_s` plus, per resident weight, what
+        reading it once costs (`_store_cost_s`). A scrub command patrols for a time slice
+        at most (`ChannelWorker._scrub`), so this is an upper bound."""
+        return now + self._ahead_s(ch, now) + self.config.timing.request_deadline_s + sum(
+            self._store_cost_s(wid) for wid in self.weights)
 
-    def _weight_budget_s(self, wid: str) -> float:
-        """How long a channel may take to acknowledge weight `wid`: the work budget of an
-        8-row work item on it (storing it, ECC encoding included, is that order of work)."""
+    def _selftest_wait_s(self, ch: str, now: float) -> float:
+        return admission.selftest_extension_s(self.config, self._ahead_s(ch, now))
+
+    def _store_cost_s(self, wid: str) -> float:
+        """Seconds a healthy channel may spend storing (checking, ECC encoding, uploading)
+        or reading once registered weight `wid`: the item cost of an 8-row product on it
+        (`safemon.admission.item_cost_s`), which is that order of work."""
         k, n = self.weights[wid].shape
-        return admission.work_budget_s(self.config, 8, k, n)
+        return admission.item_cost_s(self.config, 8, int(k), int(n))
 
     def _pump_weights(self, ch: str, now: float) -> None:
         """Send what the window allows of the weights `ch` is owed; once it holds them all,
@@ -670,7 +686,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 d.sent(wid, now)
                 d.ack(wid)
                 continue
-            ack_by = now + self._weight_budget_s(wid)
+            # Its acknowledgement is due after the work queued ahead of it (live work and
+            # the stores still unacknowledged) and its own store.
+            ack_by = (now + self._ahead_s(ch, now) + self.config.timing.request_deadline_s
+                      + self._store_cost_s(wid))
             self._send(ch, Kind.CONTROL, self.next_seq(),
                        msgs.ChannelCommand(command="weight", args=wid).to_meta(),
                        (self.weights[wid],), weight_id=wid, busy_until=ack_by)

@@ -151,6 +151,11 @@ class Roles:
     def _scrub_busy_until(self, ch: str, now: float) -> float:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def _selftest_wait_s(self, ch: str, now: float) -> float:  # pragma: no cover - overridden
+        """Seconds by which a self-test sent to `ch` at `now` has its deadline extended for
+        the work queued ahead of it (`safemon.admission.selftest_extension_s`)."""
+        raise NotImplementedError
+
     # Whole-model hooks (`safemon.runtime.models.ModelRequests` overrides them).
     def _diverging_layer(self, seq: int) -> int | None:
         return None
@@ -411,12 +416,22 @@ class Roles:
         pats = self._by_channel[ins.channel]
         pattern = pats[int(ins.pattern_id[1:]) % len(pats)]
         seq = self.next_seq()
+        deadline = ins.deadline
+        # Queued behind more work than its deadline allows for (a lone long request, say),
+        # the test gets the excess on top, as a request's budget does: until 2026-12-06 it
+        # overran and the channel was faulted for work the daemon had admitted.
+        wait_s = self._selftest_wait_s(ins.channel, now)
+        if wait_s > 0.0:
+            deadline += wait_s
+            for later in self.scheduler.handle(
+                    sch.SelfTestDelayed(ins.channel, ins.test_id, wait_s, now)):
+                self._on_sched(later, now)
         self._tests[seq] = SelfTestInFlight(ins.channel, ins.test_id, pattern, now)
         self._send(ins.channel, Kind.REQUEST, seq, msgs.WorkRequest(
             job="selftest", test_id=ins.test_id, weight_id=pattern.id,
-            deadline_ms=max(0.0, ins.deadline - now) * 1000.0).to_meta(),
+            deadline_ms=max(0.0, deadline - now) * 1000.0).to_meta(),
             (np.ascontiguousarray(pattern.a), np.ascontiguousarray(pattern.b)),
-            busy_until=ins.deadline)
+            busy_until=deadline)
         self._log("debug", "selftest_sent", channel=ins.channel, test_id=ins.test_id, seq=seq,
                   pattern=pattern.id, lag_s=self.clock() - now)
 

@@ -20,6 +20,7 @@ from safemon.patterns.scheduler import (
     ScrubDone,
     ScrubFindings,
     ScrubOverrun,
+    SelfTestDelayed,
     SelfTestDone,
     SelfTestFailed,
     SelfTestPassed,
@@ -169,6 +170,27 @@ def test_missing_completion_is_an_overrun_exactly_once() -> None:
     assert s.handle(SelfTestDone("a", 1, True, 13.0)) == []
     assert s.stale_results == 1
     assert s.handle(Tick(15.0)) == []
+
+
+def test_a_delayed_self_test_is_judged_at_its_moved_deadline() -> None:
+    """`SelfTestDelayed` moves one test's deadline later: no overrun at the old deadline, one
+    at the new; the next periodic start is not moved; a settled or unknown test is left
+    alone, and a negative or non-finite delay is refused."""
+    s = joined()
+    assert starts(s.handle(Tick(10.0))) == [StartSelfTest("a", 1, "p0", 12.0)]
+    assert s.handle(SelfTestDelayed("a", 1, 1.5, 10.0)) == []
+    assert s.handle(Tick(12.0)) == []
+    assert s.next_wakeup() == 13.5
+    assert s.handle(Tick(13.5)) == [DtiOverrun("a", 1, 13.5)]
+    assert s.handle(SelfTestDelayed("a", 1, 5.0, 13.6)) == []  # settled: nothing moves
+    assert s.handle(SelfTestDelayed("a", 99, 5.0, 13.6)) == []
+    assert s.handle(SelfTestDelayed("zz", 1, 5.0, 13.6)) == []
+    assert starts(s.handle(Tick(20.0))) == [StartSelfTest("a", 2, "p1", 22.0)]
+    assert s.handle(SelfTestDelayed("a", 2, 0.5, 20.0)) == []
+    assert s.handle(SelfTestDone("a", 2, True, 22.2)) == [SelfTestPassed("a", 2, pytest.approx(2.2))]
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(InvalidInputError):
+            s.handle(SelfTestDelayed("a", 2, bad, 23.0))
 
 
 def test_completion_stamped_at_the_deadline_is_an_overrun_not_a_pass() -> None:

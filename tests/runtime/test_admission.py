@@ -33,8 +33,45 @@ def test_requests_are_refused_by_size_dimension_in_flight_and_queued_work(tmp_pa
     assert r is not None and "max_dim" in r.message
     r = admission.check_request(cfg, (8, 16), 12, 2)
     assert r is not None and r.error_type == "BusyError" and r.outcome == "busy"
-    full = admission.max_queued_s(cfg)
+    full = admission.max_ahead_s(cfg)
     r = admission.check_request(cfg, (8, 16), 12, 1, queued_s=full)
+    assert r is not None and r.error_type == "BusyError"
+
+
+def test_the_work_ahead_of_a_self_test_is_bounded_by_the_ftti(tmp_path: Path) -> None:
+    """Half the self-test deadline is work its deadline allows for; beyond that the
+    deadline is extended, at most by what keeps the verdict within the FTTI and before the
+    next periodic test."""
+    def timing(dti: float, deadline: float, ftti: float):  # type: ignore[no-untyped-def]
+        return make_config(tmp_path, "2oo3", extra={"timing": {
+            "dti_s": dti, "selftest_deadline_s": deadline, "ftti_s": ftti}})
+
+    cfg = timing(1.0, 0.2, 2.0)
+    assert admission.max_queued_s(cfg) == pytest.approx(0.1)
+    assert admission.max_ahead_s(cfg) == pytest.approx(0.1 + 0.8)
+    assert admission.max_ahead_s(timing(1.0, 0.2, 1.5)) == pytest.approx(0.1 + 0.3)
+    assert admission.max_ahead_s(timing(0.5, 0.1, 3.0)) == pytest.approx(0.05 + 0.4)  # dti caps
+    assert admission.max_ahead_s(timing(1.0, 0.2, 1.2)) == pytest.approx(0.1)  # no slack
+    assert admission.selftest_extension_s(cfg, 0.05) == 0.0
+    assert admission.selftest_extension_s(cfg, 0.7) == pytest.approx(0.6)
+
+
+def test_a_request_priced_over_the_most_work_ahead_is_refused_even_alone(tmp_path: Path) -> None:
+    """Until 2026-12-06 a request was refused for its cost only when work was already
+    queued: a lone 64x1024x1024 product on the NumPy backend (priced 2.7 s) was admitted,
+    the self-tests queued behind it overran, and the daemon went to SAFE. A whole model is
+    priced by all its layers (`cost_s`), not by one."""
+    cfg = make_config(tmp_path, "2oo3")
+    most = admission.max_ahead_s(cfg)
+    big = admission.item_cost_s(cfg, 64, 1024, 1024)
+    assert big > most
+    r = admission.check_request(cfg, (64, 1024), 1024, 0)
+    assert r is not None and r.error_type == "InvalidInputError" and r.outcome == "invalid_input"
+    assert "min_channel_gflops" in r.message and "ftti_s" in r.message
+    small = admission.item_cost_s(cfg, 8, 64, 64)
+    assert admission.check_request(cfg, (8, 64), 64, 0) is None
+    assert admission.check_request(cfg, (8, 64), 64, 0, cost_s=small * 1000) is not None
+    r = admission.check_request(cfg, (8, 64), 64, 1, queued_s=most - small / 2)
     assert r is not None and r.error_type == "BusyError"
 
 

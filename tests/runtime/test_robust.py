@@ -17,6 +17,7 @@ import zmq
 from safemon.channels.launcher import ChannelHandle, RealLauncher
 from safemon.client import Client
 from safemon.errors import (
+    BusyError,
     InvalidInputError,
     VoteTimeoutError,
 )
@@ -364,3 +365,84 @@ def test_registering_the_largest_admitted_weights_faults_no_channel(tmp_path: Pa
         time.sleep(4.0)  # a loss within a heartbeat timeout; overruns within a few scrubs
         st = client.status()
         assert st["mode"] == "NORMAL" and not st["faults"], st
+
+
+def test_a_large_weight_registered_under_load_faults_no_channel(tmp_path: Path) -> None:
+    """A request sent to a channel behind a weight store waits for the store. Until
+    2026-12-06 its budget left the store out: one client registering a 4096x4096 weight
+    while another sent small products made the channels miss those products' deadlines,
+    and the daemon went to SAFE during the registration. Now a request's budget covers the
+    stores queued ahead of it (`RuntimeCore._ahead_s`)."""
+    # A store takes seconds here: longer than any budget that leaves it out, even with
+    # headroom for a shared 2-core machine.
+    timing = {"heartbeat_interval_s": 0.1, "heartbeat_timeout_s": 1.0, "dti_s": 1.0,
+              "selftest_deadline_s": 0.5, "ftti_s": 2.0, "request_deadline_s": 0.6}
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"timing": timing})
+    x, w = operands()
+    want = reference(x, w, cfg)
+    answers: list[object] = []
+    stop = threading.Event()
+    with system(cfg) as (_daemon, client):
+        client.control_timeout_s = 60.0
+        other = Client(cfg)
+        wid = other.register_weight(w)
+
+        def traffic() -> None:
+            while not stop.is_set():
+                try:
+                    answers.append(same_bits(other.matmul(x, wid, timeout=20.0), want))
+                except Exception as exc:  # every answer is checked below
+                    answers.append(repr(exc))
+
+        sender = threading.Thread(target=traffic)
+        sender.start()
+        try:
+            time.sleep(0.3)
+            client.register_weight(
+                np.random.default_rng(1).standard_normal((4096, 4096)).astype(np.float32))
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            sender.join(30)
+            other.close()
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"], st
+        assert answers and all(a is True for a in answers), answers[-5:]
+
+
+def test_a_lone_request_longer_than_a_self_tests_deadline_faults_no_channel(tmp_path: Path) -> None:
+    """A self-test sent to a channel waits behind the work queued there. Until 2026-12-06
+    admission bounded that work only when a request found some already queued: a lone
+    product that took longer than a self-test's deadline was admitted, the self-test behind
+    it overran, and one client's legal requests sent the daemon to SAFE. Now such a
+    self-test's deadline is extended by the work beyond half its deadline, and a request
+    priced over what the FTTI leaves for that (`admission.max_ahead_s`) is refused."""
+    timing = {"heartbeat_interval_s": 0.1, "heartbeat_timeout_s": 0.5, "dti_s": 1.0,
+              "selftest_deadline_s": 0.1, "ftti_s": 3.0, "request_deadline_s": 0.5,
+              "scrub_interval_s": None}
+    # 64x512x512 is priced at 0.68 s (limits.min_channel_gflops 0.05; max_ahead_s 0.95 s)
+    # and takes about 0.15 s in a channel on the NumPy backend: longer than the 0.1 s a
+    # self-test behind it had.
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"timing": timing})
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 512)).astype(np.float32)
+    w = (rng.standard_normal((512, 512)) / 16).astype(np.float32)
+    want = reference(x, w, cfg)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        end = time.monotonic() + 4.0  # several DTIs: each channel's tests land behind work
+        n = 0
+        while time.monotonic() < end:
+            try:
+                assert same_bits(client.matmul(x, wid, timeout=10.0), want)
+                n += 1
+            except BusyError:  # the third channel still computes the last one
+                time.sleep(0.02)
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"], (n, st)
+        assert n >= 3
+        time.sleep(1.0)  # every channel idle again: what is left to refuse is the cost
+        with pytest.raises(InvalidInputError, match="ftti_s"):
+            client.matmul(np.vstack([x, x]), wid, timeout=10.0)  # priced at 1.35 s
