@@ -377,6 +377,14 @@ class LimitsConfig(_Model):
         (its `client` key in `register_weight`), or the connection for one that sends no
         key. A single weight over the quota is refused (`WeightBudgetError`). Between
         `max_weight_total_bytes / max_weights` and `max_weight_total_bytes`.
+    max_model_total_bytes: bytes of registered models the daemon holds (`register_model`:
+        each model's spec and bias frames, kept in the daemon's memory to send with every
+        request; at most `model_registry.MAX_MODELS` models besides). A new model that does
+        not fit evicts the least recently used models that no request in flight uses, as a
+        weight does; a single model over it is refused (`InvalidInputError`). The default,
+        256 MiB (a quarter of the default weight budget), holds all 1024 models at 16 layers
+        4096 wide with a bias each (256 KiB), or 31 of the largest a model can be (256
+        layers 8192 wide: 8 MiB of biases).
     min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
         healthy channel must sustain, and the fixed time it may take per work item. When
         the config does not set min_channel_gflops, it is 0.05 (the NumPy reference on a
@@ -399,6 +407,7 @@ class LimitsConfig(_Model):
     max_weights: Annotated[StrictInt, Field(ge=1)] = 256
     max_weight_total_bytes: Annotated[StrictInt, Field(ge=4)] = 1024 * 1024 * 1024
     max_client_weight_bytes: Annotated[StrictInt, Field(ge=4)] | None = None
+    max_model_total_bytes: Annotated[StrictInt, Field(ge=1)] = 256 * 1024 * 1024
     min_channel_gflops: Annotated[StrictFloat, Field(gt=0.0)] = 0.05
     item_overhead_s: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.005
     max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 512

@@ -2,9 +2,9 @@
 
 A daemon runs for months beside applications that come and go and load new models. Every
 registered weight stays resident in every channel, and `limits.max_weights` /
-`limits.max_weight_total_bytes` (and `model_registry.MAX_MODELS` for models) bound what is
-held. Until 2026-12-06 a full budget refused every later registration until the daemon
-restarted, whoever had filled it. Now the budget is a cache: the least recently used
+`limits.max_weight_total_bytes` (and `model_registry.MAX_MODELS` and
+`limits.max_model_total_bytes` for models) bound what is held. Until 2026-12-06 a full
+budget refused every later registration until the daemon restarted, whoever had filled it. Now the budget is a cache: the least recently used
 entries that no request in flight needs are evicted to make room. A client whose weight or
 model was evicted gets `UnknownWeightError` / `UnknownModelError` on its next request, and
 `Client` registers its own copy again and retries within the same timeout (as after a

@@ -410,7 +410,8 @@ class Metrics:
         self.evictions = Counter(
             name("evictions_total"),
             "Registered weights and models evicted, least recently used first, to make room "
-            "in a full budget (limits.max_weights / max_weight_total_bytes, MAX_MODELS); "
+            "in a full budget (limits.max_weights / max_weight_total_bytes; MAX_MODELS / "
+            "max_model_total_bytes); "
             "their clients register them again on their next request.",
             ["what"],
             registry=registry,

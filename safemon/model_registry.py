@@ -5,9 +5,11 @@ a channel holds no model state and a restarted channel needs nothing re-sent) an
 layer shapes (for admission: the largest dimension and the channels' work budget, the sum
 of the layers' item costs).
 
-At most `MAX_MODELS` are held: a new model evicts the least recently used one that no
-request in flight uses (`safemon.eviction`), and a model goes with any of its
-weights when that weight is evicted (`drop_using`).
+At most `MAX_MODELS` models of at most `limits.max_model_total_bytes` in all (their spec
+and bias frames) are held: a new model evicts the least recently used ones that no request
+in flight uses (`safemon.eviction`), and a model goes with any of its weights when that
+weight is evicted (`drop_using`). A model's biases are held once: its layers' biases are
+views of its bias frame (`decode_model`).
 """
 
 from __future__ import annotations
@@ -21,26 +23,33 @@ import numpy as np
 import numpy.typing as npt
 
 from safemon import admission
-from safemon.config import Config
+from safemon.config import Config, LimitsConfig
 from safemon.errors import InvalidInputError
 from safemon.eviction import choose_evictions
 from safemon.models.layers import Layer, decode_model, model_id_of
 
 __all__ = ["MAX_MODELS", "ModelRegistry", "RegisteredModel"]
 
-#: The most models one daemon keeps (each is a few hundred bytes plus its biases).
+#: The most models one daemon keeps (each is a few hundred bytes plus its biases; the bytes
+#: are bounded by `limits.max_model_total_bytes`).
 MAX_MODELS = 1024
 
 
 @dataclass(frozen=True)
 class RegisteredModel:
-    """One model: its layers, wire frames and (K_i, N_i) per layer."""
+    """One model: its layers, wire frames and (K_i, N_i) per layer. The frames are
+    read-only, and the layers' biases are views of `biases`."""
 
     model_id: str
     layers: tuple[Layer, ...]
     spec: npt.NDArray[np.uint8]
     biases: npt.NDArray[np.float32]
     dims: tuple[tuple[int, int], ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it counts against `limits.max_model_total_bytes`: its two frames."""
+        return int(self.spec.nbytes) + int(self.biases.nbytes)
 
     @property
     def k_in(self) -> int:
@@ -77,10 +86,14 @@ class ModelRegistry:
 
     Args:
         capacity: the most models held (`MAX_MODELS`).
+        max_bytes: the most bytes of models held (`RegisteredModel.nbytes` summed;
+            `limits.max_model_total_bytes`, its default when None).
     """
 
-    def __init__(self, capacity: int = MAX_MODELS) -> None:
+    def __init__(self, capacity: int = MAX_MODELS, max_bytes: int | None = None) -> None:
         self.capacity = capacity
+        self.max_bytes = (LimitsConfig().max_model_total_bytes if max_bytes is None
+                          else max_bytes)
         self._models: collections.OrderedDict[str, RegisteredModel] = collections.OrderedDict()
 
     def __contains__(self, model_id: object) -> bool:
@@ -88,6 +101,11 @@ class ModelRegistry:
 
     def __len__(self) -> int:
         return len(self._models)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the models held (`RegisteredModel.nbytes` summed)."""
+        return sum(m.nbytes for m in self._models.values())
 
     def get(self, model_id: object) -> RegisteredModel | None:
         """The model `model_id`, or None when unknown."""
@@ -113,33 +131,52 @@ class ModelRegistry:
         """Register the model carried by `frames` (spec, biases) over the registered
         weights; returns it (the same model again for the same layers, now the most
         recently used) and the ids of the models evicted to make room for it (the least
-        recently used ones not in `in_use`).
+        recently used ones not in `in_use`, the fewest that bring the registry within
+        `capacity` models and `max_bytes` bytes with the new one). The model keeps one
+        read-only copy of each frame; its layers' biases are views of the copy.
 
         Raises:
-            InvalidInputError: wrong frames, a malformed spec, unknown weights, shapes that
-                do not chain (naming the layer), or `capacity` models held that requests in
-                flight use.
+            InvalidInputError: wrong frames, frames of more than `max_bytes` bytes together
+                (naming `limits.max_model_total_bytes`), a malformed spec, unknown weights,
+                shapes that do not chain (naming the layer), or no room that evicting the
+                models requests in flight do not use could make.
         """
         if len(frames) != 2:
             raise InvalidInputError(f"register_model carries 2 frames (spec, biases), got {len(frames)}")
-        layers = decode_model(frames[0], frames[1], weight_shapes)
+        new_bytes = int(frames[0].nbytes) + int(frames[1].nbytes)
+        if new_bytes > self.max_bytes:
+            raise InvalidInputError(
+                f"the model's frames hold {new_bytes} bytes (spec and biases), over "
+                f"limits.max_model_total_bytes ({self.max_bytes})")
+        # Decoded from the copies the model keeps, so that the layers' biases view them.
+        spec, biases = _read_only_copy(frames[0]), _read_only_copy(frames[1])
+        layers = decode_model(spec, biases, weight_shapes)
         mid = model_id_of(layers)
         known = self._models.get(mid)
         if known is not None:
             self._models.move_to_end(mid)
             return known, []
-        evict = choose_evictions(self._models, {m: 0 for m in self._models}, in_use,
-                                 new_bytes=0, max_count=self.capacity, max_bytes=0)
+        evict = choose_evictions(self._models, {m: x.nbytes for m, x in self._models.items()},
+                                 in_use, new_bytes=new_bytes, max_count=self.capacity,
+                                 max_bytes=self.max_bytes)
         if evict is None:
             raise InvalidInputError(
-                f"this daemon holds {len(self._models)} models (at most {self.capacity}) "
-                "and requests in flight use every one of them: retry later")
+                f"this daemon holds {len(self._models)} models of {self.nbytes} bytes (at most "
+                f"{self.capacity} models, limits.max_model_total_bytes = {self.max_bytes}), "
+                f"and requests in flight use every one of them that would have to go to make "
+                f"room for this one's {new_bytes} bytes: retry later")
         for old in evict:
             del self._models[old]
         dims = tuple((int(weight_shapes[ly.weight_id][0]), int(weight_shapes[ly.weight_id][1]))
                      for ly in layers)
-        spec = np.array(frames[0], dtype=np.uint8, copy=True)
-        biases = np.array(frames[1], dtype=np.float32, copy=True)
         model = RegisteredModel(mid, tuple(layers), spec, biases, dims)
         self._models[mid] = model
         return model, evict
+
+
+def _read_only_copy(frame: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A C-contiguous, read-only copy of `frame` (same dtype and shape; `decode_model`
+    checks them): the registry owns it, and nobody writes to a frame it sends."""
+    copy = np.array(frame, order="C", copy=True)
+    copy.flags.writeable = False
+    return copy

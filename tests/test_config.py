@@ -385,6 +385,15 @@ def test_a_per_client_quota_is_off_by_default_and_never_above_the_whole_budget()
             load_config(env={**XDG, "SAFEMON_LIMITS__MAX_CLIENT_WEIGHT_BYTES": str(outside)})
 
 
+def test_the_model_byte_budget_defaults_to_256_mib_and_is_a_positive_int() -> None:
+    assert load_config(env=XDG).limits.max_model_total_bytes == 256 * 2**20
+    small = load_config(env={**XDG, "SAFEMON_LIMITS__MAX_MODEL_TOTAL_BYTES": "4096"})
+    assert small.limits.max_model_total_bytes == 4096
+    for bad in ("0", "-1", "1.5"):
+        with pytest.raises(ConfigError, match="max_model_total_bytes"):
+            load_config(env={**XDG, "SAFEMON_LIMITS__MAX_MODEL_TOTAL_BYTES": bad})
+
+
 def test_policy_chain_follows_the_degradations() -> None:
     two_of_three = load_config(env={**XDG, "SAFEMON_DEGRADED_POLICY": "1oo2D"})
     assert two_of_three.policy_chain() == (

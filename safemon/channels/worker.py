@@ -731,11 +731,12 @@ class ChannelWorker:
         """The layers a model request's frames carry (`safemon.models.decode_model`,
         validated against this channel's weights) and the frames' bytes, which key them.
 
-        A model repeats request after request, and decoding it (JSON, one validated and
-        copied bias per layer) costs tens of microseconds per channel, so the most recently
-        used decodings are kept: at most `DECODED_MODELS` of them, and beyond the newest,
-        no more than `DECODED_MODEL_BYTES` of frames (a kept decoding holds its frames'
-        bytes as its key and a copy of its biases). A kept decoding stays valid: weight ids
+        A model repeats request after request, and decoding it (JSON, one validated bias
+        per layer) costs tens of microseconds per channel, so the most recently used
+        decodings are kept: at most `DECODED_MODELS` of them, and beyond the newest, no more
+        than `DECODED_MODEL_BYTES` of frames (a kept decoding holds its frames' bytes as its
+        key, and its layers' biases are views of that key's bias bytes, not another copy
+        nor the message's frame). A kept decoding stays valid: weight ids
         are content addresses (a stored id always holds the same shape, and a weight dropped
         and stored again is the same matrix; the core sends no model work on a weight it
         evicted). Frames that fail to decode raise every time (nothing is kept).
@@ -758,6 +759,8 @@ class ChannelWorker:
         layers = self._decoded.get(frames)
         if layers is None:
             shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
+            if biases.dtype == np.float32 and biases.ndim == 1:  # else decode_model refuses it
+                biases = np.frombuffer(frames[1], dtype=np.float32)  # read-only, the key's bytes
             layers = decode_model(spec, biases, shapes)
             self._decoded[frames] = layers
             kept = sum(len(a) + len(b) for a, b in self._decoded)

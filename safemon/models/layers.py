@@ -38,7 +38,8 @@ MAX_LAYERS = 256
 @dataclass(frozen=True)
 class Layer:
     """One layer: the registered weight `weight_id` ((K, N) float32), an optional bias
-    ((N,) float32, finite; copied and made read-only) and an activation.
+    ((N,) float32, finite; copied and made read-only; the layers `decode_model` returns
+    view their bias frame instead) and an activation.
 
     Raises:
         InvalidInputError: a bias that is not a finite 1-D float32 array, an unknown
@@ -61,12 +62,7 @@ class Layer:
         object.__setattr__(self, "activation", act)
         if self.bias is not None:
             b = self.bias
-            if not isinstance(b, np.ndarray) or b.dtype != np.float32 or b.ndim != 1 or b.size == 0:
-                raise InvalidInputError("bias must be a non-empty 1-D float32 numpy array, got "
-                                        f"{type(b).__name__} {getattr(b, 'dtype', '')} "
-                                        f"{getattr(b, 'shape', '')}")
-            if not np.isfinite(b).all():
-                raise InvalidInputError("bias contains NaN or infinity")
+            _check_bias(b)
             copy = np.array(b, dtype=np.float32, order="C", copy=True)
             copy.flags.writeable = False
             object.__setattr__(self, "bias", copy)
@@ -76,6 +72,33 @@ class Layer:
         """The activation as the enum (the constructor normalises it)."""
         assert isinstance(self.activation, Activation)
         return self.activation
+
+
+def _check_bias(b: object) -> None:
+    """Raise InvalidInputError unless `b` is a non-empty, finite, 1-D float32 array."""
+    if not isinstance(b, np.ndarray) or b.dtype != np.float32 or b.ndim != 1 or b.size == 0:
+        raise InvalidInputError("bias must be a non-empty 1-D float32 numpy array, got "
+                                f"{type(b).__name__} {getattr(b, 'dtype', '')} "
+                                f"{getattr(b, 'shape', '')}")
+    if not np.isfinite(b).all():
+        raise InvalidInputError("bias contains NaN or infinity")
+
+
+def _frame_layer(weight_id: str, bias: F32 | None, activation: str) -> Layer:
+    """A Layer whose bias is `bias` itself, a read-only view of a bias frame, checked as
+    `Layer` checks a bias but not copied: the frame is kept anyway (the model registry
+    sends it with every request, a channel keys its decodings by it), and a copy per layer
+    stored every bias twice.
+
+    Raises:
+        InvalidInputError: as `Layer`.
+    """
+    layer = Layer(weight_id, None, activation)
+    if bias is not None:
+        _check_bias(bias)
+        assert not bias.flags.writeable
+        object.__setattr__(layer, "bias", bias)
+    return layer
 
 
 def validate_layers(layers: Sequence[Layer], weight_shapes: Mapping[str, tuple[int, ...]]
@@ -124,6 +147,10 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
     """The layers carried by the frames `spec` and `biases`, validated against
     `weight_shapes` (`validate_layers`).
 
+    Each layer's bias is a read-only view of `biases` (of a contiguous copy when `biases` is
+    not contiguous), not a copy of its own: the caller keeps `biases` unchanged while the
+    layers live (the model registry and the channels pass frames that nobody writes).
+
     Raises:
         UnknownWeightError: a layer names a weight not in `weight_shapes` (with or
             without a bias).
@@ -139,6 +166,7 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
         raise InvalidInputError("model spec must be a list of at most "
                                 f"{MAX_LAYERS} layer objects")
     layers: list[Layer] = []
+    biases = np.ascontiguousarray(biases)
     offset = 0
     for i, item in enumerate(items):
         if (not isinstance(item, dict) or set(item) != {"weight_id", "activation", "bias"}
@@ -153,9 +181,10 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
             n = int(shape[1])
             if offset + n > biases.shape[0]:
                 raise InvalidInputError(f"layer {i}: bias frame too short")
-            bias = np.asarray(biases[offset:offset + n], dtype=np.float32)
+            bias = biases[offset:offset + n]
+            bias.flags.writeable = False  # the view only: `biases` stays as the caller made it
             offset += n
-        layers.append(Layer(str(item["weight_id"]), bias, str(item["activation"])))
+        layers.append(_frame_layer(str(item["weight_id"]), bias, str(item["activation"])))
     if offset != biases.shape[0]:
         raise InvalidInputError(f"bias frame has {biases.shape[0] - offset} extra values")
     validate_layers(layers, weight_shapes)

@@ -37,7 +37,7 @@ class ModelRequests(Roles):
     _queued: dict[str, dict[int, tuple[float, float]]]
 
     def _init_models(self) -> None:
-        self.models = ModelRegistry()
+        self.models = ModelRegistry(max_bytes=self.config.limits.max_model_total_bytes)
         #: seq -> {channel: digest frame} of the newest MODEL_DIGESTS_KEPT model requests
         self._model_digests: collections.OrderedDict[int, dict[str, tuple[int, ...]]] = (
             collections.OrderedDict())
@@ -57,7 +57,8 @@ class ModelRequests(Roles):
             self._error_to("ingress", identity, msg.seq, kind, text)
             return
         for mid in evicted:
-            self._model_evicted(mid, "the model budget (model_registry.MAX_MODELS) is full")
+            self._model_evicted(mid, "the model budget (model_registry.MAX_MODELS, "
+                                "limits.max_model_total_bytes) is full")
         self._log("info", "model_registered", model_id=model.model_id, layers=len(model.layers))
         self._reply("ingress", identity, Kind.REPLY, msg.seq,
                     msgs.ControlReply(ok=True, outcome=model.model_id).to_meta())

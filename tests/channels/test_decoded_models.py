@@ -107,3 +107,16 @@ def test_the_cache_keeps_no_more_than_its_byte_budget_beyond_the_newest(
     monkeypatch.setattr(worker_module, "DECODED_MODEL_BYTES", 1)
     worker._layers_of(*models[0])  # over budget on its own: kept alone, the newest
     assert list(worker._decoded) == [tuple(x.tobytes() for x in models[0])]
+
+
+def test_a_kept_decodings_biases_are_views_of_its_key_not_another_copy(
+        worker: ChannelWorker) -> None:
+    """The layers' biases view the bias bytes that key the decoding: the channel holds each
+    kept model's biases once, and not the request's frame."""
+    wid = _weight(worker, 4, 8, 6)
+    spec, biases = encode_model([Layer(wid, np.arange(8, dtype=np.float32), "relu")])
+    layers, key = worker._layers_of(spec, biases)
+    bias = layers[0].bias
+    assert bias is not None and bias.tobytes() == key[1] and not bias.flags.writeable
+    assert not np.shares_memory(bias, biases)
+    assert np.shares_memory(bias, np.frombuffer(key[1], dtype=np.uint8))

@@ -64,6 +64,19 @@ def test_the_wire_form_round_trips_and_the_id_is_a_content_address() -> None:
     assert model_id_of([Layer("a", b + 1, "relu"), Layer("b", None, "gelu")]) != model_id_of(layers)
 
 
+def test_decoded_layers_view_the_bias_frame_and_cannot_write_it() -> None:
+    """decode_model stores no second copy of the biases: each layer's bias is a read-only
+    view of the bias frame, and the frame the caller passed stays writeable."""
+    spec, biases = encode_model([Layer("a", np.arange(16, dtype=np.float32), "relu"),
+                                 Layer("b", np.ones(4, np.float32))])
+    back = decode_model(spec, biases, SHAPES)
+    for layer, want in zip(back, (np.arange(16, dtype=np.float32), np.ones(4, np.float32)),
+                           strict=True):
+        assert layer.bias is not None and np.array_equal(layer.bias, want)
+        assert np.shares_memory(layer.bias, biases) and not layer.bias.flags.writeable
+    assert biases.flags.writeable
+
+
 def test_decode_refuses_a_short_bias_frame() -> None:
     """A spec that announces a bias the bias frame does not hold is refused."""
     spec, _ = encode_model([Layer("a", np.zeros(16, np.float32))])

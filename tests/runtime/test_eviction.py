@@ -102,6 +102,52 @@ def test_the_model_registry_evicts_its_least_recently_used_model_not_in_flight()
     assert reg.drop_using("w" * 64) == [a.model_id, d.model_id] and len(reg) == 0
 
 
+def test_the_model_registry_holds_at_most_its_byte_budget_evicting_the_oldest_first() -> None:
+    """Models count their spec and bias frames against `max_bytes`: a new model evicts the
+    fewest least recently used ones not in flight that make it fit; a model larger than the
+    whole budget is refused naming `limits.max_model_total_bytes`, and nothing is evicted."""
+    shapes = {"w" * 64: (2, 3), "v" * 64: (2, 20)}
+    one = sum(f.nbytes for f in _model_frames("w" * 64, 0.0))
+    reg = ModelRegistry(capacity=100, max_bytes=3 * one)
+    small = [reg.register(_model_frames("w" * 64, float(i)), shapes)[0] for i in range(3)]
+    assert reg.nbytes == 3 * one and all(m.nbytes == one for m in small)
+    d, evicted = reg.register(_model_frames("w" * 64, 9.0), shapes)
+    assert evicted == [small[0].model_id] and len(reg) == 3 and reg.nbytes <= 3 * one
+    # a wider bias (20 floats instead of 3) needs the room of two small models
+    wide_frames = encode_model([Layer("v" * 64, np.full(20, 1.0, np.float32))])
+    assert one < sum(f.nbytes for f in wide_frames) <= 2 * one
+    wide, evicted = reg.register(wide_frames, shapes, in_use=frozenset({small[1].model_id}))
+    assert evicted == [small[2].model_id, d.model_id]
+    assert small[1].model_id in reg and wide.model_id in reg and reg.nbytes <= 3 * one
+    with pytest.raises(InvalidInputError, match="requests in flight use every one"):
+        reg.register(_model_frames("w" * 64, 10.0), shapes,
+                     in_use=frozenset({small[1].model_id, wide.model_id}))
+    tight = ModelRegistry(max_bytes=one - 1)
+    with pytest.raises(InvalidInputError, match=rf"{one} bytes .* limits.max_model_total_bytes "
+                                                 rf"\({one - 1}\)"):
+        tight.register(_model_frames("w" * 64, 0.0), shapes)
+    assert len(tight) == 0 and tight.nbytes == 0
+
+
+def test_a_registered_models_biases_are_stored_once() -> None:
+    """The layers' biases are read-only views of the model's one bias frame (a copy per
+    layer stored every bias twice), which is the daemon's own read-only copy of the frame
+    it received."""
+    shapes = {"w" * 64: (3, 3)}
+    got = (np.arange(3, dtype=np.float32), np.full(3, 2.0, np.float32))
+    spec, biases = encode_model([Layer("w" * 64, got[0], "relu"), Layer("w" * 64),
+                                 Layer("w" * 64, got[1])])
+    model, _ = ModelRegistry().register((spec, biases), shapes)
+    with_bias = [ly for ly in model.layers if ly.bias is not None]
+    assert len(with_bias) == 2
+    for layer, want in zip(with_bias, got, strict=True):
+        assert layer.bias is not None and np.array_equal(layer.bias, want)
+        assert np.shares_memory(layer.bias, model.biases) and not layer.bias.flags.writeable
+    assert not np.shares_memory(model.biases, biases) and not model.biases.flags.writeable
+    assert np.array_equal(model.biases, biases) and not model.spec.flags.writeable
+    assert model.nbytes == spec.nbytes + biases.nbytes
+
+
 # ------------------------------------------------------------------ the core
 
 def _core(tmp_path: Path, max_weights: int, policy: str = "1oo1D",
@@ -394,6 +440,43 @@ def test_a_model_with_biases_on_an_evicted_weight_registers_after_its_weight_aga
         mid = client.register_model(layers)
         x = np.ones((2, 4), np.float32)
         assert same_bits(client.run(mid, x, timeout=10.0), reference_forward([ws[0]], layers, x))
+
+
+def test_models_past_the_byte_budget_evict_the_oldest_and_run_bit_exact_when_sent_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real daemon whose model budget (`limits.max_model_total_bytes`) holds two of one
+    client's three models: the third evicts the first (counted), a request on it gets
+    `UnknownModelError`, which `Client` answers by registering it again, and every result is
+    the reference's bits while the daemon never holds more than the budget."""
+    ws = _weights(1)
+    biases = [np.full(3, 0.25 * (i + 1), np.float32) for i in range(3)]
+    one = sum(f.nbytes for f in encode_model([Layer(weight_id_of(ws[0]), biases[0], "relu")]))
+    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"max_model_total_bytes": 2 * one}})
+    with system(cfg) as (daemon, client):
+        assert daemon.core is not None
+        sent_again: list[str] = []
+        reregister = client._reregister_model
+
+        def spy(model_id: str, reply: Any) -> None:
+            sent_again.append(str(reply.meta.get("error_type")))
+            reregister(model_id, reply)
+
+        monkeypatch.setattr(client, "_reregister_model", spy)
+        wid = client.register_weight(ws[0])
+        models = [[Layer(wid, b, "relu")] for b in biases]
+        ids = [client.register_model(layers) for layers in models]
+        assert ids[0] not in daemon.core.models and ids[1] in daemon.core.models
+        assert daemon.core.models.nbytes <= 2 * one
+        x = np.random.default_rng(11).standard_normal((2, 4)).astype(np.float32)
+        for mid, layers in zip(ids, models, strict=True):
+            assert same_bits(client.run(mid, x, timeout=10.0),
+                             reference_forward([ws[0]], layers, x)), mid
+            assert daemon.core.models.nbytes <= 2 * one and len(daemon.core.models) <= 2
+        # least recently used first: each model was evicted by the next one sent again
+        assert sent_again == ["UnknownModelError"] * 3
+        evicted = daemon.registry.get_sample_value("safemon_evictions_total", {"what": "model"})
+        assert evicted == 1 + len(sent_again)
+        assert client.status()["mode"] == "NORMAL"
 
 
 def test_channels_drop_an_evicted_weight_whose_first_drop_could_not_be_queued(
