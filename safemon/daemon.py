@@ -92,6 +92,16 @@ DRAIN_SWEEP_S = 0.1
 #: (docs/RUNTIME.md, "When the timers run").
 TIMER_PERIOD_S = 0.05
 
+#: The most client messages one poll reads from each of the ingress and control sockets;
+#: what is left stays queued for the next poll. Between two batches the loop reads every
+#: channel socket and runs the timers when they are due, so a client that sends without pause
+#: cannot keep the loop from its channels. Until 2026-12-06 a poll read each client socket
+#: until it was empty: one client's 3 s flood of valid `hello` messages kept every channel's
+#: heartbeats unread and the timers stopped for as long, and the daemon then found all three
+#: channels silent and latched SAFE (tests/runtime/test_ingress_flood.py). The bound costs a
+#: counter per message. It bounds the count, not the time: a batch takes as long as handling
+#: its messages does.
+CLIENT_BATCH = 16
 
 #: The supervisor's key of a channel's scrubs: their reports (EVENT event="scrub") echo no
 #: sequence number. Scrubs sent one after another share it (the later allowance replaces the
@@ -561,9 +571,12 @@ class Daemon:
                     self._last_message = time.monotonic()
         for key in ("ingress", "control"):
             sock = self._sockets[key]
-            while sock in ready:
+            if sock not in ready:
+                continue
+            on_reject = functools.partial(self._on_rejected, key)
+            for _ in range(CLIENT_BATCH):  # the rest waits for the next poll
                 got = recv_message(sock, limits=self._client_limits, timeout_ms=0, counter=self._rejects,
-                                   on_reject=functools.partial(self._on_rejected, key))
+                                   on_reject=on_reject)
                 if got is None:
                     break
                 assert got.identity is not None

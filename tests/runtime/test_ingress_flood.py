@@ -1,0 +1,89 @@
+"""A client's traffic cannot starve the daemon's loop: a steady stream of valid messages
+leaves the channels heard and UP. Real daemon, real sockets over ipc:// (a flooding peer in
+another process needs a stream transport)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from safemon.transport import Kind, encode
+
+from .helpers import make_config, operands, reference, same_bits, system, wait_for
+
+#: Headroom for a shared 2-core machine: these tests are about what the loop reads, so a
+#: starved CPU must not look like a hung channel. The flood outlasts the heartbeat timeout
+#: well: the loop before 2026-12-06 read nothing else for as long as it lasted.
+TIMING: dict[str, Any] = {
+    "request_deadline_s": 1.0, "heartbeat_timeout_s": 1.0, "dti_s": 0.8,
+    "selftest_deadline_s": 0.6, "ftti_s": 3.0}
+FLOOD_S = 4.0
+
+#: The flooding client: one DEALER that sends one pre-encoded message as fast as it can for
+#: a while and never reads a reply; prints how many it sent. A process of its own, so that
+#: it floods from another core and the daemon's loop finds the socket never empty.
+_FLOODER = textwrap.dedent("""
+    import sys, time, zmq
+    address, header, seconds = sys.argv[1], sys.argv[2].encode(), float(sys.argv[3])
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.SNDHWM, 100000)
+    s.setsockopt(zmq.SNDTIMEO, 100)
+    s.connect(address)
+    sent, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            s.send(header)
+            sent += 1
+        except zmq.Again:
+            pass
+    print(sent)
+    s.close()
+    ctx.term()
+""")
+
+
+def _healthy(daemon: Any) -> bool:
+    st = daemon.status()
+    return st["mode"] == "NORMAL" and all(c["state"] == "UP" for c in st["channels"])
+
+
+def test_a_flood_of_valid_client_messages_leaves_every_channel_up_and_clients_served(
+        tmp_path: Path) -> None:
+    """One raw client sends valid `hello` messages without pause for FLOOD_S seconds: the
+    daemon keeps reading its channels and running its timers, so the mode stays NORMAL,
+    every channel UP, and another client's requests are answered during and after it. (The
+    loop before 2026-12-06 read the ingress socket until it was empty: every channel was
+    lost as silent once the flood ended, and the daemon latched SAFE.)"""
+    cfg = make_config(tmp_path, "2oo3", transport="ipc", extra={"timing": TIMING})
+    x, w = operands()
+    hello = encode(Kind.CONTROL, epoch=0, seq=1, meta={"command": "hello"})
+    assert len(hello) == 1
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        assert wait_for(lambda: _healthy(daemon), timeout=10.0), daemon.status()
+        served = 0
+        with subprocess.Popen([sys.executable, "-c", _FLOODER, cfg.endpoints.ingress,
+                               bytes(hello[0]).decode(), str(FLOOD_S)],
+                              stdout=subprocess.PIPE, text=True) as flooder:
+            try:
+                while flooder.poll() is None:
+                    # Any error here (SafeStateError, VoteTimeoutError) fails the test.
+                    assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
+                    served += 1
+                out, _ = flooder.communicate(timeout=30)
+            except BaseException:
+                flooder.kill()
+                raise
+        assert flooder.returncode == 0
+        assert int(out) > 10_000, "the flood was no flood"  # sanity, not a rate bound
+        assert served >= 1
+        # A loss would be judged within a heartbeat timeout of the flood's end.
+        assert not wait_for(lambda: not _healthy(daemon), timeout=2 * TIMING["heartbeat_timeout_s"])
+        assert _healthy(daemon), daemon.status()
+        assert not daemon.status()["faults"], daemon.status()
+        assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
