@@ -46,6 +46,7 @@ from safemon.gpu_identity import channel_devices, cuda_uuid
 from safemon.health import HealthReport
 from safemon.hft import HftAssessment
 from safemon.kernels.backend import Backend, resolve_backend
+from safemon.log_sampling import sampled
 from safemon.metrics import Metrics, MetricsServer, start_http_server
 from safemon.metrics_collector import attach_runtime
 from safemon.mps import control_pipe_found, pipe_directory, shared_gpus
@@ -175,6 +176,8 @@ class Daemon:
         self._client_limits = Limits(max_frame_bytes=min(biggest, Limits().max_frame_bytes),
                                      max_total_bytes=min(2 * biggest, Limits().max_total_bytes))
         self._rejects = RejectCounter(self._count_reject)
+        #: replies the client sockets could not queue, by socket (logged `sampled`)
+        self._undeliverable: collections.Counter[str] = collections.Counter()
         self._staleness = StalenessFilter(self.epoch)
         self._hooks: list[subprocess.Popen[bytes]] = []
         self._sockets: dict[str, Socket] = {}
@@ -700,7 +703,7 @@ class Daemon:
         (the first 10 of each reason, then every power of two) and, when its header names
         a seq, answer the sender with a typed InvalidInputError so it does not wait."""
         n = self._rejects[rejected.reason]
-        if n <= 10 or n & (n - 1) == 0:
+        if sampled(n):
             self.log.warning("message_rejected", socket=sock, reason=rejected.reason.value,
                              detail=quote(rejected.detail), count=n)
         if identity is None or not frames or rejected.reason is RejectReason.UNAUTHENTICATED:
@@ -830,8 +833,13 @@ class Daemon:
         frames = encode(kind, epoch=self.epoch, seq=seq, meta=meta, arrays=arrays)
         try:
             send_message(self._sockets[sock], frames, identity=identity, flags=zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # the client went away: nobody is left to answer
-            self.log.warning("reply_undeliverable", socket=sock, error=str(exc))
+        except zmq.ZMQError as exc:
+            # The client went away (EHOSTUNREACH), or does not read its replies and its
+            # queue is full (EAGAIN): nobody is waiting for this one. Such a client can make
+            # every message it sends end here, so the log is sampled (`sampled`).
+            n = self._undeliverable[sock] = self._undeliverable[sock] + 1
+            if sampled(n):
+                self.log.warning("reply_undeliverable", socket=sock, error=str(exc), count=n)
 
     def _error_to(self, sock: str, identity: bytes, seq: int, error_type: str, message: str) -> None:
         self._reply(sock, identity, Kind.ERROR, seq,

@@ -1,6 +1,7 @@
-"""A client's traffic cannot starve the daemon's loop: a steady stream of valid messages
-leaves the channels heard and UP. Real daemon, real sockets over ipc:// (a flooding peer in
-another process needs a stream transport)."""
+"""A client's traffic cannot starve the daemon's loop or flood its log: a steady stream of
+valid messages leaves the channels heard and UP, and replies a client never reads are logged
+sampled. Real daemon, real sockets over ipc:// (a flooding peer in another process needs a
+stream transport)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import structlog
+import zmq
+
+from safemon.log_sampling import sampled
 from safemon.transport import Kind, encode
 
 from .helpers import make_config, operands, reference, same_bits, system, wait_for
@@ -52,6 +57,15 @@ def _healthy(daemon: Any) -> bool:
     return st["mode"] == "NORMAL" and all(c["state"] == "UP" for c in st["channels"])
 
 
+def _raw(ctx: zmq.Context[zmq.Socket[bytes]], address: str, **options: int) -> zmq.Socket[bytes]:
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    for name, value in options.items():
+        s.setsockopt(getattr(zmq, name), value)
+    s.connect(address)
+    return s
+
+
 def test_a_flood_of_valid_client_messages_leaves_every_channel_up_and_clients_served(
         tmp_path: Path) -> None:
     """One raw client sends valid `hello` messages without pause for FLOOD_S seconds: the
@@ -87,3 +101,28 @@ def test_a_flood_of_valid_client_messages_leaves_every_channel_up_and_clients_se
         assert _healthy(daemon), daemon.status()
         assert not daemon.status()["faults"], daemon.status()
         assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
+
+
+def test_replies_a_client_never_reads_are_logged_sampled_not_each(tmp_path: Path) -> None:
+    """A client that sends 600 `hello`s and reads no reply fills its reply queue; each
+    reply after that is undeliverable, and `reply_undeliverable` is logged for the first ten
+    and then every power of two of them (`safemon.log_sampling`), each line with its count,
+    not once per message (47,000 lines in 5 s before 2026-12-06)."""
+    cfg = make_config(tmp_path, "2oo3", extra={"limits": {"max_in_flight": 4}})  # sndhwm 16
+    hello = encode(Kind.CONTROL, epoch=0, seq=1, meta={"command": "hello"})
+    sent = 600
+    with system(cfg) as (daemon, _client), structlog.testing.capture_logs() as logs:
+        sock = _raw(daemon.ctx, cfg.endpoints.ingress, RCVHWM=1)
+        try:
+            for _ in range(sent):
+                sock.send_multipart(hello)
+            # All but the replies its queue holds (16 + 1 on inproc://) are undeliverable.
+            assert wait_for(lambda: daemon._undeliverable["ingress"] >= sent - 100,
+                            timeout=20.0), daemon._undeliverable
+        finally:
+            sock.close()
+        n = daemon._undeliverable["ingress"]
+        lines = [e for e in logs if e["event"] == "reply_undeliverable"]
+    assert [e["count"] for e in lines] == [i for i in range(1, n + 1) if sampled(i)]
+    assert len(lines) <= 10 + n.bit_length()
+    assert all(e["socket"] == "ingress" for e in lines)
