@@ -33,7 +33,7 @@ import structlog
 import zmq
 from prometheus_client import CollectorRegistry
 
-from safemon import daemon_status
+from safemon import admission, daemon_status
 from safemon.channels.inline import InlineChannels
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
@@ -171,10 +171,7 @@ class Daemon:
         self._limits = Limits()  # channel links: results can be as large as any product
         # Client messages: nothing larger than the biggest request or weight admitted, so an
         # oversized one is refused (counted, logged, answered) before it is looked at.
-        lim = config.limits
-        biggest = max(lim.max_request_bytes, lim.max_weight_bytes)
-        self._client_limits = Limits(max_frame_bytes=min(biggest, Limits().max_frame_bytes),
-                                     max_total_bytes=min(2 * biggest, Limits().max_total_bytes))
+        self._client_limits = admission.client_limits(config)
         self._rejects = RejectCounter(self._count_reject)
         #: replies the client sockets could not queue, by socket (logged `sampled`)
         self._undeliverable: collections.Counter[str] = collections.Counter()
@@ -338,7 +335,12 @@ class Daemon:
             # Replies wait in the ROUTER's per-client queue until the client reads them: room
             # for every reply a client can be owed (its admitted requests and the refusals
             # of what it pipelined meanwhile), so a reply is never dropped for lack of it.
-            opts = SocketOptions(sndhwm=4 * cfg.limits.max_in_flight) if kind == zmq.ROUTER else None
+            # MAXMSGSIZE: libzmq drops the connection of a client that sends a part larger
+            # than the transport would admit, before buffering it (tcp/ipc; per part: nothing
+            # in libzmq bounds the parts' number, docs/ROBUSTNESS.md).
+            opts = (SocketOptions(sndhwm=4 * cfg.limits.max_in_flight,
+                                  max_msg_size=self._client_limits.max_part_bytes)
+                    if kind == zmq.ROUTER else None)
             try:
                 self._sockets[key] = make_socket(self.ctx, kind, address, bind=True, curve=use,
                                                  options=opts)

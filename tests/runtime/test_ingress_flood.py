@@ -1,7 +1,8 @@
-"""A client's traffic cannot starve the daemon's loop or flood its log: a steady stream of
-valid messages leaves the channels heard and UP, and replies a client never reads are logged
-sampled. Real daemon, real sockets over ipc:// (a flooding peer in another process needs a
-stream transport)."""
+"""A client's traffic cannot starve the daemon's loop, flood its log or fill its memory: a
+steady stream of valid messages leaves the channels heard and UP, replies a client never
+reads are logged sampled, and a message part larger than the transport admits is dropped by
+libzmq with its connection before it is buffered. Real daemon, real sockets over ipc://
+(libzmq's MAXMSGSIZE and a flooding peer in another process need a stream transport)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import structlog
 import zmq
 
+from safemon import admission
 from safemon.log_sampling import sampled
-from safemon.transport import Kind, encode
+from safemon.transport import Kind, Limits, encode, recv_message
 
 from .helpers import make_config, operands, reference, same_bits, system, wait_for
 
@@ -55,6 +58,11 @@ _FLOODER = textwrap.dedent("""
 def _healthy(daemon: Any) -> bool:
     st = daemon.status()
     return st["mode"] == "NORMAL" and all(c["state"] == "UP" for c in st["channels"])
+
+
+def _value(daemon: Any, name: str, **labels: str) -> float:
+    v = daemon.registry.get_sample_value(name, labels)
+    return 0.0 if v is None else float(v)
 
 
 def _raw(ctx: zmq.Context[zmq.Socket[bytes]], address: str, **options: int) -> zmq.Socket[bytes]:
@@ -126,3 +134,37 @@ def test_replies_a_client_never_reads_are_logged_sampled_not_each(tmp_path: Path
     assert [e["count"] for e in lines] == [i for i in range(1, n + 1) if sampled(i)]
     assert len(lines) <= 10 + n.bit_length()
     assert all(e["socket"] == "ingress" for e in lines)
+
+
+def test_client_sockets_drop_a_part_over_the_admitted_frame_size_unbuffered(tmp_path: Path) -> None:
+    """The ingress and control sockets' MAXMSGSIZE is the largest part the client limits
+    admit (`admission.client_limits`: 64 MiB under the default limits). A weight of exactly
+    limits.max_weight_bytes (plus its header) is still registered over ipc://; a message
+    whose parts are over it is dropped by libzmq with its connection before it is buffered
+    or decoded (no `oversized` count, no reply), and the daemon serves on."""
+    default = make_config(tmp_path, "2oo3")
+    assert admission.client_limits(default).max_part_bytes == 64 * 1024 * 1024
+    small = 64 * 1024
+    cfg = make_config(tmp_path, "2oo3", transport="ipc", extra={"timing": TIMING, "limits": {
+        "max_request_bytes": small, "max_weight_bytes": small}})
+    with system(cfg) as (daemon, client):
+        part = admission.client_limits(cfg).max_part_bytes
+        assert part == small
+        for key in ("ingress", "control"):
+            assert daemon._sockets[key].getsockopt(zmq.MAXMSGSIZE) == part
+        w = np.ones((128, small // (128 * 4)), dtype=np.float32)  # exactly max_weight_bytes
+        assert w.nbytes == small
+        wid = client.register_weight(w)
+        before = _value(daemon, "safemon_messages_rejected_total", reason="oversized")
+        sock = _raw(daemon.ctx, cfg.endpoints.ingress)
+        try:
+            big = np.zeros(1024 * 1024, dtype=np.uint8)  # 1 MiB a part, 8 parts
+            header = encode(Kind.CONTROL, epoch=0, seq=7, meta={"command": "hello"})[0]
+            sock.send_multipart([header, *[memoryview(big)] * 8], copy=False)
+            assert recv_message(sock, limits=Limits(), timeout_ms=1000) is None
+        finally:
+            sock.close()
+        assert _value(daemon, "safemon_messages_rejected_total", reason="oversized") == before
+        x = np.ones((2, 128), dtype=np.float32)
+        assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
+        assert _healthy(daemon), daemon.status()
