@@ -13,6 +13,9 @@ nothing about the hardware).
 - `work_budget_s`: how long a channel may take for one work item; the only deadline a
   channel is judged by (a client's shorter timeout ends the client's wait, not the
   channel's budget).
+- `client_limits`: the transport's size limits on a client's message, derived from the
+  largest request and weight admitted (the daemon decodes with them and sets its client
+  sockets' `MAXMSGSIZE` from them; `Client` encodes with them).
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from safemon.config import Config
+from safemon.transport.wire import Limits
 
-__all__ = ["Refusal", "check_request", "check_weight", "item_cost_s", "max_ahead_s",
-           "max_queued_s", "selftest_extension_s", "work_budget_s"]
+__all__ = ["Refusal", "check_request", "check_weight", "client_limits", "item_cost_s",
+           "max_ahead_s", "max_queued_s", "selftest_extension_s", "work_budget_s"]
 
 #: float32 only on the data path.
 _ITEMSIZE = 4
@@ -36,6 +40,22 @@ class Refusal:
     error_type: str
     message: str
     outcome: str  # the `safemon_requests_total{outcome}` label
+
+
+def client_limits(config: Config) -> Limits:
+    """The transport's limits on one client message: no payload frame larger than the
+    biggest request x or weight admitted (`limits.max_request_bytes`,
+    `limits.max_weight_bytes`), no message larger than twice that, and the transport's own
+    bounds where they are lower (16 payload frames, a 64 KiB header). Under the default
+    limits: 64 MiB per frame, 128 MiB per message. A message over them is refused by the
+    transport before anything in it is looked at; `Limits.max_part_bytes` of the result is
+    the client sockets' `MAXMSGSIZE`, so libzmq drops the connection of a peer that sends a
+    larger part before it is buffered (docs/ROBUSTNESS.md)."""
+    lim = config.limits
+    biggest = max(lim.max_request_bytes, lim.max_weight_bytes)
+    wire = Limits()
+    return Limits(max_frame_bytes=min(biggest, wire.max_frame_bytes),
+                  max_total_bytes=min(2 * biggest, wire.max_total_bytes))
 
 
 def item_cost_s(config: Config, m: int, k: int, n: int) -> float:

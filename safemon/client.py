@@ -216,7 +216,10 @@ class Client:
         self.per_layer_fallback = per_layer_fallback
         #: Whether the last `run` went layer by layer (`per_layer_fallback`).
         self.last_run_per_layer = False
-        self._limits = Limits()
+        self._limits = Limits()  # replies: a product can be as large as the transport admits
+        #: What the daemon's transport admits from a client (`admission.client_limits`): its
+        #: client sockets drop the connection of a peer sending a larger part, unanswered.
+        self._send_limits = admission.client_limits(config)
         self._seq = 0
         #: Set by `close`: the sockets are gone, every later call raises `SafemonError`.
         self.closed = False
@@ -280,10 +283,10 @@ class Client:
                                "the daemon")
         self._seq += 1
         seq = self._seq
-        # With the receiver's limits: a message the daemon's transport would drop unanswered
-        # is refused here, with the sizes named, instead of timing out.
+        # With the receiver's limits: a message the daemon's transport would refuse, or drop
+        # unanswered, is refused here, with the sizes named, instead of timing out.
         frames = encode(kind, epoch=self.epoch or 0, seq=seq, meta=meta, arrays=arrays,
-                        limits=self._limits)
+                        limits=self._send_limits)
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -33,7 +33,7 @@ import structlog
 import zmq
 from prometheus_client import CollectorRegistry
 
-from safemon import daemon_status
+from safemon import admission, daemon_status
 from safemon.channels.inline import InlineChannels
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
@@ -46,6 +46,7 @@ from safemon.gpu_identity import channel_devices, cuda_uuid
 from safemon.health import HealthReport
 from safemon.hft import HftAssessment
 from safemon.kernels.backend import Backend, resolve_backend
+from safemon.log_sampling import sampled
 from safemon.metrics import Metrics, MetricsServer, start_http_server
 from safemon.metrics_collector import attach_runtime
 from safemon.mps import control_pipe_found, pipe_directory, shared_gpus
@@ -92,6 +93,16 @@ DRAIN_SWEEP_S = 0.1
 #: (docs/RUNTIME.md, "When the timers run").
 TIMER_PERIOD_S = 0.05
 
+#: The most client messages one poll reads from each of the ingress and control sockets;
+#: what is left stays queued for the next poll. Between two batches the loop reads every
+#: channel socket and runs the timers when they are due, so a client that sends without pause
+#: cannot keep the loop from its channels. Until 2026-12-06 a poll read each client socket
+#: until it was empty: one client's 3 s flood of valid `hello` messages kept every channel's
+#: heartbeats unread and the timers stopped for as long, and the daemon then found all three
+#: channels silent and latched SAFE (tests/runtime/test_ingress_flood.py). The bound costs a
+#: counter per message. It bounds the count, not the time: a batch takes as long as handling
+#: its messages does.
+CLIENT_BATCH = 16
 
 #: The supervisor's key of a channel's scrubs: their reports (EVENT event="scrub") echo no
 #: sequence number. Scrubs sent one after another share it (the later allowance replaces the
@@ -160,11 +171,10 @@ class Daemon:
         self._limits = Limits()  # channel links: results can be as large as any product
         # Client messages: nothing larger than the biggest request or weight admitted, so an
         # oversized one is refused (counted, logged, answered) before it is looked at.
-        lim = config.limits
-        biggest = max(lim.max_request_bytes, lim.max_weight_bytes)
-        self._client_limits = Limits(max_frame_bytes=min(biggest, Limits().max_frame_bytes),
-                                     max_total_bytes=min(2 * biggest, Limits().max_total_bytes))
+        self._client_limits = admission.client_limits(config)
         self._rejects = RejectCounter(self._count_reject)
+        #: replies the client sockets could not queue, by socket (logged `sampled`)
+        self._undeliverable: collections.Counter[str] = collections.Counter()
         self._staleness = StalenessFilter(self.epoch)
         self._hooks: list[subprocess.Popen[bytes]] = []
         self._sockets: dict[str, Socket] = {}
@@ -325,7 +335,12 @@ class Daemon:
             # Replies wait in the ROUTER's per-client queue until the client reads them: room
             # for every reply a client can be owed (its admitted requests and the refusals
             # of what it pipelined meanwhile), so a reply is never dropped for lack of it.
-            opts = SocketOptions(sndhwm=4 * cfg.limits.max_in_flight) if kind == zmq.ROUTER else None
+            # MAXMSGSIZE: libzmq drops the connection of a client that sends a part larger
+            # than the transport would admit, before buffering it (tcp/ipc; per part: nothing
+            # in libzmq bounds the parts' number, docs/ROBUSTNESS.md).
+            opts = (SocketOptions(sndhwm=4 * cfg.limits.max_in_flight,
+                                  max_msg_size=self._client_limits.max_part_bytes)
+                    if kind == zmq.ROUTER else None)
             try:
                 self._sockets[key] = make_socket(self.ctx, kind, address, bind=True, curve=use,
                                                  options=opts)
@@ -561,9 +576,12 @@ class Daemon:
                     self._last_message = time.monotonic()
         for key in ("ingress", "control"):
             sock = self._sockets[key]
-            while sock in ready:
+            if sock not in ready:
+                continue
+            on_reject = functools.partial(self._on_rejected, key)
+            for _ in range(CLIENT_BATCH):  # the rest waits for the next poll
                 got = recv_message(sock, limits=self._client_limits, timeout_ms=0, counter=self._rejects,
-                                   on_reject=functools.partial(self._on_rejected, key))
+                                   on_reject=on_reject)
                 if got is None:
                     break
                 assert got.identity is not None
@@ -687,7 +705,7 @@ class Daemon:
         (the first 10 of each reason, then every power of two) and, when its header names
         a seq, answer the sender with a typed InvalidInputError so it does not wait."""
         n = self._rejects[rejected.reason]
-        if n <= 10 or n & (n - 1) == 0:
+        if sampled(n):
             self.log.warning("message_rejected", socket=sock, reason=rejected.reason.value,
                              detail=quote(rejected.detail), count=n)
         if identity is None or not frames or rejected.reason is RejectReason.UNAUTHENTICATED:
@@ -817,8 +835,13 @@ class Daemon:
         frames = encode(kind, epoch=self.epoch, seq=seq, meta=meta, arrays=arrays)
         try:
             send_message(self._sockets[sock], frames, identity=identity, flags=zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # the client went away: nobody is left to answer
-            self.log.warning("reply_undeliverable", socket=sock, error=str(exc))
+        except zmq.ZMQError as exc:
+            # The client went away (EHOSTUNREACH), or does not read its replies and its
+            # queue is full (EAGAIN): nobody is waiting for this one. Such a client can make
+            # every message it sends end here, so the log is sampled (`sampled`).
+            n = self._undeliverable[sock] = self._undeliverable[sock] + 1
+            if sampled(n):
+                self.log.warning("reply_undeliverable", socket=sock, error=str(exc), count=n)
 
     def _error_to(self, sock: str, identity: bytes, seq: int, error_type: str, message: str) -> None:
         self._reply(sock, identity, Kind.ERROR, seq,

@@ -35,6 +35,7 @@ import zmq
 from zmq.utils import z85
 
 from safemon.errors import ConfigError
+from safemon.log_sampling import sampled
 from safemon.transport.keys import PUBLIC_SUFFIX, KeyPermissionError, load_public
 
 _log = structlog.get_logger("safemon.zap")
@@ -203,7 +204,7 @@ class ZapAuthenticator:
                 else:
                     self.denied += 1
                     n = self.denied
-                    if n <= 10 or n & (n - 1) == 0:  # the first ten, then every power of two
+                    if sampled(n):  # the first ten, then every power of two
                         _log.warning("zap_denied", status=reply[2].decode(errors="replace"),
                                      reason=reply[3][:80].decode(errors="replace"), count=n)
             socket.send_multipart(reply)

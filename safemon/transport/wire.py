@@ -136,8 +136,9 @@ class Limits:
     """Size limits a receiver enforces before it trusts anything in a message (bytes/counts).
 
     The defaults fit the largest workload safemon is sized for: an 8192² float32 matrix is
-    256 MiB, and a request carries two operands. ``max_frame_bytes`` also bounds the header
-    frame's libzmq ``MAXMSGSIZE`` (see ``SocketOptions``), which applies per message part.
+    256 MiB, and a request carries two operands. libzmq's ``MAXMSGSIZE`` applies per message
+    part: a socket that receives with these limits sets it to ``max_part_bytes`` (see
+    ``SocketOptions``); nothing in libzmq bounds the number of parts.
     """
 
     max_header_bytes: int = 64 * 1024
@@ -150,6 +151,13 @@ class Limits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"Limits.{name} must be a positive int, got {value!r}")
+
+    @property
+    def max_part_bytes(self) -> int:
+        """The largest single message part these limits admit (the header or one payload
+        frame, bytes): the value for a receiving socket's per-part ``MAXMSGSIZE``, above
+        which libzmq drops the sender's connection before it buffers the part."""
+        return max(self.max_header_bytes, self.max_frame_bytes)
 
 
 # --- header model -------------------------------------------------------------------------

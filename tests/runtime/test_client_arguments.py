@@ -54,13 +54,14 @@ def test_bad_arguments_are_refused_before_anything_is_sent(tmp_path: Path) -> No
 
 
 def test_a_message_over_the_transports_limits_is_refused_by_the_client(tmp_path: Path) -> None:
-    """Over ipc:// a frame bigger than the transport admits (256 MiB) is dropped by the
-    daemon's socket unanswered; the client refuses it itself, with InvalidInputError naming
-    the sizes, instead of a DaemonUnreachableError after its control timeout."""
+    """Over ipc:// a frame bigger than the daemon's client sockets admit (their MAXMSGSIZE,
+    `admission.client_limits`: 64 MiB under the default limits) is dropped by libzmq
+    unanswered; the client refuses it itself, with InvalidInputError naming the sizes,
+    instead of a DaemonUnreachableError after its control timeout."""
     cfg = make_config(tmp_path, "2oo3", transport="ipc")
     with system(cfg) as (_daemon, client):
         client.control_timeout_s = 3.0
-        too_big = client._limits.max_frame_bytes // 4 + 1
+        too_big = client._send_limits.max_frame_bytes // 4 + 1
         with pytest.raises(InvalidInputError, match=r"frame 0 is \d+ bytes, at most"):
             client.register_weight(np.ones((too_big, 1), dtype=np.float32))
 
