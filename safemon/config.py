@@ -308,7 +308,9 @@ class TimingConfig(_Model):
         # Worst case for a latent fault: it strikes just after a self-test passed. The next
         # self-test starts at most dti_s later (jitter only shortens periods) and its verdict
         # is due at most selftest_deadline_s after that (a late verdict is a failure), so the
-        # fault detection time FDTI <= dti_s + selftest_deadline_s. FDTI + FRTI <= FTTI is
+        # fault detection time FDTI <= dti_s + selftest_deadline_s. (A test sent behind long
+        # work has its deadline extended, never past ftti_s: `admission.max_ahead_s`.)
+        # FDTI + FRTI <= FTTI is
         # required; FRTI is measured at run time (safemon_fault_reaction_seconds), so the
         # configuration can only refuse intervals that are already too long without it.
         if self.dti_s + self.selftest_deadline_s > self.ftti_s:
@@ -392,10 +394,13 @@ class LimitsConfig(_Model):
         item costs `item_overhead_s + 2*M*K*N / (min_channel_gflops * 1e9)` seconds
         (`safemon.admission.item_cost_s`). Its channel budget is `timing.request_deadline_s`
         plus the cost of everything queued on the channel ahead of it and its own
-        (`work_budget_s`); only a channel that misses that budget is blamed. A request is
-        refused with BusyError when the work queued on a channel would exceed half of
-        `timing.selftest_deadline_s`, so that a self-test queued behind live work still
-        meets its deadline: overload is refused, never turned into a fault.
+        (`work_budget_s`); only a channel that misses that budget is blamed. The work queued
+        on a channel, a lone request's included, is bounded by `admission.max_ahead_s`:
+        half of `timing.selftest_deadline_s`, which a self-test's own deadline allows for,
+        plus `min(ftti_s - dti_s, dti_s) - selftest_deadline_s` (at least 0), by which the
+        deadline of a self-test sent behind more work is extended. A request that does not
+        fit beside the work queued is refused with BusyError, and one priced over the bound
+        alone with InvalidInputError: overload is refused, never turned into a fault.
     max_connections: client connections the ingress and control sockets accept (each holds
         a file descriptor); the systemd unit's LimitNOFILE must exceed it.
     """
