@@ -48,9 +48,10 @@ def client_limits(config: Config) -> Limits:
     `limits.max_weight_bytes`), no message larger than twice that, and the transport's own
     bounds where they are lower (16 payload frames, a 64 KiB header). Under the default
     limits: 64 MiB per frame, 128 MiB per message. A message over them is refused by the
-    transport before anything in it is looked at; `Limits.max_part_bytes` of the result is
-    the client sockets' `MAXMSGSIZE`, so libzmq drops the connection of a peer that sends a
-    larger part before it is buffered (docs/ROBUSTNESS.md)."""
+    transport before anything in it is looked at; `Limits.max_wire_part_bytes` of the
+    result (the largest part, plus a margin for CURVE's encryption) is the client sockets'
+    `MAXMSGSIZE`, so libzmq drops the connection of a peer that sends a larger part before
+    it is buffered (docs/ROBUSTNESS.md)."""
     lim = config.limits
     biggest = max(lim.max_request_bytes, lim.max_weight_bytes)
     wire = Limits()

@@ -339,7 +339,7 @@ class Daemon:
             # than the transport would admit, before buffering it (tcp/ipc; per part: nothing
             # in libzmq bounds the parts' number, docs/ROBUSTNESS.md).
             opts = (SocketOptions(sndhwm=4 * cfg.limits.max_in_flight,
-                                  max_msg_size=self._client_limits.max_part_bytes)
+                                  max_msg_size=self._client_limits.max_wire_part_bytes)
                     if kind == zmq.ROUTER else None)
             try:
                 self._sockets[key] = make_socket(self.ctx, kind, address, bind=True, curve=use,

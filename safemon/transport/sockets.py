@@ -80,7 +80,7 @@ class SocketOptions:
     max_msg_size = Limits().max_frame_bytes (256 MiB): libzmq drops the *connection* of a peer
         that sends a larger part, before allocating it (tcp/ipc only; inproc has no decoder and
         relies on ``decode``'s Limits). Per part: a message of many parts under it is still
-        buffered whole. The daemon's client sockets set ``max_part_bytes`` of the limits they
+        buffered whole. The daemon's client sockets set ``max_wire_part_bytes`` of the limits they
         decode with (`safemon.admission.client_limits`).
     sndtimeo_ms = rcvtimeo_ms = 1000: no send or receive blocks forever (a full HWM raises
         ``zmq.Again``); the helpers poll with their own bounded waits in any case.

@@ -137,7 +137,7 @@ class Limits:
 
     The defaults fit the largest workload safemon is sized for: an 8192² float32 matrix is
     256 MiB, and a request carries two operands. libzmq's ``MAXMSGSIZE`` applies per message
-    part: a socket that receives with these limits sets it to ``max_part_bytes`` (see
+    part: a socket that receives with these limits sets it to ``max_wire_part_bytes`` (see
     ``SocketOptions``); nothing in libzmq bounds the number of parts.
     """
 
@@ -155,9 +155,22 @@ class Limits:
     @property
     def max_part_bytes(self) -> int:
         """The largest single message part these limits admit (the header or one payload
-        frame, bytes): the value for a receiving socket's per-part ``MAXMSGSIZE``, above
-        which libzmq drops the sender's connection before it buffers the part."""
+        frame, bytes)."""
         return max(self.max_header_bytes, self.max_frame_bytes)
+
+    @property
+    def max_wire_part_bytes(self) -> int:
+        """The value for a receiving socket's per-part ``MAXMSGSIZE``, above which libzmq
+        drops the sender's connection before it buffers the part: `max_part_bytes` plus
+        `WIRE_PART_MARGIN`, because libzmq measures the part as it arrives, which under
+        CURVE is the encrypted frame (33 bytes longer with libzmq 4.3.5). `decode` still
+        holds every part to the exact limits."""
+        return self.max_part_bytes + WIRE_PART_MARGIN
+
+
+#: Bytes a part may grow on the wire over what it carries (CURVE's box and nonce: 33 with
+#: libzmq 4.3.5), with room to spare; see `Limits.max_wire_part_bytes`.
+WIRE_PART_MARGIN = 4096
 
 
 # --- header model -------------------------------------------------------------------------

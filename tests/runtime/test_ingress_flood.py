@@ -18,7 +18,7 @@ import zmq
 
 from safemon import admission
 from safemon.log_sampling import sampled
-from safemon.transport import Kind, Limits, encode, recv_message
+from safemon.transport import Kind, Limits, encode, keys_generate, recv_message
 
 from .helpers import make_config, operands, reference, same_bits, system, wait_for
 
@@ -148,10 +148,10 @@ def test_client_sockets_drop_a_part_over_the_admitted_frame_size_unbuffered(tmp_
     cfg = make_config(tmp_path, "2oo3", transport="ipc", extra={"timing": TIMING, "limits": {
         "max_request_bytes": small, "max_weight_bytes": small}})
     with system(cfg) as (daemon, client):
-        part = admission.client_limits(cfg).max_part_bytes
-        assert part == small
+        limits = admission.client_limits(cfg)
+        assert limits.max_part_bytes == small
         for key in ("ingress", "control"):
-            assert daemon._sockets[key].getsockopt(zmq.MAXMSGSIZE) == part
+            assert daemon._sockets[key].getsockopt(zmq.MAXMSGSIZE) == limits.max_wire_part_bytes
         w = np.ones((128, small // (128 * 4)), dtype=np.float32)  # exactly max_weight_bytes
         assert w.nbytes == small
         wid = client.register_weight(w)
@@ -165,6 +165,37 @@ def test_client_sockets_drop_a_part_over_the_admitted_frame_size_unbuffered(tmp_
         finally:
             sock.close()
         assert _value(daemon, "safemon_messages_rejected_total", reason="oversized") == before
+        x = np.ones((2, 128), dtype=np.float32)
+        assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
+        assert _healthy(daemon), daemon.status()
+
+
+def test_a_weight_of_the_largest_admitted_size_registers_over_tcp_with_curve(tmp_path: Path) -> None:
+    """Under CURVE libzmq measures a part as it arrives, encrypted: 33 bytes longer than it
+    carries (libzmq 4.3.5). The first MAXMSGSIZE of 2026-12-06 was the exact admitted size,
+    and a weight of exactly limits.max_weight_bytes sent over tcp:// with CURVE had its
+    connection dropped, unanswered (found by a review); the sockets now allow
+    `transport.wire.WIRE_PART_MARGIN` more, and `decode` holds the exact limit."""
+    keys = tmp_path / "keys"
+    keys_generate(keys)
+    probe = zmq.Context()
+    ports = []
+    for _ in range(3):
+        s = probe.socket(zmq.ROUTER)
+        ports.append(s.bind_to_random_port("tcp://127.0.0.1"))
+        s.close(linger=0)
+    probe.term()
+    small = 64 * 1024
+    cfg = make_config(tmp_path, "2oo3", extra={
+        "timing": TIMING, "limits": {"max_request_bytes": small, "max_weight_bytes": small},
+        "security": {"curve": True, "keys_dir": str(keys)},
+        "endpoints": {"ingress": f"tcp://127.0.0.1:{ports[0]}",
+                      "control": f"tcp://127.0.0.1:{ports[1]}",
+                      "events": f"tcp://127.0.0.1:{ports[2]}"}})
+    with system(cfg) as (daemon, client):
+        client.control_timeout_s = 10.0
+        w = np.ones((128, small // (128 * 4)), dtype=np.float32)  # exactly max_weight_bytes
+        wid = client.register_weight(w)
         x = np.ones((2, 128), dtype=np.float32)
         assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
         assert _healthy(daemon), daemon.status()
