@@ -87,13 +87,15 @@ def max_queued_s(config: Config) -> float:
 def max_ahead_s(config: Config) -> float:
     """The most priced work (seconds of item costs) admitted onto one channel's queue, a
     lone request's included: `max_queued_s` plus the slack the timing leaves a self-test,
-    `min(ftti_s - dti_s, dti_s) - selftest_deadline_s` (at least 0). A self-test sent
-    behind more than `max_queued_s` of work has its deadline extended by the excess
-    (`selftest_extension_s`), so its verdict still comes within the FTTI (a latent fault's
-    detection time stays <= dti_s + its extended deadline <= ftti_s) and before the
-    channel's next periodic test is due (<= dti_s)."""
+    `min(ftti_s - dti_s, (1 - dti_jitter) * dti_s) - selftest_deadline_s` (at least 0). A
+    self-test sent behind more than `max_queued_s` of work has its deadline extended by the
+    excess (`selftest_extension_s`), so its verdict still comes within the FTTI (a latent
+    fault's detection time stays <= dti_s + its extended deadline <= ftti_s) and, when
+    `selftest_deadline_s` itself allows it, before the channel's next periodic test can be
+    due (the scheduler's jitter may bring that to (1 - dti_jitter) * dti_s)."""
     t = config.timing
-    return max_queued_s(config) + max(0.0, min(t.ftti_s - t.dti_s, t.dti_s) - t.selftest_deadline_s)
+    slack = min(t.ftti_s - t.dti_s, (1.0 - t.dti_jitter) * t.dti_s) - t.selftest_deadline_s
+    return max_queued_s(config) + max(0.0, slack)
 
 
 def selftest_extension_s(config: Config, ahead_s: float) -> float:
@@ -138,10 +140,12 @@ def check_request(config: Config, shape: tuple[int, ...], n: int, in_flight: int
             return Refusal("InvalidInputError",
                            f"the request's work is priced at {cost_s:.3f} s (at "
                            f"limits.min_channel_gflops {lim.min_channel_gflops:g} GFLOP/s plus "
-                           f"item_overhead_s per product), over the {most:.3f} s a self-test may "
-                           "wait behind work within the timing's FTTI: send smaller requests, "
-                           "or set limits.min_channel_gflops to what the channels sustain, or "
-                           "lengthen timing.ftti_s", "invalid_input")
+                           f"{lim.item_overhead_s:g} s of "
+                           f"limits.item_overhead_s per product), over the {most:.3f} s a "
+                           "self-test may wait behind work within the timing's FTTI: send "
+                           "smaller requests (a model: fewer layers), or set "
+                           "limits.min_channel_gflops and item_overhead_s to what the channels "
+                           "sustain, or lengthen timing.ftti_s", "invalid_input")
         if queued_s + cost_s > most:
             return Refusal("BusyError",
                            f"{queued_s:.3f} s of work already queued on a channel (at most "

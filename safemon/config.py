@@ -384,9 +384,9 @@ class LimitsConfig(_Model):
         request; at most `model_registry.MAX_MODELS` models besides). A new model that does
         not fit evicts the least recently used models that no request in flight uses, as a
         weight does; a single model over it is refused (`InvalidInputError`). The default,
-        256 MiB (a quarter of the default weight budget), holds all 1024 models at 16 layers
-        4096 wide with a bias each (256 KiB), or 31 of the largest a model can be (256
-        layers 8192 wide: 8 MiB of biases).
+        256 MiB (a quarter of the default weight budget), holds about 1,000 models of 16
+        layers 4096 wide with a bias each (256 KiB of biases and a spec of about 2 KiB), or
+        31 of the largest a model can be (256 layers 8192 wide: 8 MiB of biases).
     min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
         healthy channel must sustain, and the fixed time it may take per work item. When
         the config does not set min_channel_gflops, it is 0.05 (the NumPy reference on a
@@ -397,7 +397,7 @@ class LimitsConfig(_Model):
         (`work_budget_s`); only a channel that misses that budget is blamed. The work queued
         on a channel, a lone request's included, is bounded by `admission.max_ahead_s`:
         half of `timing.selftest_deadline_s`, which a self-test's own deadline allows for,
-        plus `min(ftti_s - dti_s, dti_s) - selftest_deadline_s` (at least 0), by which the
+        plus `min(ftti_s - dti_s, (1 - dti_jitter) * dti_s) - selftest_deadline_s` (at least 0), by which the
         deadline of a self-test sent behind more work is extended. A request that does not
         fit beside the work queued is refused with BusyError, and one priced over the bound
         alone with InvalidInputError: overload is refused, never turned into a fault.

@@ -61,7 +61,9 @@ Timing rules (all pure functions of the config, `next_due` and `deadline_for`):
   `last_start + dti * (1 - jitter * u)`: only ever earlier than the DTI bound.
 - A self-test started at `t` must complete with `now < t + selftest_deadline` (plus what
   `SelfTestDelayed` added); the first event at or past that reports the overrun. Because
-  `selftest_deadline <= dti`, a periodic test is settled before the next one is due.
+  `selftest_deadline <= dti`, a periodic test is settled before the next one is due, unless
+  jitter brought the next start closer or `SelfTestDelayed` moved the deadline later: then
+  two tests of one channel are pending at once, each judged by its own deadline.
 - Scrubs start every `scrub_interval` (no jitter) and must complete before
   `start + scrub_deadline` (default: `scrub_interval`).
 - Every event first advances the scheduler's clock to `event.now` (the catch-up rule, which
@@ -142,7 +144,8 @@ class SchedulerConfig:
         dti: diagnostic test interval; self-test starts of one channel are at most this far
             apart. > 0.
         selftest_deadline: a self-test must complete within this long after its start,
-            0 < selftest_deadline <= dti (so a test is settled before the next is due).
+            0 < selftest_deadline <= dti (so, without jitter or `SelfTestDelayed`, a test is
+            settled before the next is due).
         patterns: golden pattern ids, used round-robin per channel; non-empty, unique,
             non-empty strings. A list is accepted and stored as a tuple.
         jitter: fraction in [0, 1); each planned interval is `dti * (1 - jitter * u)` with

@@ -305,8 +305,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         # Admission weighs the live work queued ahead (what a self-test would wait behind);
         # the budget also covers weight stores ahead, which a storing channel finishes
         # before this work but runs out of the self-test schedule.
-        queued_s = max((self._queued_s(ch, now) for ch in voters), default=0.0)
-        ahead_s = max((self._ahead_s(ch, now) for ch in voters), default=0.0)
+        live_s = [self._queued_s(ch, now) for ch in voters]
+        queued_s = max(live_s, default=0.0)
+        ahead_s = max((q + self._stores_ahead_s(ch) for ch, q in zip(voters, live_s, strict=True)),
+                      default=0.0)
         cost_s = (admission.item_cost_s(self.config, m, k, n) if model is None
                   else model.cost_s(self.config, m))
         refusal = admission.check_request(self.config, (m, k), n, self.voter.open_requests,
@@ -387,9 +389,12 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         each). Until 2026-12-06 the stores were left out, and a request sent behind a
         64 MiB store got a budget shorter than the store: the channel was blamed
         (`deadline_miss`) for work it was never given time for."""
-        return self._queued_s(ch, now) + sum(
-            self._store_cost_s(wid) for wid in self._deliveries[ch].pending()
-            if wid in self.weights)
+        return self._queued_s(ch, now) + self._stores_ahead_s(ch)
+
+    def _stores_ahead_s(self, ch: str) -> float:
+        """Seconds of the weight stores sent to `ch` and not yet acknowledged."""
+        wids = self._deliveries[ch].pending()
+        return sum(self._store_cost_s(w) for w in wids if w in self.weights) if wids else 0.0
 
     def _expire_client_deadlines(self, now: float) -> None:
         """Answer each request whose client's own deadline passed with VoteTimeoutError;

@@ -42,15 +42,17 @@ def test_the_work_ahead_of_a_self_test_is_bounded_by_the_ftti(tmp_path: Path) ->
     """Half the self-test deadline is work its deadline allows for; beyond that the
     deadline is extended, at most by what keeps the verdict within the FTTI and before the
     next periodic test."""
-    def timing(dti: float, deadline: float, ftti: float):  # type: ignore[no-untyped-def]
+    def timing(dti: float, deadline: float, ftti: float, jitter: float = 0.0):  # type: ignore[no-untyped-def]
         return make_config(tmp_path, "2oo3", extra={"timing": {
-            "dti_s": dti, "selftest_deadline_s": deadline, "ftti_s": ftti}})
+            "dti_s": dti, "selftest_deadline_s": deadline, "ftti_s": ftti, "dti_jitter": jitter}})
 
     cfg = timing(1.0, 0.2, 2.0)
     assert admission.max_queued_s(cfg) == pytest.approx(0.1)
     assert admission.max_ahead_s(cfg) == pytest.approx(0.1 + 0.8)
     assert admission.max_ahead_s(timing(1.0, 0.2, 1.5)) == pytest.approx(0.1 + 0.3)
     assert admission.max_ahead_s(timing(0.5, 0.1, 3.0)) == pytest.approx(0.05 + 0.4)  # dti caps
+    # the next periodic test may come (1 - jitter) * dti after this one's start
+    assert admission.max_ahead_s(timing(0.5, 0.1, 3.0, 0.2)) == pytest.approx(0.05 + 0.3)
     assert admission.max_ahead_s(timing(1.0, 0.2, 1.2)) == pytest.approx(0.1)  # no slack
     assert admission.selftest_extension_s(cfg, 0.05) == 0.0
     assert admission.selftest_extension_s(cfg, 0.7) == pytest.approx(0.6)
