@@ -21,6 +21,7 @@ from safemon.client import Client
 from safemon.config import Config, load_config
 from safemon.daemon import Daemon
 from safemon.kernels.api import run_variant
+from safemon.transport import keys_generate
 
 N_CHANNELS = {"1oo1D": 1, "2oo2": 2, "1oo2D": 2, "2oo3": 3, "1oo3D": 3}
 
@@ -35,6 +36,22 @@ TIMING: dict[str, Any] = {
     "ftti_s": 1.0,
     "drain_timeout_s": 2.0,
 }
+
+
+def curve_over_tcp(keys: Path) -> dict[str, Any]:
+    """Config sections (`make_config(extra=...)`) for a daemon on three free tcp:// ports of
+    127.0.0.1 with CURVE on, its keys generated under `keys`."""
+    keys_generate(keys)
+    probe: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    ports = []
+    for _ in range(3):
+        s = probe.socket(zmq.ROUTER)
+        ports.append(s.bind_to_random_port("tcp://127.0.0.1"))
+        s.close(linger=0)
+    probe.term()
+    return {"security": {"curve": True, "keys_dir": str(keys)},
+            "endpoints": {name: f"tcp://127.0.0.1:{port}"
+                          for name, port in zip(("ingress", "control", "events"), ports, strict=True)}}
 
 
 def make_config(

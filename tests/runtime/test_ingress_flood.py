@@ -18,9 +18,9 @@ import zmq
 
 from safemon import admission
 from safemon.log_sampling import sampled
-from safemon.transport import Kind, Limits, encode, keys_generate, recv_message
+from safemon.transport import Kind, Limits, encode, recv_message
 
-from .helpers import make_config, operands, reference, same_bits, system, wait_for
+from .helpers import curve_over_tcp, make_config, operands, reference, same_bits, system, wait_for
 
 #: Headroom for a shared 2-core machine: these tests are about what the loop reads, so a
 #: starved CPU must not look like a hung channel. The flood outlasts the heartbeat timeout
@@ -176,22 +176,10 @@ def test_a_weight_of_the_largest_admitted_size_registers_over_tcp_with_curve(tmp
     and a weight of exactly limits.max_weight_bytes sent over tcp:// with CURVE had its
     connection dropped, unanswered (found by a review); the sockets now allow
     `transport.wire.WIRE_PART_MARGIN` more, and `decode` holds the exact limit."""
-    keys = tmp_path / "keys"
-    keys_generate(keys)
-    probe = zmq.Context()
-    ports = []
-    for _ in range(3):
-        s = probe.socket(zmq.ROUTER)
-        ports.append(s.bind_to_random_port("tcp://127.0.0.1"))
-        s.close(linger=0)
-    probe.term()
     small = 64 * 1024
     cfg = make_config(tmp_path, "2oo3", extra={
         "timing": TIMING, "limits": {"max_request_bytes": small, "max_weight_bytes": small},
-        "security": {"curve": True, "keys_dir": str(keys)},
-        "endpoints": {"ingress": f"tcp://127.0.0.1:{ports[0]}",
-                      "control": f"tcp://127.0.0.1:{ports[1]}",
-                      "events": f"tcp://127.0.0.1:{ports[2]}"}})
+        **curve_over_tcp(tmp_path / "keys")})
     with system(cfg) as (daemon, client):
         client.control_timeout_s = 10.0
         w = np.ones((128, small // (128 * 4)), dtype=np.float32)  # exactly max_weight_bytes

@@ -22,7 +22,7 @@ from safemon.client import Client
 from safemon.errors import SafemonError
 from safemon.transport import CurveClientKeys, Kind, encode, keys_generate, make_socket
 
-from .helpers import make_config, operands, reference, same_bits, system, wait_for
+from .helpers import curve_over_tcp, make_config, operands, reference, same_bits, system, wait_for
 
 PY = [sys.executable, "-m", "safemon"]
 
@@ -194,20 +194,7 @@ def test_unauthenticated_tcp_client_cannot_submit(tmp_path: Path) -> None:
     """With tcp:// + CURVE, a client without keys never gets a request through (nothing is
     submitted, nothing answered), while an authenticated client works."""
     keys = tmp_path / "keys"
-    keys_generate(keys)
-    probe = zmq.Context()
-    ports = []
-    for _ in range(3):
-        s = probe.socket(zmq.ROUTER)
-        ports.append(s.bind_to_random_port("tcp://127.0.0.1"))
-        s.close(linger=0)
-    probe.term()
-    cfg = make_config(tmp_path, "1oo1D", extra={
-        "security": {"curve": True, "keys_dir": str(keys)},
-        "endpoints": {"ingress": f"tcp://127.0.0.1:{ports[0]}",
-                      "control": f"tcp://127.0.0.1:{ports[1]}",
-                      "events": f"tcp://127.0.0.1:{ports[2]}"},
-    })
+    cfg = make_config(tmp_path, "1oo1D", extra=curve_over_tcp(keys))
     x, w = operands(8)
     with system(cfg) as (daemon, client):
         wid = client.register_weight(w)
