@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from safemon.config import Config
 from safemon.transport.wire import Limits
 
-__all__ = ["Refusal", "check_request", "check_weight", "client_limits", "item_cost_s",
+__all__ = ["Refusal", "budget_s", "check_request", "check_weight", "client_limits", "item_cost_s",
            "max_ahead_s", "max_queued_s", "selftest_extension_s", "work_budget_s"]
 
 #: float32 only on the data path.
@@ -70,12 +70,17 @@ def item_cost_s(config: Config, m: int, k: int, n: int) -> float:
     return lim.item_overhead_s + flops / (lim.min_channel_gflops * 1e9)
 
 
+def budget_s(config: Config, cost_s: float, queued_s: float = 0.0) -> float:
+    """Seconds a healthy channel may take to answer work of `cost_s` seconds (item costs:
+    one product's, or a whole model's) that finds `queued_s` seconds of work queued ahead of
+    it on the channel: `timing.request_deadline_s + queued_s + cost_s`. The configured
+    deadline covers transport and a self-test or scrub interleaved ahead of it."""
+    return config.timing.request_deadline_s + queued_s + cost_s
+
+
 def work_budget_s(config: Config, m: int, k: int, n: int, queued_s: float = 0.0) -> float:
-    """Seconds a healthy channel may take to answer one (M, K)·(K, N) work item that finds
-    `queued_s` seconds of work (item costs) queued ahead of it on the channel:
-    `timing.request_deadline_s + queued_s + item_cost_s(...)`. The configured deadline
-    covers transport and a self-test or scrub interleaved ahead of it."""
-    return config.timing.request_deadline_s + queued_s + item_cost_s(config, m, k, n)
+    """`budget_s` of one (M, K)·(K, N) work item (`item_cost_s`)."""
+    return budget_s(config, item_cost_s(config, m, k, n), queued_s)
 
 
 def max_queued_s(config: Config) -> float:

@@ -310,8 +310,8 @@ class TimingConfig(_Model):
         # is due at most selftest_deadline_s after that (a late verdict is a failure), so the
         # fault detection time FDTI <= dti_s + selftest_deadline_s. (A test sent behind long
         # work has its deadline extended, never past ftti_s: `admission.max_ahead_s`.)
-        # FDTI + FRTI <= FTTI is
-        # required; FRTI is measured at run time (safemon_fault_reaction_seconds), so the
+        # FDTI + FRTI <= FTTI is required; FRTI is measured at run time
+        # (safemon_fault_reaction_seconds), so the
         # configuration can only refuse intervals that are already too long without it.
         if self.dti_s + self.selftest_deadline_s > self.ftti_s:
             problems.append(
@@ -397,8 +397,8 @@ class LimitsConfig(_Model):
         (`work_budget_s`); only a channel that misses that budget is blamed. The work queued
         on a channel, a lone request's included, is bounded by `admission.max_ahead_s`:
         half of `timing.selftest_deadline_s`, which a self-test's own deadline allows for,
-        plus `min(ftti_s - dti_s, (1 - dti_jitter) * dti_s) - selftest_deadline_s` (at least 0), by which the
-        deadline of a self-test sent behind more work is extended. A request that does not
+        plus `min(ftti_s - dti_s, (1 - dti_jitter) * dti_s) - selftest_deadline_s` (at
+        least 0), by which the deadline of a self-test sent behind more work is extended. A request that does not
         fit beside the work queued is refused with BusyError, and one priced over the bound
         alone with InvalidInputError: overload is refused, never turned into a fault.
     max_connections: client connections the ingress and control sockets accept (each holds

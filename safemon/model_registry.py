@@ -72,14 +72,6 @@ class RegisteredModel:
         return sum(admission.item_cost_s(config, m, k, n) for k, n in self.dims)
 
 
-    def budget_s(self, config: Config, m: int, queued_s: float) -> float:
-        """The channels' work budget for the whole forward pass of M rows with `queued_s`
-        seconds queued ahead: `admission.work_budget_s` of layer 0 plus the item costs of
-        the other layers."""
-        k0, n0 = self.dims[0]
-        rest = sum(admission.item_cost_s(config, m, k, n) for k, n in self.dims[1:])
-        return admission.work_budget_s(config, m, k0, n0, queued_s) + rest
-
 
 class ModelRegistry:
     """Models by id, least recently used first. Not thread-safe (the daemon's loop owns it).

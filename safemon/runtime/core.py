@@ -337,10 +337,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         # The channels are judged by their own budget for this work item (the work queued
         # ahead of it included), never by the client's timeout: a client that gives up
         # earlier gets VoteTimeoutError, alone.
-        if model is None:
-            budget_s = admission.work_budget_s(self.config, m, k, n, ahead_s)
-        else:
-            budget_s = model.budget_s(self.config, m, ahead_s)
+        budget_s = admission.budget_s(self.config, cost_s, ahead_s)
         client_s = client_deadline_s(request.deadline_ms, budget_s)
         if model is not None:
             self.models.touch(model.model_id)
