@@ -47,6 +47,7 @@ from safemon.health import HealthReport
 from safemon.hft import HftAssessment
 from safemon.kernels.backend import Backend, resolve_backend
 from safemon.log_sampling import sampled
+from safemon.loop_attention import Away, LoopAttention
 from safemon.metrics import Metrics, MetricsServer, start_http_server
 from safemon.metrics_collector import attach_runtime
 from safemon.mps import control_pipe_found, pipe_directory, shared_gpus
@@ -209,6 +210,9 @@ class Daemon:
         self._feedback: collections.deque[st.Stimulus] = collections.deque()
         #: the inline channels this loop drives (`safemon.channels.inline`); None: none
         self._inline: InlineChannels | None = None
+        #: when the loop last read its channels' messages (`safemon.loop_attention`); from
+        #: `run` on
+        self._attention: LoopAttention | None = None
 
     # ================================================================== the core's roles
 
@@ -387,6 +391,7 @@ class Daemon:
     def run(self) -> None:
         """The loop; returns after a drain. `start()` must have been called."""
         assert self.core is not None and self.supervisor is not None
+        self._attention = LoopAttention(self.clock())
         try:
             while True:
                 now = self.clock()
@@ -545,6 +550,8 @@ class Daemon:
         guard = self._conn_guard
         poller = self._poller()
         ready: dict[Any, int] = {}
+        self._start_listening()
+        wait_s = timeout_ms / 1000.0  # the longest this poll may listen, spin included
 
         def polled_now() -> bool:
             ready.update(poller.poll(0))
@@ -559,6 +566,8 @@ class Daemon:
                 timeout_ms = max(0, timeout_ms - round((time.monotonic() - start) * 1000))
         if not ready:
             ready = dict(poller.poll(timeout_ms))
+        if self._attention is not None:
+            self._attention.stop_listening(self.clock(), timeout_s=wait_s)
         if guard is not None:  # first: a flood of connections must close the listeners early
             events = any(m in ready for m in guard.monitors())
             reopen = guard.next_wakeup()
@@ -668,6 +677,8 @@ class Daemon:
                 failed before it were still fed back.
         """
         assert self.core is not None
+        if not isinstance(stim, st.LoopAway):
+            self._attend(stim.now)
         try:
             try:
                 effects = self.core.handle(stim)
@@ -892,15 +903,40 @@ class Daemon:
         inline = self._inline
         if inline is None:
             return
-        until = self.clock() + TIMER_PERIOD_S
-        while True:
-            inline.tick(self.clock())  # heartbeats due
-            if inline.has_work and self.clock() < until:
-                # Each channel's RESULT is voted on as soon as it finished, so a vote that
-                # two results decide is answered before the third channel's wait.
-                inline.run_round(after_finish=lambda: self._take_inline(inline))
-            if not self._take_inline(inline) and (not inline.has_work or self.clock() >= until):
-                return
+        self._start_listening()  # the inline channels' time is theirs (loop_attention)
+        try:
+            until = self.clock() + TIMER_PERIOD_S
+            while True:
+                inline.tick(self.clock())  # heartbeats due
+                if inline.has_work and self.clock() < until:
+                    # Each channel's RESULT is voted on as soon as it finished, so a vote
+                    # that two results decide is answered before the third channel's wait.
+                    inline.run_round(after_finish=lambda: self._take_inline(inline))
+                if not self._take_inline(inline) and (not inline.has_work or self.clock() >= until):
+                    return
+        finally:
+            if self._attention is not None:
+                self._attention.stop_listening(self.clock())
+
+    def _start_listening(self) -> None:
+        """The loop is about to poll or run its inline channels: report the stretch away
+        before, if there was one (`_attend`)."""
+        if self._attention is not None:
+            now = self.clock()
+            self._attend(now, self._attention.start_listening(now))
+
+    def _attend(self, now: float, gone: Away | None = None) -> None:
+        """Before anything is judged at `now`: if the loop read no channel message for
+        longer than `AWAY_THRESHOLD_S` (`gone`, or the stretch up to `now`), the supervisor
+        and the core move the channels' silence clocks and open deadlines by that time, so
+        that a stall of the daemon is not blamed on its channels (`safemon.loop_attention`)."""
+        if gone is None and self._attention is not None:
+            gone = self._attention.away(now)
+        if gone is None:
+            return
+        assert self.supervisor is not None
+        self.supervisor.postpone(gone.since, gone.seconds, now)
+        self._feed(st.LoopAway(gone.since, gone.seconds, now, st.stimulus_id("away")))
 
     def _take_inline(self, inline: InlineChannels) -> bool:
         """Hand every message the inline channels sent (due held ones included) to

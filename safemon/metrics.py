@@ -418,6 +418,14 @@ class Metrics:
         )
         for what in ("weight", "model"):
             self.evictions.labels(what=what)
+        self.loop_away = Counter(
+            name("loop_away_seconds_total"),
+            "Seconds in which the daemon's loop read no channel message, counted in stretches "
+            "longer than 0.05 s (busy, stalled or descheduled; safemon.loop_attention). The "
+            "channels' open deadlines were moved by them, and a channel that failed meanwhile "
+            "was found that much later.",
+            registry=registry,
+        )
         self.model_diverging_layer = Counter(
             name("model_diverging_layer_total"),
             "Disagreeing whole-model votes, by the first layer (0-based) at which two "
@@ -435,6 +443,10 @@ class Metrics:
         if what not in ("weight", "model"):
             raise UnknownLabelError(f"eviction of {what!r}: 'weight' or 'model'")
         self.evictions.labels(what=what).inc()
+
+    def observe_loop_away(self, seconds: float) -> None:
+        """The daemon's loop read no channel message for `seconds` at a stretch."""
+        self.loop_away.inc(_check_seconds("loop away", seconds))
 
     def count_diverging_layer(self, layer: int) -> None:
         """One disagreeing whole-model vote whose first diverging layer is `layer` (an index

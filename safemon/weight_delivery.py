@@ -71,6 +71,13 @@ class WeightDelivery:
         """Weights whose acknowledgement is late at `now` (they stay pending)."""
         return [w for w, d in self._pending.items() if d <= now]
 
+    def postpone(self, since: float, seconds: float) -> None:
+        """The daemon read no channel message for `seconds` after `since`: every
+        acknowledgement due after `since` is due `seconds` later."""
+        for w, d in self._pending.items():
+            if d > since:
+                self._pending[w] = d + seconds
+
     def owes(self, weight_id: str) -> bool:
         """Whether `weight_id` is still queued or unacknowledged."""
         return weight_id in self._pending or weight_id in self._queue

@@ -206,6 +206,25 @@ class Supervisor:
         if slot is not None and slot.work.pop(key, None) is not None and slot.watching:
             slot.last_seen = now
 
+    def postpone(self, since: float, seconds: float, now: float) -> None:
+        """The daemon read no channel message for `seconds` of the time after `since` (its
+        loop was busy, stalled or descheduled; `safemon.loop_attention`): that time is not
+        counted as any channel's silence. A channel whose silence would expire after `since`
+        (its registration, or its heartbeat timeout, which runs from its last heartbeat or
+        the deadline of its unanswered work) has that clock moved `seconds` later; a last
+        heartbeat is never moved past `now`."""
+        timeout = self.config.timing.heartbeat_timeout_s
+        for slot in self._slots.values():
+            if not slot.watching:
+                continue
+            if slot.last_seen is None:
+                if slot.started_at + self.startup_timeout_s > since:
+                    slot.started_at = min(slot.started_at + seconds, now)
+                continue
+            if self._silent_since(slot.last_seen, slot) + timeout > since:  # the whole clock
+                slot.last_seen = min(slot.last_seen + seconds, now)
+                slot.work = {key: deadline + seconds for key, deadline in slot.work.items()}
+
     @staticmethod
     def _silent_since(last_seen: float, slot: _Slot) -> float:
         """When the heartbeat timeout of a registered channel (last heard at `last_seen`)

@@ -32,6 +32,12 @@ Events in (frozen dataclasses):
   behind work that its deadline does not allow for: the deadline moves `seconds` later
   (finite, >= 0; the shell bounds it, `safemon.admission.selftest_extension_s`). A test
   already settled, or unknown, is left alone.
+- `Postpone(since, seconds, now)`: the shell read no channel message for `seconds` of the
+  time after `since` (`0 <= seconds <= now - since`; its loop was busy, stalled or
+  descheduled). Every outstanding self-test and scrub deadline after `since` moves
+  `seconds` later, *before* the clock catches up to `now`, so that a result the shell could
+  not read in that time is not the channel's overrun. Due times are not moved: a start the
+  shell reaches late is `DtiLate`, as below.
 
 Instructions out (frozen dataclasses), in the order they happen:
 
@@ -74,13 +80,14 @@ Timing rules (all pure functions of the config, `next_due` and `deadline_for`):
   in the past: a self-test or scrub that fell due before `event.now` starts at
   `event.now`, with its full deadline from then (plus `DtiLate` for a self-test), so a shell
   that is late before a self-test starts never shortens that channel's allowance. (A shell
-  that stalls while a test is in flight stamps the result late, and the scheduler, which sees
-  only the stamp, reports that as the channel's overrun: docs/SAFETY.md, "Who is late".)
+  that stalls while a test is in flight stamps the result late; it says so with `Postpone`
+  first, or the scheduler, which sees only the stamp, reports the channel's overrun:
+  docs/SAFETY.md, "Who is late".)
   Missed periodic starts are not replayed: a shell late by many DTIs gets one.
 
 Bad events raise `InvalidInputError` and leave the scheduler unchanged: time going
 backwards, a non-finite time, joining a channel twice, `RunNow` for an unknown channel,
-negative scrub counts. Results the protocol produces in normal operation are counted,
+negative scrub counts, a `Postpone` whose `seconds` lie outside [0, now - since]. Results the protocol produces in normal operation are counted,
 never raised: results for unknown, already settled or another channel's test ids
 (`stale_results`), scrub results from unknown channels (`stale_scrubs`).
 """
@@ -103,6 +110,7 @@ __all__ = [
     "DtiLate",
     "DtiOverrun",
     "Job",
+    "Postpone",
     "RunNow",
     "Scheduler",
     "SchedulerConfig",
@@ -354,8 +362,19 @@ class SelfTestDelayed:
     now: float
 
 
+@dataclass(frozen=True)
+class Postpone:
+    """The shell read no channel message for `seconds` of the time after `since`: every
+    outstanding self-test and scrub deadline after `since` moves `seconds` later."""
+
+    since: float
+    seconds: float
+    now: float
+
+
 SchedulerEvent: TypeAlias = (
     Tick | ChannelJoined | ChannelLeft | SelfTestDone | ScrubDone | RunNow | SelfTestDelayed
+    | Postpone
 )
 
 
@@ -562,9 +581,11 @@ class Scheduler:
         self._validate(event)
         out: list[SchedulerInstruction] = []
         self._now = event.now
+        if isinstance(event, Postpone):  # before the catch-up, which would settle them
+            self._postpone(event.since, event.seconds)
         self._advance(event.now, out)
         match event:
-            case Tick():
+            case Tick() | Postpone():
                 pass
             case ChannelJoined(channel=c, now=now, selftest_due=due, scrub_due=scrub):
                 regular = next_due(self._config, Job.SELFTEST, now, self._draw())
@@ -657,8 +678,22 @@ class Scheduler:
                 check_seconds("seconds", sec)
                 if sec < 0:
                     raise InvalidInputError(f"seconds must be >= 0, got {sec!r}")
+            case Postpone(since=since, seconds=sec, now=now):
+                check_seconds("since", since)
+                check_seconds("seconds", sec)
+                if not 0.0 <= sec <= now - since:
+                    raise InvalidInputError(
+                        f"postpone: seconds {sec} must lie in [0, now - since = {now - since}]")
             case Tick():
                 pass
+
+    def _postpone(self, since: float, seconds: float) -> None:
+        for ch in self._channels.values():
+            for tid, pend in ch.pending.items():
+                if pend.deadline > since:
+                    ch.pending[tid] = _Pending(pend.started, pend.deadline + seconds)
+            if ch.scrub_deadline is not None and ch.scrub_deadline > since:
+                ch.scrub_deadline += seconds
 
     def _draw(self) -> float:
         # No draw without jitter, so a seeded rng shared with other users is not consumed.

@@ -19,9 +19,14 @@ Events in (frozen dataclasses), passed to `Voter.handle(event) -> list[Decision]
   uncorrectable, bad frame, ...); `error` then says what, and the digests are ignored.
 - `Tick(now)`: time passes; requests whose deadline is `<= now` are closed.
 - `EnterSafe(now)` / `Reset(now)`: the system mode entered / left the latched SAFE state.
+- `Postpone(since, seconds, now)`: the shell read no channel message for `seconds` of the
+  time after `since` (its loop was busy, stalled or descheduled). Every open request whose
+  deadline is after `since` has it moved `seconds` later, *before* the clock catches up to
+  `now`: time in which the shell could not have heard a result is not counted against the
+  channels. A request whose deadline fell at or before `since` is judged as before.
 
-Every event first advances the voter's clock to `event.now` and closes every request whose
-deadline is `<= now`, in deadline order, before the event itself is applied. So a result
+Every event (after a `Postpone` has moved the deadlines) first advances the voter's clock
+to `event.now` and closes every request whose deadline is `<= now`, in deadline order, before the event itself is applied. So a result
 counts for its request if and only if its `now < deadline`; one stamped at or after the
 deadline is a late result. A shell should still send a `Tick` at `next_deadline()`, so that
 a request with silent channels is answered on time.
@@ -127,6 +132,7 @@ __all__ = [
     "Fail",
     "FailReason",
     "Outcome",
+    "Postpone",
     "Release",
     "RequestSelfTest",
     "Reset",
@@ -264,7 +270,27 @@ class Reset:
         check_seconds("now", self.now)
 
 
-Event: TypeAlias = Submit | ChannelResult | Tick | EnterSafe | Reset
+@dataclass(frozen=True, slots=True)
+class Postpone:
+    """The shell read no channel message for `seconds` of the time after `since` (seconds,
+    same clock; `0 <= seconds <= now - since`): every open request whose deadline is after
+    `since` is answered and judged `seconds` later. Raises `InvalidInputError` otherwise."""
+
+    since: float
+    seconds: float
+    now: float
+
+    def __post_init__(self) -> None:
+        for name in ("since", "seconds", "now"):
+            check_seconds(name, getattr(self, name))
+        if not 0.0 <= self.seconds <= self.now - self.since:
+            raise InvalidInputError(
+                f"postpone: seconds {self.seconds} must lie in [0, now - since = "
+                f"{self.now - self.since}]"
+            )
+
+
+Event: TypeAlias = Submit | ChannelResult | Tick | EnterSafe | Reset | Postpone
 
 # ------------------------------------------------------------------------- decisions out
 
@@ -342,6 +368,7 @@ def agree(a: ChannelResult, b: ChannelResult) -> bool:
 class _Request:
     submit: Submit
     seq: int  # tells this request's heap entry from a stale one of an evicted, reused id
+    deadline: float  # the submit's, moved later by every `Postpone` that found it open
     results: dict[str, ChannelResult] = field(default_factory=dict)
     answered: bool = False
 
@@ -440,7 +467,7 @@ class Voter:
         Raises `InvalidInputError` (and changes nothing) if time goes backwards or a
         `Submit` reuses an open or remembered request id; `TypeError` for a non-event.
         """
-        if not isinstance(event, Submit | ChannelResult | Tick | EnterSafe | Reset):
+        if not isinstance(event, Submit | ChannelResult | Tick | EnterSafe | Reset | Postpone):
             raise TypeError(f"not a voter event: {event!r}")
         if self._now is not None and event.now < self._now:
             raise InvalidInputError(
@@ -452,6 +479,8 @@ class Voter:
             raise InvalidInputError(f"request id {event.req_id} was already submitted")
         self._now = event.now
         out: list[Decision] = []
+        if isinstance(event, Postpone):
+            self._postpone(event)
         self._expire(event.now, out)
         if isinstance(event, Submit):
             self._submit(event, out)
@@ -470,7 +499,7 @@ class Voter:
             out.append(self._fail_once(ev, "safe_state", "the system is in the SAFE state"))
             self._remember_closed(ev.req_id)
             return
-        req = _Request(submit=ev, seq=next(self._seq))
+        req = _Request(submit=ev, seq=next(self._seq), deadline=ev.deadline)
         self._open[ev.req_id] = req
         heapq.heappush(self._deadlines, (ev.deadline, req.seq, ev.req_id))
 
@@ -525,6 +554,16 @@ class Voter:
         got = [req.results[ch] for ch in group if ch in req.results]
         return all(r.ok for r in got) and _all_agree(got)
 
+    def _postpone(self, ev: Postpone) -> None:
+        moved = False
+        for req in self._open.values():
+            if req.deadline > ev.since:
+                req.deadline += ev.seconds
+                moved = True
+        if moved:  # one heap entry per open request, at its new deadline
+            self._deadlines = [(r.deadline, r.seq, rid) for rid, r in self._open.items()]
+            heapq.heapify(self._deadlines)
+
     def _expire(self, now: float, out: list[Decision]) -> None:
         while self._deadlines and self._deadlines[0][0] <= now:
             _, seq, req_id = heapq.heappop(self._deadlines)
@@ -541,7 +580,7 @@ class Voter:
                     )
                     out.append(self._fail(req, "disagreement", detail))
                 else:
-                    budget = req.submit.deadline - req.submit.now
+                    budget = req.deadline - req.submit.now
                     detail = f"{', '.join(missing)} sent no result within {budget:.3g} s"
                     out.append(self._fail(req, "timeout", detail))
             out.extend(DeadlineMiss(req_id, ch) for ch in missing)

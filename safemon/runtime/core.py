@@ -36,6 +36,7 @@ from safemon.eviction import choose_evictions, eviction_order, holds_to_release
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.abft import abft_passes
 from safemon.kernels.catalog import Variant
+from safemon.log_sampling import sampled
 from safemon.metrics import Metrics
 from safemon.patterns import controller as ctl
 from safemon.patterns import scheduler as sch
@@ -128,6 +129,7 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         #: (client deadline, seq): when a client's own timeout ends its wait. The channels'
         #: budget (the voter's deadline) is separate and never shorter than the config says.
         self._client_deadlines: list[tuple[float, int]] = []
+        self._loop_away = 0  # `LoopAway` stimuli handled (its warning is logged sampled)
         self._init_models()
         self._init_device()
 
@@ -176,6 +178,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 (wid, None) for wid in s.weight_ids if wid not in self.weights)
         elif isinstance(s, st.TimerTick):
             self._on_tick(s.now)
+        elif isinstance(s, st.LoopAway):
+            self._on_loop_away(s)
         elif isinstance(s, st.StopRequested):
             self.draining = True
             self._log("info", "drain_started", in_flight=len(self._live))
@@ -925,6 +929,19 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         stale = now - 10 * self.config.timing.selftest_deadline_s
         for seq in [q for q, t in self._tests.items() if t.started < stale]:
             del self._tests[seq]
+
+    def _on_loop_away(self, s: st.LoopAway) -> None:
+        """The shell read no channel message for `s.seconds` after `s.since`: the channels'
+        open deadlines after `s.since` move that much later (docs/SAFETY.md, "Who is late")."""
+        self._loop_away += 1
+        self.metrics.observe_loop_away(s.seconds)
+        if sampled(self._loop_away):
+            self._log("warning", "loop_away", since=s.since, seconds=round(s.seconds, 6),
+                      count=self._loop_away)
+        self._sched(sch.Postpone(s.since, s.seconds, s.now))
+        self._voter(vot.Postpone(s.since, s.seconds, s.now))
+        for delivery in self._deliveries.values():
+            delivery.postpone(s.since, s.seconds)
 
     def _on_drain_finished(self) -> None:
         for seq in list(self._live):

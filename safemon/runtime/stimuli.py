@@ -22,6 +22,7 @@ __all__ = [
     "DrainFinished",
     "DropSendFailed",
     "IngressMessage",
+    "LoopAway",
     "ProcessLost",
     "Stimulus",
     "StopRequested",
@@ -134,6 +135,19 @@ class TimerTick:
 
 
 @dataclass(frozen=True)
+class LoopAway:
+    """The shell read no channel message for `seconds` after `since` (its loop was busy,
+    stalled or descheduled; `safemon.loop_attention`): the open deadlines of the channels'
+    work (requests, self-tests, scrubs, weight acknowledgements) after `since` move
+    `seconds` later, so that time is not counted against them."""
+
+    since: float
+    seconds: float
+    now: float
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
 class StopRequested:
     """The drain began: new requests are refused, requests in flight are answered."""
 
@@ -151,4 +165,4 @@ class DrainFinished:
 
 Stimulus = (IngressMessage | ControlMessage | ChannelMessage | ChannelRegistered
             | ChannelReplaced | ProcessLost | WeightSendFailed | DropSendFailed | TimerTick | StopRequested
-            | DrainFinished)
+            | DrainFinished | LoopAway)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from safemon.channels.supervisor import STOP_GRACE_S, Lost, Started, Supervisor
 from safemon.config import Config
 from tests.runtime.helpers import make_config
@@ -123,6 +125,24 @@ def test_unanswered_work_excuses_silence_until_its_earliest_deadline(tmp_path: P
         sup.on_work_sent("c0", seq, t + timeout + seq * 10.0)  # e.g. self-tests every DTI
     assert lost_at(t + 2 * timeout) == []
     assert lost_at(t + 2 * timeout + 0.01) == [("c0", "heartbeat_lost")]
+
+
+def test_time_the_daemon_read_nothing_is_not_counted_as_silence(tmp_path: Path) -> None:
+    """`postpone`: the daemon read no message for 2 s after t=0.1 (heartbeat timeout 0.3 s):
+    every channel's silence clock moves 2 s, so none is lost at 2.1; c0, which then stays
+    silent, is lost 0.3 s after its moved last heartbeat; unanswered work moves too, and a
+    channel whose silence had already expired before `since` is not revived."""
+    sup, cfg = _three_registered(tmp_path)
+    timeout = cfg.timing.heartbeat_timeout_s
+    sup.on_work_sent("c1", 7, 0.2)  # c1 computes until 0.2
+    sup.postpone(0.1, 2.0, 2.1)
+    assert sup.tick(2.1) == []
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, 2.15)
+    assert sup.next_wakeup() == pytest.approx(2.0 + timeout)
+    assert [(x.channel, x.kind) for x in sup.tick(2.0 + timeout + 0.01)] == [("c0", "heartbeat_lost")]
+    sup.postpone(2.2 + timeout, 5.0, 7.5 + timeout)  # c1, c2 last heard at 2.15: expired before
+    assert sorted(x.channel for x in sup.tick(7.5 + timeout)) == ["c1", "c2"]
 
 
 def test_isolating_a_channel_that_ignores_the_stop_request_kills_it_after_the_grace(

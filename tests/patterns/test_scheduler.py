@@ -14,6 +14,7 @@ from safemon.patterns.scheduler import (
     DtiLate,
     DtiOverrun,
     Job,
+    Postpone,
     RunNow,
     Scheduler,
     SchedulerConfig,
@@ -191,6 +192,27 @@ def test_a_delayed_self_test_is_judged_at_its_moved_deadline() -> None:
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(InvalidInputError):
             s.handle(SelfTestDelayed("a", 2, bad, 23.0))
+
+
+def test_postpone_moves_open_deadlines_after_since_before_the_catch_up() -> None:
+    """The shell read nothing for 3 s after t=10.5: the test started at 10 (deadline 12) and
+    the scrub (deadline 15) are judged 3 s later, although the event is stamped 13.5, past
+    the test's old deadline; the next periodic start is not moved; a test whose deadline
+    fell at or before `since` is still an overrun; bad values are refused."""
+    cfg = SchedulerConfig(dti=10.0, selftest_deadline=2.0, patterns=("p0",),
+                          scrub_interval=10.0, scrub_deadline=5.0)
+    s = joined(cfg)
+    out = s.handle(Tick(10.0))
+    assert out == [StartSelfTest("a", 1, "p0", 12.0), StartScrub("a", 15.0)]
+    assert s.handle(Postpone(10.5, 3.0, 13.5)) == []
+    assert s.handle(SelfTestDone("a", 1, True, 14.9)) == [SelfTestPassed("a", 1, pytest.approx(4.9))]
+    assert s.handle(Tick(17.9)) == []
+    assert s.handle(Tick(18.0)) == [ScrubOverrun("a", 18.0)]
+    assert starts(s.handle(Tick(20.0))) == [StartSelfTest("a", 2, "p0", 22.0)]
+    assert s.handle(Postpone(22.0, 0.5, 22.5)) == [DtiOverrun("a", 2, 22.0)]
+    for bad in ((1.0, 30.0, 24.0), (23.5, 0.6, 24.0), (23.5, -0.1, 24.0), (23.5, float("nan"), 24.0)):
+        with pytest.raises(InvalidInputError):
+            s.handle(Postpone(*bad))
 
 
 def test_completion_stamped_at_the_deadline_is_an_overrun_not_a_pass() -> None:

@@ -16,6 +16,7 @@ from safemon.patterns.voter import (
     Disagreement,
     EnterSafe,
     Fail,
+    Postpone,
     Release,
     RequestSelfTest,
     Reset,
@@ -107,6 +108,25 @@ def test_1oo1d_silent_channel_times_out_on_the_deadline_tick() -> None:
     assert isinstance(out[0], Fail) and out[0].error == "timeout"
     assert out[1] == DeadlineMiss(1, "a")
     assert v.open_requests == 0
+
+
+def test_postpone_moves_open_deadlines_after_since_before_the_catch_up() -> None:
+    """The shell read nothing for 3 s after t=9.5: request 1 (deadline 10) is judged at 13,
+    so results read at 12.9, stamped past the old deadline, count; request 2, whose deadline
+    9 fell before `since`, is a miss as before; a request submitted later is not moved."""
+    v = Voter()
+    run(v, submit(P23, 1, 0.0, 10.0), submit(P23, 2, 0.0, 9.0))
+    out = v.handle(Postpone(9.5, 3.0, 12.5))
+    assert [type(d) for d in out] == [Fail, DeadlineMiss, DeadlineMiss, DeadlineMiss]
+    assert isinstance(out[0], Fail) and out[0].req_id == 2
+    assert v.next_deadline() == 13.0
+    out = run(v, ok(1, "a", 12.9), ok(1, "b", 12.9), submit(P23, 3, 12.9, 13.5))
+    assert answers(out) == [Release(1, "a", ("a", "b"))]
+    out = v.handle(Tick(13.0))
+    assert out == [DeadlineMiss(1, "c")]
+    assert v.next_deadline() == 13.5
+    with pytest.raises(InvalidInputError, match="postpone"):
+        Postpone(13.0, 0.6, 13.5)
 
 
 # ----------------------------------------------------------------- 2oo2 and 1oo2D

@@ -43,6 +43,16 @@ def test_delivery_add_owes_a_new_weight_once_and_begin_starts_afresh() -> None:
         WeightDelivery(window=0)
 
 
+def test_delivery_postpone_moves_only_acknowledgements_due_after_since() -> None:
+    d = WeightDelivery()
+    d.begin(["a", "b"])
+    d.sent(d.next_to_send() or "", 1.0)
+    d.sent(d.next_to_send() or "", 3.0)
+    d.postpone(2.0, 1.5)
+    assert d.overdue(4.4) == ["a"]
+    assert d.overdue(4.5) == ["a", "b"]
+
+
 def test_a_second_lock_on_the_same_runtime_dir_is_refused_and_released_on_release(
         tmp_path: Path) -> None:
     rd = tmp_path / "rt"
