@@ -677,8 +677,7 @@ class Daemon:
                 failed before it were still fed back.
         """
         assert self.core is not None
-        if not isinstance(stim, st.LoopAway):
-            self._attend(stim.now)
+        self._attend(stim.now)  # a stall just before is not the channels' (never raises)
         try:
             try:
                 effects = self.core.handle(stim)
@@ -924,19 +923,35 @@ class Daemon:
         if self._attention is not None:
             now = self.clock()
             self._attend(now, self._attention.start_listening(now))
+            self._feed_back()
 
     def _attend(self, now: float, gone: Away | None = None) -> None:
         """Before anything is judged at `now`: if the loop read no channel message for
         longer than `AWAY_THRESHOLD_S` (`gone`, or the stretch up to `now`), the supervisor
-        and the core move the channels' silence clocks and open deadlines by that time, so
-        that a stall of the daemon is not blamed on its channels (`safemon.loop_attention`)."""
+        and the core move the channels' silence clocks and open deadlines by that time
+        (`timing.ftti_s` at most per deadline), so that a stall of the daemon is not blamed
+        on its channels (`safemon.loop_attention`). Never raises: a failure is logged
+        (`loop_away_handling_failed`) and the loop goes on. What carrying out the core's
+        effects fed back stays queued for the caller's `_feed` (or is fed here when there is
+        none), so that stimuli reach the core in the order of their time stamps."""
         if gone is None and self._attention is not None:
             gone = self._attention.away(now)
         if gone is None:
             return
-        assert self.supervisor is not None
-        self.supervisor.postpone(gone.since, gone.seconds, now)
-        self._feed(st.LoopAway(gone.since, gone.seconds, now, st.stimulus_id("away")))
+        assert self.supervisor is not None and self.core is not None
+        try:
+            self.supervisor.postpone(gone.since, gone.seconds, now)
+            stim = st.LoopAway(gone.since, gone.seconds, now, st.stimulus_id("away"))
+            try:
+                effects = self.core.handle(stim)
+            except StimulusFailed as exc:
+                self._carry_out(exc.effects)
+                raise
+            self._carry_out(effects)
+        except Exception as exc:  # the loop must survive it, and so must the message after
+            cause = exc.cause if isinstance(exc, StimulusFailed) else exc
+            self.log.exception("loop_away_handling_failed", since=gone.since,
+                               seconds=gone.seconds, error=quote(cause))
 
     def _take_inline(self, inline: InlineChannels) -> bool:
         """Hand every message the inline channels sent (due held ones included) to

@@ -14,12 +14,14 @@ handed over as they are made, and their time is theirs to answer for). Any other
 is time away. A stretch of at most `AWAY_THRESHOLD_S` is left to the channels' budgets,
 which allow for a loop turn; a longer one is reported (`Away`) the next time the loop is
 about to judge anything, and the daemon moves the channels' open deadlines and silence
-clocks by it (`safemon.runtime.stimuli.LoopAway`, `Supervisor.postpone`).
+clocks by it (`safemon.runtime.stimuli.LoopAway`, `Supervisor.postpone`), none by more than
+`timing.ftti_s` in all: a daemon away most of the time (overloaded) must still find a
+channel that stopped answering.
 
 What this does not cover: a poll that returns late (the process was descheduled inside it)
 is counted as away only for the part past its timeout, a lower bound; and the time away
-delays the detection of a channel that really failed in it by as much (docs/SAFETY.md,
-"Who is late").
+delays the detection of a channel that really failed in it by as much, up to `ftti_s`
+(docs/SAFETY.md, "Who is late").
 
 Time is passed in (monotonic seconds), so every rule is testable without sleeping.
 """

@@ -33,11 +33,13 @@ class WeightDelivery:
         self.window = window
         self._queue: collections.deque[str] = collections.deque()
         self._pending: dict[str, float] = {}  # weight id -> ack deadline (seconds)
+        self._postponed: dict[str, float] = {}  # weight id -> how much `postpone` moved it
 
     def begin(self, weight_ids: Iterable[str]) -> None:
         """Start afresh (a new incarnation): owe every weight in `weight_ids`."""
         self._queue = collections.deque(dict.fromkeys(weight_ids))
         self._pending.clear()
+        self._postponed.clear()
 
     def add(self, weight_id: str) -> None:
         """Owe one more weight (registered while the channel runs)."""
@@ -56,27 +58,33 @@ class WeightDelivery:
         if self._queue and self._queue[0] == weight_id:
             self._queue.popleft()
         self._pending[weight_id] = deadline
+        self._postponed.pop(weight_id, None)
 
     def send_failed(self, weight_id: str) -> None:
         """The send of `weight_id` (marked `sent`) did not leave: owe it again, first in
         line, with no acknowledgement awaited. Unknown ids are ignored."""
+        self._postponed.pop(weight_id, None)
         if self._pending.pop(weight_id, None) is not None:
             self._queue.appendleft(weight_id)
 
     def ack(self, weight_id: str) -> bool:
         """The channel acknowledged `weight_id`; False if it was not awaited."""
+        self._postponed.pop(weight_id, None)
         return self._pending.pop(weight_id, None) is not None
 
     def overdue(self, now: float) -> list[str]:
         """Weights whose acknowledgement is late at `now` (they stay pending)."""
         return [w for w, d in self._pending.items() if d <= now]
 
-    def postpone(self, since: float, seconds: float) -> None:
+    def postpone(self, since: float, seconds: float, limit: float) -> None:
         """The daemon read no channel message for `seconds` after `since`: every
-        acknowledgement due after `since` is due `seconds` later."""
+        acknowledgement due after `since` is due `seconds` later, none more than `limit` in
+        all."""
         for w, d in self._pending.items():
-            if d > since:
-                self._pending[w] = d + seconds
+            step = min(seconds, limit - self._postponed.get(w, 0.0))
+            if d > since and step > 0:
+                self._pending[w] = d + step
+                self._postponed[w] = self._postponed.get(w, 0.0) + step
 
     def owes(self, weight_id: str) -> bool:
         """Whether `weight_id` is still queued or unacknowledged."""

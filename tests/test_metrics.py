@@ -64,6 +64,7 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_cuda_mps_found": ("gauge", set()),
     "safemon_fault_classes": ("counter", {"kind", "class"}),
     "safemon_evictions": ("counter", {"what"}),
+    "safemon_loop_away_seconds": ("counter", set()),
     # no sample until a whole-model vote disagrees; the design-set test counts one
     "safemon_model_diverging_layer": ("counter", {"layer"}),
 }
@@ -477,3 +478,13 @@ def test_the_diverging_layer_label_is_a_bounded_index(config: Config,
     for bad in (-1, MAX_LAYERS, True, "3", 2.0):
         with pytest.raises(UnknownLabelError):
             m.count_diverging_layer(bad)  # type: ignore[arg-type]
+
+
+def test_loop_away_adds_up_seconds_and_refuses_bad_ones(metrics: Metrics, registry: CollectorRegistry) -> None:
+    assert value(registry, "safemon_loop_away_seconds_total") == 0.0
+    metrics.observe_loop_away(2.0)
+    metrics.observe_loop_away(0.25)
+    assert value(registry, "safemon_loop_away_seconds_total") == 2.25
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidInputError):
+            metrics.observe_loop_away(bad)

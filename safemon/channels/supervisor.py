@@ -79,6 +79,7 @@ class _Slot:
     # due before `last_seen` are dropped as they are met (they excuse nothing any more).
     work: dict[Hashable, float] = field(default_factory=dict)
     watching: bool = False  # a loss is reported once, then watching stops
+    excused: float = 0.0  # seconds `postpone` moved its clock since it was last heard
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
 
@@ -176,6 +177,7 @@ class Supervisor:
         if slot is None or incarnation != slot.incarnation or not slot.wanted:
             return None
         slot.last_seen = now
+        slot.excused = 0.0
         slot.watching = True
         return Started(channel, incarnation, now)
 
@@ -189,6 +191,7 @@ class Supervisor:
         if slot.last_seen is None:
             return self.on_register(channel, incarnation, now)
         slot.last_seen = now
+        slot.excused = 0.0
         return None
 
     def on_work_sent(self, channel: str, key: Hashable, deadline: float) -> None:
@@ -205,25 +208,30 @@ class Supervisor:
         slot = self._slots.get(channel)
         if slot is not None and slot.work.pop(key, None) is not None and slot.watching:
             slot.last_seen = now
+            slot.excused = 0.0
 
     def postpone(self, since: float, seconds: float, now: float) -> None:
         """The daemon read no channel message for `seconds` of the time after `since` (its
         loop was busy, stalled or descheduled; `safemon.loop_attention`): that time is not
         counted as any channel's silence. A channel whose silence would expire after `since`
         (its registration, or its heartbeat timeout, which runs from its last heartbeat or
-        the deadline of its unanswered work) has that clock moved `seconds` later; a last
-        heartbeat is never moved past `now`."""
+        the deadline of its unanswered work) has that clock moved `seconds` later, but by no
+        more than `timing.ftti_s` in all since it was last heard (so a daemon that is away
+        most of the time still finds a silent channel); a last heartbeat is never moved past
+        `now`."""
         timeout = self.config.timing.heartbeat_timeout_s
         for slot in self._slots.values():
-            if not slot.watching:
+            step = min(seconds, self.config.timing.ftti_s - slot.excused)
+            if not slot.watching or step <= 0:
                 continue
             if slot.last_seen is None:
                 if slot.started_at + self.startup_timeout_s > since:
-                    slot.started_at = min(slot.started_at + seconds, now)
-                continue
-            if self._silent_since(slot.last_seen, slot) + timeout > since:  # the whole clock
-                slot.last_seen = min(slot.last_seen + seconds, now)
-                slot.work = {key: deadline + seconds for key, deadline in slot.work.items()}
+                    slot.started_at = min(slot.started_at + step, now)
+                    slot.excused += step
+            elif self._silent_since(slot.last_seen, slot) + timeout > since:  # the whole clock
+                slot.last_seen = min(slot.last_seen + step, now)
+                slot.work = {key: deadline + step for key, deadline in slot.work.items()}
+                slot.excused += step
 
     @staticmethod
     def _silent_since(last_seen: float, slot: _Slot) -> float:
@@ -308,6 +316,7 @@ class Supervisor:
         slot.incarnation += 1
         slot.started_at = now
         slot.last_seen = None
+        slot.excused = 0.0
         slot.work.clear()
         slot.watching = True
         slot.handle = self.launcher.start(name, slot.incarnation, self.epoch)

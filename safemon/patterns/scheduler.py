@@ -32,12 +32,12 @@ Events in (frozen dataclasses):
   behind work that its deadline does not allow for: the deadline moves `seconds` later
   (finite, >= 0; the shell bounds it, `safemon.admission.selftest_extension_s`). A test
   already settled, or unknown, is left alone.
-- `Postpone(since, seconds, now)`: the shell read no channel message for `seconds` of the
-  time after `since` (`0 <= seconds <= now - since`; its loop was busy, stalled or
+- `Postpone(since, seconds, now, limit)`: the shell read no channel message for `seconds`
+  of the time after `since` (`0 <= seconds <= now - since`; its loop was busy, stalled or
   descheduled). Every outstanding self-test and scrub deadline after `since` moves
-  `seconds` later, *before* the clock catches up to `now`, so that a result the shell could
-  not read in that time is not the channel's overrun. Due times are not moved: a start the
-  shell reaches late is `DtiLate`, as below.
+  `seconds` later, but none more than `limit` (>= 0) in all, *before* the clock catches up
+  to `now`, so that a result the shell could not read in that time is not the channel's
+  overrun. Due times are not moved: a start the shell reaches late is `DtiLate`, as below.
 
 Instructions out (frozen dataclasses), in the order they happen:
 
@@ -365,11 +365,13 @@ class SelfTestDelayed:
 @dataclass(frozen=True)
 class Postpone:
     """The shell read no channel message for `seconds` of the time after `since`: every
-    outstanding self-test and scrub deadline after `since` moves `seconds` later."""
+    outstanding self-test and scrub deadline after `since` moves `seconds` later, none more
+    than `limit` in all."""
 
     since: float
     seconds: float
     now: float
+    limit: float
 
 
 SchedulerEvent: TypeAlias = (
@@ -472,6 +474,7 @@ SchedulerInstruction: TypeAlias = (
 class _Pending:
     started: float
     deadline: float
+    postponed: float = 0.0  # moved later by `Postpone`, in all
 
 
 @dataclass
@@ -480,6 +483,7 @@ class _Channel:
     next_selftest: float
     next_scrub: float | None
     scrub_deadline: float | None = None  # the outstanding scrub's deadline, if one runs
+    scrub_postponed: float = 0.0  # how much `Postpone` moved that deadline, in all
     last_selftest_start: float | None = None
     rotation: int = 0
     pending: dict[int, _Pending] = field(default_factory=dict)
@@ -582,7 +586,7 @@ class Scheduler:
         out: list[SchedulerInstruction] = []
         self._now = event.now
         if isinstance(event, Postpone):  # before the catch-up, which would settle them
-            self._postpone(event.since, event.seconds)
+            self._postpone(event.since, event.seconds, event.limit)
         self._advance(event.now, out)
         match event:
             case Tick() | Postpone():
@@ -629,7 +633,7 @@ class Scheduler:
                 ch = self._channels.get(c)
                 pend = ch.pending.get(tid) if ch else None
                 if ch is not None and pend is not None:
-                    ch.pending[tid] = _Pending(pend.started, pend.deadline + sec)
+                    ch.pending[tid] = _Pending(pend.started, pend.deadline + sec, pend.postponed)
         return out
 
     def _validate(self, event: SchedulerEvent) -> None:
@@ -678,22 +682,29 @@ class Scheduler:
                 check_seconds("seconds", sec)
                 if sec < 0:
                     raise InvalidInputError(f"seconds must be >= 0, got {sec!r}")
-            case Postpone(since=since, seconds=sec, now=now):
+            case Postpone(since=since, seconds=sec, now=now, limit=limit):
                 check_seconds("since", since)
                 check_seconds("seconds", sec)
+                check_seconds("limit", limit)
                 if not 0.0 <= sec <= now - since:
                     raise InvalidInputError(
                         f"postpone: seconds {sec} must lie in [0, now - since = {now - since}]")
+                if limit < 0:
+                    raise InvalidInputError(f"postpone: limit must be >= 0, got {limit}")
             case Tick():
                 pass
 
-    def _postpone(self, since: float, seconds: float) -> None:
+    def _postpone(self, since: float, seconds: float, limit: float) -> None:
         for ch in self._channels.values():
             for tid, pend in ch.pending.items():
-                if pend.deadline > since:
-                    ch.pending[tid] = _Pending(pend.started, pend.deadline + seconds)
-            if ch.scrub_deadline is not None and ch.scrub_deadline > since:
-                ch.scrub_deadline += seconds
+                step = min(seconds, limit - pend.postponed)
+                if pend.deadline > since and step > 0:
+                    ch.pending[tid] = _Pending(pend.started, pend.deadline + step,
+                                               pend.postponed + step)
+            step = min(seconds, limit - ch.scrub_postponed)
+            if ch.scrub_deadline is not None and ch.scrub_deadline > since and step > 0:
+                ch.scrub_deadline += step
+                ch.scrub_postponed += step
 
     def _draw(self) -> float:
         # No draw without jitter, so a seeded rng shared with other users is not consumed.
@@ -752,5 +763,6 @@ class Scheduler:
             # scrub_deadline <= scrub_interval, so the previous scrub is settled here.
             deadline = deadline_for(self._config, Job.SCRUB, now)
             ch.scrub_deadline = deadline
+            ch.scrub_postponed = 0.0
             ch.next_scrub = next_due(self._config, Job.SCRUB, now)
             out.append(StartScrub(name, deadline))

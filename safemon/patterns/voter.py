@@ -19,11 +19,13 @@ Events in (frozen dataclasses), passed to `Voter.handle(event) -> list[Decision]
   uncorrectable, bad frame, ...); `error` then says what, and the digests are ignored.
 - `Tick(now)`: time passes; requests whose deadline is `<= now` are closed.
 - `EnterSafe(now)` / `Reset(now)`: the system mode entered / left the latched SAFE state.
-- `Postpone(since, seconds, now)`: the shell read no channel message for `seconds` of the
-  time after `since` (its loop was busy, stalled or descheduled). Every open request whose
-  deadline is after `since` has it moved `seconds` later, *before* the clock catches up to
-  `now`: time in which the shell could not have heard a result is not counted against the
-  channels. A request whose deadline fell at or before `since` is judged as before.
+- `Postpone(since, seconds, now, limit)`: the shell read no channel message for `seconds`
+  of the time after `since` (its loop was busy, stalled or descheduled). Every open request
+  whose deadline is after `since` has it moved `seconds` later, *before* the clock catches up
+  to `now`: time in which the shell could not have heard a result is not counted against the
+  channels. No request's deadline moves more than `limit` seconds in all, so a shell that is
+  away most of the time cannot keep a silent channel from being judged. A request whose
+  deadline fell at or before `since` is judged as before.
 
 Every event (after a `Postpone` has moved the deadlines) first advances the voter's clock
 to `event.now` and closes every request whose deadline is `<= now`, in deadline order, before the event itself is applied. So a result
@@ -274,15 +276,19 @@ class Reset:
 class Postpone:
     """The shell read no channel message for `seconds` of the time after `since` (seconds,
     same clock; `0 <= seconds <= now - since`): every open request whose deadline is after
-    `since` is answered and judged `seconds` later. Raises `InvalidInputError` otherwise."""
+    `since` is answered and judged `seconds` later, but no request more than `limit`
+    (seconds, >= 0) later in all. Raises `InvalidInputError` otherwise."""
 
     since: float
     seconds: float
     now: float
+    limit: float
 
     def __post_init__(self) -> None:
-        for name in ("since", "seconds", "now"):
+        for name in ("since", "seconds", "now", "limit"):
             check_seconds(name, getattr(self, name))
+        if self.limit < 0:
+            raise InvalidInputError(f"postpone: limit must be >= 0, got {self.limit}")
         if not 0.0 <= self.seconds <= self.now - self.since:
             raise InvalidInputError(
                 f"postpone: seconds {self.seconds} must lie in [0, now - since = "
@@ -369,6 +375,7 @@ class _Request:
     submit: Submit
     seq: int  # tells this request's heap entry from a stale one of an evicted, reused id
     deadline: float  # the submit's, moved later by every `Postpone` that found it open
+    postponed: float = 0.0  # how much later, in all (at most a `Postpone`'s limit)
     results: dict[str, ChannelResult] = field(default_factory=dict)
     answered: bool = False
 
@@ -557,8 +564,10 @@ class Voter:
     def _postpone(self, ev: Postpone) -> None:
         moved = False
         for req in self._open.values():
-            if req.deadline > ev.since:
-                req.deadline += ev.seconds
+            step = min(ev.seconds, ev.limit - req.postponed)
+            if req.deadline > ev.since and step > 0:
+                req.deadline += step
+                req.postponed += step
                 moved = True
         if moved:  # one heap entry per open request, at its new deadline
             self._deadlines = [(r.deadline, r.seq, rid) for rid, r in self._open.items()]
@@ -580,8 +589,10 @@ class Voter:
                     )
                     out.append(self._fail(req, "disagreement", detail))
                 else:
-                    budget = req.deadline - req.submit.now
+                    budget = req.submit.deadline - req.submit.now
                     detail = f"{', '.join(missing)} sent no result within {budget:.3g} s"
+                    if req.postponed:
+                        detail += f" (and {req.postponed:.3g} s in which the shell read nothing)"
                     out.append(self._fail(req, "timeout", detail))
             out.extend(DeadlineMiss(req_id, ch) for ch in missing)
             self._close(req, out)

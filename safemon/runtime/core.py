@@ -407,13 +407,15 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 self._answer_error(seq, "VoteTimeoutError",
                                    "the client's deadline passed before the vote completed")
         # Work past its budget is no longer queued on a channel; the voter closed it at its
-        # deadline (voter Tick first), and `_sent_to` keeps it one second more for the
-        # DeadlineMiss of a replaced incarnation.
+        # deadline (voter Tick first), or will within `timing.ftti_s` (the most a `LoopAway`
+        # moves it), and `_sent_to` keeps it that and one second more for the DeadlineMiss
+        # of a replaced incarnation.
+        keep_s = 1.0 + self.config.timing.ftti_s
         while self._work_expiry and self._work_expiry[0][0] < now:
             end, seq = heapq.heappop(self._work_expiry)
             for q in self._queued.values():
                 q.pop(seq, None)
-            heapq.heappush(self._sent_expiry, (end + 1.0, seq))
+            heapq.heappush(self._sent_expiry, (end + keep_s, seq))
         while self._sent_expiry and self._sent_expiry[0][0] < now:
             self._sent_to.pop(heapq.heappop(self._sent_expiry)[1], None)
 
@@ -925,23 +927,27 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         self._check_deliveries(now)
         self._resend_drops()
         # Self-tests never answered (a lost channel) were judged by the scheduler at their
-        # deadline; forget them after ten of those.
-        stale = now - 10 * self.config.timing.selftest_deadline_s
+        # deadline, which a `SelfTestDelayed` and `LoopAway`s move by at most `ftti_s` each;
+        # forget them ten deadlines after the latest that can be.
+        timing = self.config.timing
+        stale = now - 10 * timing.selftest_deadline_s - 2 * timing.ftti_s
         for seq in [q for q, t in self._tests.items() if t.started < stale]:
             del self._tests[seq]
 
     def _on_loop_away(self, s: st.LoopAway) -> None:
         """The shell read no channel message for `s.seconds` after `s.since`: the channels'
-        open deadlines after `s.since` move that much later (docs/SAFETY.md, "Who is late")."""
+        open deadlines after `s.since` move that much later, none more than `timing.ftti_s`
+        in all (docs/SAFETY.md, "Who is late")."""
         self._loop_away += 1
         self.metrics.observe_loop_away(s.seconds)
         if sampled(self._loop_away):
             self._log("warning", "loop_away", since=s.since, seconds=round(s.seconds, 6),
                       count=self._loop_away)
-        self._sched(sch.Postpone(s.since, s.seconds, s.now))
-        self._voter(vot.Postpone(s.since, s.seconds, s.now))
+        limit = self.config.timing.ftti_s  # no deadline moves more than this in all
+        self._sched(sch.Postpone(s.since, s.seconds, s.now, limit))
+        self._voter(vot.Postpone(s.since, s.seconds, s.now, limit))
         for delivery in self._deliveries.values():
-            delivery.postpone(s.since, s.seconds)
+            delivery.postpone(s.since, s.seconds, limit)
 
     def _on_drain_finished(self) -> None:
         for seq in list(self._live):

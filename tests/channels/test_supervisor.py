@@ -128,21 +128,32 @@ def test_unanswered_work_excuses_silence_until_its_earliest_deadline(tmp_path: P
 
 
 def test_time_the_daemon_read_nothing_is_not_counted_as_silence(tmp_path: Path) -> None:
-    """`postpone`: the daemon read no message for 2 s after t=0.1 (heartbeat timeout 0.3 s):
-    every channel's silence clock moves 2 s, so none is lost at 2.1; c0, which then stays
-    silent, is lost 0.3 s after its moved last heartbeat; unanswered work moves too, and a
-    channel whose silence had already expired before `since` is not revived."""
+    """`postpone`: the daemon read no message for 0.8 s after t=0.1 (heartbeat timeout
+    0.3 s, FTTI 1 s): every channel's silence clock moves 0.8 s, so none is lost at 0.9; c0,
+    which then stays silent, is lost 0.3 s after its moved last heartbeat; unanswered work
+    moves too; a channel whose silence had already expired before `since` is not revived;
+    and no clock moves more than the FTTI in all between two heartbeats."""
     sup, cfg = _three_registered(tmp_path)
     timeout = cfg.timing.heartbeat_timeout_s
+    assert cfg.timing.ftti_s == 1.0
     sup.on_work_sent("c1", 7, 0.2)  # c1 computes until 0.2
-    sup.postpone(0.1, 2.0, 2.1)
-    assert sup.tick(2.1) == []
+    sup.postpone(0.1, 0.8, 0.9)
+    assert sup.tick(0.9) == []
     for name in ("c1", "c2"):
-        sup.on_heartbeat(name, 0, 2.15)
-    assert sup.next_wakeup() == pytest.approx(2.0 + timeout)
-    assert [(x.channel, x.kind) for x in sup.tick(2.0 + timeout + 0.01)] == [("c0", "heartbeat_lost")]
-    sup.postpone(2.2 + timeout, 5.0, 7.5 + timeout)  # c1, c2 last heard at 2.15: expired before
-    assert sorted(x.channel for x in sup.tick(7.5 + timeout)) == ["c1", "c2"]
+        sup.on_heartbeat(name, 0, 0.95)
+    assert sup.next_wakeup() == pytest.approx(0.8 + timeout)
+    assert [(x.channel, x.kind) for x in sup.tick(0.8 + timeout + 0.01)] == [("c0", "heartbeat_lost")]
+    sup.postpone(1.0 + timeout, 5.0, 6.0 + timeout)  # c1, c2 last heard at 0.95: expired before
+    assert sorted(x.channel for x in sup.tick(6.0 + timeout)) == ["c1", "c2"]
+
+    sup, cfg = _three_registered(tmp_path)
+    for t in (0.1, 0.42, 0.74, 1.06, 1.38):  # away 0.3 s of every 0.32 s; c0 silent
+        sup.postpone(t, 0.3, t + 0.3)
+        for name in ("c1", "c2"):
+            sup.on_heartbeat(name, 0, t + 0.3)
+    # c0's clock moved 1 s (the FTTI) and no more: last heard at 1.0, lost since 1.3; moved
+    # by every stretch it would have been last heard at 1.5.
+    assert [(x.channel, x.detail) for x in sup.tick(1.68)] == [("c0", "silent for 0.680 s")]
 
 
 def test_isolating_a_channel_that_ignores_the_stop_request_kills_it_after_the_grace(

@@ -198,19 +198,25 @@ def test_postpone_moves_open_deadlines_after_since_before_the_catch_up() -> None
     """The shell read nothing for 3 s after t=10.5: the test started at 10 (deadline 12) and
     the scrub (deadline 15) are judged 3 s later, although the event is stamped 13.5, past
     the test's old deadline; the next periodic start is not moved; a test whose deadline
-    fell at or before `since` is still an overrun; bad values are refused."""
+    fell at or before `since` is still an overrun; no deadline moves more than the limit;
+    bad values are refused."""
     cfg = SchedulerConfig(dti=10.0, selftest_deadline=2.0, patterns=("p0",),
                           scrub_interval=10.0, scrub_deadline=5.0)
     s = joined(cfg)
     out = s.handle(Tick(10.0))
     assert out == [StartSelfTest("a", 1, "p0", 12.0), StartScrub("a", 15.0)]
-    assert s.handle(Postpone(10.5, 3.0, 13.5)) == []
+    assert s.handle(Postpone(10.5, 3.0, 13.5, 5.0)) == []
     assert s.handle(SelfTestDone("a", 1, True, 14.9)) == [SelfTestPassed("a", 1, pytest.approx(4.9))]
     assert s.handle(Tick(17.9)) == []
     assert s.handle(Tick(18.0)) == [ScrubOverrun("a", 18.0)]
     assert starts(s.handle(Tick(20.0))) == [StartSelfTest("a", 2, "p0", 22.0)]
-    assert s.handle(Postpone(22.0, 0.5, 22.5)) == [DtiOverrun("a", 2, 22.0)]
-    for bad in ((1.0, 30.0, 24.0), (23.5, 0.6, 24.0), (23.5, -0.1, 24.0), (23.5, float("nan"), 24.0)):
+    assert s.handle(Postpone(22.0, 0.5, 22.5, 5.0)) == [DtiOverrun("a", 2, 22.0)]
+    # No deadline moves more than the limit in all: test 3 (deadline 32) by 1 s of 3 asked.
+    assert starts(s.handle(Tick(30.0))) == [StartSelfTest("a", 3, "p0", 32.0)]
+    assert s.handle(Postpone(30.5, 0.5, 31.0, 1.0)) == []
+    assert s.handle(Postpone(31.0, 2.5, 33.5, 1.0)) == [DtiOverrun("a", 3, 33.0)]
+    for bad in ((1.0, 40.0, 34.0, 1.0), (33.5, 0.6, 34.0, 1.0), (33.5, -0.1, 34.0, 1.0),
+                (33.5, float("nan"), 34.0, 1.0), (33.5, 0.1, 34.0, -1.0)):
         with pytest.raises(InvalidInputError):
             s.handle(Postpone(*bad))
 

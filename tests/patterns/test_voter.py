@@ -116,7 +116,7 @@ def test_postpone_moves_open_deadlines_after_since_before_the_catch_up() -> None
     9 fell before `since`, is a miss as before; a request submitted later is not moved."""
     v = Voter()
     run(v, submit(P23, 1, 0.0, 10.0), submit(P23, 2, 0.0, 9.0))
-    out = v.handle(Postpone(9.5, 3.0, 12.5))
+    out = v.handle(Postpone(9.5, 3.0, 12.5, 10.0))
     assert [type(d) for d in out] == [Fail, DeadlineMiss, DeadlineMiss, DeadlineMiss]
     assert isinstance(out[0], Fail) and out[0].req_id == 2
     assert v.next_deadline() == 13.0
@@ -125,8 +125,25 @@ def test_postpone_moves_open_deadlines_after_since_before_the_catch_up() -> None
     out = v.handle(Tick(13.0))
     assert out == [DeadlineMiss(1, "c")]
     assert v.next_deadline() == 13.5
-    with pytest.raises(InvalidInputError, match="postpone"):
-        Postpone(13.0, 0.6, 13.5)
+    for bad in ((13.0, 0.6, 13.5, 1.0), (13.0, 0.1, 13.5, -1.0)):
+        with pytest.raises(InvalidInputError, match="postpone"):
+            Postpone(*bad)
+
+
+def test_postpone_moves_no_deadline_more_than_its_limit_in_all() -> None:
+    """A shell away nearly all the time still judges a silent channel: request 1 (deadline
+    10) moves by at most the limit of 2 s over three postponements, and times out at 12."""
+    v = Voter()
+    run(v, submit(P1, 1, 0.0, 10.0))
+    assert v.handle(Postpone(9.0, 1.5, 10.5, 2.0)) == []
+    assert v.handle(Postpone(10.5, 0.4, 11.0, 2.0)) == []
+    assert v.next_deadline() == pytest.approx(11.9)
+    assert v.handle(Postpone(11.0, 0.8, 11.9, 2.0)) == []  # only 0.1 s of it is left
+    assert v.next_deadline() == pytest.approx(12.0)
+    out = v.handle(Tick(12.0))
+    assert isinstance(out[0], Fail) and out[0].error == "timeout"
+    assert "10 s (and 2 s in which the shell read nothing)" in out[0].detail
+    assert out[1:] == [DeadlineMiss(1, "a")]
 
 
 # ----------------------------------------------------------------- 2oo2 and 1oo2D

@@ -68,8 +68,9 @@ def _msg(kind: Kind, seq: int, meta: dict[str, Any], arrays: tuple[npt.NDArray[A
     return decode(encode(kind, epoch=1, seq=seq, channel=channel, meta=meta, arrays=arrays), Limits())
 
 
-def _core(tmp_path: Path, policy: str = "1oo1D") -> tuple[RuntimeCore, Processes, Clock, Config]:
-    cfg = make_config(tmp_path, policy)
+def _core(tmp_path: Path, policy: str = "1oo1D",
+          timing: dict[str, Any] | None = None) -> tuple[RuntimeCore, Processes, Clock, Config]:
+    cfg = make_config(tmp_path, policy, extra={"timing": timing or {}})
     by_channel, ids = assign_patterns(cfg, load_patterns(cfg), None)
     procs = Processes({n: 0 for n in cfg.channel_names})
     clock = Clock()
@@ -341,3 +342,30 @@ def test_a_channel_storing_a_new_weight_is_not_self_tested_until_it_holds_it(tmp
     assert "c0" in core.scheduler.channels
     later = run_until(clock() + cfg.timing.dti_s * (1 + cfg.timing.dti_jitter) + 0.02)
     assert [e for e in _of(later, fx.SendToChannel) if e.meta.get("job") == "selftest"]
+
+
+def test_a_self_test_result_read_after_a_long_stall_still_counts(tmp_path: Path) -> None:
+    """The shell was away 2 s while c0's self-test was in flight (`LoopAway`), then ran its
+    timers before it read the result: the test's deadline moved, and the core still knows
+    the test when its result comes (until 2026-12-06 it forgot self-tests ten deadlines
+    after their start, 1 s here, by the raw clock, and the timely result became c0's
+    `dti_overrun`)."""
+    core, procs, clock, _cfg = _core(tmp_path, "2oo3", timing={
+        "selftest_deadline_s": 0.1, "dti_s": 1.0, "ftti_s": 3.0, "scrub_interval_s": None})
+    _form(core, procs, clock)
+    sent: list[fx.SendToChannel] = []
+    while not any(s.channel == "c0" for s in sent):
+        clock.now += 0.05
+        sent += [s for s in _of(core.handle(st.TimerTick(clock(), "tick")), fx.SendToChannel)
+                 if s.meta.get("job") == "selftest"]
+    started = clock()
+    clock.now += 2.0
+    since = started + 0.01
+    effects = core.handle(st.LoopAway(since, clock() - since, clock(), "away"))
+    effects += core.handle(st.TimerTick(clock(), "tick"))
+    effects += _pass_selftests(core, sent + _of(effects, fx.SendToChannel), clock)
+    clock.now += 1.0
+    effects += _pass_selftests(core, _of(core.handle(st.TimerTick(clock(), "tick")),
+                                         fx.SendToChannel), clock)
+    assert not _of(effects, fx.ReactionDone), _of(effects, fx.ReactionDone)
+    assert core.controller.mode is Mode.NORMAL

@@ -48,9 +48,12 @@ def test_delivery_postpone_moves_only_acknowledgements_due_after_since() -> None
     d.begin(["a", "b"])
     d.sent(d.next_to_send() or "", 1.0)
     d.sent(d.next_to_send() or "", 3.0)
-    d.postpone(2.0, 1.5)
+    d.postpone(2.0, 1.5, 2.0)
     assert d.overdue(4.4) == ["a"]
     assert d.overdue(4.5) == ["a", "b"]
+    d.postpone(4.0, 1.5, 2.0)  # at most 2 s in all: only 0.5 s of this one
+    assert d.overdue(4.9) == ["a"]
+    assert d.overdue(5.0) == ["a", "b"]
 
 
 def test_a_second_lock_on_the_same_runtime_dir_is_refused_and_released_on_release(
