@@ -920,10 +920,16 @@ class Daemon:
     def _start_listening(self) -> None:
         """The loop is about to poll or run its inline channels: report the stretch away
         before, if there was one (`_attend`)."""
-        if self._attention is not None:
-            now = self.clock()
-            self._attend(now, self._attention.start_listening(now))
+        attention = self._attention
+        if attention is None:
+            return
+        # Handling a stretch away is itself time away: report until none is left, then listen.
+        while (gone := attention.away(now := self.clock())) is not None:
+            self._attend(now, gone)
             self._feed_back()
+        now = self.clock()
+        self._attend(now, attention.start_listening(now))  # a stretch is never dropped
+        self._feed_back()
 
     def _attend(self, now: float, gone: Away | None = None) -> None:
         """Before anything is judged at `now`: if the loop read no channel message for
@@ -932,8 +938,10 @@ class Daemon:
         (`timing.ftti_s` at most per deadline), so that a stall of the daemon is not blamed
         on its channels (`safemon.loop_attention`). Never raises: a failure is logged
         (`loop_away_handling_failed`) and the loop goes on. What carrying out the core's
-        effects fed back stays queued for the caller's `_feed` (or is fed here when there is
-        none), so that stimuli reach the core in the order of their time stamps."""
+        effects fed back stays queued for the caller's `_feed` (`_start_listening` feeds it
+        itself), so it reaches the core after the stimulus the stretch preceded. The voter's
+        and the scheduler's `Postpone` move no clock, so a stimulus stamped before `now`
+        (one `_advance` feeds after its tick) is never "time going backwards" for them."""
         if gone is None and self._attention is not None:
             gone = self._attention.away(now)
         if gone is None:

@@ -35,9 +35,12 @@ Events in (frozen dataclasses):
 - `Postpone(since, seconds, now, limit)`: the shell read no channel message for `seconds`
   of the time after `since` (`0 <= seconds <= now - since`; its loop was busy, stalled or
   descheduled). Every outstanding self-test and scrub deadline after `since` moves
-  `seconds` later, but none more than `limit` (>= 0) in all, *before* the clock catches up
-  to `now`, so that a result the shell could not read in that time is not the channel's
-  overrun. Due times are not moved: a start the shell reaches late is `DtiLate`, as below.
+  `seconds` later, but none more than `limit` (>= 0) in all, and no scrub deadline past the
+  next scrub's start (where the next scrub would replace it unjudged), so that a result the
+  shell could not read in that time is not the channel's overrun. Due times are not moved:
+  a start the shell reaches late is `DtiLate`, as below. A `Postpone` neither needs nor
+  moves the scheduler's clock (it is never "time going backwards"); the next other event
+  catches up.
 
 Instructions out (frozen dataclasses), in the order they happen:
 
@@ -584,9 +587,10 @@ class Scheduler:
         """
         self._validate(event)
         out: list[SchedulerInstruction] = []
-        self._now = event.now
-        if isinstance(event, Postpone):  # before the catch-up, which would settle them
+        if isinstance(event, Postpone):  # moves deadlines; needs and moves no clock
             self._postpone(event.since, event.seconds, event.limit)
+            return out
+        self._now = event.now
         self._advance(event.now, out)
         match event:
             case Tick() | Postpone():
@@ -638,7 +642,7 @@ class Scheduler:
 
     def _validate(self, event: SchedulerEvent) -> None:
         check_seconds("now", event.now)
-        if self._now is not None and event.now < self._now:
+        if self._now is not None and event.now < self._now and not isinstance(event, Postpone):
             raise InvalidInputError(f"time went backwards: event at {event.now} after {self._now}")
         match event:
             case ChannelJoined(channel=c, selftest_due=due, scrub_due=scrub):
@@ -703,8 +707,11 @@ class Scheduler:
                                                pend.postponed + step)
             step = min(seconds, limit - ch.scrub_postponed)
             if ch.scrub_deadline is not None and ch.scrub_deadline > since and step > 0:
-                ch.scrub_deadline += step
-                ch.scrub_postponed += step
+                moved = ch.scrub_deadline + step
+                if ch.next_scrub is not None:  # settled before the next scrub replaces it
+                    moved = min(moved, ch.next_scrub)
+                ch.scrub_postponed += max(0.0, moved - ch.scrub_deadline)
+                ch.scrub_deadline = max(ch.scrub_deadline, moved)
 
     def _draw(self) -> float:
         # No draw without jitter, so a seeded rng shared with other users is not consumed.

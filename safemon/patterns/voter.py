@@ -25,10 +25,12 @@ Events in (frozen dataclasses), passed to `Voter.handle(event) -> list[Decision]
   to `now`: time in which the shell could not have heard a result is not counted against the
   channels. No request's deadline moves more than `limit` seconds in all, so a shell that is
   away most of the time cannot keep a silent channel from being judged. A request whose
-  deadline fell at or before `since` is judged as before.
+  deadline fell at or before `since` is judged as before. A `Postpone` neither needs nor
+  moves the voter's clock (it is never "time going backwards"); the next other event
+  catches up.
 
-Every event (after a `Postpone` has moved the deadlines) first advances the voter's clock
-to `event.now` and closes every request whose deadline is `<= now`, in deadline order, before the event itself is applied. So a result
+Every event but `Postpone` first advances the voter's clock to `event.now` and closes every
+request whose deadline is `<= now`, in deadline order, before the event itself is applied. So a result
 counts for its request if and only if its `now < deadline`; one stamped at or after the
 deadline is a late result. A shell should still send a `Tick` at `next_deadline()`, so that
 a request with silent channels is answered on time.
@@ -476,6 +478,9 @@ class Voter:
         """
         if not isinstance(event, Submit | ChannelResult | Tick | EnterSafe | Reset | Postpone):
             raise TypeError(f"not a voter event: {event!r}")
+        if isinstance(event, Postpone):  # moves deadlines; needs and moves no clock
+            self._postpone(event)
+            return []
         if self._now is not None and event.now < self._now:
             raise InvalidInputError(
                 f"time went backwards: {type(event).__name__} at {event.now} after {self._now}"
@@ -486,8 +491,6 @@ class Voter:
             raise InvalidInputError(f"request id {event.req_id} was already submitted")
         self._now = event.now
         out: list[Decision] = []
-        if isinstance(event, Postpone):
-            self._postpone(event)
         self._expire(event.now, out)
         if isinstance(event, Submit):
             self._submit(event, out)

@@ -210,15 +210,29 @@ def test_postpone_moves_open_deadlines_after_since_before_the_catch_up() -> None
     assert s.handle(Tick(17.9)) == []
     assert s.handle(Tick(18.0)) == [ScrubOverrun("a", 18.0)]
     assert starts(s.handle(Tick(20.0))) == [StartSelfTest("a", 2, "p0", 22.0)]
-    assert s.handle(Postpone(22.0, 0.5, 22.5, 5.0)) == [DtiOverrun("a", 2, 22.0)]
+    assert s.handle(Postpone(22.0, 0.5, 22.5, 5.0)) == []
+    assert s.handle(Tick(22.1)) == [DtiOverrun("a", 2, 22.0)]  # no clock moved: 22.1 is fine
     # No deadline moves more than the limit in all: test 3 (deadline 32) by 1 s of 3 asked.
     assert starts(s.handle(Tick(30.0))) == [StartSelfTest("a", 3, "p0", 32.0)]
     assert s.handle(Postpone(30.5, 0.5, 31.0, 1.0)) == []
-    assert s.handle(Postpone(31.0, 2.5, 33.5, 1.0)) == [DtiOverrun("a", 3, 33.0)]
+    assert s.handle(Postpone(31.0, 2.5, 33.5, 1.0)) == []
+    assert s.handle(Tick(33.5)) == [DtiOverrun("a", 3, 33.0)]
     for bad in ((1.0, 40.0, 34.0, 1.0), (33.5, 0.6, 34.0, 1.0), (33.5, -0.1, 34.0, 1.0),
                 (33.5, float("nan"), 34.0, 1.0), (33.5, 0.1, 34.0, -1.0)):
         with pytest.raises(InvalidInputError):
             s.handle(Postpone(*bad))
+
+
+def test_a_postponed_scrub_is_judged_before_the_next_one_replaces_it() -> None:
+    """A scrub's deadline is its interval (the daemon's default), where the next scrub is
+    due: a postponed one is moved no further than that start, so a scrub that never
+    reports is still an overrun, reported before the next scrub starts."""
+    cfg = SchedulerConfig(dti=10.0, selftest_deadline=2.0, patterns=("p0",), scrub_interval=10.0)
+    s = joined(cfg)
+    assert StartScrub("a", 20.0) in s.handle(Tick(10.0))
+    assert s.handle(Postpone(15.0, 0.1, 15.2, 2.0)) == []
+    out = s.handle(Tick(20.0))
+    assert out.index(ScrubOverrun("a", 20.0)) < out.index(StartScrub("a", 30.0))
 
 
 def test_completion_stamped_at_the_deadline_is_an_overrun_not_a_pass() -> None:

@@ -115,8 +115,10 @@ def test_postpone_moves_open_deadlines_after_since_before_the_catch_up() -> None
     so results read at 12.9, stamped past the old deadline, count; request 2, whose deadline
     9 fell before `since`, is a miss as before; a request submitted later is not moved."""
     v = Voter()
-    run(v, submit(P23, 1, 0.0, 10.0), submit(P23, 2, 0.0, 9.0))
-    out = v.handle(Postpone(9.5, 3.0, 12.5, 10.0))
+    run(v, submit(P23, 1, 0.0, 10.0), submit(P23, 2, 0.0, 9.0), Tick(1.0))
+    assert v.handle(Postpone(9.5, 3.0, 12.5, 10.0)) == []
+    assert v.now == 1.0  # a Postpone moves no clock: an event stamped before 12.5 may follow
+    out = v.handle(Tick(12.5))
     assert [type(d) for d in out] == [Fail, DeadlineMiss, DeadlineMiss, DeadlineMiss]
     assert isinstance(out[0], Fail) and out[0].req_id == 2
     assert v.next_deadline() == 13.0
