@@ -676,17 +676,26 @@ class Daemon:
             Exception: carrying out an effect raised (a bug in the shell); the sends that
                 failed before it were still fed back.
         """
-        assert self.core is not None
         self._attend(stim.now)  # a stall just before is not the channels' (never raises)
         try:
-            try:
-                effects = self.core.handle(stim)
-            except StimulusFailed as exc:
-                self._carry_out(exc.effects)
-                raise
-            self._carry_out(effects)
+            self._handle(stim)
         finally:
             self._feed_back()  # never raises
+
+    def _handle(self, stim: st.Stimulus) -> None:
+        """Hand `stim` to the core and carry out its effects (those it produced before
+        failing too); what carrying them out feeds back stays queued.
+
+        Raises:
+            StimulusFailed: the core failed on `stim`.
+        """
+        assert self.core is not None
+        try:
+            effects = self.core.handle(stim)
+        except StimulusFailed as exc:
+            self._carry_out(exc.effects)
+            raise
+        self._carry_out(effects)
 
     def _feed_back(self) -> None:
         """Feed the stimuli that carrying out effects reported back (sends the shell could
@@ -946,16 +955,10 @@ class Daemon:
             gone = self._attention.away(now)
         if gone is None:
             return
-        assert self.supervisor is not None and self.core is not None
+        assert self.supervisor is not None
         try:
             self.supervisor.postpone(gone.since, gone.seconds, now)
-            stim = st.LoopAway(gone.since, gone.seconds, now, st.stimulus_id("away"))
-            try:
-                effects = self.core.handle(stim)
-            except StimulusFailed as exc:
-                self._carry_out(exc.effects)
-                raise
-            self._carry_out(effects)
+            self._handle(st.LoopAway(gone.since, gone.seconds, now, st.stimulus_id("away")))
         except Exception as exc:  # the loop must survive it, and so must the message after
             cause = exc.cause if isinstance(exc, StimulusFailed) else exc
             self.log.exception("loop_away_handling_failed", since=gone.since,
