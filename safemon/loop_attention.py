@@ -5,8 +5,8 @@ result after the test's deadline, a weight acknowledged late, a heartbeat older 
 `timing.heartbeat_timeout_s`. It stamps a message when its loop reads it. Time in which the
 loop reads nothing (one long message, its timers, the process descheduled, stopped or
 swapped out) would therefore count against channels whose messages wait, unread, in their
-sockets: until 2026-12-06 a daemon stopped for 2 s (SIGSTOP) came back, found every
-channel late and silent, and latched SAFE with three healthy channels.
+sockets: until 2026-12-06 a daemon stopped for 2 s (SIGSTOP) came back, found its healthy
+channels late and silent, and latched SAFE (evidence/cpu-2026-12-06-stop59/).
 
 `LoopAttention` measures that time. The loop *listens* while it waits in its poll (for as
 long as the poll's timeout allows) and while it runs inline channels (their messages are

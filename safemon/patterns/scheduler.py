@@ -90,8 +90,9 @@ Timing rules (all pure functions of the config, `next_due` and `deadline_for`):
 
 Bad events raise `InvalidInputError` and leave the scheduler unchanged: time going
 backwards, a non-finite time, joining a channel twice, `RunNow` for an unknown channel,
-negative scrub counts, a `Postpone` whose `seconds` lie outside [0, now - since]. Results the protocol produces in normal operation are counted,
-never raised: results for unknown, already settled or another channel's test ids
+negative scrub counts, a `Postpone` whose `seconds` lie outside [0, now - since] or whose
+`limit` is negative. Results the protocol produces in normal operation are counted, never
+raised: results for unknown, already settled or another channel's test ids
 (`stale_results`), scrub results from unknown channels (`stale_scrubs`).
 """
 
