@@ -15,7 +15,8 @@ and sends `--requests` sequential requests with `Client._request`, as `Client.ma
 a CUDA x: its meta carries well-formed CUDA IPC handles that nothing opens, and the reply's
 slot and digest are read as `Client._take` reads them, without the device copy.
 
-It prints the round trip's p50 / p90 (µs) and the CPU time per request of the client and
+It prints the round trip's p50 / p90 / p99 / max (µs), how many took over 2 ms, and the CPU
+time per request of the client and
 of the daemon (the threads alive when it is read, from /proc: the daemon's threads live as
 long as it does), per round. Run it under two source trees
 (PYTHONPATH) in one session to compare them. What it leaves out: every CUDA call (the
@@ -136,7 +137,9 @@ def main() -> int:
             c1, d1 = time.process_time(), _thread_cpu_s(pid)
             per = 1e6 / args.requests
             print(f"round {r + 1}: round trip p50 {statistics.median(rtt) * 1e6:,.0f} µs "
-                  f"p90 {np.percentile(rtt, 90) * 1e6:,.0f} µs; CPU per request: client "
+                  f"p90 {np.percentile(rtt, 90) * 1e6:,.0f} µs "
+                  f"p99 {np.percentile(rtt, 99) * 1e6:,.0f} µs max {max(rtt) * 1e6:,.0f} µs; "
+                  f"over 2 ms: {sum(t > 2e-3 for t in rtt)}; CPU per request: client "
                   f"{(c1 - c0) * per:,.0f} µs, daemon {(d1 - d0) * per:,.0f} µs")
     return 0
 
