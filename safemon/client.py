@@ -89,6 +89,11 @@ from safemon.transport.sockets import Context, Socket
 
 __all__ = ["Client", "DaemonUnreachableError"]
 
+#: A message with a frame larger than this (bytes) is sent only after the Client has asked
+#: the daemon what it admits (`hello`), once: a daemon whose limits are lower than this
+#: client's config drops a larger part's connection unanswered.
+ASK_LIMITS_BYTES = 64 * 1024
+
 
 REPLY_MARGIN_S = 0.05
 """A voted request's deadline, as sent to the daemon, is this much (seconds) shorter than
@@ -219,7 +224,11 @@ class Client:
         self._limits = Limits()  # replies: a product can be as large as the transport admits
         #: What the daemon's transport admits from a client (`admission.client_limits`): its
         #: client sockets drop the connection of a peer sending a larger part, unanswered.
+        #: From this client's config until the daemon says (`_learn_daemon_limits`).
         self._send_limits = admission.client_limits(config)
+        #: The daemon's own answer to `hello` (its limits, which may differ from this
+        #: config's), once asked: before the first message with a frame over `ASK_LIMITS_BYTES`.
+        self._daemon_limits: Limits | None = None
         self._seq = 0
         #: Set by `close`: the sockets are gone, every later call raises `SafemonError`.
         self.closed = False
@@ -281,12 +290,24 @@ class Client:
         if self.closed:
             raise SafemonError("this safemon Client is closed: make a new Client to talk to "
                                "the daemon")
+        if (self._daemon_limits is None and sock is self._ingress
+                and any(a.nbytes > ASK_LIMITS_BYTES for a in arrays)):
+            self._learn_daemon_limits(timeout_s)
         self._seq += 1
         seq = self._seq
         # With the receiver's limits: a message the daemon's transport would refuse, or drop
         # unanswered, is refused here, with the sizes named, instead of timing out.
-        frames = encode(kind, epoch=self.epoch or 0, seq=seq, meta=meta, arrays=arrays,
-                        limits=self._send_limits)
+        try:
+            frames = encode(kind, epoch=self.epoch or 0, seq=seq, meta=meta, arrays=arrays,
+                            limits=self._send_limits)
+        except InvalidInputError as exc:
+            if self._daemon_limits is None:
+                raise
+            raise InvalidInputError(
+                f"{exc} (this client sends at most {self._send_limits.max_frame_bytes} bytes "
+                f"per frame and {self._send_limits.max_total_bytes} per message: the lower of "
+                "its config's and the daemon's limits.max_request_bytes / max_weight_bytes)"
+            ) from None
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -311,6 +332,27 @@ class Client:
             if self.epoch != got.message.epoch:
                 self.epoch = got.message.epoch
             return got.message
+
+    def _learn_daemon_limits(self, timeout_s: float) -> None:
+        """Ask the daemon what it admits in one message (`hello`) and send no more than the
+        lower of that and this config's limits from now on. A daemon that does not answer in
+        `timeout_s`, or does not say, leaves this config's limits in force (asked again
+        before the next large message)."""
+        reply = self._call(self._ingress, Kind.CONTROL, msgs.Hello().to_meta(), (), timeout_s)
+        if reply is None or reply.kind is not Kind.REPLY:
+            return
+        answer = self._control_reply(reply)
+        if (answer.max_frame_bytes is None or answer.max_total_bytes is None
+                or min(answer.max_frame_bytes, answer.max_total_bytes) < 1):
+            self._daemon_limits = self._send_limits  # a daemon from before it said: as before
+            return
+        own = self._send_limits
+        self._daemon_limits = Limits(max_frame_bytes=answer.max_frame_bytes,
+                                     max_total_bytes=answer.max_total_bytes)
+        self._send_limits = Limits(
+            max_header_bytes=own.max_header_bytes, max_frames=own.max_frames,
+            max_frame_bytes=min(own.max_frame_bytes, answer.max_frame_bytes),
+            max_total_bytes=min(own.max_total_bytes, answer.max_total_bytes))
 
     @staticmethod
     def _raise(msg: Message) -> None:

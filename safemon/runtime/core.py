@@ -268,8 +268,10 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         except msgs.MetaError as exc:
             request, problem = None, str(exc)
         if isinstance(request, msgs.Hello):
-            self._reply("ingress", identity, Kind.REPLY, msg.seq,
-                        msgs.ControlReply(ok=True, outcome="hello").to_meta())
+            admits = admission.client_limits(self.config)
+            self._reply("ingress", identity, Kind.REPLY, msg.seq, msgs.ControlReply(
+                ok=True, outcome="hello", max_frame_bytes=admits.max_frame_bytes,
+                max_total_bytes=admits.max_total_bytes).to_meta())
             return
         if self.draining:
             self.metrics.count_request("shutting_down")

@@ -212,7 +212,9 @@ class DeviceWork(Schema):
 
 @dataclass(frozen=True)
 class Hello(Schema):
-    """A liveness probe on ingress; answered `ControlReply(ok=True, outcome="hello")`."""
+    """A liveness probe on ingress; answered `ControlReply(ok=True, outcome="hello")` with the
+    largest frame and message the daemon admits from a client (`max_frame_bytes`,
+    `max_total_bytes`)."""
 
     KIND = Kind.CONTROL
     TAG = ("command", "hello")
@@ -287,12 +289,17 @@ class Released(Schema):
 
 @dataclass(frozen=True)
 class ControlReply(Schema):
-    """The answer to a control message (`status` adds one uint8 frame: JSON)."""
+    """The answer to a control message (`status` adds one uint8 frame: JSON). The answer to
+    `Hello` also says what the daemon's transport admits in one client message (bytes): the
+    largest payload frame and the largest sum of them (`safemon.admission.client_limits`);
+    a client that sends more has its connection dropped, unanswered."""
 
     KIND = Kind.REPLY
     ROUTE = "daemon → client or operator"
     ok: bool
     outcome: str
+    max_frame_bytes: int | None = None
+    max_total_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -475,8 +482,9 @@ def protocol_table() -> str:
 
 
 def schema_for(kind: Kind, meta: Mapping[str, MetaValue], route: str = "") -> type[Schema]:
-    """The schema of a message of `kind` with `meta` (its tag decides between several);
-    `route` (a prefix of `Schema.ROUTE`, e.g. "daemon → channel") narrows it further.
+    """The schema of a message of `kind` with `meta` (its tag decides between several, then
+    the one that names every key of `meta`, then the first that parses it); `route` (a prefix
+    of `Schema.ROUTE`, e.g. "daemon → channel") narrows it further.
 
     Raises:
         MetaError: no schema fits.
@@ -484,12 +492,17 @@ def schema_for(kind: Kind, meta: Mapping[str, MetaValue], route: str = "") -> ty
     fits = [s for s in SCHEMAS if s.KIND is kind and s.ROUTE.startswith(route)
             and (s.TAG is None or meta.get(s.TAG[0]) == s.TAG[1])]
     tagged = [s for s in fits if s.TAG is not None]
+    parsed: list[type[Schema]] = []
     for s in tagged + [s for s in fits if s.TAG is None]:
         try:
             s.parse(meta)
         except MetaError:
             continue
-        return s
+        if set(meta) <= {*_names(s), *(s.TAG[:1] if s.TAG else ())}:
+            return s
+        parsed.append(s)
+    if parsed:
+        return parsed[0]
     raise MetaError(f"no message schema of kind {kind.value!r} fits meta keys {sorted(meta)}")
 
 

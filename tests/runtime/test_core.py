@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import safemon.runtime
+from safemon import admission
 from safemon.config import Config
 from safemon.golden_store import load_patterns
 from safemon.kernels.api import run_variant
@@ -110,11 +111,13 @@ def _form(core: RuntimeCore, procs: Processes, clock: Clock) -> list[fx.Effect]:
 
 def test_every_effect_carries_the_id_of_the_stimulus_that_caused_it(tmp_path: Path) -> None:
     """A client's hello is answered by one Reply stamped with the hello's stimulus id."""
-    core, _procs, clock, _cfg = _core(tmp_path)
+    core, _procs, clock, cfg = _core(tmp_path)
     hello = _msg(Kind.CONTROL, 7, {"command": "hello"})
     effects = core.handle(st.IngressMessage(b"client", hello, clock(), "ingress-hello"))
-    assert effects == [fx.Reply("ingress", b"client", Kind.REPLY, 7, {"ok": True, "outcome": "hello"},
-                                (), "ingress-hello")]
+    admits = admission.client_limits(cfg)  # the hello says what the transport admits
+    assert effects == [fx.Reply("ingress", b"client", Kind.REPLY, 7, {
+        "ok": True, "outcome": "hello", "max_frame_bytes": admits.max_frame_bytes,
+        "max_total_bytes": admits.max_total_bytes}, (), "ingress-hello")]
 
 
 def test_a_request_before_the_voting_set_forms_is_refused_with_a_typed_error(tmp_path: Path) -> None:

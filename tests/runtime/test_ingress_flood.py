@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import structlog
 import zmq
 
 from safemon import admission
+from safemon.client import Client
+from safemon.errors import InvalidInputError
 from safemon.log_sampling import sampled
 from safemon.transport import Kind, Limits, encode, recv_message
 
@@ -187,3 +190,26 @@ def test_a_weight_of_the_largest_admitted_size_registers_over_tcp_with_curve(tmp
         x = np.ones((2, 128), dtype=np.float32)
         assert same_bits(client.matmul(x, wid, timeout=5.0), reference(x, w, cfg))
         assert _healthy(daemon), daemon.status()
+
+
+def test_a_client_whose_config_admits_more_than_the_daemon_is_refused_with_the_daemons_limit(
+        tmp_path: Path) -> None:
+    """The daemon admits 1 MiB frames, the client's own config 64 MiB. Until 2026-12-06 the
+    client sent a 2 MiB weight, libzmq dropped its connection, and the client waited for its
+    timeout; now it asks the daemon's limits first (`hello`) and refuses the weight itself,
+    naming them, and the same client goes on registering and computing."""
+    small = {"max_weight_bytes": 1 << 20, "max_request_bytes": 1 << 20}
+    cfg = make_config(tmp_path, "1oo1D", transport="ipc", extra={"limits": small})
+    mine = make_config(tmp_path, "1oo1D", transport="ipc")  # same endpoints, default limits
+    assert admission.client_limits(mine).max_frame_bytes > 2 << 20
+    with system(cfg) as (_daemon, _other):
+        client = Client(mine)
+        try:
+            client.control_timeout_s = 5.0
+            with pytest.raises(InvalidInputError, match="daemon"):
+                client.register_weight(np.ones((1024, 512), np.float32))  # 2 MiB
+            x, w = operands()
+            wid = client.register_weight(w)
+            assert same_bits(client.matmul(x, wid, timeout=10.0), reference(x, w, cfg))
+        finally:
+            client.close()

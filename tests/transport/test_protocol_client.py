@@ -16,6 +16,7 @@ import numpy.typing as npt
 import zmq
 from prometheus_client import CollectorRegistry
 
+from safemon import admission
 from safemon.daemon import Daemon
 from tests.runtime.helpers import make_config, operands, reference, same_bits
 
@@ -62,7 +63,10 @@ def test_a_client_written_from_the_protocol_document_registers_a_weight_and_gets
 
         _send(sock, 1, "control", {"command": "hello"})
         h, _ = _recv(sock)
-        assert (h["kind"], h["seq"], h["meta"]) == ("reply", 1, {"ok": True, "outcome": "hello"})
+        admits = admission.client_limits(cfg)  # what the daemon's transport admits
+        assert (h["kind"], h["seq"], h["meta"]) == ("reply", 1, {
+            "ok": True, "outcome": "hello", "max_frame_bytes": admits.max_frame_bytes,
+            "max_total_bytes": admits.max_total_bytes})
 
         _send(sock, 2, "control", {"command": "register_weight"}, (w,))
         h, _ = _recv(sock)
