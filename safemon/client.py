@@ -226,9 +226,9 @@ class Client:
         #: client sockets drop the connection of a peer sending a larger part, unanswered.
         #: From this client's config until the daemon says (`_learn_daemon_limits`).
         self._send_limits = admission.client_limits(config)
-        #: The daemon's own answer to `hello` (its limits, which may differ from this
-        #: config's), once asked: before the first message with a frame over `ASK_LIMITS_BYTES`.
-        self._daemon_limits: Limits | None = None
+        #: Whether the daemon has said what it admits (`hello`), which `_send_limits` then
+        #: counts: asked before the first message with a frame over `ASK_LIMITS_BYTES`.
+        self._daemon_said = False
         self._seq = 0
         #: Set by `close`: the sockets are gone, every later call raises `SafemonError`.
         self.closed = False
@@ -290,7 +290,7 @@ class Client:
         if self.closed:
             raise SafemonError("this safemon Client is closed: make a new Client to talk to "
                                "the daemon")
-        if (self._daemon_limits is None and sock is self._ingress
+        if (not self._daemon_said and sock is self._ingress
                 and any(a.nbytes > ASK_LIMITS_BYTES for a in arrays)):
             self._learn_daemon_limits(timeout_s)
         self._seq += 1
@@ -301,7 +301,7 @@ class Client:
             frames = encode(kind, epoch=self.epoch or 0, seq=seq, meta=meta, arrays=arrays,
                             limits=self._send_limits)
         except InvalidInputError as exc:
-            if self._daemon_limits is None:
+            if not self._daemon_said:
                 raise
             raise InvalidInputError(
                 f"{exc} (this client sends at most {self._send_limits.max_frame_bytes} bytes "
@@ -342,13 +342,11 @@ class Client:
         if reply is None or reply.kind is not Kind.REPLY:
             return
         answer = self._control_reply(reply)
+        self._daemon_said = True
         if (answer.max_frame_bytes is None or answer.max_total_bytes is None
                 or min(answer.max_frame_bytes, answer.max_total_bytes) < 1):
-            self._daemon_limits = self._send_limits  # a daemon from before it said: as before
-            return
+            return  # a daemon from before it said: this config's limits, as before
         own = self._send_limits
-        self._daemon_limits = Limits(max_frame_bytes=answer.max_frame_bytes,
-                                     max_total_bytes=answer.max_total_bytes)
         self._send_limits = Limits(
             max_header_bytes=own.max_header_bytes, max_frames=own.max_frames,
             max_frame_bytes=min(own.max_frame_bytes, answer.max_frame_bytes),
