@@ -12,7 +12,7 @@ from typing import TypeGuard
 
 from safemon.errors import InvalidInputError
 
-__all__ = ["check_seconds", "is_seconds"]
+__all__ = ["check_seconds", "is_seconds", "postponed"]
 
 
 def is_seconds(value: object) -> TypeGuard[float]:
@@ -29,3 +29,16 @@ def check_seconds(name: str, value: object) -> float:
     if not is_seconds(value):
         raise InvalidInputError(f"{name} must be a finite number of seconds, got {value!r}")
     return float(value)
+
+
+def postponed(deadline: float, moved: float, *, since: float, seconds: float, limit: float,
+              until: float | None = None) -> tuple[float, float]:
+    """A deadline after a shell read nothing for `seconds` after `since`: `(deadline, moved)`
+    with the deadline `seconds` later when it lies after `since`, but moved no more than
+    `limit` in all (`moved` counts what earlier postponements added) and never past `until`;
+    unchanged otherwise. The one rule of every `Postpone` (`safemon.loop_attention`)."""
+    step = min(seconds, limit - moved)
+    if deadline <= since or step <= 0:
+        return deadline, moved
+    later = deadline + step if until is None else max(deadline, min(deadline + step, until))
+    return later, moved + (later - deadline)

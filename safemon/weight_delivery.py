@@ -17,6 +17,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable
 
+from safemon.seconds import postponed
+
 __all__ = ["WeightDelivery"]
 
 
@@ -81,10 +83,8 @@ class WeightDelivery:
         acknowledgement due after `since` is due `seconds` later, none more than `limit` in
         all."""
         for w, d in self._pending.items():
-            step = min(seconds, limit - self._postponed.get(w, 0.0))
-            if d > since and step > 0:
-                self._pending[w] = d + step
-                self._postponed[w] = self._postponed.get(w, 0.0) + step
+            self._pending[w], self._postponed[w] = postponed(
+                d, self._postponed.get(w, 0.0), since=since, seconds=seconds, limit=limit)
 
     def owes(self, weight_id: str) -> bool:
         """Whether `weight_id` is still queued or unacknowledged."""

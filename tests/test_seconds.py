@@ -8,7 +8,7 @@ import math
 import pytest
 
 from safemon.errors import InvalidInputError
-from safemon.seconds import check_seconds, is_seconds
+from safemon.seconds import check_seconds, is_seconds, postponed
 
 
 @pytest.mark.parametrize("value", [0, 1, -2, 0.25, 1e9])
@@ -23,3 +23,11 @@ def test_bools_non_finite_and_non_numbers_are_refused_with_the_name(value: objec
     assert not is_seconds(value)
     with pytest.raises(InvalidInputError, match="deadline must be a finite number of seconds"):
         check_seconds("deadline", value)
+
+
+def test_postponed_moves_a_deadline_after_since_by_at_most_the_limit_and_never_past_until() -> None:
+    assert postponed(10.0, 0.0, since=9.0, seconds=1.5, limit=2.0) == (11.5, 1.5)
+    assert postponed(11.5, 1.5, since=11.0, seconds=1.5, limit=2.0) == (12.0, 2.0)
+    assert postponed(12.0, 2.0, since=11.5, seconds=1.0, limit=2.0) == (12.0, 2.0)
+    assert postponed(9.0, 0.0, since=9.0, seconds=1.0, limit=2.0) == (9.0, 0.0)  # not after since
+    assert postponed(10.0, 0.0, since=9.0, seconds=1.5, limit=2.0, until=10.5) == (10.5, 0.5)

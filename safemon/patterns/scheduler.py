@@ -106,7 +106,7 @@ from typing import TypeAlias
 
 from safemon.errors import ConfigError, InvalidInputError
 from safemon.patterns.sm_coverage import SmCoverage
-from safemon.seconds import check_seconds, is_seconds
+from safemon.seconds import check_seconds, is_seconds, postponed
 
 __all__ = [
     "ChannelJoined",
@@ -702,17 +702,12 @@ class Scheduler:
     def _postpone(self, since: float, seconds: float, limit: float) -> None:
         for ch in self._channels.values():
             for tid, pend in ch.pending.items():
-                step = min(seconds, limit - pend.postponed)
-                if pend.deadline > since and step > 0:
-                    ch.pending[tid] = _Pending(pend.started, pend.deadline + step,
-                                               pend.postponed + step)
-            step = min(seconds, limit - ch.scrub_postponed)
-            if ch.scrub_deadline is not None and ch.scrub_deadline > since and step > 0:
-                moved = ch.scrub_deadline + step
-                if ch.next_scrub is not None:  # settled before the next scrub replaces it
-                    moved = min(moved, ch.next_scrub)
-                ch.scrub_postponed += max(0.0, moved - ch.scrub_deadline)
-                ch.scrub_deadline = max(ch.scrub_deadline, moved)
+                ch.pending[tid] = _Pending(pend.started, *postponed(
+                    pend.deadline, pend.postponed, since=since, seconds=seconds, limit=limit))
+            if ch.scrub_deadline is not None:  # settled before the next scrub replaces it
+                ch.scrub_deadline, ch.scrub_postponed = postponed(
+                    ch.scrub_deadline, ch.scrub_postponed, since=since, seconds=seconds,
+                    limit=limit, until=ch.next_scrub)
 
     def _draw(self) -> float:
         # No draw without jitter, so a seeded rng shared with other users is not consumed.

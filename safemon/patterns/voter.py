@@ -21,8 +21,7 @@ Events in (frozen dataclasses), passed to `Voter.handle(event) -> list[Decision]
 - `EnterSafe(now)` / `Reset(now)`: the system mode entered / left the latched SAFE state.
 - `Postpone(since, seconds, now, limit)`: the shell read no channel message for `seconds`
   of the time after `since` (its loop was busy, stalled or descheduled). Every open request
-  whose deadline is after `since` has it moved `seconds` later, *before* the clock catches up
-  to `now`: time in which the shell could not have heard a result is not counted against the
+  whose deadline is after `since` has it moved `seconds` later: time in which the shell could not have heard a result is not counted against the
   channels. No request's deadline moves more than `limit` seconds in all, so a shell that is
   away most of the time cannot keep a silent channel from being judged. A request whose
   deadline fell at or before `since` is judged as before. A `Postpone` neither needs nor
@@ -30,9 +29,9 @@ Events in (frozen dataclasses), passed to `Voter.handle(event) -> list[Decision]
   catches up.
 
 Every event but `Postpone` first advances the voter's clock to `event.now` and closes every
-request whose deadline is `<= now`, in deadline order, before the event itself is applied. So a result
-counts for its request if and only if its `now < deadline`; one stamped at or after the
-deadline is a late result. A shell should still send a `Tick` at `next_deadline()`, so that
+request whose deadline is `<= now`, in deadline order, before the event itself is applied.
+So a result counts for its request if and only if its `now < deadline`; one stamped at or
+after the deadline is a late result. A shell should still send a `Tick` at `next_deadline()`, so that
 a request with silent channels is answered on time.
 
 Decisions out (frozen dataclasses), in the order they happen; for one request the answer
@@ -121,7 +120,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
 from safemon.errors import InvalidInputError
-from safemon.seconds import check_seconds
+from safemon.seconds import check_seconds, postponed
 from safemon.states import Policy
 
 __all__ = [
@@ -567,11 +566,10 @@ class Voter:
     def _postpone(self, ev: Postpone) -> None:
         moved = False
         for req in self._open.values():
-            step = min(ev.seconds, ev.limit - req.postponed)
-            if req.deadline > ev.since and step > 0:
-                req.deadline += step
-                req.postponed += step
-                moved = True
+            before = req.deadline
+            req.deadline, req.postponed = postponed(
+                req.deadline, req.postponed, since=ev.since, seconds=ev.seconds, limit=ev.limit)
+            moved = moved or req.deadline != before
         if moved:  # one heap entry per open request, at its new deadline
             self._deadlines = [(r.deadline, r.seq, rid) for rid, r in self._open.items()]
             heapq.heapify(self._deadlines)
