@@ -30,6 +30,7 @@ Time is passed in (`now`, monotonic seconds), so every rule is testable without 
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ import structlog
 
 from safemon.channels.launcher import ChannelHandle, Launcher
 from safemon.config import Config
+from safemon.seconds import postponed
 
 __all__ = ["Lost", "Started", "Supervisor"]
 
@@ -78,8 +80,13 @@ class _Slot:
     # Work sent to this incarnation and not answered: key (the work's) -> deadline. Entries
     # due before `last_seen` are dropped as they are met (they excuse nothing any more).
     work: dict[Hashable, float] = field(default_factory=dict)
+    # key -> seconds `postpone` moved that work's deadline in all (at most `ftti_s`)
+    work_moved: dict[Hashable, float] = field(default_factory=dict)
     watching: bool = False  # a loss is reported once, then watching stops
-    excused: float = 0.0  # seconds `postpone` moved its clock since it was last heard
+    # (when, seconds) of each move `postpone` gave this incarnation's silence clock (its
+    # registration or its last heartbeat), oldest first; only those within the last
+    # `_credit_window_s` count against `ftti_s`
+    moves: collections.deque[tuple[float, float]] = field(default_factory=collections.deque)
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
 
@@ -177,7 +184,6 @@ class Supervisor:
         if slot is None or incarnation != slot.incarnation or not slot.wanted:
             return None
         slot.last_seen = now
-        slot.excused = 0.0
         slot.watching = True
         return Started(channel, incarnation, now)
 
@@ -191,7 +197,6 @@ class Supervisor:
         if slot.last_seen is None:
             return self.on_register(channel, incarnation, now)
         slot.last_seen = now
-        slot.excused = 0.0
         return None
 
     def on_work_sent(self, channel: str, key: Hashable, deadline: float) -> None:
@@ -200,38 +205,67 @@ class Supervisor:
         slot = self._slots.get(channel)
         if slot is not None and slot.watching:
             slot.work[key] = deadline
+            slot.work_moved.pop(key, None)
 
     def on_work_done(self, channel: str, key: Hashable, now: float) -> None:
         """`channel` answered work `key` (a result, a weight acknowledgement) at `now`: the
         work's excuse ends, and, when that work was sent to its current incarnation and is
         still awaited, the answer counts as a heartbeat."""
         slot = self._slots.get(channel)
-        if slot is not None and slot.work.pop(key, None) is not None and slot.watching:
+        if slot is None:
+            return
+        slot.work_moved.pop(key, None)
+        if slot.work.pop(key, None) is not None and slot.watching:
             slot.last_seen = now
-            slot.excused = 0.0
 
     def postpone(self, since: float, seconds: float, now: float) -> None:
         """The daemon read no channel message for `seconds` of the time after `since` (its
         loop was busy, stalled or descheduled; `safemon.loop_attention`): that time is not
         counted as any channel's silence. A channel whose silence would expire after `since`
         (its registration, or its heartbeat timeout, which runs from its last heartbeat or
-        the deadline of its unanswered work) has that clock moved `seconds` later, but by no
-        more than `timing.ftti_s` in all since it was last heard (so a daemon that is away
-        most of the time still finds a silent channel); a last heartbeat is never moved past
-        `now`."""
-        timeout = self.config.timing.heartbeat_timeout_s
+        the deadline of its unanswered work) has that clock moved later:
+        - its registration or last heartbeat by `seconds`, but by no more than
+          `timing.ftti_s` in all within any `heartbeat_timeout_s + ftti_s` (hearing the
+          channel does not restore what was used: a message read just after a stretch away
+          may have been sent before it, so it proves no life after the stretch began), and
+          never past `now`;
+        - each deadline of its unanswered work after `since` by `seconds`, but by no more
+          than `ftti_s` in all (`safemon.seconds.postponed`).
+        So a daemon that is away most of the time still finds a channel that went silent:
+        within `heartbeat_timeout_s + ftti_s` of its last message, or of its work's
+        deadline."""
+        timing = self.config.timing
         for slot in self._slots.values():
-            step = min(seconds, self.config.timing.ftti_s - slot.excused)
-            if not slot.watching or step <= 0:
+            if not slot.watching:
                 continue
             if slot.last_seen is None:
                 if slot.started_at + self.startup_timeout_s > since:
-                    slot.started_at = min(slot.started_at + step, now)
-                    slot.excused += step
-            elif self._silent_since(slot.last_seen, slot) + timeout > since:  # the whole clock
-                slot.last_seen = min(slot.last_seen + step, now)
-                slot.work = {key: deadline + step for key, deadline in slot.work.items()}
-                slot.excused += step
+                    slot.started_at = self._moved(slot, slot.started_at, since, seconds, now)
+            elif self._silent_since(slot.last_seen, slot) + timing.heartbeat_timeout_s > since:
+                slot.last_seen = self._moved(slot, slot.last_seen, since, seconds, now)
+                for key, deadline in slot.work.items():
+                    slot.work[key], slot.work_moved[key] = postponed(
+                        deadline, slot.work_moved.get(key, 0.0), since=since, seconds=seconds,
+                        limit=timing.ftti_s)
+
+    def _moved(self, slot: _Slot, clock: float, since: float, seconds: float,
+               now: float) -> float:
+        """`clock` (`slot`'s registration start or last heartbeat) after `postpone(since,
+        seconds, now)`: `seconds` later, but never past `now`, and by no more than what the
+        moves of the last `heartbeat_timeout_s + ftti_s` left of `ftti_s`. A clock already
+        after `since` was set by a message read during the stretch, which may have waited
+        in its socket since `since`: that much of the stretch counts as moved already. The
+        move (both parts) is recorded."""
+        timing = self.config.timing
+        window_start = now - (timing.heartbeat_timeout_s + timing.ftti_s)
+        while slot.moves and slot.moves[0][0] <= window_start:
+            slot.moves.popleft()
+        stamped = min(max(0.0, clock - since), seconds)  # credit the late read gave
+        left = min(seconds, timing.ftti_s - sum(s for _t, s in slot.moves))
+        step = max(0.0, min(left - stamped, now - clock))
+        if stamped + step > 0:
+            slot.moves.append((now, stamped + step))
+        return clock + step
 
     @staticmethod
     def _silent_since(last_seen: float, slot: _Slot) -> float:
@@ -240,6 +274,7 @@ class Supervisor:
         else `last_seen`."""
         for key in [k for k, d in slot.work.items() if d <= last_seen]:
             del slot.work[key]
+            slot.work_moved.pop(key, None)
         return min(slot.work.values(), default=last_seen)
 
     def tick(self, now: float) -> list[Lost]:
@@ -316,8 +351,9 @@ class Supervisor:
         slot.incarnation += 1
         slot.started_at = now
         slot.last_seen = None
-        slot.excused = 0.0
+        slot.moves.clear()
         slot.work.clear()
+        slot.work_moved.clear()
         slot.watching = True
         slot.handle = self.launcher.start(name, slot.incarnation, self.epoch)
         log.info("channel_started", channel=name, incarnation=slot.incarnation)

@@ -132,7 +132,7 @@ def test_time_the_daemon_read_nothing_is_not_counted_as_silence(tmp_path: Path) 
     0.3 s, FTTI 1 s): every channel's silence clock moves 0.8 s, so none is lost at 0.9; c0,
     which then stays silent, is lost 0.3 s after its moved last heartbeat; unanswered work
     moves too; a channel whose silence had already expired before `since` is not revived;
-    and no clock moves more than the FTTI in all between two heartbeats."""
+    and no clock moves more than the FTTI in all within a heartbeat timeout plus the FTTI."""
     sup, cfg = _three_registered(tmp_path)
     timeout = cfg.timing.heartbeat_timeout_s
     assert cfg.timing.ftti_s == 1.0
@@ -154,6 +154,52 @@ def test_time_the_daemon_read_nothing_is_not_counted_as_silence(tmp_path: Path) 
     # c0's clock moved 1 s (the FTTI) and no more: last heard at 1.0, lost since 1.3; moved
     # by every stretch it would have been last heard at 1.5.
     assert [(x.channel, x.detail) for x in sup.tick(1.68)] == [("c0", "silent for 0.680 s")]
+
+
+@pytest.mark.parametrize("heard_first", [False, True])
+def test_a_heartbeat_read_after_a_stretch_away_does_not_restore_the_allowance(
+    tmp_path: Path, heard_first: bool
+) -> None:
+    """c0 sent its last heartbeat at 0 (read only after the daemon was away 0 to 0.9) and
+    hung. That heartbeat proves nothing after 0, so a second stretch away (0.92 to 1.82)
+    may move c0's clock only by what is left of the FTTI (1 s): c0 is lost by 1.31, whether
+    the stretch was reported before the heartbeat was read or after. Until 2026-12-06 the
+    heartbeat reset the allowance and c0 was lost at 2.12 (or 2.1)."""
+    sup, cfg = _three_registered(tmp_path)
+    assert (cfg.timing.ftti_s, cfg.timing.heartbeat_timeout_s) == (1.0, 0.3)
+    if heard_first:
+        sup.on_heartbeat("c0", 0, 0.9)
+        sup.postpone(0.0, 0.9, 0.9)
+    else:
+        sup.postpone(0.0, 0.9, 0.9)
+        sup.on_heartbeat("c0", 0, 0.91)
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, 0.92)
+    sup.postpone(0.92, 0.9, 1.82)
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, 1.82)
+    assert [x.channel for x in sup.tick(1.82)] == ["c0"]
+
+
+def test_work_deadlines_move_at_most_the_ftti_while_the_channel_is_heard(tmp_path: Path) -> None:
+    """A channel scrubbing until 2.0 heartbeats between slices while the daemon is away
+    0.3 s of every 0.32 s: its scrub deadline moves 1 s (the FTTI) and no more; the
+    heartbeats do not restore it. Until 2026-12-06 it moved with every stretch (to 5.0)."""
+    sup, cfg = _three_registered(tmp_path)
+    assert cfg.timing.ftti_s == 1.0
+    sup.on_work_sent("c0", "scrub", 2.0)
+    t = 0.0
+    for _ in range(10):
+        sup.postpone(t, 0.3, t + 0.3)
+        t += 0.32
+        for name in ("c0", "c1", "c2"):
+            sup.on_heartbeat(name, 0, t)
+    assert sup._slots["c0"].work == {"scrub": pytest.approx(3.0)}
+    # Heard last at 3.2 (after the moved deadline, which no longer excuses anything).
+    assert sup.tick(3.2 + cfg.timing.heartbeat_timeout_s - 0.01) == []
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, 3.55)
+    assert [x.channel for x in sup.tick(3.55)] == ["c0"]
 
 
 def test_isolating_a_channel_that_ignores_the_stop_request_kills_it_after_the_grace(
