@@ -30,7 +30,7 @@ Time is passed in (`now`, monotonic seconds), so every rule is testable without 
 
 from __future__ import annotations
 
-import collections
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +50,12 @@ STOP_GRACE_S = 1.0
 #: A freshly spawned interpreter imports numpy, pydantic and zmq (and CuPy compiles kernels)
 #: before it can register: much longer than a heartbeat timeout, but still bounded.
 STARTUP_TIMEOUT_S = 30.0
+#: A channel heard more than this long (seconds) after the daemon's loop was last away
+#: (`postpone`) is heard afresh: what it sent waited through no stretch away, because the
+#: loop's first turn after a stretch reads every readable channel socket until it is empty,
+#: and a turn longer than `safemon.loop_attention.AWAY_THRESHOLD_S` (50 ms) is a stretch
+#: of its own. A message read sooner may have waited in its socket all through the stretch.
+FRESH_AFTER_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -76,17 +82,20 @@ class _Slot:
     incarnation: int = -1
     handle: ChannelHandle | None = None
     started_at: float = 0.0
-    last_seen: float | None = None  # None until it registers
+    # When its heartbeat timeout starts to run, unless its work excuses more: when it was
+    # last heard, moved later by `postpone`. None until it registers.
+    last_seen: float | None = None
+    heard: float | None = None  # when it was last heard (as read; never moved)
     # Work sent to this incarnation and not answered: key (the work's) -> deadline. Entries
-    # due before `last_seen` are dropped as they are met (they excuse nothing any more).
+    # due before `heard` are dropped as they are met (they excuse nothing any more).
     work: dict[Hashable, float] = field(default_factory=dict)
     # key -> seconds `postpone` moved that work's deadline in all (at most `ftti_s`)
     work_moved: dict[Hashable, float] = field(default_factory=dict)
     watching: bool = False  # a loss is reported once, then watching stops
-    # (when, seconds) of each move `postpone` gave this incarnation's silence clock (its
-    # registration or its last heartbeat), oldest first; only those within the last
-    # `_credit_window_s` count against `ftti_s`
-    moves: collections.deque[tuple[float, float]] = field(default_factory=collections.deque)
+    # Seconds `postpone` moved its registration or heartbeat clock since it started or was
+    # last heard afresh (at most `ftti_s`), and when `postpone` last ran (`now`)
+    moved: float = 0.0
+    postponed_at: float = -math.inf
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
 
@@ -183,7 +192,7 @@ class Supervisor:
         slot = self._slots.get(channel)
         if slot is None or incarnation != slot.incarnation or not slot.wanted:
             return None
-        slot.last_seen = now
+        self._heard(slot, now)
         slot.watching = True
         return Started(channel, incarnation, now)
 
@@ -196,7 +205,7 @@ class Supervisor:
             return None
         if slot.last_seen is None:
             return self.on_register(channel, incarnation, now)
-        slot.last_seen = now
+        self._heard(slot, now)
         return None
 
     def on_work_sent(self, channel: str, key: Hashable, deadline: float) -> None:
@@ -216,24 +225,32 @@ class Supervisor:
             return
         slot.work_moved.pop(key, None)
         if slot.work.pop(key, None) is not None and slot.watching:
-            slot.last_seen = now
+            self._heard(slot, now)
+
+    @staticmethod
+    def _heard(slot: _Slot, now: float) -> None:
+        """`slot`'s channel was heard at `now`: its silence starts again, and, heard afresh
+        (`FRESH_AFTER_S`), it may again be excused up to `ftti_s` of time away."""
+        slot.last_seen = slot.heard = now
+        if now - slot.postponed_at > FRESH_AFTER_S:
+            slot.moved = 0.0
 
     def postpone(self, since: float, seconds: float, now: float) -> None:
         """The daemon read no channel message for `seconds` of the time after `since` (its
         loop was busy, stalled or descheduled; `safemon.loop_attention`): that time is not
         counted as any channel's silence. A channel whose silence would expire after `since`
-        (its registration, or its heartbeat timeout, which runs from its last heartbeat or
-        the deadline of its unanswered work) has that clock moved later:
-        - its registration or last heartbeat by `seconds`, but by no more than
-          `timing.ftti_s` in all within any `heartbeat_timeout_s + ftti_s` (hearing the
-          channel does not restore what was used: a message read just after a stretch away
-          may have been sent before it, so it proves no life after the stretch began), and
-          never past `now`;
+        (its registration, or its heartbeat timeout, which runs from when it was last heard
+        or the deadline of its unanswered work) has that clock moved later:
+        - its registration or heartbeat clock by `seconds`, never past `now`, and by no more
+          than `timing.ftti_s` in all until it is heard afresh (more than `FRESH_AFTER_S`
+          after the last stretch away: a message read sooner may have waited in its socket
+          through the stretch, so it proves no life after the stretch began; a clock read
+          during the stretch counts as moved that much already);
         - each deadline of its unanswered work after `since` by `seconds`, but by no more
           than `ftti_s` in all (`safemon.seconds.postponed`).
         So a daemon that is away most of the time still finds a channel that went silent:
-        within `heartbeat_timeout_s + ftti_s` of its last message, or of its work's
-        deadline."""
+        at most `ftti_s + heartbeat_timeout_s` after its last message, or after its work's
+        deadline (plus the length of a stretch that outlasts that)."""
         timing = self.config.timing
         for slot in self._slots.values():
             if not slot.watching:
@@ -241,41 +258,38 @@ class Supervisor:
             if slot.last_seen is None:
                 if slot.started_at + self.startup_timeout_s > since:
                     slot.started_at = self._moved(slot, slot.started_at, since, seconds, now)
-            elif self._silent_since(slot.last_seen, slot) + timing.heartbeat_timeout_s > since:
+            elif self._silent_since(slot) + timing.heartbeat_timeout_s > since:
                 slot.last_seen = self._moved(slot, slot.last_seen, since, seconds, now)
                 for key, deadline in slot.work.items():
                     slot.work[key], slot.work_moved[key] = postponed(
                         deadline, slot.work_moved.get(key, 0.0), since=since, seconds=seconds,
                         limit=timing.ftti_s)
+            slot.postponed_at = now
 
     def _moved(self, slot: _Slot, clock: float, since: float, seconds: float,
                now: float) -> float:
-        """`clock` (`slot`'s registration start or last heartbeat) after `postpone(since,
-        seconds, now)`: `seconds` later, but never past `now`, and by no more than what the
-        moves of the last `heartbeat_timeout_s + ftti_s` left of `ftti_s`. A clock already
-        after `since` was set by a message read during the stretch, which may have waited
-        in its socket since `since`: that much of the stretch counts as moved already. The
-        move (both parts) is recorded."""
-        timing = self.config.timing
-        window_start = now - (timing.heartbeat_timeout_s + timing.ftti_s)
-        while slot.moves and slot.moves[0][0] <= window_start:
-            slot.moves.popleft()
-        stamped = min(max(0.0, clock - since), seconds)  # credit the late read gave
-        left = min(seconds, timing.ftti_s - sum(s for _t, s in slot.moves))
+        """`clock` (`slot`'s registration start or heartbeat clock) after `postpone(since,
+        seconds, now)`: `seconds` later, but never past `now`, and by no more than `ftti_s`
+        less `slot.moved`. A clock already after `since` was set by a message read during
+        the stretch, which may have waited in its socket since `since`: that much of the
+        stretch counts as moved already. Both parts are added to `slot.moved`."""
+        stamped = min(max(0.0, clock - since), seconds)  # the credit the late read gave
+        left = min(seconds, self.config.timing.ftti_s - slot.moved)
         step = max(0.0, min(left - stamped, now - clock))
-        if stamped + step > 0:
-            slot.moves.append((now, stamped + step))
+        slot.moved += stamped + step
         return clock + step
 
     @staticmethod
-    def _silent_since(last_seen: float, slot: _Slot) -> float:
-        """When the heartbeat timeout of a registered channel (last heard at `last_seen`)
-        starts to run: the earliest deadline of its unanswered work due after `last_seen`,
-        else `last_seen`."""
-        for key in [k for k, d in slot.work.items() if d <= last_seen]:
+    def _silent_since(slot: _Slot) -> float:
+        """When the heartbeat timeout of a registered channel starts to run: its heartbeat
+        clock (`last_seen`), or the earliest deadline of its unanswered work due after it
+        was last heard, if that is later. Work due before it was heard is dropped."""
+        assert slot.last_seen is not None and slot.heard is not None
+        heard = slot.heard
+        for key in [k for k, d in slot.work.items() if d <= heard]:
             del slot.work[key]
             slot.work_moved.pop(key, None)
-        return min(slot.work.values(), default=last_seen)
+        return max(slot.last_seen, min(slot.work.values(), default=slot.last_seen))
 
     def tick(self, now: float) -> list[Lost]:
         """Carry out due restarts and report channels found lost at `now`."""
@@ -318,7 +332,7 @@ class Supervisor:
                 slot.watching = False
                 out.append(Lost(name, "heartbeat_lost", now, "never registered"))
             elif (slot.last_seen is not None
-                  and now - (since := self._silent_since(slot.last_seen, slot)) > timeout):
+                  and now - (since := self._silent_since(slot)) > timeout):
                 slot.watching = False
                 busy = (f", {now - since:.3f} s past its work's deadline"
                         if since > slot.last_seen else "")
@@ -336,7 +350,7 @@ class Supervisor:
         times += [deadline if not killed else deadline + STOP_GRACE_S
                   for _h, deadline, killed in self._stopping]
         timeout = self.config.timing.heartbeat_timeout_s
-        times += [self._silent_since(s.last_seen, s) + timeout for s in self._slots.values()
+        times += [self._silent_since(s) + timeout for s in self._slots.values()
                   if s.watching and s.last_seen is not None]
         times += [s.started_at + self.startup_timeout_s for s in self._slots.values()
                   if s.watching and s.handle is not None and s.last_seen is None]
@@ -350,8 +364,9 @@ class Supervisor:
         slot = self._slots[name]
         slot.incarnation += 1
         slot.started_at = now
-        slot.last_seen = None
-        slot.moves.clear()
+        slot.last_seen = slot.heard = None
+        slot.moved = 0.0
+        slot.postponed_at = -math.inf
         slot.work.clear()
         slot.work_moved.clear()
         slot.watching = True

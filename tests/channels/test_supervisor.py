@@ -202,6 +202,68 @@ def test_work_deadlines_move_at_most_the_ftti_while_the_channel_is_heard(tmp_pat
     assert [x.channel for x in sup.tick(3.55)] == ["c0"]
 
 
+def test_a_moved_heartbeat_clock_does_not_drop_unanswered_work_as_met(tmp_path: Path) -> None:
+    """c0, last heard at 0, has work due at 0.5 and at 5.0 and hangs; the daemon is away
+    0.6 to 1.6. Its heartbeat clock moves to 1.0, past the first deadline, which it never
+    met: c0 is lost at the first tick after the stretch, not after the second deadline
+    (moved to 6.0). A review found it lost at 6.31 in the first form of the FTTI cap."""
+    sup, _cfg = _three_registered(tmp_path)
+    sup.on_work_sent("c0", 1, 0.5)
+    sup.on_work_sent("c0", 2, 5.0)
+    sup.postpone(0.6, 1.0, 1.6)
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, 1.6)
+    assert [x.channel for x in sup.tick(1.6)] == ["c0"]
+
+
+def test_a_channel_that_never_registers_is_excused_at_most_the_ftti_in_all(
+    tmp_path: Path,
+) -> None:
+    """The daemon away 0.1 s of every 0.11 s: a started channel that never registers is
+    lost within its startup timeout plus the FTTI (1 s), however long that goes on."""
+    cfg = make_config(tmp_path, "2oo3")
+    sup = Supervisor(cfg, FakeLauncher(), epoch=5, startup_timeout_s=3.0)
+    sup.start_all(0.0)
+    lost_at, t = None, 0.0
+    while lost_at is None and t < 20.0:
+        sup.postpone(t, 0.1, t + 0.1)
+        t = round(t + 0.11, 2)
+        if sup.tick(t):
+            lost_at = t
+    assert lost_at is not None and lost_at <= 3.0 + cfg.timing.ftti_s + 0.11
+
+
+def test_channels_heard_afresh_between_two_long_stalls_are_excused_for_both(
+    tmp_path: Path,
+) -> None:
+    """Heartbeats every 0.05 s; the daemon stalls 0.8 s, runs 0.3 s, stalls 0.7 s (each
+    under the FTTI of 1 s, 1.5 s together; heartbeat timeout 0.3 s). The heartbeats read
+    while it ran were sent after the first stall, so they restore the allowance: no channel
+    is lost. In daemon order: the stretch is reported, the supervisor's timers run, then
+    the queued heartbeats are read. A review found all three lost (SAFE) in the first form
+    of the FTTI cap, which counted every move within a heartbeat timeout plus the FTTI."""
+    sup, _cfg = _three_registered(tmp_path)
+    names = ("c0", "c1", "c2")
+    lost: list[str] = []
+
+    def stall(since: float, seconds: float) -> float:
+        now = round(since + seconds, 3)
+        sup.postpone(since, seconds, now)
+        lost.extend(x.channel for x in sup.tick(now))
+        for name in names:
+            sup.on_heartbeat(name, 0, now)
+        return now
+
+    t = stall(0.0, 0.8)
+    for _ in range(6):  # 0.3 s of normal running
+        t = round(t + 0.05, 3)
+        for name in names:
+            sup.on_heartbeat(name, 0, t)
+        lost.extend(x.channel for x in sup.tick(t))
+    stall(t, 0.7)
+    assert lost == []
+
+
 def test_isolating_a_channel_that_ignores_the_stop_request_kills_it_after_the_grace(
     tmp_path: Path,
 ) -> None:
