@@ -50,12 +50,6 @@ STOP_GRACE_S = 1.0
 #: A freshly spawned interpreter imports numpy, pydantic and zmq (and CuPy compiles kernels)
 #: before it can register: much longer than a heartbeat timeout, but still bounded.
 STARTUP_TIMEOUT_S = 30.0
-#: A channel heard more than this long (seconds) after the daemon's loop was last away
-#: (`postpone`) is heard afresh: what it sent waited through no stretch away, because the
-#: loop's first turn after a stretch reads every readable channel socket until it is empty,
-#: and a turn longer than `safemon.loop_attention.AWAY_THRESHOLD_S` (50 ms) is a stretch
-#: of its own. A message read sooner may have waited in its socket all through the stretch.
-FRESH_AFTER_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -93,9 +87,8 @@ class _Slot:
     work_moved: dict[Hashable, float] = field(default_factory=dict)
     watching: bool = False  # a loss is reported once, then watching stops
     # Seconds `postpone` moved its registration or heartbeat clock since it started or was
-    # last heard afresh (at most `ftti_s`), and when `postpone` last ran (`now`)
+    # last heard (at most `ftti_s`)
     moved: float = 0.0
-    postponed_at: float = -math.inf
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
 
@@ -229,11 +222,10 @@ class Supervisor:
 
     @staticmethod
     def _heard(slot: _Slot, now: float) -> None:
-        """`slot`'s channel was heard at `now`: its silence starts again, and, heard afresh
-        (`FRESH_AFTER_S`), it may again be excused up to `ftti_s` of time away."""
+        """`slot`'s channel was heard at `now`: its silence starts again, and it may again
+        be excused up to `ftti_s` of time away."""
         slot.last_seen = slot.heard = now
-        if now - slot.postponed_at > FRESH_AFTER_S:
-            slot.moved = 0.0
+        slot.moved = 0.0
 
     def postpone(self, since: float, seconds: float, now: float) -> None:
         """The daemon read no channel message for `seconds` of the time after `since` (its
@@ -242,15 +234,15 @@ class Supervisor:
         (its registration, or its heartbeat timeout, which runs from when it was last heard
         or the deadline of its unanswered work) has that clock moved later:
         - its registration or heartbeat clock by `seconds`, never past `now`, and by no more
-          than `timing.ftti_s` in all until it is heard afresh (more than `FRESH_AFTER_S`
-          after the last stretch away: a message read sooner may have waited in its socket
-          through the stretch, so it proves no life after the stretch began; a clock read
-          during the stretch counts as moved that much already);
-        - each deadline of its unanswered work after `since` by `seconds`, but by no more
-          than `ftti_s` in all (`safemon.seconds.postponed`).
-        So a daemon that is away most of the time still finds a channel that went silent:
-        at most `ftti_s + heartbeat_timeout_s` after its last message, or after its work's
-        deadline (plus the length of a stretch that outlasts that)."""
+          than `timing.ftti_s` in all between two messages read from it (a clock set by a
+          message read during the stretch counts as moved that much already);
+        - each deadline of its unanswered work by `seconds`, but by no more than `ftti_s`
+          in all (`safemon.seconds.postponed`).
+        So a daemon that is away most of the time still finds a channel that went silent.
+        What this does not bound: a message read after a stretch may have waited in its
+        socket through it, and it restores the allowance all the same, so a hung channel
+        whose last messages are each read after a stretch is excused up to `ftti_s` for
+        each (docs/SAFETY.md, "Who is late")."""
         timing = self.config.timing
         for slot in self._slots.values():
             if not slot.watching:
@@ -260,11 +252,10 @@ class Supervisor:
                     slot.started_at = self._moved(slot, slot.started_at, since, seconds, now)
             elif self._silent_since(slot) + timing.heartbeat_timeout_s > since:
                 slot.last_seen = self._moved(slot, slot.last_seen, since, seconds, now)
-                for key, deadline in slot.work.items():
+                for key, deadline in slot.work.items():  # the whole clock moves
                     slot.work[key], slot.work_moved[key] = postponed(
-                        deadline, slot.work_moved.get(key, 0.0), since=since, seconds=seconds,
-                        limit=timing.ftti_s)
-            slot.postponed_at = now
+                        deadline, slot.work_moved.get(key, 0.0), since=-math.inf,
+                        seconds=seconds, limit=timing.ftti_s)
 
     def _moved(self, slot: _Slot, clock: float, since: float, seconds: float,
                now: float) -> float:
@@ -366,7 +357,6 @@ class Supervisor:
         slot.started_at = now
         slot.last_seen = slot.heard = None
         slot.moved = 0.0
-        slot.postponed_at = -math.inf
         slot.work.clear()
         slot.work_moved.clear()
         slot.watching = True
