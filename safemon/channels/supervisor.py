@@ -236,8 +236,8 @@ class Supervisor:
         - its registration or heartbeat clock by `seconds`, never past `now`, and by no more
           than `timing.ftti_s` in all between two messages read from it (a clock set by a
           message read during the stretch counts as moved that much already);
-        - each deadline of its unanswered work by `seconds`, but by no more than `ftti_s`
-          in all (`safemon.seconds.postponed`).
+        - each deadline of its unanswered work by as much as the clock may still move, and
+          by no more than `ftti_s` in all (`safemon.seconds.postponed`).
         So a daemon that is away most of the time still finds a channel that went silent.
         What this does not bound: a message read after a stretch may have waited in its
         socket through it, and it restores the allowance all the same, so a hung channel
@@ -251,11 +251,12 @@ class Supervisor:
                 if slot.started_at + self.startup_timeout_s > since:
                     slot.started_at = self._moved(slot, slot.started_at, since, seconds, now)
             elif self._silent_since(slot) + timing.heartbeat_timeout_s > since:
+                left = max(0.0, min(seconds, timing.ftti_s - slot.moved))
                 slot.last_seen = self._moved(slot, slot.last_seen, since, seconds, now)
                 for key, deadline in slot.work.items():  # the whole clock moves
                     slot.work[key], slot.work_moved[key] = postponed(
                         deadline, slot.work_moved.get(key, 0.0), since=-math.inf,
-                        seconds=seconds, limit=timing.ftti_s)
+                        seconds=left, limit=timing.ftti_s)
 
     def _moved(self, slot: _Slot, clock: float, since: float, seconds: float,
                now: float) -> float:

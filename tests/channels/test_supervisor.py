@@ -224,6 +224,24 @@ def test_a_moved_heartbeat_clock_does_not_drop_unanswered_work_as_met(tmp_path: 
     assert [x.channel for x in sup.tick(1.81)] == ["c0"]
 
 
+def test_work_sent_after_the_allowance_is_used_is_not_excused_again(tmp_path: Path) -> None:
+    """c0, last heard at 0.04, hangs; the daemon is away 0.04 to 0.94 (0.9 s of c0's 1 s
+    allowance), sends c0 a request due at 1.3, and is away again 1.1 to 2.0: the request's
+    deadline moves only the 0.1 s left, and c0 is lost at 2.0. A review found it excused a
+    fresh FTTI (lost at 2.6) in 05193a4."""
+    sup, _cfg = _three_registered(tmp_path)
+    for name in ("c0", "c1", "c2"):
+        sup.on_heartbeat(name, 0, 0.04)
+    sup.postpone(0.04, 0.9, 0.94)
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, 0.94)
+    sup.on_work_sent("c0", 1, 1.3)
+    sup.postpone(1.1, 0.9, 2.0)
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, 2.0)
+    assert [x.channel for x in sup.tick(2.0)] == ["c0"]
+
+
 def test_a_channel_that_never_registers_is_excused_at_most_the_ftti_in_all(
     tmp_path: Path,
 ) -> None:
