@@ -247,26 +247,28 @@ class Supervisor:
         for slot in self._slots.values():
             if not slot.watching:
                 continue
+            left = max(0.0, min(seconds, timing.ftti_s - slot.moved))  # the clock may move
             if slot.last_seen is None:
                 if slot.started_at + self.startup_timeout_s > since:
-                    slot.started_at = self._moved(slot, slot.started_at, since, seconds, now)
+                    slot.started_at = self._moved(slot, slot.started_at, since, seconds, left,
+                                                  now)
             elif self._silent_since(slot) + timing.heartbeat_timeout_s > since:
-                left = max(0.0, min(seconds, timing.ftti_s - slot.moved))
-                slot.last_seen = self._moved(slot, slot.last_seen, since, seconds, now)
+                slot.last_seen = self._moved(slot, slot.last_seen, since, seconds, left, now)
                 for key, deadline in slot.work.items():  # the whole clock moves
                     slot.work[key], slot.work_moved[key] = postponed(
                         deadline, slot.work_moved.get(key, 0.0), since=-math.inf,
                         seconds=left, limit=timing.ftti_s)
 
-    def _moved(self, slot: _Slot, clock: float, since: float, seconds: float,
+    @staticmethod
+    def _moved(slot: _Slot, clock: float, since: float, seconds: float, left: float,
                now: float) -> float:
         """`clock` (`slot`'s registration start or heartbeat clock) after `postpone(since,
-        seconds, now)`: `seconds` later, but never past `now`, and by no more than `ftti_s`
-        less `slot.moved`. A clock already after `since` was set by a message read during
-        the stretch, which may have waited in its socket since `since`: that much of the
-        stretch counts as moved already. Both parts are added to `slot.moved`."""
+        seconds, now)`: `seconds` later, but never past `now`, and by no more than `left`
+        (what `ftti_s` less `slot.moved` allows). A clock already after `since` was set by a
+        message read during the stretch, which may have waited in its socket since `since`:
+        that much of the stretch counts as moved already. Both parts are added to
+        `slot.moved`."""
         stamped = min(max(0.0, clock - since), seconds)  # the credit the late read gave
-        left = min(seconds, self.config.timing.ftti_s - slot.moved)
         step = max(0.0, min(left - stamped, now - clock))
         slot.moved += stamped + step
         return clock + step
