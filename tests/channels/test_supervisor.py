@@ -132,7 +132,7 @@ def test_time_the_daemon_read_nothing_is_not_counted_as_silence(tmp_path: Path) 
     0.3 s, FTTI 1 s): every channel's silence clock moves 0.8 s, so none is lost at 0.9; c0,
     which then stays silent, is lost 0.3 s after its moved last heartbeat; unanswered work
     moves too; a channel whose silence had already expired before `since` is not revived;
-    and no clock moves more than the FTTI in all within a heartbeat timeout plus the FTTI."""
+    and no clock moves more than the FTTI in all between two heartbeats."""
     sup, cfg = _three_registered(tmp_path)
     timeout = cfg.timing.heartbeat_timeout_s
     assert cfg.timing.ftti_s == 1.0
