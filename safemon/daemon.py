@@ -37,6 +37,7 @@ from safemon import admission, daemon_status
 from safemon.channels.inline import InlineChannels
 from safemon.channels.launcher import Launcher, RealLauncher
 from safemon.channels.link import LINK_FIELD, link_ok, link_token
+from safemon.channels.sent_stamp import sent_at
 from safemon.channels.supervisor import Supervisor
 from safemon.config import Config, with_backend_limits
 from safemon.daemon_lock import DaemonLock, needs_lock
@@ -623,13 +624,14 @@ class Daemon:
             self.metrics.count_rejected("foreign")
             self.log.warning("foreign_channel_message_dropped", channel=name, kind=msg.kind.value)
             return
+        sent = sent_at(msg.meta)  # the channel alive then, however long it waited unread
         if msg.kind is Kind.RESULT:
-            self.supervisor.on_work_done(name, _work_key(msg.seq, None), now)
+            self.supervisor.on_work_done(name, _work_key(msg.seq, None), now, sent)
         elif msg.kind is Kind.EVENT and msg.meta.get("event") == "weight":
             self.supervisor.on_work_done(name, _work_key(0, str(msg.meta.get("weight_id"))),
-                                         now)
+                                         now, sent)
         elif msg.kind is Kind.EVENT and msg.meta.get("event") == "scrub":
-            self.supervisor.on_work_done(name, _SCRUB_KEY, now)
+            self.supervisor.on_work_done(name, _SCRUB_KEY, now, sent)
         started = None
         if msg.kind in (Kind.REGISTER, Kind.HEARTBEAT):
             try:  # what the supervisor needs; the core judges the rest of the message
@@ -637,12 +639,12 @@ class Daemon:
             except msgs.MetaError:
                 m = None
             if isinstance(m, msgs.Register):
-                started = self.supervisor.on_register(name, m.incarnation, now)
+                started = self.supervisor.on_register(name, m.incarnation, now, sent)
                 if started is not None:
                     self.log.info("channel_registered", channel=name, incarnation=m.incarnation,
                                   pid=m.pid)
             elif isinstance(m, msgs.Heartbeat):
-                started = self.supervisor.on_heartbeat(name, m.incarnation, now)
+                started = self.supervisor.on_heartbeat(name, m.incarnation, now, sent)
                 if started is not None:
                     self.log.info("channel_registered", channel=name, incarnation=m.incarnation)
         if started is not None:

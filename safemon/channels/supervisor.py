@@ -80,14 +80,18 @@ class _Slot:
     # last heard, moved later by `postpone`. None until it registers.
     last_seen: float | None = None
     heard: float | None = None  # when it was last heard (as read; never moved)
+    # The latest send time of a message read from it (never after that message was read):
+    # when it was last known alive. A message that waited in its socket is as old as this
+    # says, however late it is read.
+    alive: float | None = None
     # Work sent to this incarnation and not answered: key (the work's) -> deadline. Entries
     # due before `heard` are dropped as they are met (they excuse nothing any more).
     work: dict[Hashable, float] = field(default_factory=dict)
     # key -> seconds `postpone` moved that work's deadline in all (at most `ftti_s`)
     work_moved: dict[Hashable, float] = field(default_factory=dict)
     watching: bool = False  # a loss is reported once, then watching stops
-    # Seconds `postpone` moved its registration or heartbeat clock since it started or was
-    # last heard (at most `ftti_s`)
+    # Seconds `postpone` moved its registration or heartbeat clock past when it started or
+    # was last known alive (at most `ftti_s`)
     moved: float = 0.0
     restart_at: float | None = None
     wanted: bool = True  # False once isolated / stopped
@@ -180,25 +184,29 @@ class Supervisor:
         """The incarnation currently running (or being started) for `channel`."""
         return self._slots[channel].incarnation
 
-    def on_register(self, channel: str, incarnation: int, now: float) -> Started | None:
-        """A REGISTER arrived; `Started` if it is from the current incarnation."""
+    def on_register(self, channel: str, incarnation: int, now: float,
+                    sent: float | None = None) -> Started | None:
+        """A REGISTER, sent at `sent` (the channel's stamp, same monotonic clock; None: at
+        `now`), was read at `now`; `Started` if it is from the current incarnation."""
         slot = self._slots.get(channel)
         if slot is None or incarnation != slot.incarnation or not slot.wanted:
             return None
-        self._heard(slot, now)
+        self._heard(slot, now, sent)
         slot.watching = True
         return Started(channel, incarnation, now)
 
-    def on_heartbeat(self, channel: str, incarnation: int, now: float) -> Started | None:
-        """A HEARTBEAT arrived (only the current incarnation's count). The first one of an
-        incarnation whose REGISTER was lost (sent before the daemon's socket connected)
-        stands for the registration: `Started` is returned then."""
+    def on_heartbeat(self, channel: str, incarnation: int, now: float,
+                     sent: float | None = None) -> Started | None:
+        """A HEARTBEAT, sent at `sent` (None: at `now`), was read at `now` (only the current
+        incarnation's count). The first one of an incarnation whose REGISTER was lost (sent
+        before the daemon's socket connected) stands for the registration: `Started` is
+        returned then."""
         slot = self._slots.get(channel)
         if slot is None or incarnation != slot.incarnation or not slot.wanted:
             return None
         if slot.last_seen is None:
-            return self.on_register(channel, incarnation, now)
-        self._heard(slot, now)
+            return self.on_register(channel, incarnation, now, sent)
+        self._heard(slot, now, sent)
         return None
 
     def on_work_sent(self, channel: str, key: Hashable, deadline: float) -> None:
@@ -209,23 +217,35 @@ class Supervisor:
             slot.work[key] = deadline
             slot.work_moved.pop(key, None)
 
-    def on_work_done(self, channel: str, key: Hashable, now: float) -> None:
-        """`channel` answered work `key` (a result, a weight acknowledgement) at `now`: the
-        work's excuse ends, and, when that work was sent to its current incarnation and is
-        still awaited, the answer counts as a heartbeat."""
+    def on_work_done(self, channel: str, key: Hashable, now: float,
+                     sent: float | None = None) -> None:
+        """`channel` answered work `key` (a result, a weight acknowledgement), sent at `sent`
+        (None: at `now`) and read at `now`: the work's excuse ends, and, when that work was
+        sent to its current incarnation and is still awaited, the answer counts as a
+        heartbeat sent then."""
         slot = self._slots.get(channel)
         if slot is None:
             return
         slot.work_moved.pop(key, None)
         if slot.work.pop(key, None) is not None and slot.watching:
-            self._heard(slot, now)
+            self._heard(slot, now, sent)
 
     @staticmethod
-    def _heard(slot: _Slot, now: float) -> None:
-        """`slot`'s channel was heard at `now`: its silence starts again, and it may again
-        be excused up to `ftti_s` of time away."""
-        slot.last_seen = slot.heard = now
-        slot.moved = 0.0
+    def _heard(slot: _Slot, now: float, sent: float | None) -> None:
+        """`slot`'s channel was heard at `now` through a message it sent at `sent` (never
+        taken as later than `now`; None: at `now`). The message shows it alive when it was
+        sent, not when it was read: its silence runs from the latest send time read so far,
+        and a message that waited in its socket while the daemon was away (`postpone`)
+        gives back none of the time that moved its clock since then. Its heartbeat clock
+        (`last_seen`) never goes back, and the part of it past that send time stays
+        counted against `ftti_s` (`moved`)."""
+        alive = now if sent is None else min(sent, now)
+        slot.heard = now
+        if slot.alive is None or alive > slot.alive:
+            slot.alive = alive
+        if slot.last_seen is None or slot.alive > slot.last_seen:
+            slot.last_seen = slot.alive
+        slot.moved = slot.last_seen - slot.alive
 
     def postpone(self, since: float, seconds: float, now: float) -> None:
         """The daemon read no channel message for `seconds` of the time after `since` (its
@@ -233,16 +253,18 @@ class Supervisor:
         counted as any channel's silence. A channel whose silence would expire after `since`
         (its registration, or its heartbeat timeout, which runs from when it was last heard
         or the deadline of its unanswered work) has that clock moved later:
-        - its registration or heartbeat clock by `seconds`, never past `now`, and by no more
-          than `timing.ftti_s` in all between two messages read from it (a clock set by a
-          message read during the stretch counts as moved that much already);
-        - each deadline of its unanswered work by as much as the clock may still move, and
-          by no more than `ftti_s` in all (`safemon.seconds.postponed`).
-        So a daemon that is away most of the time still finds a channel that went silent.
-        What this does not bound: a message read after a stretch may have waited in its
-        socket through it, and it restores the allowance all the same, so a hung channel
-        whose last messages are each read after a stretch is excused up to `ftti_s` for
-        each (docs/SAFETY.md, "Who is late")."""
+        - its registration or heartbeat clock by the part of the stretch after it (all of
+          `seconds` for a clock before `since`; a clock inside the stretch was set by a
+          message sent then), never past `now`, and never more than `timing.ftti_s` past
+          when the channel started or was last known alive (the send time of the latest
+          message read from it: `_heard`);
+        - each deadline of its unanswered work by as much as the clock may still move
+          before this stretch, and by no more than `ftti_s` in all
+          (`safemon.seconds.postponed`).
+        So a daemon that is away most of the time still finds a channel that went silent,
+        and a message of a hung channel that waited in its socket through stretches away
+        excuses nothing past its own send time plus `ftti_s` (docs/SAFETY.md, "Who is
+        late")."""
         timing = self.config.timing
         for slot in self._slots.values():
             if not slot.watching:
@@ -263,14 +285,14 @@ class Supervisor:
     def _moved(slot: _Slot, clock: float, since: float, seconds: float, left: float,
                now: float) -> float:
         """`clock` (`slot`'s registration start or heartbeat clock) after `postpone(since,
-        seconds, now)`: `seconds` later, but never past `now`, and by no more than `left`
-        (what `ftti_s` less `slot.moved` allows). A clock already after `since` was set by a
-        message read during the stretch, which may have waited in its socket since `since`:
-        that much of the stretch counts as moved already. Both parts are added to
+        seconds, now)`: moved to the end of the stretch (`seconds` later when it lies
+        before `since`; a clock inside the stretch was set by a message sent then, and
+        moves by the rest of the stretch only), never past `now`, and by no more than
+        `left` (what `ftti_s` less `slot.moved` allows). The step is added to
         `slot.moved`."""
-        stamped = min(max(0.0, clock - since), seconds)  # the credit the late read gave
-        step = max(0.0, min(left - stamped, now - clock))
-        slot.moved += stamped + step
+        rest = seconds - min(max(0.0, clock - since), seconds)  # the stretch after `clock`
+        step = max(0.0, min(left, rest, now - clock))
+        slot.moved += step
         return clock + step
 
     @staticmethod
@@ -358,7 +380,7 @@ class Supervisor:
         slot = self._slots[name]
         slot.incarnation += 1
         slot.started_at = now
-        slot.last_seen = slot.heard = None
+        slot.last_seen = slot.heard = slot.alive = None
         slot.moved = 0.0
         slot.work.clear()
         slot.work_moved.clear()

@@ -56,6 +56,7 @@ import zmq
 
 from safemon.channels.faults import FaultState
 from safemon.channels.link import LINK_FIELD, link_ok
+from safemon.channels.sent_stamp import SENT_FIELD
 from safemon.channels.step_graphs import StepGraphs, worth_a_graph
 from safemon.config import Config
 from safemon.device_io import ImportedBuffers, digest_hex, parse_digest
@@ -294,8 +295,9 @@ class ChannelWorker:
     ) -> None:
         # Only messages that fit their schema leave a channel (MetaError: a bug here).
         msgs.parse_from_channel(kind, meta or {})
+        meta = {**(meta or {}), SENT_FIELD: self._clock()}
         if self._link is not None:
-            meta = {**(meta or {}), LINK_FIELD: self._link}
+            meta[LINK_FIELD] = self._link
         frames = encode(
             kind, epoch=self.epoch if epoch is None else epoch, seq=seq, channel=self.name,
             meta=meta, arrays=arrays,

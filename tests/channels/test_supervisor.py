@@ -157,31 +157,88 @@ def test_time_the_daemon_read_nothing_is_not_counted_as_silence(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("heard_first", [False, True])
-def test_a_hung_channel_is_excused_at_most_the_ftti_per_message_read_after_a_stretch(
+def test_a_stale_heartbeat_read_after_a_stretch_restores_nothing(
     tmp_path: Path, heard_first: bool
 ) -> None:
-    """c0 sent its last heartbeat at 0 (read only after the daemon was away 0 to 0.9) and
-    hung; a second stretch away follows (0.92 to 1.82). The late heartbeat restores c0's
-    allowance when it is read after the stretch was reported (what docs/SAFETY.md leaves
-    uncovered): c0 is then excused 0.9 s for each stretch, 1.8 s in all, at most the FTTI
-    (1 s) per message read, and is lost once its moved clock expires (2.1). Read before
-    the stretch was reported (a stall inside the poll), the read counts as moved already,
-    and c0 is lost right after the second stretch."""
+    """c0 sent its last heartbeat at 0 (read only after the daemon was away 0 to 0.9, before
+    or after that stretch was reported) and hung; a second stretch away follows (0.92 to
+    1.82). The heartbeat shows c0 alive at 0, its send time, not when it was read, so c0's
+    clock moves at most the FTTI (1 s) past 0 and c0 is lost right after the second
+    stretch. Until 2026-12-07 the read restored c0's allowance and excused it 1.8 s
+    (lost at 2.1)."""
     sup, cfg = _three_registered(tmp_path)
     assert (cfg.timing.ftti_s, cfg.timing.heartbeat_timeout_s) == (1.0, 0.3)
     if heard_first:
-        sup.on_heartbeat("c0", 0, 0.9)
+        sup.on_heartbeat("c0", 0, 0.9, sent=0.0)
         sup.postpone(0.0, 0.9, 0.9)
     else:
         sup.postpone(0.0, 0.9, 0.9)
-        sup.on_heartbeat("c0", 0, 0.9)
+        sup.on_heartbeat("c0", 0, 0.9, sent=0.0)
     for name in ("c1", "c2"):
         sup.on_heartbeat(name, 0, 0.92)
     sup.postpone(0.92, 0.9, 1.82)
     for name in ("c1", "c2"):
         sup.on_heartbeat(name, 0, 1.82)
-    lost = [(t, x.channel) for t in (1.82, 2.09, 2.11) for x in sup.tick(t)]
-    assert lost == [(1.82, "c0")] if heard_first else [(2.11, "c0")]
+    assert [(t, x.channel) for t in (1.82, 2.09, 2.11) for x in sup.tick(t)] == [(1.82, "c0")]
+
+
+def test_one_stale_heartbeat_after_two_stretches_in_one_turn_excuses_at_most_the_ftti(
+        tmp_path: Path) -> None:
+    """c2 sent its last heartbeat at 0 and hung. The daemon is away 0 to 0.9 and 0.9 to 1.8
+    while it handles c0's messages (one loop turn, no poll between), and c2's heartbeat is
+    read only at 1.8. Found by the review of 2026-12-07: the read restored c2's allowance
+    and excused all 1.8 s (lost at 2.11, not at the first tick back)."""
+    sup, _cfg = _three_registered(tmp_path)
+    sup.on_heartbeat("c0", 0, 0.9)
+    sup.postpone(0.0, 0.9, 0.9)
+    sup.on_heartbeat("c0", 0, 1.8)
+    sup.postpone(0.9, 0.9, 1.8)
+    sup.on_heartbeat("c1", 0, 1.8)
+    sup.on_heartbeat("c2", 0, 1.8, sent=0.0)  # waited in its socket through both
+    assert [x.channel for x in sup.tick(1.81)] == ["c2"]
+
+
+def test_a_stale_heartbeat_read_inside_a_long_stall_excuses_at_most_the_ftti(
+        tmp_path: Path) -> None:
+    """The daemon stopped 2 s inside its poll (50 ms timeout from 0.01); c0's heartbeat,
+    sent at 0 before it hung, is the first message read, before the stretch is reported.
+    It excuses c0 no more than the FTTI past 0: c0 is lost at the first tick back. Until
+    2026-12-07 the read counted as 1.94 s of credit and c0 was lost only at 2.31."""
+    sup, _cfg = _three_registered(tmp_path)
+    sup.on_heartbeat("c0", 0, 2.0, sent=0.0)
+    sup.postpone(0.06, 1.94, 2.0)
+    for name in ("c1", "c2"):
+        sup.on_heartbeat(name, 0, 2.0, sent=1.99)
+    assert [x.channel for x in sup.tick(2.01)] == ["c0"]
+
+
+@pytest.mark.parametrize("c0_read_first", [False, True])
+def test_a_channel_read_during_a_stretch_keeps_the_allowance_of_one_read_after_it(
+        tmp_path: Path, c0_read_first: bool) -> None:
+    """c0, c1 and c2 each computed through a stretch away (0 to 0.9) and answered at 0.89;
+    c0's answer is read at 0.9, before the stretch is reported, or after it, as the
+    others' are. The loop is then away 0.95 to 1.85 before any is read again. All three
+    are treated alike and none is lost. Until 2026-12-07 a read during the stretch counted
+    the stretch before it as moved already, and c0, read first, was lost."""
+    sup, _cfg = _three_registered(tmp_path)
+    for name in ("c0", "c1", "c2"):
+        sup.on_work_sent(name, 1, 1.0)
+    if c0_read_first:
+        sup.on_work_done("c0", 1, 0.9, sent=0.89)
+    sup.postpone(0.0, 0.9, 0.9)
+    for name in ("c1", "c2") if c0_read_first else ("c0", "c1", "c2"):
+        sup.on_work_done(name, 1, 0.901, sent=0.89)
+    sup.postpone(0.95, 0.9, 1.85)
+    assert sup.tick(1.85) == []
+    assert [x.channel for x in sup.tick(2.2)] == ["c0", "c1", "c2"]  # none heard since 0.89
+
+
+def test_a_send_stamp_after_the_read_counts_as_the_read(tmp_path: Path) -> None:
+    """A stamp later than the read (a clock that is not the daemon's, a bug in a channel)
+    is taken as the read time: no channel buys time with its own stamp."""
+    sup, _cfg = _three_registered(tmp_path)
+    sup.on_heartbeat("c0", 0, 0.1, sent=50.0)
+    assert [x.channel for x in sup.tick(0.41)] == ["c0", "c1", "c2"]
 
 
 def test_work_deadlines_move_at_most_the_ftti_while_the_channel_is_heard(tmp_path: Path) -> None:

@@ -1,0 +1,31 @@
+"""When a channel sent a message: a stamp every channel message carries, so that the daemon
+judges a channel's silence by when the channel last spoke, not by when the daemon got round
+to reading it (`safemon.channels.supervisor`, docs/SAFETY.md "Who is late").
+
+A message can wait in its socket for as long as the daemon's loop is away (a long message,
+the process descheduled or stopped). Read afterwards, it proves only that the channel was
+alive when it sent it. The stamp is the channel's `time.monotonic()` (an inline channel's is
+the daemon's own clock); every channel runs on the daemon's host, a process the daemon
+started, so both read the same CLOCK_MONOTONIC. The daemon never takes a stamp as later than
+the moment it read the message (`Supervisor._heard`), so a channel cannot buy time with a
+wrong stamp, only lose it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+__all__ = ["SENT_FIELD", "sent_at"]
+
+#: The header meta key that carries the stamp (monotonic seconds, a float).
+SENT_FIELD = "sent_s"
+
+
+def sent_at(meta: Mapping[str, object]) -> float | None:
+    """The send stamp in `meta`, or None when there is none or it is not a finite number
+    (the message is then taken as sent when it was read)."""
+    got = meta.get(SENT_FIELD)
+    if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+        return None
+    return float(got)
