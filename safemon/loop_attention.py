@@ -15,8 +15,9 @@ is time away. A stretch of at most `AWAY_THRESHOLD_S` is left to the channels' b
 which allow for a loop turn; a longer one is reported (`Away`) the next time the loop is
 about to judge anything, and the daemon moves the channels' open deadlines and silence
 clocks by it (`safemon.runtime.stimuli.LoopAway`, `Supervisor.postpone`), no deadline by
-more than `timing.ftti_s` in all and no silence clock by more than that between two
-messages read from the channel (`Supervisor.postpone`): a daemon away most of the time
+more than `timing.ftti_s` in all and no silence clock by more than that past when the
+channel was last known alive (the send stamp of the latest message read from it,
+`safemon.channels.sent_stamp`; `Supervisor.postpone`): a daemon away most of the time
 (overloaded) must still find a channel that stopped answering.
 
 What this does not cover: a poll that returns late (the process was descheduled inside it)

@@ -47,7 +47,6 @@ import numpy.typing as npt
 import structlog
 
 from safemon.channels.link import LINK_FIELD, link_ok
-from safemon.channels.sent_stamp import SENT_FIELD
 from safemon.channels.worker import ChannelWorker, Reply, _Crash
 from safemon.config import Config
 from safemon.transport import Kind, Message
@@ -96,9 +95,10 @@ class _InlineWorker(ChannelWorker):
         if corrupt:
             self.corrupted += 1  # the frame would fail its CRC at the daemon: never arrives
             return
-        meta = {**(meta or {}), SENT_FIELD: self._clock()}
+        # No send stamp (`safemon.channels.sent_stamp`): an inline channel runs only when the
+        # loop runs it, so what it sent counts from when the loop takes it, as it did before.
         if self._link is not None:
-            meta[LINK_FIELD] = self._link
+            meta = {**(meta or {}), LINK_FIELD: self._link}
         self.outbox.append(inline_message(kind, epoch=self.epoch if epoch is None else epoch,
                                           seq=seq, channel=self.name, meta=meta or {},
                                           arrays=arrays, parsed=parsed))

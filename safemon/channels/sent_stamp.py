@@ -2,13 +2,18 @@
 judges a channel's silence by when the channel last spoke, not by when the daemon got round
 to reading it (`safemon.channels.supervisor`, docs/SAFETY.md "Who is late").
 
-A message can wait in its socket for as long as the daemon's loop is away (a long message,
-the process descheduled or stopped). Read afterwards, it proves only that the channel was
-alive when it sent it. The stamp is the channel's `time.monotonic()` (an inline channel's is
-the daemon's own clock); every channel runs on the daemon's host, a process the daemon
-started, so both read the same CLOCK_MONOTONIC. The daemon never takes a stamp as later than
-the moment it read the message (`Supervisor._heard`), so a channel cannot buy time with a
-wrong stamp, only lose it.
+A message can wait in its socket for as long as the daemon's loop does not read it (a long
+message, the process descheduled or stopped, a round of inline channels). Read afterwards, it
+proves only that the channel was alive when it sent it. Process and stream channels stamp
+every message with their `time.monotonic()`; every channel runs on the daemon's host, a
+process the daemon started, so both read the same CLOCK_MONOTONIC. The daemon never takes a
+stamp as later than the moment it read the message (`Supervisor._heard`), so a channel
+cannot buy time with a wrong stamp, only lose it.
+
+Inline channels (`safemon.channels.inline`) send no stamp: they run only when the daemon's
+loop runs them, one after another, so a message an inline channel made before the loop ran
+the other channels would make it look silent for their time; what an inline channel sent
+counts from when the loop takes it.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class _Slot:
     handle: ChannelHandle | None = None
     started_at: float = 0.0
     # When its heartbeat timeout starts to run, unless its work excuses more: when it was
-    # last heard, moved later by `postpone`. None until it registers.
+    # last known alive (`alive`), moved later by `postpone`. None until it registers.
     last_seen: float | None = None
     heard: float | None = None  # when it was last heard (as read; never moved)
     # The latest send time of a message read from it (never after that message was read):

@@ -446,3 +446,32 @@ def test_an_answer_to_work_counts_as_a_heartbeat(tmp_path: Path) -> None:
     sup.on_work_done("c0", ("weight", "never sent"), answered + timeout / 2)
     lost = sup.tick(answered + timeout + 0.01)
     assert [(x.channel, x.kind) for x in lost] == [("c0", "heartbeat_lost")]
+
+
+def test_work_sent_after_a_channels_silence_ran_out_excuses_it_again(tmp_path: Path) -> None:
+    """The gap docs/SAFETY.md names ("Who is late"): c2 sent its last heartbeat at 0 and hung.
+    Its silence runs out at 0.8, but before the supervisor's next tick (1.31) the timers send
+    it a self-test (deadline 1.81), which excuses it again; a stretch away (1.32 to 2.22)
+    then moves that deadline too. It is still found, within the FTTI of that deadline
+    (lost at 2.61: 2.31 plus the 0.3 s timeout), not at 2.22. Found by the third review."""
+    sup, _cfg = _three_registered(tmp_path)
+
+    def others(t: float) -> None:
+        for name in ("c0", "c1"):
+            sup.on_heartbeat(name, 0, t, sent=t)
+
+    sup.on_heartbeat("c2", 0, 0.55, sent=0.0)
+    sup.postpone(0.05, 0.5, 0.55)
+    others(0.55)
+    assert sup.tick(0.79) == []
+    others(0.79)
+    sup.postpone(0.81, 0.5, 1.31)
+    others(1.31)
+    sup.on_work_sent("c2", 7, 1.81)
+    assert sup.tick(1.31) == []
+    sup.postpone(1.32, 0.9, 2.22)
+    others(2.22)
+    assert sup.tick(2.22) == []
+    others(2.6)
+    assert [(x.channel, x.detail) for x in sup.tick(2.62)] == [
+        ("c2", "silent for 1.620 s, 0.310 s past its work's deadline")]

@@ -330,3 +330,34 @@ def test_an_exception_in_an_inline_channel_is_a_crash_of_that_channel(
         for _ in range(3):
             assert same_bits(client.matmul(x, wid, timeout=1.0), ref)
         assert daemon.stopped.is_set() is False
+
+
+def test_inline_channels_computing_a_request_in_turn_stay_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three inline channels on the NumPy backend compute a request one after another, 0.3 s
+    each (default heartbeats: every 0.1 s, lost after 0.5 s): c0 sends its RESULT, then
+    waits 0.6 s while the loop runs c1 and c2. That time is not c0's silence. Found by the
+    third review of 2026-12-07: with inline messages stamped at their send, c0 was lost
+    ("silent for 0.61 s") and restarted after the first request."""
+    real = inline._InlineWorker._request_steps
+
+    def steps(self: Any, msg: Any) -> Generator[None, None, Any]:
+        if msg.meta.get("job") == "live":
+            time.sleep(0.3)  # host compute, in the round's launch
+        return (yield from real(self, msg))
+
+    monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
+    # request_deadline_s 1.5 stands for the price of that compute (admission allows it)
+    timing = {"request_deadline_s": 1.5, "dti_s": 1.0, "selftest_deadline_s": 0.2,
+              "scrub_interval_s": 10.0, "heartbeat_interval_s": 0.1,
+              "heartbeat_timeout_s": 0.5, "ftti_s": 2.0}
+    cfg = make_config(tmp_path, "2oo3", placement="inline", extra={"timing": timing})
+    x, w = operands()
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        for _ in range(3):
+            assert same_bits(client.matmul(x, wid, timeout=3.0), reference(x, w, cfg))
+            time.sleep(0.3)
+        st = client.status()
+        assert [f for f in st["faults"] if f.get("kind") == "heartbeat_lost"] == []
+        assert [c["incarnation"] for c in st["channels"]] == [0, 0, 0]
