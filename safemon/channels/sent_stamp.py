@@ -1,6 +1,6 @@
-"""When a channel sent a message: a stamp every channel message carries, so that the daemon
-judges a channel's silence by when the channel last spoke, not by when the daemon got round
-to reading it (`safemon.channels.supervisor`, docs/SAFETY.md "Who is late").
+"""When a channel sent a message: a stamp every message of a process or stream channel
+carries, so that the daemon judges a channel's silence by when the channel last spoke, not by
+when the daemon got round to reading it (`safemon.channels.supervisor`, docs/SAFETY.md "Who is late").
 
 A message can wait in its socket for as long as the daemon's loop does not read it (a long
 message, the process descheduled or stopped, a round of inline channels). Read afterwards, it

@@ -251,11 +251,11 @@ class Supervisor:
         """The daemon read no channel message for `seconds` of the time after `since` (its
         loop was busy, stalled or descheduled; `safemon.loop_attention`): that time is not
         counted as any channel's silence. A channel whose silence would expire after `since`
-        (its registration, or its heartbeat timeout, which runs from when it was last heard
-        or the deadline of its unanswered work) has that clock moved later:
+        (its registration, or its heartbeat timeout, which runs from when it was last known
+        alive or the deadline of its unanswered work) has that clock moved later:
         - its registration or heartbeat clock by the part of the stretch after it (all of
           `seconds` for a clock before `since`; a clock inside the stretch was set by a
-          message sent then), never past `now`, and never more than `timing.ftti_s` past
+          message sent, or for an inline channel taken, then), never past `now`, and never more than `timing.ftti_s` past
           when the channel started or was last known alive (the send time of the latest
           message read from it: `_heard`);
         - each deadline of its unanswered work by as much as the clock may still move
