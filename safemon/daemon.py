@@ -832,7 +832,7 @@ class Daemon:
             assert self.supervisor is not None
             key = (_SCRUB_KEY if e.kind is Kind.CONTROL and e.meta.get("command") == "scrub"
                    else _work_key(e.seq, e.weight_id))
-            self.supervisor.on_work_sent(e.channel, key, e.busy_until)
+            self.supervisor.on_work_sent(e.channel, key, e.busy_until, self.clock())
         return sent
 
     def _send_to(self, name: str, kind: Kind, seq: int, meta: dict[str, Any],

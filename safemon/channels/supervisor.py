@@ -22,7 +22,8 @@ registration of a large weight drove a CPU daemon to SAFE). A channel still sile
 lost as before; a missed request or
 self-test deadline (or weight acknowledgement) has blamed it in the meantime. Only the
 earliest deadline counts, so work that keeps arriving (self-tests every DTI) never keeps a
-hung channel alive.
+hung channel alive, and work sent after a channel's silence has run out excuses nothing until
+the channel is heard after it (a silence that began before the work is not the work's).
 
 Time is passed in (`now`, monotonic seconds), so every rule is testable without sleeping
 (STYLE.md item 9). Not thread-safe: the daemon's loop thread owns it.
@@ -89,6 +90,9 @@ class _Slot:
     work: dict[Hashable, float] = field(default_factory=dict)
     # key -> seconds `postpone` moved that work's deadline in all (at most `ftti_s`)
     work_moved: dict[Hashable, float] = field(default_factory=dict)
+    # Work sent when its silence had already run out (key -> when it was sent): it excuses
+    # nothing until a message sent at or after that time is read from the channel.
+    work_late: dict[Hashable, float] = field(default_factory=dict)
     watching: bool = False  # a loss is reported once, then watching stops
     # Seconds `postpone` moved its registration or heartbeat clock past when it started or
     # was last known alive (at most `ftti_s`)
@@ -209,13 +213,25 @@ class Supervisor:
         self._heard(slot, now, sent)
         return None
 
-    def on_work_sent(self, channel: str, key: Hashable, deadline: float) -> None:
+    def on_work_sent(self, channel: str, key: Hashable, deadline: float, now: float) -> None:
         """Work `key` (its sequence number, or a weight's id) with this `deadline` (same
-        clock) went to `channel`'s current incarnation: it may be silent until then."""
+        clock) went to `channel`'s current incarnation at `now`: it may be silent until
+        then. Work sent after its silence has run out (at `now` it has been silent for
+        longer than the heartbeat timeout, and the next `tick` would report it lost)
+        excuses nothing until a message the channel sent at or after `now` is read: work
+        cannot explain a silence that began before it was sent, and the core's timers and
+        the client requests of a loop turn come before the supervisor's tick."""
         slot = self._slots.get(channel)
-        if slot is not None and slot.watching:
-            slot.work[key] = deadline
-            slot.work_moved.pop(key, None)
+        if slot is None or not slot.watching:
+            return
+        late = (slot.last_seen is not None
+                and now - self._silent_since(slot) > self.config.timing.heartbeat_timeout_s)
+        slot.work[key] = deadline
+        slot.work_moved.pop(key, None)
+        if late:
+            slot.work_late[key] = now
+        else:
+            slot.work_late.pop(key, None)
 
     def on_work_done(self, channel: str, key: Hashable, now: float,
                      sent: float | None = None) -> None:
@@ -227,6 +243,7 @@ class Supervisor:
         if slot is None:
             return
         slot.work_moved.pop(key, None)
+        slot.work_late.pop(key, None)
         if slot.work.pop(key, None) is not None and slot.watching:
             self._heard(slot, now, sent)
 
@@ -243,6 +260,8 @@ class Supervisor:
         slot.heard = now
         if slot.alive is None or alive > slot.alive:
             slot.alive = alive
+        for key in [k for k, at in slot.work_late.items() if at <= slot.alive]:
+            del slot.work_late[key]  # heard since it was sent: it excuses again
         if slot.last_seen is None or slot.alive > slot.last_seen:
             slot.last_seen = slot.alive
         slot.moved = slot.last_seen - slot.alive
@@ -299,13 +318,17 @@ class Supervisor:
     def _silent_since(slot: _Slot) -> float:
         """When the heartbeat timeout of a registered channel starts to run: its heartbeat
         clock (`last_seen`), or the earliest deadline of its unanswered work due after it
-        was last heard, if that is later. Work due before it was heard is dropped."""
+        was last heard, if that is later; work sent after its silence had run out counts
+        only once it was heard since (`on_work_sent`). Work due before it was heard is
+        dropped."""
         assert slot.last_seen is not None and slot.heard is not None
         heard = slot.heard
         for key in [k for k, d in slot.work.items() if d <= heard]:
             del slot.work[key]
             slot.work_moved.pop(key, None)
-        return max(slot.last_seen, min(slot.work.values(), default=slot.last_seen))
+            slot.work_late.pop(key, None)
+        excusing = [d for k, d in slot.work.items() if k not in slot.work_late]
+        return max(slot.last_seen, min(excusing, default=slot.last_seen))
 
     def tick(self, now: float) -> list[Lost]:
         """Carry out due restarts and report channels found lost at `now`."""
@@ -384,6 +407,7 @@ class Supervisor:
         slot.moved = 0.0
         slot.work.clear()
         slot.work_moved.clear()
+        slot.work_late.clear()
         slot.watching = True
         slot.handle = self.launcher.start(name, slot.incarnation, self.epoch)
         log.info("channel_started", channel=name, incarnation=slot.incarnation)
