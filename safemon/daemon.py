@@ -214,6 +214,9 @@ class Daemon:
         #: when the loop last read its channels' messages (`safemon.loop_attention`); from
         #: `run` on
         self._attention: LoopAttention | None = None
+        #: the time up to which the loop's time away has been reported to the supervisor
+        #: (`_attend`): work sent to a channel is judged late or not then (`_send_channel`)
+        self._attended_at = -float("inf")
 
     # ================================================================== the core's roles
 
@@ -832,7 +835,9 @@ class Daemon:
             assert self.supervisor is not None
             key = (_SCRUB_KEY if e.kind is Kind.CONTROL and e.meta.get("command") == "scrub"
                    else _work_key(e.seq, e.weight_id))
-            self.supervisor.on_work_sent(e.channel, key, e.busy_until, self.clock())
+            # Judged late or not as of the time away reported so far: a stall since then
+            # (inside this stimulus) is not the channel's silence (supervisor).
+            self.supervisor.on_work_sent(e.channel, key, e.busy_until, self._attended_at)
         return sent
 
     def _send_to(self, name: str, kind: Kind, seq: int, meta: dict[str, Any],
@@ -952,14 +957,18 @@ class Daemon:
         effects fed back stays queued for the caller's `_feed` (`_start_listening` feeds it
         itself), so it reaches the core after the stimulus the stretch preceded. The voter's
         and the scheduler's `Postpone` move no clock, so a stimulus stamped before `now`
-        (one `_advance` feeds after its tick) is never "time going backwards" for them."""
+        (one `_advance` feeds after its tick) is never "time going backwards" for them.
+        Once reported, `now` is the time at which work sent to channels is judged late or
+        not (`_attended_at`)."""
         if gone is None and self._attention is not None:
             gone = self._attention.away(now)
         if gone is None:
+            self._attended_at = max(self._attended_at, now)
             return
         assert self.supervisor is not None
         try:
             self.supervisor.postpone(gone.since, gone.seconds, now)
+            self._attended_at = max(self._attended_at, now)
             self._handle(st.LoopAway(gone.since, gone.seconds, now, st.stimulus_id("away")))
         except Exception as exc:  # the loop must survive it, and so must the message after
             cause = exc.cause if isinstance(exc, StimulusFailed) else exc

@@ -23,7 +23,8 @@ lost as before; a missed request or
 self-test deadline (or weight acknowledgement) has blamed it in the meantime. Only the
 earliest deadline counts, so work that keeps arriving (self-tests every DTI) never keeps a
 hung channel alive, and work sent after a channel's silence has run out excuses nothing until
-the channel is heard after it (a silence that began before the work is not the work's).
+a message the channel sent at or after it is read (a silence that began before the work is not
+the work's).
 
 Time is passed in (`now`, monotonic seconds), so every rule is testable without sleeping
 (STYLE.md item 9). Not thread-safe: the daemon's loop thread owns it.
@@ -215,12 +216,16 @@ class Supervisor:
 
     def on_work_sent(self, channel: str, key: Hashable, deadline: float, now: float) -> None:
         """Work `key` (its sequence number, or a weight's id) with this `deadline` (same
-        clock) went to `channel`'s current incarnation at `now`: it may be silent until
-        then. Work sent after its silence has run out (at `now` it has been silent for
-        longer than the heartbeat timeout, and the next `tick` would report it lost)
-        excuses nothing until a message the channel sent at or after `now` is read: work
-        cannot explain a silence that began before it was sent, and the core's timers and
-        the client requests of a loop turn come before the supervisor's tick."""
+        clock) went to `channel`'s current incarnation: it may be silent until then. `now`
+        is when the work is judged: a time up to which the daemon's time away has been
+        reported (`postpone`), the time of the stimulus that sent it; the actual send may
+        come later, and a stall between the two is not yet counted.
+
+        Work sent after the channel's silence has run out (at `now` it has been silent for
+        longer than the heartbeat timeout) is late: it cannot explain a silence that began
+        before it. Late work excuses nothing until a message the channel sent at or after
+        `now` is read, and while some of its work is late, its other work excuses it until
+        the earliest deadline of all its work, late or not, as before (`_silent_since`)."""
         slot = self._slots.get(channel)
         if slot is None or not slot.watching:
             return
@@ -318,17 +323,19 @@ class Supervisor:
     def _silent_since(slot: _Slot) -> float:
         """When the heartbeat timeout of a registered channel starts to run: its heartbeat
         clock (`last_seen`), or the earliest deadline of its unanswered work due after it
-        was last heard, if that is later; work sent after its silence had run out counts
-        only once it was heard since (`on_work_sent`). Work due before it was heard is
-        dropped."""
+        was last heard, if that is later. Late work (`on_work_sent`) never moves it later
+        than without it: when all its work is late, the heartbeat clock alone counts, and
+        otherwise the earliest deadline of all its work, late or not. Work due before it
+        was heard is dropped."""
         assert slot.last_seen is not None and slot.heard is not None
         heard = slot.heard
         for key in [k for k, d in slot.work.items() if d <= heard]:
             del slot.work[key]
             slot.work_moved.pop(key, None)
             slot.work_late.pop(key, None)
-        excusing = [d for k, d in slot.work.items() if k not in slot.work_late]
-        return max(slot.last_seen, min(excusing, default=slot.last_seen))
+        if all(k in slot.work_late for k in slot.work):  # none, or all of it late
+            return slot.last_seen
+        return max(slot.last_seen, min(slot.work.values()))
 
     def tick(self, now: float) -> list[Lost]:
         """Carry out due restarts and report channels found lost at `now`."""

@@ -505,3 +505,61 @@ def test_late_work_excuses_again_once_the_channel_is_heard_after_it(tmp_path: Pa
     assert sup.tick(0.9) == []
     others(0.96)
     assert [x.channel for x in sup.tick(0.96)] == ["c0"]
+
+
+def test_late_work_never_widens_the_excuse_of_earlier_work(tmp_path: Path) -> None:
+    """c0, last heard at 0, is sent work due at 0.9 at 0.5, after its silence ran out: late.
+    A heartbeat it sent at 0.45, read at 0.55, shows it alive before that work, so the mark
+    stays, and work sent at 0.56 (due at 3.0) is not late. c0 hangs: it is lost 0.3 s after
+    the earliest deadline of all its work (0.9), as without the late mark, not after the
+    later one (3.3). The review of 687947d found it lost at 3.3 there: late work was left out
+    of the minimum."""
+    sup, cfg = _three_registered(tmp_path)
+    timeout = cfg.timing.heartbeat_timeout_s
+
+    def others(t: float) -> None:
+        for name in ("c1", "c2"):
+            sup.on_heartbeat(name, 0, t, sent=t)
+
+    sup.on_work_sent("c0", 1, 0.9, 0.5)
+    assert sup._slots["c0"].work_late == {1: 0.5}
+    sup.on_heartbeat("c0", 0, 0.55, sent=0.45)
+    sup.on_work_sent("c0", 2, 3.0, 0.56)
+    assert sup._slots["c0"].work_late == {1: 0.5}
+    others(0.9 + timeout)
+    assert sup.tick(0.9 + timeout) == []
+    others(0.9 + timeout + 0.01)
+    assert [x.channel for x in sup.tick(0.9 + timeout + 0.01)] == ["c0"]
+
+
+def test_work_is_judged_late_as_of_the_time_away_reported(tmp_path: Path) -> None:
+    """A healthy c0 heartbeats every 0.1 s up to 1.0; a request read at 1.01 is sent to it
+    (due at 2.6) after the daemon stalled 0.6 s inside that stimulus, and the stall
+    (1.0 to 1.62) is reported only afterwards; c0 computes the request until 2.2 and
+    answers. Judged at the stimulus's time (1.01), as the daemon does, the work is not late
+    and c0 is kept. Judged at the send (1.61), before the stall is reported, c0 would look
+    silent for 0.61 s, the work would be late, and c0 would be lost at 1.93: the review of
+    687947d found that (the daemon judged at its clock then)."""
+    def run(judged_at: float) -> list[str]:
+        sup, _cfg = _three_registered(tmp_path)
+        lost: list[str] = []
+        for k in range(1, 11):
+            t = k / 10
+            for name in ("c0", "c1", "c2"):
+                sup.on_heartbeat(name, 0, t, sent=t)
+        sup.on_work_sent("c0", 1, 2.6, judged_at)
+        sup.postpone(1.0, 0.62, 1.62)
+        for k in range(1, 7):  # what c0 sent during the stall, before the request reached it
+            sup.on_heartbeat("c0", 0, 1.63, sent=1.0 + k / 10)
+        t = 1.63
+        while t < 2.3:
+            t = round(t + 0.01, 2)
+            for name in ("c1", "c2"):
+                sup.on_heartbeat(name, 0, t, sent=t)
+            if t == 2.21:
+                sup.on_work_done("c0", 1, t, sent=2.2)
+            lost += [x.channel for x in sup.tick(t)]
+        return lost
+
+    assert run(1.01) == []
+    assert run(1.61) == ["c0"]

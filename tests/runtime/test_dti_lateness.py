@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from safemon.daemon import Daemon
+from safemon.runtime import stimuli as st
 from tests.runtime.helpers import make_config, operands, reference, same_bits, system, wait_for
 
 
@@ -65,4 +67,49 @@ def test_a_stalled_daemon_loop_blames_no_channel_and_keeps_serving(tmp_path: Pat
         assert wait_for(lambda: _count(daemon, "safemon_selftests_total", "c0", result="pass") >= before + 2)
         assert same_bits(client.matmul(x, wid, timeout=1.0), reference(x, w, cfg))
         assert _count(daemon, "safemon_dti_overruns_total", "c0") == 0
+        assert client.status()["mode"] == "NORMAL"
+
+
+def test_work_sent_after_a_stall_inside_its_stimulus_is_judged_at_the_stimulus(tmp_path: Path) -> None:
+    """Who is late, for the supervisor's liveness rule: the daemon stalls 0.4 s (more than
+    the 0.3 s heartbeat timeout) after a client request is read and before it sends the
+    request's work to the channels. The stall is reported to the supervisor only at the next
+    loop turn, so the work must be judged late or not as of the request's time, when every
+    stretch before it had been reported, not as of the send: every channel's work is handed
+    to the supervisor with the request's time, and the request is
+    answered bit-exact with the system NORMAL. (Judged at the send, each healthy channel
+    would have looked silent for the stall and its work late: the review of 687947d.)"""
+    cfg = make_config(tmp_path, "2oo3")
+    assert cfg.timing.heartbeat_timeout_s < 0.4
+    x, w = operands(4)
+    with system(cfg) as (daemon, client):
+        wid = client.register_weight(w)
+        sup = daemon.supervisor
+        assert sup is not None
+        judged: list[tuple[str, float]] = []
+        stall: dict[str, float] = {}
+        real_sent, real_handle = sup.on_work_sent, daemon._handle
+
+        def on_work_sent(channel: str, key: Any, deadline: float, now: float) -> None:
+            if "from" in stall and "done" not in stall:
+                judged.append((channel, now))
+            real_sent(channel, key, deadline, now)
+
+        def handle(stim: st.Stimulus) -> None:
+            if isinstance(stim, st.IngressMessage) and "from" not in stall:
+                stall["at"] = stim.now
+                time.sleep(0.4)
+                stall["from"] = daemon.clock()
+                try:
+                    real_handle(stim)
+                finally:
+                    stall["done"] = 1.0
+                return
+            real_handle(stim)
+
+        sup.on_work_sent = on_work_sent  # type: ignore[method-assign]
+        daemon._handle = handle  # type: ignore[method-assign]
+        assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
+        assert sorted(c for c, _ in judged) == ["c0", "c1", "c2"]
+        assert all(now == stall["at"] for _, now in judged), (judged, stall)
         assert client.status()["mode"] == "NORMAL"
