@@ -23,7 +23,7 @@ lost as before; a missed request or
 self-test deadline (or weight acknowledgement) has blamed it in the meantime. Only the
 earliest deadline counts, so work that keeps arriving (self-tests every DTI) never keeps a
 hung channel alive, and work sent after a channel's silence has run out excuses nothing until
-a message the channel sent at or after it is read (a silence that began before the work is not
+a message the channel sent at or after it is read (a silence that had already run out is not
 the work's).
 
 Time is passed in (`now`, monotonic seconds), so every rule is testable without sleeping
@@ -217,9 +217,9 @@ class Supervisor:
     def on_work_sent(self, channel: str, key: Hashable, deadline: float, now: float) -> None:
         """Work `key` (its sequence number, or a weight's id) with this `deadline` (same
         clock) went to `channel`'s current incarnation: it may be silent until then. `now`
-        is when the work is judged: a time up to which the daemon's time away has been
-        reported (`postpone`), the time of the stimulus that sent it; the actual send may
-        come later, and a stall between the two is not yet counted.
+        is when the work is judged: the latest time up to which the daemon's time away has
+        been reported (`postpone`), the time of the stimulus that sent it or later; the
+        actual send may come later, and a stall between the two is not yet counted.
 
         Work sent after the channel's silence has run out (at `now` it has been silent for
         longer than the heartbeat timeout) is late: it cannot explain a silence that began
