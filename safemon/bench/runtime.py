@@ -193,7 +193,9 @@ def _baselines(cp: Any, sizes: Sequence[VoteBenchSize], ops: dict[str, Any], mod
 
 
 def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, Any], x: Any,
-                           variant: Any, n: int, warmup: int
+                           variant: Any, n: int, warmup: int,
+                           priorities: Sequence[int] | None = None,
+                           two_done: list[float] | None = None
                            ) -> tuple[list[float], list[float]]:
     """Seconds (wall) of three forward passes as the channels' device steps run them, back
     to back and side by side: each pass, its copy of x and its digests and read-backs
@@ -212,6 +214,12 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
     uncaptured forwards (`run_model`) queue their kernels from Python, and at 64×4096
     that queuing, not the GPU, sets their pace.
 
+    `priorities`: the three side-by-side streams' CUDA priorities (None: CUDA's default for
+    all three), as `safemon.channels.stream_priority` gives inline channels. `two_done`: a
+    list to which each timed side-by-side round appends the seconds until the first two
+    passes were done (their streams are waited for first), which is when a 2oo3 quorum of
+    inline channels could be answered.
+
     Raises:
         SafemonError: a pass whose checks failed or whose digests differ.
         UncorrectableError: a weight that fails its ECC check.
@@ -224,7 +232,8 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
     steps, streams = [], []
     want: Any = None  # the digest frame every pass must give (the first pass by hand)
     for i in range(3):
-        stream = cp.cuda.Stream(non_blocking=True)
+        stream = (cp.cuda.Stream(non_blocking=True) if priorities is None
+                  else cp.cuda.Stream(non_blocking=True, priority=priorities[i]))
         streams.append(stream)
         with stream, lane(("bench-graph", i)):
             biases = device_biases(layers)  # uploaded on the pass's stream, as a channel does
@@ -254,9 +263,13 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
             t0 = time.perf_counter()
             for step, stream in zip(steps, on, strict=True):
                 step.launch(stream)
-            for stream in on:
-                stream.synchronize()
+            on[0].synchronize()
+            on[1].synchronize()
+            t_two = time.perf_counter()
+            on[2].synchronize()
             t1 = time.perf_counter()
+            if kind == 1 and two_done is not None and r >= warmup:
+                two_done.append(t_two - t0)
             for i, step in enumerate(steps):
                 with lane(("bench-graph", i)):
                     res = step.outputs.finish()

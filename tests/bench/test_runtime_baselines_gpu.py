@@ -43,6 +43,36 @@ def test_captured_passes_are_timed_once_per_round(ecc: bool) -> None:
 
 
 @pytest.mark.gpu
+def test_side_by_side_passes_run_on_streams_of_the_priorities_given() -> None:
+    """The quorum-first priorities inline channels get: every side-by-side round still
+    checks all three passes' digests, and the time until the first two were done is
+    recorded for each timed round and is never later than the round's end."""
+    import cupy as cp
+
+    from safemon.bench.runtime import _three_captured_passes
+    from safemon.config import VariantConfig
+
+    least, greatest = cp.cuda.runtime.deviceGetStreamPriorityRange()
+    made: list[Any] = []
+    real_stream = cp.cuda.Stream
+
+    def recording_stream(*args: Any, **kwargs: Any) -> Any:
+        made.append(kwargs.get("priority"))
+        return real_stream(*args, **kwargs)
+
+    layers, kept, x = _model(cp, ecc=True)
+    two: list[float] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cp.cuda, "Stream", recording_stream)
+        _serial, side_by_side = _three_captured_passes(
+            cp, layers, kept, x, VariantConfig(), n=4, warmup=2,
+            priorities=[greatest, greatest, least], two_done=two)
+    assert made[:3] == [greatest, greatest, least]
+    assert len(two) == len(side_by_side) == 4
+    assert all(0 < t <= s for t, s in zip(two, side_by_side, strict=True))
+
+
+@pytest.mark.gpu
 def test_a_weight_that_fails_its_ecc_check_is_not_timed() -> None:
     """Two flipped bits in one word of a protected weight: uncorrectable, so the first pass,
     run by hand before any capture, raises and nothing is timed."""
