@@ -284,6 +284,7 @@ class InlineChannels:
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = frozenset(names)
+        self._order = names  # configured order: rounds finish the channels in it
         self._current: dict[str, InlineChannel] = {}
 
     def install(self, channel: InlineChannel) -> None:
@@ -319,8 +320,11 @@ class InlineChannels:
         (2oo3) is answered before the third channel's wait and read-back. What it does to the
         channels meanwhile (a message delivered, a channel stopped) is seen by this round
         only as a stopped channel's finish doing nothing; new messages wait for the next
-        round."""
-        chans = list(self._current.values())
+        round. Channels launch and finish in configured order, whatever order their
+        incarnations were installed in: the first ones are those whose streams go first
+        on the GPU (`safemon.channels.stream_priority`), so a 2oo3 quorum is waited for
+        before the third channel."""
+        chans = [self._current[n] for n in self._order if n in self._current]
         for ch in chans:
             ch.launch()
         for ch in chans:

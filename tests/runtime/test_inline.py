@@ -163,6 +163,35 @@ def test_a_lockstep_round_queues_every_channel_before_waiting(
     assert not chans.deliver("c9", Kind.REQUEST, epoch=7, seq=1, meta={})  # no such channel
 
 
+def test_a_round_finishes_channels_in_configured_order_whatever_their_install_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Incarnations installed c2, c0, c1 (as restarts may leave them): a round still waits
+    for c0 and c1 first, the channels whose streams go first on the GPU
+    (`safemon.channels.stream_priority`), so a 2oo3 quorum is not held behind c2."""
+    events: list[str] = []
+
+    def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
+        events.append(f"queue {self.name}")
+        yield
+        events.append(f"wait {self.name}")
+        return Reply({"job": "live", "variant": self.name, "ok": False, "kernel_seconds": 0.0,
+                      "error": "channel_error: probe"}, (), False, 0.0)
+
+    monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
+    monkeypatch.setattr(inline._InlineWorker, "_warm_up", lambda self: None)
+    cfg = make_config(tmp_path, "2oo3", placement="inline")
+    chans = inline.InlineChannels(("c0", "c1", "c2"))
+    for name in ("c2", "c0", "c1"):
+        ch = inline.InlineChannel(cfg, name, incarnation=0, epoch=7, link=None)
+        chans.install(ch)
+        ch.start()
+    for i, name in enumerate(("c0", "c1", "c2")):
+        assert chans.deliver(name, Kind.REQUEST, epoch=7, seq=40 + i,
+                             meta={"job": "live", "weight_id": "w", "deadline_ms": 100.0})
+    chans.run_round()
+    assert events == ["queue c0", "queue c1", "queue c2", "wait c0", "wait c1", "wait c2"]
+
+
 def _record_round_events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     """Make every inline channel's live step stop once before its wait, as a device-resident
     step does, and record, in order: each channel's wait ("wait", name), each live RESULT
