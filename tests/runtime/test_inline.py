@@ -99,11 +99,11 @@ def test_a_slow_inline_channel_does_not_hold_up_the_loop(tmp_path: Path) -> None
         assert wait_for(lambda: any(f["channel"] == "c0" for f in client.status()["faults"]))
 
 
-def test_a_lockstep_round_queues_every_channel_before_waiting(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The contract of `InlineChannels.run_round`: each channel's step generator runs to
-    its yield (work queued) before any is resumed (the wait), and each RESULT carries its
-    own channel's reply."""
+def _recording_channels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        install_order: tuple[str, ...]) -> tuple[inline.InlineChannels, list[str]]:
+    """Inline channels c0, c1, c2 (configured in that order, installed in `install_order`)
+    whose live step records "queue NAME" before its yield and "wait NAME" after it, and
+    answers a RESULT carrying its channel's name as its variant."""
     events: list[str] = []
 
     def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
@@ -117,10 +117,19 @@ def test_a_lockstep_round_queues_every_channel_before_waiting(
     monkeypatch.setattr(inline._InlineWorker, "_warm_up", lambda self: None)
     cfg = make_config(tmp_path, "2oo3", placement="inline")
     chans = inline.InlineChannels(("c0", "c1", "c2"))
-    for name in ("c0", "c1", "c2"):
+    for name in install_order:
         ch = inline.InlineChannel(cfg, name, incarnation=0, epoch=7, link=None)
         chans.install(ch)
         ch.start()
+    return chans, events
+
+
+def test_a_lockstep_round_queues_every_channel_before_waiting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contract of `InlineChannels.run_round`: each channel's step generator runs to
+    its yield (work queued) before any is resumed (the wait), and each RESULT carries its
+    own channel's reply."""
+    chans, events = _recording_channels(tmp_path, monkeypatch, ("c0", "c1", "c2"))
 
     def deliver_round(first_seq: int) -> None:
         for i, name in enumerate(("c0", "c1", "c2")):
@@ -168,23 +177,7 @@ def test_a_round_finishes_channels_in_configured_order_whatever_their_install_or
     """Incarnations installed c2, c0, c1 (as restarts may leave them): a round still waits
     for c0 and c1 first, the channels whose streams go first on the GPU
     (`safemon.channels.stream_priority`), so a 2oo3 quorum is not held behind c2."""
-    events: list[str] = []
-
-    def steps(self: Any, msg: Any) -> Generator[None, None, Reply]:
-        events.append(f"queue {self.name}")
-        yield
-        events.append(f"wait {self.name}")
-        return Reply({"job": "live", "variant": self.name, "ok": False, "kernel_seconds": 0.0,
-                      "error": "channel_error: probe"}, (), False, 0.0)
-
-    monkeypatch.setattr(inline._InlineWorker, "_request_steps", steps)
-    monkeypatch.setattr(inline._InlineWorker, "_warm_up", lambda self: None)
-    cfg = make_config(tmp_path, "2oo3", placement="inline")
-    chans = inline.InlineChannels(("c0", "c1", "c2"))
-    for name in ("c2", "c0", "c1"):
-        ch = inline.InlineChannel(cfg, name, incarnation=0, epoch=7, link=None)
-        chans.install(ch)
-        ch.start()
+    chans, events = _recording_channels(tmp_path, monkeypatch, ("c2", "c0", "c1"))
     for i, name in enumerate(("c0", "c1", "c2")):
         assert chans.deliver(name, Kind.REQUEST, epoch=7, seq=40 + i,
                              meta={"job": "live", "weight_id": "w", "deadline_ms": 100.0})
