@@ -12,7 +12,8 @@ every pass's digests against a pass run by hand), in alternating rounds:
   deployment (the first two streams at the greatest priority, the third at the least).
 Per arm it reports the median time until the first two passes are done (when a quorum could
 be answered) and until all three are (when the lockstep round ends), with the back-to-back
-passes and one unprotected cupy.matmul forward for scale. Nothing is asserted.
+passes for scale (`safemon bench vote --runtime` times the cupy.matmul forward). Nothing
+is asserted.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import time
 
 import cupy as cp
 import numpy as np
@@ -30,7 +30,6 @@ from safemon.channels.stream_priority import stream_priority
 from safemon.config import Config, VariantConfig
 from safemon.ecc import ProtectedArray
 from safemon.kernels.backend import Backend
-from safemon.kernels.model_gpu import launch_epilogue
 from safemon.models import Layer
 from safemon.models.activations import Activation
 
@@ -74,24 +73,6 @@ def main() -> int:
             rows.setdefault(f"{name}: three back to back (one stream)", []).extend(
                 s * 1e6 for s in serial)
         print(f"round {r + 1} of {args.rounds} done", flush=True)
-    dw = {k: cp.asarray(w) for k, w in hosts.items()}
-    biases = [cp.asarray(ly.bias) for ly in layers]
-
-    def plain_forward() -> None:
-        hh = x
-        for ly, b in zip(layers, biases, strict=True):
-            hh = cp.matmul(hh, dw[ly.weight_id])
-            launch_epilogue(hh, b, ly.act)
-
-    for _ in range(5):
-        plain_forward()
-    cp.cuda.get_current_stream().synchronize()
-    walls = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        plain_forward()
-        cp.cuda.get_current_stream().synchronize()
-        walls.append((time.perf_counter() - t0) * 1e6)
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
     name = name.decode() if isinstance(name, bytes) else name
     print(f"# Stream priorities and the MLP's captured passes: {name}, "
@@ -104,8 +85,6 @@ def main() -> int:
     for row, values in rows.items():
         p99 = float(np.percentile(values, 99))
         print(f"| {row} | {statistics.median(values):,.0f} | {p99:,.0f} |")
-    print(f"| one unprotected forward with cupy.matmul (wall) | {statistics.median(walls):,.0f} "
-          f"| {float(np.percentile(walls, 99)):,.0f} |")
     return 0
 
 
