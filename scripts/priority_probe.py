@@ -26,7 +26,7 @@ import cupy as cp
 import numpy as np
 
 from safemon.bench.runtime import _three_captured_passes
-from safemon.channels.stream_priority import stream_priority
+from safemon.channels.stream_priority import device_priority_range, stream_priority
 from safemon.config import Config, VariantConfig
 from safemon.ecc import ProtectedArray
 from safemon.kernels.backend import Backend
@@ -52,7 +52,7 @@ def main() -> int:
             for k, w in hosts.items()}
     x = cp.asarray(rng.standard_normal((m, h)).astype(np.float32))
     vc = VariantConfig()
-    least, greatest = cp.cuda.runtime.deviceGetStreamPriorityRange()
+    least, greatest = device_priority_range()
     inline = Config.model_validate({"channels": [{"name": f"c{i}", "placement": "inline"}
                                                  for i in range(3)]})
     arms: dict[str, list[int] | None] = {

@@ -23,6 +23,36 @@ from __future__ import annotations
 from safemon.config import Config
 from safemon.states import Policy
 
+#: Far outside any device's priority range: CUDA clamps a stream created at such a priority
+#: to the nearest end of the range (`cudaStreamCreateWithPriority`).
+_FAR = 1 << 20
+_NON_BLOCKING = 1  # cudaStreamNonBlocking
+
+
+def device_priority_range() -> tuple[int, int]:
+    """(least, greatest) stream priority of the current CUDA device, as
+    `cudaDeviceGetStreamPriorityRange` gives them (CuPy does not wrap that call): two probe
+    streams are created far outside the range on either side, CUDA clamps each to the
+    nearest end, and their priorities are read back; the streams are destroyed before
+    returning. least is 0 (the default) on every GPU CUDA supports; greatest is numerically
+    lower (-5 on an H100).
+
+    Raises:
+        ImportError: CuPy is not installed.
+        cupy.cuda.runtime.CUDARuntimeError: no usable device.
+    """
+    from safemon.kernels.compiler import import_cupy
+
+    runtime = import_cupy().cuda.runtime
+    ends = []
+    for asked in (_FAR, -_FAR):
+        stream = runtime.streamCreateWithPriority(_NON_BLOCKING, asked)
+        try:
+            ends.append(int(runtime.streamGetPriority(stream)))
+        finally:
+            runtime.streamDestroy(stream)
+    return ends[0], ends[1]
+
 
 def stream_priority(config: Config, name: str, least: int, greatest: int) -> int:
     """The CUDA stream priority for channel `name`'s stream.
@@ -30,7 +60,7 @@ def stream_priority(config: Config, name: str, least: int, greatest: int) -> int
     Args:
         config: the deployment; its `channels` are resolved (a list, in configured order).
         name: a configured channel's name.
-        least: the device's least priority (`cudaDeviceGetStreamPriorityRange`, first value;
+        least: the device's least priority (`device_priority_range`, first value;
             0 on every GPU CUDA supports, and the default stream's priority).
         greatest: the device's greatest priority (second value; numerically lower, e.g. -5).
 

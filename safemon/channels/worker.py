@@ -58,7 +58,7 @@ from safemon.channels.faults import FaultState
 from safemon.channels.link import LINK_FIELD, link_ok
 from safemon.channels.sent_stamp import SENT_FIELD
 from safemon.channels.step_graphs import StepGraphs, worth_a_graph
-from safemon.channels.stream_priority import stream_priority
+from safemon.channels.stream_priority import device_priority_range, stream_priority
 from safemon.config import Config
 from safemon.device_io import ImportedBuffers, digest_hex, parse_digest
 from safemon.digest import DIGEST_NAME
@@ -223,7 +223,7 @@ class ChannelWorker:
         # Stream placement: each channel gets its own non-blocking stream, so replicas in
         # one process do not serialise on the legacy default stream. Inline 2oo3 channels:
         # the quorum's streams go first on the GPU (`stream_priority`).
-        least, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
+        least, greatest = device_priority_range()
         priority = stream_priority(self.config, self.name, least, greatest)
         self._stream = cupy.cuda.Stream(non_blocking=True, priority=priority)
         if self.chan.graphs:

@@ -50,9 +50,10 @@ def test_side_by_side_passes_run_on_streams_of_the_priorities_given() -> None:
     import cupy as cp
 
     from safemon.bench.runtime import _three_captured_passes
+    from safemon.channels.stream_priority import device_priority_range
     from safemon.config import VariantConfig
 
-    least, greatest = cp.cuda.runtime.deviceGetStreamPriorityRange()
+    least, greatest = device_priority_range()
     made: list[Any] = []
     real_stream = cp.cuda.Stream
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from safemon.channels.stream_priority import stream_priority
+from safemon.channels.stream_priority import device_priority_range, stream_priority
 from safemon.config import Config
 
 LEAST, GREATEST = 0, -5  # what cudaDeviceGetStreamPriorityRange gives on an H100
@@ -58,6 +58,20 @@ def test_an_unknown_channel_is_refused() -> None:
 
 
 @pytest.mark.gpu
+def test_the_devices_priority_range_is_read_by_clamping() -> None:
+    """`device_priority_range` gives CUDA's default as the least priority and a greater
+    (numerically lower) one, and a stream asked for either end gets exactly it back."""
+    import cupy as cp
+
+    least, greatest = device_priority_range()
+    assert least == 0  # cudaStreamCreate's default, on every GPU CUDA supports
+    assert greatest < least
+    for want in (least, greatest):
+        stream = cp.cuda.Stream(non_blocking=True, priority=want)
+        assert cp.cuda.runtime.streamGetPriority(stream.ptr) == want
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("placement, want", [("inline", ["greatest", "greatest", "least"]),
                                              ("process", ["least", "least", "least"])])
 def test_a_channels_stream_is_created_at_its_priority(placement: str, want: list[str]) -> None:
@@ -66,7 +80,7 @@ def test_a_channels_stream_is_created_at_its_priority(placement: str, want: list
 
     from safemon.channels.worker import ChannelWorker
 
-    least, greatest = cp.cuda.runtime.deviceGetStreamPriorityRange()
+    least, greatest = device_priority_range()
     named = {"least": least, "greatest": greatest}
     config = Config.model_validate({
         "backend": "cupy",
