@@ -85,6 +85,12 @@ def _three_registered(tmp_path: Path) -> tuple[Supervisor, Config]:
     return sup, cfg
 
 
+def _beat(sup: Supervisor, names: tuple[str, ...], t: float) -> None:
+    """Heartbeats from `names`, each sent and read at `t`."""
+    for name in names:
+        sup.on_heartbeat(name, 0, t, sent=t)
+
+
 def test_unanswered_work_excuses_silence_until_its_earliest_deadline(tmp_path: Path) -> None:
     """A channel computing (or compiling for, or storing a weight for) a long item sends no
     heartbeat: the earliest deadline of its unanswered work due after its last heartbeat
@@ -458,8 +464,7 @@ def test_work_sent_after_a_channels_silence_ran_out_does_not_excuse_it(tmp_path:
     sup, _cfg = _three_registered(tmp_path)
 
     def others(t: float) -> None:
-        for name in ("c0", "c1"):
-            sup.on_heartbeat(name, 0, t, sent=t)
+        _beat(sup, ("c0", "c1"), t)
 
     sup.on_heartbeat("c2", 0, 0.55, sent=0.0)
     sup.postpone(0.05, 0.5, 0.55)
@@ -483,8 +488,7 @@ def test_late_work_excuses_again_once_the_channel_is_heard_after_it(tmp_path: Pa
     timeout = cfg.timing.heartbeat_timeout_s
 
     def others(t: float) -> None:
-        for name in ("c1", "c2"):
-            sup.on_heartbeat(name, 0, t, sent=t)
+        _beat(sup, ("c1", "c2"), t)
 
     sup.on_work_sent("c0", 1, 2.0, 0.5)
     sup.on_heartbeat("c0", 0, 0.55, sent=0.1)
@@ -518,8 +522,7 @@ def test_late_work_never_widens_the_excuse_of_earlier_work(tmp_path: Path) -> No
     timeout = cfg.timing.heartbeat_timeout_s
 
     def others(t: float) -> None:
-        for name in ("c1", "c2"):
-            sup.on_heartbeat(name, 0, t, sent=t)
+        _beat(sup, ("c1", "c2"), t)
 
     sup.on_work_sent("c0", 1, 0.9, 0.5)
     assert sup._slots["c0"].work_late == {1: 0.5}
