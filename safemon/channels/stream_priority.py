@@ -36,7 +36,7 @@ def device_priority_range() -> tuple[int, int]:
     streams are created far outside the range on either side, CUDA clamps each to the
     nearest end, and their priorities are read back; the streams are destroyed before
     returning. least is 0 (the default) on every GPU CUDA supports; greatest is numerically
-    lower (-5 on an H100).
+    lower (-5 on the H200 of evidence/h200-2026-12-07-stop62/).
 
     Raises:
         ImportError: CuPy is not installed.

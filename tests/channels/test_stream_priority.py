@@ -9,7 +9,7 @@ import pytest
 from safemon.channels.stream_priority import device_priority_range, stream_priority
 from safemon.config import Config
 
-LEAST, GREATEST = 0, -5  # what cudaDeviceGetStreamPriorityRange gives on an H100
+LEAST, GREATEST = 0, -5  # the range read on an H200 (evidence/h200-2026-12-07-stop62/)
 
 
 def _config(policy: str, placements: list[str]) -> Config:
