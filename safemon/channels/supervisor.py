@@ -222,8 +222,8 @@ class Supervisor:
         actual send may come later, and a stall between the two is not yet counted.
 
         Work sent after the channel's silence has run out (at `now` it has been silent for
-        longer than the heartbeat timeout) is late: it cannot explain a silence that began
-        before it. Late work excuses nothing until a message the channel sent at or after
+        longer than the heartbeat timeout) is late: it cannot explain a silence that had run
+        out before it. Late work excuses nothing until a message the channel sent at or after
         `now` is read, and while some of its work is late, its other work excuses it until
         the earliest deadline of all its work, late or not, as before (`_silent_since`)."""
         slot = self._slots.get(channel)
