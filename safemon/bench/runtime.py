@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from safemon.bench.targets import targets_markdown
 from safemon.bench.vote import VoteBenchSize, _bench_config, _stats, running_daemon
 from safemon.errors import SafemonError
 
@@ -509,4 +510,5 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
               for pl in ev["placements"] for label, f in pl["faults"].items()
               for kind, text in f.get("error_types", {}).items()]
     lines += [f"\nFailed: {p}: {e}" for p, e in ev.get("failed", {}).items()]
-    return "\n".join(lines) + "\n"
+    targets = targets_markdown(ev)
+    return "\n".join(lines) + "\n" + (f"\n{targets}" if targets else "")
