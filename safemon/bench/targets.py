@@ -56,7 +56,7 @@ def counts_for_issue(ev: dict[str, Any]) -> bool:
 
 def _where(pl: dict[str, Any]) -> str:
     spin = pl.get("spin_s") or 0.0
-    return pl["placement"] + (f" (spin {spin * 1e3:g} ms)" if spin else "")
+    return str(pl["placement"]) + (f" (spin {spin * 1e3:g} ms)" if spin else "")
 
 
 def target_rows(ev: dict[str, Any]) -> list[TargetRow]:
