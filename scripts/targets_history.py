@@ -1,0 +1,147 @@
+"""Issue 16's targets over every committed targets run, as a table and a plot.
+
+    python3 scripts/targets_history.py [--evidence evidence] [--plot FILE.png] [--since DATE]
+
+A targets run is `scripts/stop-gpu`'s `safemon bench vote --runtime` with inline channels
+and `timing.spin_s` 5 ms, which writes `vote-inline-spin5.json`. This finds every such file
+under `--evidence`, loose or inside a `.tgz`, reads its targets with
+`safemon.bench.targets.target_rows` (the figures the runtime report gives, nothing carried
+from elsewhere), and prints one Markdown row per run, oldest first: the evidence file, the
+date and device, whether CUDA MPS ran, and each target's figure. `--plot` draws each
+target's figure divided by its limit (at or below 1: met) per run, H100 and H200 runs marked
+apart (the targets are stated for an H100: a run on an H200 does not count for them), and a
+run without MPS says so under its date.
+`--since` (YYYY-MM-DD) keeps runs on or after that date. A file found twice with the same
+content (one run copied into two calls' archives) is listed once, under its first path.
+
+The runs differ in more than their trees: machine, MPS, and each run's own baselines (the
+ratios are against baselines measured in that run). A change between two rows is not an
+effect of the code between them; `scripts/runtime-ab` is the comparison for that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from safemon.bench.targets import TargetRow, counts_for_issue, target_rows
+
+NAME = "vote-inline-spin5.json"
+COLUMNS = ("80³ overhead p50", "80³ overhead p99", "1024×1024×64 ÷ direct kernel",
+           "MLP ÷ 3 channels' passes back to back", "MLP ÷ one cupy.matmul forward")
+
+
+def find_runs(root: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(where, evidence) for every targets run under `root`, oldest first."""
+    runs: list[tuple[str, dict[str, Any]]] = []
+    for path in sorted(root.rglob(NAME)):
+        runs.append((str(path), json.loads(path.read_text())))
+    for path in sorted(root.rglob("*.tgz")):
+        with tarfile.open(path) as tar:
+            for member in tar.getmembers():
+                if Path(member.name).name == NAME:
+                    f = tar.extractfile(member)
+                    if f is not None:
+                        runs.append((f"{path}:{Path(member.name).name}", json.load(f)))
+    seen: set[str] = set()  # a run copied into two calls' archives is listed once
+    unique = []
+    for where, ev in runs:
+        key = json.dumps(ev, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            unique.append((where, ev))
+    return sorted(unique, key=lambda r: str(r[1].get("when", "")))
+
+
+def _inline(ev: dict[str, Any]) -> dict[str, TargetRow]:
+    rows = [t for t in target_rows(ev) if t.placement.startswith("inline") and t.path != "host"]
+    return {t.target: t for t in rows}
+
+
+def _cell(t: TargetRow | None) -> str:
+    if t is None:
+        return "—"
+    text = f"{t.figure:,.0f}" if t.unit == "µs" else f"{t.figure:.2f}×"
+    return f"**{text}**" if t.met else text
+
+
+def table(runs: list[tuple[str, dict[str, Any]]]) -> str:
+    """One Markdown row per run; a figure that meets its target is in bold."""
+    lines = ["| evidence | when (UTC) | device | MPS | 80³ overhead p50 / p99 µs (≤ 150 / 500) "
+             "| 1024×1024×64 ÷ direct (≤ 1.5×) | MLP ÷ passes back to back (≤ 1.2×) "
+             "| MLP ÷ cupy forward (≤ 3.5×) | wrong released / faulted requests |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for where, ev in runs:
+        t = _inline(ev)
+        wrong = t.get("wrong outputs released with faults")
+        injected = sum(f["injected"] for pl in ev["placements"]
+                       for f in pl.get("faults", {}).values())
+        lines.append(
+            f"| {where} | {str(ev.get('when', '?'))[:16].replace('T', ' ')} | "
+            f"{str(ev.get('device', '?')).replace('NVIDIA ', '')} | {ev.get('mps', '?')} | "
+            f"{_cell(t.get(COLUMNS[0]))} / {_cell(t.get(COLUMNS[1]))} | "
+            f"{_cell(t.get(COLUMNS[2]))} | {_cell(t.get(COLUMNS[3]))} | "
+            f"{_cell(t.get(COLUMNS[4]))} | "
+            f"{'—' if wrong is None else f'{wrong.figure:.0f}'} / {injected} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs: list[tuple[str, dict[str, Any]]], out: Path) -> None:
+    """Each target's figure ÷ its limit per run (log scale; 1 is the target)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    xs = range(len(runs))
+    for i, name in enumerate(COLUMNS):
+        for kind, marker in (("H100", "o"), ("H200", "s")):
+            pts = [(x, t.figure / t.limit) for x, (_w, ev) in zip(xs, runs, strict=True)
+                   if kind in str(ev.get("device", "")) and (t := _inline(ev).get(name))]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker,
+                           color=f"C{i}", label=f"{name} ({kind})",
+                           facecolors="none" if kind == "H200" else f"C{i}")
+    ax.axhline(1.0, color="black", linewidth=1)
+    ax.text(0, 1.05, "target", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs), [str(ev.get("when", "?"))[5:16].replace("T", "\n")
+                             + ("" if ev.get("mps") == "on" else f"\nMPS {ev.get('mps', '?')}")
+                             for _w, ev in runs], fontsize=7)
+    ax.set_ylabel("figure ÷ issue 16's limit (≤ 1: met)")
+    ax.set_title("Issue 16's targets per targets run (inline, spin 5 ms; hollow: H200, "
+                 "does not count)", fontsize=9)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--evidence", type=Path, default=Path("evidence"))
+    ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--since", default="")
+    args = ap.parse_args()
+    runs = [r for r in find_runs(args.evidence) if str(r[1].get("when", "")) >= args.since]
+    if not runs:
+        print(f"no {NAME} under {args.evidence}", file=sys.stderr)
+        return 1
+    sys.stdout.write(table(runs))
+    counted = sum(counts_for_issue(ev) for _w, ev in runs)
+    print(f"\n{len(runs)} runs, {counted} on an H100 (the device the targets are stated for).")
+    if args.plot is not None:
+        plot(runs, args.plot)
+        print(f"plot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
