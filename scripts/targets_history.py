@@ -38,17 +38,18 @@ COLUMNS = ("80³ overhead p50", "80³ overhead p99", "1024×1024×64 ÷ direct k
 
 
 def find_runs(root: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(where, evidence) for every targets run under `root`, oldest first."""
+    """(where, evidence) for every targets run under `root`, oldest first; `where` is the
+    run's folder or archive, relative to `root`."""
     runs: list[tuple[str, dict[str, Any]]] = []
     for path in sorted(root.rglob(NAME)):
-        runs.append((str(path), json.loads(path.read_text())))
+        runs.append((str(path.parent.relative_to(root)), json.loads(path.read_text())))
     for path in sorted(root.rglob("*.tgz")):
         with tarfile.open(path) as tar:
             for member in tar.getmembers():
                 if Path(member.name).name == NAME:
                     f = tar.extractfile(member)
                     if f is not None:
-                        runs.append((f"{path}:{Path(member.name).name}", json.load(f)))
+                        runs.append((str(path.relative_to(root)), json.load(f)))
     seen: set[str] = set()  # a run copied into two calls' archives is listed once
     unique = []
     for where, ev in runs:
@@ -73,7 +74,7 @@ def _cell(t: TargetRow | None) -> str:
 
 def table(runs: list[tuple[str, dict[str, Any]]]) -> str:
     """One Markdown row per run; a figure that meets its target is in bold."""
-    lines = ["| evidence | when (UTC) | device | MPS | 80³ overhead p50 / p99 µs (≤ 150 / 500) "
+    lines = [f"| evidence ({NAME}) | when (UTC) | device | MPS | 80³ overhead p50 / p99 µs (≤ 150 / 500) "
              "| 1024×1024×64 ÷ direct (≤ 1.5×) | MLP ÷ passes back to back (≤ 1.2×) "
              "| MLP ÷ cupy forward (≤ 3.5×) | wrong released / faulted requests |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -55,7 +55,7 @@ def test_runs_are_found_loose_and_archived_once_each_oldest_first(tmp_path: Path
     _add_to_tgz(tmp_path / "d.tgz", "other.json", late)  # not a targets run
     runs = mod.find_runs(tmp_path)
     assert [ev["when"] for _w, ev in runs] == [early["when"], late["when"]]
-    assert runs[0][0].endswith(f"b.tgz:{mod.NAME}")
+    assert runs[0][0] == "b.tgz" and runs[1][0] == "a"
     text = mod.table(runs)
     assert "| H200 | on | 800 / 1,600 |" in text
     assert "| H100 80GB HBM3 | on | **140** / **280** | — |" in text  # met: in bold
