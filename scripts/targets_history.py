@@ -1,18 +1,25 @@
 """Issue 16's targets over every committed targets run, as a table and a plot.
 
-    python3 scripts/targets_history.py [--evidence evidence] [--plot FILE.png] [--since DATE]
+    .venv/bin/python scripts/targets_history.py [--evidence evidence] [--plot FILE.png]
+                                                [--since YYYY-MM-DD] [--skip WHERE ...]
+
+(the `.venv` that `make test` makes: it has matplotlib and safemon's dependencies.)
 
 A targets run is `scripts/stop-gpu`'s `safemon bench vote --runtime` with inline channels
 and `timing.spin_s` 5 ms, which writes `vote-inline-spin5.json`. This finds every such file
-under `--evidence`, loose or inside a `.tgz`, reads its targets with
-`safemon.bench.targets.target_rows` (the figures the runtime report gives, nothing carried
-from elsewhere), and prints one Markdown row per run, oldest first: the evidence file, the
-date and device, whether CUDA MPS ran, and each target's figure. `--plot` draws each
-target's figure divided by its limit (at or below 1: met) per run, H100 and H200 runs marked
-apart (the targets are stated for an H100: a run on an H200 does not count for them), and a
-run without MPS says so under its date.
-`--since` (YYYY-MM-DD) keeps runs on or after that date. A file found twice with the same
-content (one run copied into two calls' archives) is listed once, under its first path.
+under `--evidence`, loose or inside a `.tgz`, reads the inline placement's targets with
+`safemon.bench.targets.target_rows` (the figures the runtime report gives, device-resident
+path only, nothing carried from elsewhere), and prints one Markdown row per run, oldest
+first: the evidence file, the date and device, whether CUDA MPS ran, and each target's
+figure. A file found twice with the same content (one run copied into two calls' archives)
+is listed once, under its first path. A run with no inline figures (its placement failed)
+is a row that says so.
+
+`--plot` draws each target's figure divided by its limit (at or below 1: met) per run,
+H100, H200 and other devices marked apart (the targets are stated for an H100: a run on
+another device does not count for them); a run without MPS says so under its date.
+`--since` keeps runs on or after that date; `--skip WHERE` leaves one out (a run of a tree
+that was reverted, say), and the output names what it left out.
 
 The runs differ in more than their trees: machine, MPS, and each run's own baselines (the
 ratios are against baselines measured in that run). A change between two rows is not an
@@ -60,9 +67,21 @@ def find_runs(root: Path) -> list[tuple[str, dict[str, Any]]]:
     return sorted(unique, key=lambda r: str(r[1].get("when", "")))
 
 
+def _inline_placement(ev: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's one inline placement (None: none; ValueError: more than one)."""
+    found = [pl for pl in ev["placements"] if pl["placement"] == "inline"]
+    if len(found) > 1:
+        raise ValueError(f"run of {ev.get('when')}: {len(found)} inline placements; "
+                         "a targets run has one")
+    return found[0] if found else None
+
+
 def _inline(ev: dict[str, Any]) -> dict[str, TargetRow]:
-    rows = [t for t in target_rows(ev) if t.placement.startswith("inline") and t.path != "host"]
-    return {t.target: t for t in rows}
+    """The inline placement's targets by name (`target_rows`: device-resident path only)."""
+    pl = _inline_placement(ev)
+    if pl is None:
+        return {}
+    return {t.target: t for t in target_rows({**ev, "placements": [pl]})}
 
 
 def _cell(t: TargetRow | None) -> str:
@@ -80,9 +99,16 @@ def table(runs: list[tuple[str, dict[str, Any]]]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for where, ev in runs:
         t = _inline(ev)
+        if not t:
+            failed = "; ".join(f"{k}: {v}" for k, v in ev.get("failed", {}).items())
+            lines.append(f"| {where} | {str(ev.get('when', '?'))[:16].replace('T', ' ')} | "
+                         f"{str(ev.get('device', '?')).replace('NVIDIA ', '')} | "
+                         f"{ev.get('mps', '?')} | no inline figures"
+                         f"{f' (failed: {failed[:200]})' if failed else ''} | | | | |")
+            continue
         wrong = t.get("wrong outputs released with faults")
-        injected = sum(f["injected"] for pl in ev["placements"]
-                       for f in pl.get("faults", {}).values())
+        pl = _inline_placement(ev) or {}
+        injected = sum(f["injected"] for f in pl.get("faults", {}).values())
         lines.append(
             f"| {where} | {str(ev.get('when', '?'))[:16].replace('T', ' ')} | "
             f"{str(ev.get('device', '?')).replace('NVIDIA ', '')} | {ev.get('mps', '?')} | "
@@ -91,6 +117,11 @@ def table(runs: list[tuple[str, dict[str, Any]]]) -> str:
             f"{_cell(t.get(COLUMNS[4]))} | "
             f"{'—' if wrong is None else f'{wrong.figure:.0f}'} / {injected} |")
     return "\n".join(lines) + "\n"
+
+
+def _device_kind(ev: dict[str, Any]) -> str:
+    device = str(ev.get("device", ""))
+    return "H100" if "H100" in device else "H200" if "H200" in device else "other"
 
 
 def plot(runs: list[tuple[str, dict[str, Any]]], out: Path) -> None:
@@ -103,9 +134,9 @@ def plot(runs: list[tuple[str, dict[str, Any]]], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 6))
     xs = range(len(runs))
     for i, name in enumerate(COLUMNS):
-        for kind, marker in (("H100", "o"), ("H200", "s")):
+        for kind, marker in (("H100", "o"), ("H200", "s"), ("other", "x")):
             pts = [(x, t.figure / t.limit) for x, (_w, ev) in zip(xs, runs, strict=True)
-                   if kind in str(ev.get("device", "")) and (t := _inline(ev).get(name))]
+                   if _device_kind(ev) == kind and (t := _inline(ev).get(name))]
             if pts:
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker,
                            color=f"C{i}", label=f"{name} ({kind})",
@@ -117,8 +148,8 @@ def plot(runs: list[tuple[str, dict[str, Any]]], out: Path) -> None:
                              + ("" if ev.get("mps") == "on" else f"\nMPS {ev.get('mps', '?')}")
                              for _w, ev in runs], fontsize=7)
     ax.set_ylabel("figure ÷ issue 16's limit (≤ 1: met)")
-    ax.set_title("Issue 16's targets per targets run (inline, spin 5 ms; hollow: H200, "
-                 "does not count)", fontsize=9)
+    ax.set_title("Issue 16's targets per targets run (inline, spin 5 ms; hollow: H200, x: "
+                 "another device; neither counts)", fontsize=9)
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
     fig.savefig(out, dpi=120)
@@ -130,14 +161,18 @@ def main() -> int:
     ap.add_argument("--evidence", type=Path, default=Path("evidence"))
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--since", default="")
+    ap.add_argument("--skip", action="append", default=[], metavar="WHERE",
+                    help="leave out the run at WHERE (as the first column prints it); repeatable")
     args = ap.parse_args()
-    runs = [r for r in find_runs(args.evidence) if str(r[1].get("when", "")) >= args.since]
+    runs = [r for r in find_runs(args.evidence)
+            if str(r[1].get("when", "")) >= args.since and r[0] not in args.skip]
     if not runs:
         print(f"no {NAME} under {args.evidence}", file=sys.stderr)
         return 1
     sys.stdout.write(table(runs))
     counted = sum(counts_for_issue(ev) for _w, ev in runs)
-    print(f"\n{len(runs)} runs, {counted} on an H100 (the device the targets are stated for).")
+    print(f"\n{len(runs)} runs, {counted} of them 2oo3 on an H100 (what the targets are "
+          "stated for)." + (f" Left out: {', '.join(args.skip)}." if args.skip else ""))
     if args.plot is not None:
         plot(runs, args.plot)
         print(f"plot: {args.plot}")

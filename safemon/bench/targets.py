@@ -12,10 +12,12 @@ The targets are stated for one H100 (issue 16, "Targets"), p50 / p99 from one ru
   at most 3.5× one unprotected forward with ``cupy.matmul`` (``model_cupy_matmul``);
 - no wrong output released with faults injected.
 
-`target_rows` judges each figure against its limit as measured; whether the run counts
-for the issue is a separate question (`counts_for_issue`): only a run on an H100 does. A
-figure is never carried from another run: a target whose request or baseline the file does
-not hold is left out, not guessed.
+`target_rows` judges each figure against its limit as measured, for the device-resident
+path ("cuda-ipc") only: the targets are for device-resident requests, and rows of the "host"
+path (arrays through host memory) are not judged. Whether the run counts for the issue is a
+separate question (`counts_for_issue`): only a 2oo3 run on an H100 does. A figure is never
+carried from another run: a target whose request, figure or baseline the file does not hold
+is left out, not guessed.
 """
 
 from __future__ import annotations
@@ -49,9 +51,13 @@ class TargetRow:
         return self.figure <= self.limit
 
 
+#: The path whose rows are judged (`safemon.bench.runtime.PATHS`).
+DEVICE_PATH = "cuda-ipc"
+
+
 def counts_for_issue(ev: dict[str, Any]) -> bool:
-    """Whether the run was on the device the targets are stated for (an H100)."""
-    return "H100" in str(ev.get("device", ""))
+    """Whether the run is of the kind the targets are stated for: 2oo3 on one H100."""
+    return "H100" in str(ev.get("device", "")) and ev.get("policy") == "2oo3"
 
 
 def _where(pl: dict[str, Any]) -> str:
@@ -60,7 +66,8 @@ def _where(pl: dict[str, Any]) -> str:
 
 
 def target_rows(ev: dict[str, Any]) -> list[TargetRow]:
-    """Every target figure the evidence holds, per placement and path, in issue order.
+    """Every target figure the evidence holds for the device-resident path, per placement,
+    in issue order.
 
     Args:
         ev: a parsed `safemon.bench_runtime/2` file (`run_runtime_bench`'s result).
@@ -71,12 +78,17 @@ def target_rows(ev: dict[str, Any]) -> list[TargetRow]:
         where = _where(pl)
         for r in pl["runs"]:
             req, path = r["request"], r["path"]
+            if path != DEVICE_PATH or "round_trip" not in r:
+                continue
             rt = r["round_trip"]["p50_us"]
             if req == "80x80x80":
-                rows.append(TargetRow(where, path, "80³ overhead p50", r["overhead"]["p50_us"],
-                                      OVERHEAD_P50_US, "µs"))
-                rows.append(TargetRow(where, path, "80³ overhead p99", r["overhead"]["p99_us"],
-                                      OVERHEAD_P99_US, "µs"))
+                over = r.get("overhead", {})
+                if "p50_us" in over:
+                    rows.append(TargetRow(where, path, "80³ overhead p50", over["p50_us"],
+                                          OVERHEAD_P50_US, "µs"))
+                if "p99_us" in over:
+                    rows.append(TargetRow(where, path, "80³ overhead p99", over["p99_us"],
+                                          OVERHEAD_P99_US, "µs"))
             elif req == "1024x1024x64" and req in b.get("direct", {}):
                 rows.append(TargetRow(where, path, "1024×1024×64 ÷ direct kernel",
                                       rt / b["direct"][req]["p50_us"], WIDE_RATIO, "×"))
@@ -111,11 +123,13 @@ def targets_markdown(ev: dict[str, Any]) -> str:
         return ""
     counts = counts_for_issue(ev)
     injected = sum(f["injected"] for pl in ev["placements"] for f in pl.get("faults", {}).values())
-    lines = ["Issue 16's targets (stated for one H100; "
-             + ("this run was on one" if counts else
-                f"this run was on {ev.get('device', 'an unrecorded device')}, so a target met "
-                "here is not met for the issue") + f"; CUDA MPS {ev.get('mps', 'not recorded')}; "
-             f"faults: {injected} requests with bitflip-c in one channel):", "",
+    lines = ["Issue 16's targets (stated for 2oo3 on one H100; "
+             + ("this run was that" if counts else
+                f"this run was {ev.get('policy', 'an unrecorded policy')} on "
+                f"{ev.get('device', 'an unrecorded device')}, so a target met here is not met "
+                "for the issue") + f"; CUDA MPS {ev.get('mps', 'not recorded')}; "
+             f"device-resident path only; faults: {injected} requests with bitflip-c in one "
+             "channel):", "",
              "| placement | path | target | figure | limit | met |", "|---|---|---|---|---|---|"]
     for t in rows:
         lines.append(f"| {t.placement} | {t.path} | {t.target} | {_fmt(t.figure, t.unit)} | "

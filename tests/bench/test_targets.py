@@ -23,6 +23,7 @@ def _stats(p50: float, p99: float | None = None) -> dict[str, float]:
 
 def _evidence(device: str = "NVIDIA H100 80GB HBM3") -> dict:
     return {"device": device, "when": "T", "transport": "ipc", "paths": ["cuda-ipc"],
+            "policy": "2oo3",
             "variant": "", "model": "mlp", "mps": "on",
             "baselines": {"direct": {"80x80x80": _stats(40.0), "1024x1024x64": _stats(50.0)},
                           "model_three_graphs": _stats(1000.0),
@@ -65,7 +66,10 @@ def test_a_run_off_an_h100_is_said_not_to_count() -> None:
     h200 = _evidence("NVIDIA H200")
     assert not counts_for_issue(h200)
     assert "is not met for the issue" in targets_markdown(h200)
-    assert "this run was on one;" in targets_markdown(_evidence())
+    assert "this run was that;" in targets_markdown(_evidence())
+    other_policy = _evidence()
+    other_policy["policy"] = "1oo2D"
+    assert not counts_for_issue(other_policy)
 
 
 def test_a_target_whose_baseline_is_missing_is_left_out() -> None:
@@ -96,3 +100,15 @@ def test_a_committed_run_reads_as_its_report_says() -> None:
     assert round(rows["80³ overhead p99"].figure) == 1434
     assert rows["1024×1024×64 ÷ direct kernel"].figure == pytest.approx(20.46, abs=0.005)
     assert not counts_for_issue(ev)
+
+
+def test_host_path_rows_and_missing_figures_are_not_judged() -> None:
+    """Rows of arrays through host memory are not issue 16's device-resident requests; an
+    80³ run without its overhead figure is left out, not guessed."""
+    ev = _evidence()
+    runs = ev["placements"][0]["runs"]
+    runs.append({**runs[0], "path": "host", "overhead": _stats(10.0)})
+    del runs[0]["overhead"]
+    rows = target_rows(ev)
+    assert all(t.path in ("cuda-ipc", "all") for t in rows)
+    assert not any(t.target.startswith("80³") for t in rows)

@@ -10,6 +10,8 @@ import tarfile
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -60,3 +62,24 @@ def test_runs_are_found_loose_and_archived_once_each_oldest_first(tmp_path: Path
     assert "| H200 | on | 800 / 1,600 |" in text
     assert "| H100 80GB HBM3 | on | **140** / **280** | — |" in text  # met: in bold
     assert text.count("| 0 / 5 |") == 2
+
+
+def test_a_failed_run_says_so_and_two_inline_placements_are_refused(tmp_path: Path) -> None:
+    mod = _script()
+    failed = _run("2026-12-06T08:00:00Z", "NVIDIA H100 80GB HBM3", 140.0)
+    failed["placements"] = []
+    failed["failed"] = {"inline": "channels not all UP"}
+    text = mod.table([("x", failed)])
+    assert "no inline figures (failed: inline: channels not all UP)" in text
+    twice = _run("2026-12-06T08:00:00Z", "NVIDIA H100 80GB HBM3", 140.0)
+    twice["placements"] *= 2
+    with pytest.raises(ValueError, match="2 inline placements"):
+        mod.table([("y", twice)])
+
+
+def test_faulted_requests_are_counted_for_the_inline_placement_only() -> None:
+    mod = _script()
+    ev = _run("2026-12-06T08:00:00Z", "NVIDIA H100 80GB HBM3", 140.0)
+    ev["placements"].append({**ev["placements"][0], "placement": "process", "faults": {
+        "80x80x80": {"injected": 5, "released": 5, "errors": 0, "wrong_released": 1}}})
+    assert "| 0 / 5 |" in mod.table([("z", ev)])
