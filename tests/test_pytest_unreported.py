@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
+
+from tests.script_module import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pytest_unreported",
-                                                  REPO / "scripts/pytest_unreported.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("pytest_unreported")
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>

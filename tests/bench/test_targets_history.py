@@ -3,7 +3,6 @@ listed once and oldest first, with its figures as `safemon.bench.targets` reads 
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import tarfile
@@ -12,16 +11,11 @@ from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.script_module import load_script
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("targets_history",
-                                                  REPO / "scripts/targets_history.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("targets_history")
 
 
 def _stats(p50: float) -> dict[str, float]:

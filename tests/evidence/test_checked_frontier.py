@@ -3,9 +3,10 @@ committed evidence (no ABFT variant reaches every in-kernel bound ≥ 99 %; ones
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
+
+from tests.script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 STORE = REPO / "evidence/h100-2026-11-22-rmt2/store/nvidia-h100-80gb-hbm3"
@@ -13,12 +14,7 @@ BENCH = REPO / "evidence/h100-2026-11-24-verify/bench"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("checked_frontier",
-                                                  REPO / "scripts/checked_frontier.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("checked_frontier")
 
 
 def test_frontier_keeps_exactly_the_points_nothing_dominates() -> None:
