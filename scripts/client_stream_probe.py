@@ -1,6 +1,7 @@
 """Device probe: does the client's staging and release check wait behind the third channel?
 
-    SAFEMON_TIMING__SPIN_S=0.005 python3 scripts/client_stream_probe.py [--rounds 6] [--reps 40]
+    PYTHONPATH=$PWD SAFEMON_TIMING__SPIN_S=0.005 python3 scripts/client_stream_probe.py \
+        [--rounds 6] [--reps 40]
 
 With inline 2oo3 channels the daemon answers once two agree; the third channel's pass (its
 stream at the least priority, `safemon.channels.stream_priority`) is then still running on

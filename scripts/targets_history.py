@@ -10,16 +10,18 @@ and `timing.spin_s` 5 ms, which writes `vote-inline-spin5.json`. This finds ever
 under `--evidence`, loose or inside a `.tgz`, reads the inline placement's targets with
 `safemon.bench.targets.target_rows` (the figures the runtime report gives, device-resident
 path only, nothing carried from elsewhere), and prints one Markdown row per run, oldest
-first: the evidence file, the date and device, whether CUDA MPS ran, and each target's
-figure. A file found twice with the same content (one run copied into two calls' archives)
-is listed once, under its first path. A run with no inline figures (its placement failed)
-is a row that says so.
+first: the evidence file, the date and device (and a channel variant other than the
+default), whether CUDA MPS ran, and each target's figure, in bold where it meets its limit.
+A file found twice with the same content (one run copied into two calls' archives) is
+listed once, under its first path. A run with no inline figures (its placement failed) is
+a row that says so.
 
-`--plot` draws each target's figure divided by its limit (at or below 1: met) per run,
-H100, H200 and other devices marked apart (the targets are stated for an H100: a run on
-another device does not count for them); a run without MPS says so under its date.
-`--since` keeps runs on or after that date; `--skip WHERE` leaves one out (a run of a tree
-that was reverted, say), and the output names what it left out.
+`--plot` draws each target's figure divided by its limit (at or below 1: met) per run, the
+fault count left out (its limit is 0), H100, H200 and other devices marked apart (the
+targets are stated for an H100: a run on another device does not count for them); a run
+without MPS says so under its date. `--since` keeps runs on or after that date and says
+how many it hid; `--skip WHERE` leaves one out (a run of a tree that was reverted, say; a
+WHERE that names no run is an error), and the output names what it left out.
 
 The runs differ in more than their trees: machine, MPS, and each run's own baselines (the
 ratios are against baselines measured in that run). A change between two rows is not an
@@ -37,11 +39,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from safemon.bench.targets import TargetRow, counts_for_issue, target_rows
+from safemon.bench import targets as tg
+from safemon.bench.targets import TargetRow, counts_for_issue, format_figure, target_rows
 
 NAME = "vote-inline-spin5.json"
-COLUMNS = ("80³ overhead p50", "80³ overhead p99", "1024×1024×64 ÷ direct kernel",
-           "MLP ÷ 3 channels' passes back to back", "MLP ÷ one cupy.matmul forward")
+#: The plotted targets (every one but the fault count, whose limit is 0), in table order.
+COLUMNS = (tg.OVERHEAD_P50, tg.OVERHEAD_P99, tg.WIDE, tg.MLP_GPU, tg.MLP_CUPY)
+DEFAULT_VARIANT = "default (ones/T/fma)"
 
 
 def find_runs(root: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -85,37 +89,46 @@ def _inline(ev: dict[str, Any]) -> dict[str, TargetRow]:
 
 
 def _cell(t: TargetRow | None) -> str:
+    """The figure without its unit (the header gives it), in bold where it meets its limit."""
     if t is None:
         return "—"
-    text = f"{t.figure:,.0f}" if t.unit == "µs" else f"{t.figure:.2f}×"
+    text = format_figure(t.figure, "×" if t.unit == "×" else "", t.limit)
     return f"**{text}**" if t.met else text
+
+
+def _run_cells(where: str, ev: dict[str, Any]) -> str:
+    """The row's first four cells: evidence, date, device (and a variant other than the
+    default), MPS."""
+    variant = str(ev.get("variant", DEFAULT_VARIANT))
+    device = str(ev.get("device", "?")).replace("NVIDIA ", "")
+    return (f"| {where} | {str(ev.get('when', '?'))[:16].replace('T', ' ')} | "
+            f"{device}{'' if variant == DEFAULT_VARIANT else f', {variant}'} | "
+            f"{ev.get('mps', '?')} |")
 
 
 def table(runs: list[tuple[str, dict[str, Any]]]) -> str:
     """One Markdown row per run; a figure that meets its target is in bold."""
-    lines = [f"| evidence ({NAME}) | when (UTC) | device | MPS | 80³ overhead p50 / p99 µs (≤ 150 / 500) "
-             "| 1024×1024×64 ÷ direct (≤ 1.5×) | MLP ÷ passes back to back (≤ 1.2×) "
-             "| MLP ÷ cupy forward (≤ 3.5×) | wrong released / faulted requests |",
+    lines = [f"| evidence ({NAME}) | when (UTC) | device | MPS "
+             f"| 80³ overhead p50 / p99 µs (≤ {tg.OVERHEAD_P50_US:.0f} / {tg.OVERHEAD_P99_US:.0f}) "
+             f"| 1024×1024×64 ÷ direct (≤ {tg.WIDE_RATIO}×) "
+             f"| MLP ÷ passes back to back (≤ {tg.MLP_GPU_RATIO}×) "
+             f"| MLP ÷ cupy forward (≤ {tg.MLP_CUPY_RATIO}×) "
+             "| wrong released / faulted requests (0) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for where, ev in runs:
         t = _inline(ev)
         if not t:
             failed = "; ".join(f"{k}: {v}" for k, v in ev.get("failed", {}).items())
-            lines.append(f"| {where} | {str(ev.get('when', '?'))[:16].replace('T', ' ')} | "
-                         f"{str(ev.get('device', '?')).replace('NVIDIA ', '')} | "
-                         f"{ev.get('mps', '?')} | no inline figures"
+            lines.append(f"{_run_cells(where, ev)} no inline figures"
                          f"{f' (failed: {failed[:200]})' if failed else ''} | | | | |")
             continue
-        wrong = t.get("wrong outputs released with faults")
-        pl = _inline_placement(ev) or {}
-        injected = sum(f["injected"] for f in pl.get("faults", {}).values())
+        wrong = t.get(tg.FAULTS)
         lines.append(
-            f"| {where} | {str(ev.get('when', '?'))[:16].replace('T', ' ')} | "
-            f"{str(ev.get('device', '?')).replace('NVIDIA ', '')} | {ev.get('mps', '?')} | "
+            f"{_run_cells(where, ev)} "
             f"{_cell(t.get(COLUMNS[0]))} / {_cell(t.get(COLUMNS[1]))} | "
             f"{_cell(t.get(COLUMNS[2]))} | {_cell(t.get(COLUMNS[3]))} | "
             f"{_cell(t.get(COLUMNS[4]))} | "
-            f"{'—' if wrong is None else f'{wrong.figure:.0f}'} / {injected} |")
+            f"{'—' if wrong is None else f'{_cell(wrong)} / {wrong.injected}'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -125,7 +138,8 @@ def _device_kind(ev: dict[str, Any]) -> str:
 
 
 def plot(runs: list[tuple[str, dict[str, Any]]], out: Path) -> None:
-    """Each target's figure ÷ its limit per run (log scale; 1 is the target)."""
+    """Each target's figure ÷ its limit per run (log scale; 1 is the target), the fault
+    count left out (its limit is 0: the table gives it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -164,15 +178,24 @@ def main() -> int:
     ap.add_argument("--skip", action="append", default=[], metavar="WHERE",
                     help="leave out the run at WHERE (as the first column prints it); repeatable")
     args = ap.parse_args()
-    runs = [r for r in find_runs(args.evidence)
-            if str(r[1].get("when", "")) >= args.since and r[0] not in args.skip]
+    found = find_runs(args.evidence)
+    unknown = sorted(set(args.skip) - {w for w, _ev in found})
+    if unknown:
+        print(f"--skip names no run under {args.evidence}: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    before = [w for w, ev in found if str(ev.get("when", "")) < args.since]
+    runs = [r for r in found if r[0] not in args.skip and r[0] not in before]
     if not runs:
-        print(f"no {NAME} under {args.evidence}", file=sys.stderr)
+        print(f"no {NAME} under {args.evidence}" + (
+            f" ({len(found)} found, every one left out by --since or --skip)" if found else ""),
+            file=sys.stderr)
         return 1
     sys.stdout.write(table(runs))
     counted = sum(counts_for_issue(ev) for _w, ev in runs)
-    print(f"\n{len(runs)} runs, {counted} of them 2oo3 on an H100 (what the targets are "
-          "stated for)." + (f" Left out: {', '.join(args.skip)}." if args.skip else ""))
+    print(f"\n{len(runs)} runs, {counted} of them 2oo3 on an H100 with protected channels "
+          "(what the targets are stated for)."
+          + (f" Left out: {', '.join(args.skip)} (--skip)." if args.skip else "")
+          + (f" {len(before)} older than {args.since} not shown." if before else ""))
     if args.plot is not None:
         plot(runs, args.plot)
         print(f"plot: {args.plot}")

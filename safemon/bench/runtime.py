@@ -28,7 +28,11 @@ them (`model_three_graphs_concurrent`), and the unprotected forward with `cupy.m
 Faults: after the timed runs, `bitflip-c` is injected into one channel and `fault_requests`
 requests of each kind are checked bit for bit against the fault-free output; the count of
 wrong outputs released is recorded (it must be 0). CUDA MPS is not measured: starting its
-control daemon changes how the lent GPU is shared, which this benchmark does not do.
+control daemon changes how the lent GPU is shared, which this benchmark does not do (the
+evidence records whether one ran, `mps_state`).
+
+`runtime_markdown` renders the evidence and ends with issue 16's targets, each figure
+against its limit (`safemon.bench.targets`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from safemon.bench.placement_label import placement_label
 from safemon.bench.targets import targets_markdown
 from safemon.bench.vote import VoteBenchSize, _bench_config, _stats, running_daemon
 from safemon.errors import SafemonError
@@ -466,10 +471,7 @@ def runtime_markdown(ev: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for pl in ev["placements"]:
         for r in pl["runs"]:
-            spin, client_spin = pl.get("spin_s") or 0.0, pl.get("client_spin_s") or 0.0
-            where = pl["placement"] + (f" (spin {spin * 1e3:g} ms)" if spin else
-                                       f" (client spin {client_spin * 1e3:g} ms)" if client_spin
-                                       else "")
+            where = placement_label(pl)
             head = (f"| {where} | {r['path']} | {r['request']} | "
                     f"{_us(r['round_trip']['p50_us'])} / {_us(r['round_trip']['p99_us'])} | "
                     f"{_us(r['kernel']['p50_us'])} | ")
