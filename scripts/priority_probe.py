@@ -25,13 +25,11 @@ import statistics
 import cupy as cp
 import numpy as np
 
-from safemon.bench.runtime import _three_captured_passes
+from safemon.bench.runtime import ModelShape, _model_operands, _three_captured_passes
 from safemon.channels.stream_priority import device_priority_range, stream_priority
 from safemon.config import Config, VariantConfig
 from safemon.ecc import ProtectedArray
 from safemon.kernels.backend import Backend
-from safemon.models import Layer
-from safemon.models.activations import Activation
 
 
 def main() -> int:
@@ -42,15 +40,13 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args()
-    rng = np.random.default_rng(0)
     h, m = args.hidden, args.batch
-    hosts = {f"w{i}": (rng.standard_normal((h, h)) / np.sqrt(h)).astype(np.float32)
-             for i in range(4)}
-    layers = [Layer(f"w{i}", rng.standard_normal(h).astype(np.float32), Activation.GELU)
-              for i in range(4)]
+    # the runtime bench's MLP operands (4 gelu layers with biases)
+    layers, hosts, x_host = _model_operands(ModelShape(batch=m, hidden=h),
+                                            np.random.default_rng(0))
     kept = {k: ProtectedArray.from_host(w, name=k, backend=Backend.CUPY)
             for k, w in hosts.items()}
-    x = cp.asarray(rng.standard_normal((m, h)).astype(np.float32))
+    x = cp.asarray(x_host)
     vc = VariantConfig()
     least, greatest = device_priority_range()
     inline = Config.model_validate({"channels": [{"name": f"c{i}", "placement": "inline"}

@@ -40,12 +40,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from safemon.bench import targets as tg
+from safemon.bench.runtime import DEFAULT_VARIANT_LABEL
 from safemon.bench.targets import TargetRow, counts_for_issue, format_figure, target_rows
 
 NAME = "vote-inline-spin5.json"
 #: The plotted targets (every one but the fault count, whose limit is 0), in table order.
 COLUMNS = (tg.OVERHEAD_P50, tg.OVERHEAD_P99, tg.WIDE, tg.MLP_GPU, tg.MLP_CUPY)
-DEFAULT_VARIANT = "default (ones/T/fma)"
 
 
 def find_runs(root: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -99,10 +99,10 @@ def _cell(t: TargetRow | None) -> str:
 def _run_cells(where: str, ev: dict[str, Any]) -> str:
     """The row's first four cells: evidence, date, device (and a variant other than the
     default), MPS."""
-    variant = str(ev.get("variant", DEFAULT_VARIANT))
+    variant = str(ev.get("variant", DEFAULT_VARIANT_LABEL))
     device = str(ev.get("device", "?")).replace("NVIDIA ", "")
     return (f"| {where} | {str(ev.get('when', '?'))[:16].replace('T', ' ')} | "
-            f"{device}{'' if variant == DEFAULT_VARIANT else f', {variant}'} | "
+            f"{device}{'' if variant == DEFAULT_VARIANT_LABEL else f', {variant}'} | "
             f"{ev.get('mps', '?')} |")
 
 

@@ -55,10 +55,13 @@ from safemon.bench.targets import targets_markdown
 from safemon.bench.vote import VoteBenchSize, _bench_config, _stats, running_daemon
 from safemon.errors import SafemonError
 
-__all__ = ["FORMAT", "PATHS", "ModelShape", "channel_variant", "run_runtime_bench",
-           "runtime_markdown"]
+__all__ = ["DEFAULT_VARIANT_LABEL", "FORMAT", "PATHS", "ModelShape", "channel_variant",
+           "run_runtime_bench", "runtime_markdown"]
 
 FORMAT = "safemon.bench_runtime/2"
+
+#: The evidence's `variant` when the channels ran the daemon's default variant.
+DEFAULT_VARIANT_LABEL = "default (ones/T/fma)"
 
 #: How device arrays reach the channels: "cuda-ipc" (the client's exported buffers,
 #: digests over ZeroMQ: `safemon.device_io`) or "host" (copied through host memory, C and
@@ -424,7 +427,7 @@ def run_runtime_bench(*, sizes: Sequence[VoteBenchSize], model: ModelShape | Non
         "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "policy": "2oo3", "transport": "ipc", "model": model.label, "warmup": warmup,
         "paths": list(paths),
-        "variant": variant or "default (ones/T/fma)",
+        "variant": variant or DEFAULT_VARIANT_LABEL,
         "mps": mps_state(),
     }
     ev["baselines"] = _baselines(cp, sizes, ops, model, mops, warmup, model_requests, say, fields)

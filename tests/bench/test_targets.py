@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from safemon.bench import targets as tg
-from safemon.bench.runtime import runtime_markdown
+from safemon.bench.runtime import DEFAULT_VARIANT_LABEL, ModelShape, runtime_markdown
 from safemon.bench.targets import counts_for_issue, format_figure, target_rows, targets_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,3 +164,9 @@ def test_a_committed_run_reads_as_its_report_says() -> None:
     assert rows[tg.WIDE].figure == pytest.approx(20.46, abs=0.005)
     assert rows[tg.MLP_CUPY].figure == pytest.approx(7.42, abs=0.005)
     assert not counts_for_issue(ev)
+
+
+def test_the_issue_model_and_the_default_variant_are_the_benchs_own_labels() -> None:
+    """The constants the targets judge by are what the bench writes for its defaults."""
+    assert ModelShape().label == tg.ISSUE_MODEL
+    assert not DEFAULT_VARIANT_LABEL.startswith("unprotected")
