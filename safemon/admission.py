@@ -26,7 +26,7 @@ from safemon.config import Config
 from safemon.transport.wire import Limits
 
 __all__ = ["Refusal", "budget_s", "check_request", "check_weight", "client_limits", "item_cost_s",
-           "max_ahead_s", "max_queued_s", "selftest_extension_s", "work_budget_s"]
+           "max_ahead_s", "max_queued_s", "padded_flops", "selftest_extension_s", "work_budget_s"]
 
 #: float32 only on the data path.
 _ITEMSIZE = 4
@@ -61,13 +61,32 @@ def client_limits(config: Config) -> Limits:
 
 def item_cost_s(config: Config, m: int, k: int, n: int) -> float:
     """Seconds a healthy channel may spend on one (M, K)·(K, N) work item:
-    `limits.item_overhead_s + 2*M*K*N / (limits.min_channel_gflops * 1e9)`.
-    Raises ValueError for a non-positive dimension."""
+    `limits.item_overhead_s + padded_flops / (limits.min_channel_gflops * 1e9)`
+    (`padded_flops`). Raises ValueError for a non-positive dimension."""
     if min(m, k, n) < 1:
         raise ValueError(f"dimensions must be >= 1, got {m}x{k}x{n}")
-    flops = 2.0 * m * k * n
     lim = config.limits
-    return lim.item_overhead_s + flops / (lim.min_channel_gflops * 1e9)
+    return lim.item_overhead_s + padded_flops(config, m, k, n) / (lim.min_channel_gflops * 1e9)
+
+
+def padded_flops(config: Config, m: int, k: int, n: int) -> float:
+    """The floating-point work of one (M, K)·(K, N) item as the channels do it: 2·M'·K'·N',
+    each dimension rounded up to a whole number of the tile a channel's variant picks for
+    that shape (`VariantConfig.tile_for`: BM rows, BK of K, BN columns), the largest over
+    the configured channels. The kernel and its NumPy reference compute whole tiles, so a
+    4096×32×32 item on the 128×128 `large_k16` tile is 4× the work 2·M·K·N counts (the
+    reference measured 0.020 GFLOP/s of 2·M·K·N there against 0.063 on the `small` tile, on
+    one core of the 2-core development container, 2026-12-07)."""
+    most = 0
+    for ch in config.channels or ():
+        t = ch.variant.tile_for(m, n, k)
+        most = max(most, _whole(m, t.bm) * _whole(k, t.bk) * _whole(n, t.bn))
+    return 2.0 * (most or m * k * n)
+
+
+def _whole(d: int, tile: int) -> int:
+    """`d` rounded up to a multiple of `tile`."""
+    return -(-d // tile) * tile
 
 
 def budget_s(config: Config, cost_s: float, queued_s: float = 0.0) -> float:

@@ -357,6 +357,17 @@ class RestartConfig(_Model):
         return self
 
 
+#: `limits.min_channel_gflops` when the config leaves it unset (a GPU backend raises it to
+#: `GPU_MIN_CHANNEL_GFLOPS`). The NumPy reference ran at 0.029-0.50 GFLOP/s of padded work
+#: (`safemon.admission.padded_flops`) with three channel processes sharing the two cores of
+#: the development container, the slowest at 1024×64×32 and 2048×32×32 on the `small`
+#: tile, and 0.063 alone (2026-12-07; docs/ROBUSTNESS.md). Until then the default was 0.05
+#: GFLOP/s of unpadded 2·M·K·N, and one 4096×32×32 request, which the reference does at
+#: 0.012-0.018 of that, made every channel of the embedded default miss its deadline and
+#: latched SAFE.
+CPU_MIN_CHANNEL_GFLOPS = 0.02
+
+
 class LimitsConfig(_Model):
     """Admission control and resource budgets, checked at ingress before any work is queued
     (docs/ROBUSTNESS.md). A request or weight over a limit gets `InvalidInputError`; a
@@ -387,11 +398,13 @@ class LimitsConfig(_Model):
         256 MiB (a quarter of the default weight budget), holds about 1,000 models of 16
         layers 4096 wide with a bias each (256 KiB of biases and a spec of about 2 KiB), or
         31 of the largest a model can be (256 layers 8192 wide: 8 MiB of biases).
-    min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of 2*M*K*N) a
-        healthy channel must sustain, and the fixed time it may take per work item. When
-        the config does not set min_channel_gflops, it is 0.05 (the NumPy reference on a
-        slow CPU) and, on a GPU backend, `GPU_MIN_CHANNEL_GFLOPS` (`with_backend_limits`). A work
-        item costs `item_overhead_s + 2*M*K*N / (min_channel_gflops * 1e9)` seconds
+    min_channel_gflops / item_overhead_s: the slowest throughput (GFLOP/s of the work
+        the channels do: 2·M·K·N with each dimension rounded up to whole tiles,
+        `safemon.admission.padded_flops`) a healthy channel must sustain, and the fixed time
+        it may take per work item. When the config does not set min_channel_gflops, it is
+        `CPU_MIN_CHANNEL_GFLOPS` (0.02: the NumPy reference with three channels sharing two
+        cores) and, on a GPU backend, `GPU_MIN_CHANNEL_GFLOPS` (`with_backend_limits`). A work
+        item costs `item_overhead_s + padded_flops / (min_channel_gflops * 1e9)` seconds
         (`safemon.admission.item_cost_s`). Its channel budget is `timing.request_deadline_s`
         plus the cost of everything queued on the channel ahead of it and its own
         (`work_budget_s`); only a channel that misses that budget is blamed. The work queued
@@ -413,7 +426,7 @@ class LimitsConfig(_Model):
     max_weight_total_bytes: Annotated[StrictInt, Field(ge=4)] = 1024 * 1024 * 1024
     max_client_weight_bytes: Annotated[StrictInt, Field(ge=4)] | None = None
     max_model_total_bytes: Annotated[StrictInt, Field(ge=1)] = 256 * 1024 * 1024
-    min_channel_gflops: Annotated[StrictFloat, Field(gt=0.0)] = 0.05
+    min_channel_gflops: Annotated[StrictFloat, Field(gt=0.0)] = CPU_MIN_CHANNEL_GFLOPS
     item_overhead_s: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.005
     max_connections: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 512
 

@@ -480,13 +480,13 @@ def test_gpu_backend_prices_work_items_at_the_gpu_default_unless_the_config_says
     straggling item made the next request a BusyError; the daemon swaps in the GPU default,
     and only where the config left the field unset."""
     from safemon.admission import check_request, item_cost_s, max_ahead_s
-    from safemon.config import GPU_MIN_CHANNEL_GFLOPS, with_backend_limits
+    from safemon.config import CPU_MIN_CHANNEL_GFLOPS, GPU_MIN_CHANNEL_GFLOPS, with_backend_limits
 
     cfg = load_config(None, env={})
     assert with_backend_limits(cfg, False) is cfg
     gpu = with_backend_limits(cfg, True)
     assert gpu.limits.min_channel_gflops == GPU_MIN_CHANNEL_GFLOPS
-    assert cfg.limits.min_channel_gflops == 0.05  # the original is not modified
+    assert cfg.limits.min_channel_gflops == CPU_MIN_CHANNEL_GFLOPS  # the original is not modified
     cost = item_cost_s(gpu, 64, 4096, 4096)
     assert cost < 0.05 and item_cost_s(cfg, 64, 4096, 4096) > 40
     # One such item queued on a channel no longer refuses the next one ...

@@ -15,12 +15,33 @@ def test_the_work_budget_grows_with_the_work_and_the_queue_ahead(tmp_path: Path)
     cfg = make_config(tmp_path, "2oo3", extra={"limits": {"min_channel_gflops": 1.0,
                                                           "item_overhead_s": 0.01}})
     small = admission.work_budget_s(cfg, 8, 8, 8)
-    assert small == pytest.approx(cfg.timing.request_deadline_s + 0.01 + 1024 / 1e9)
-    assert admission.work_budget_s(cfg, 1000, 1000, 1000) == pytest.approx(
-        cfg.timing.request_deadline_s + 0.01 + 2.0)
+    # 8x8x8 runs on the 32x32 `small` tile (k-tiles of 8): 2 * 32 * 8 * 32 flops
+    assert small == pytest.approx(cfg.timing.request_deadline_s + 0.01 + 16384 / 1e9)
+    assert admission.work_budget_s(cfg, 1024, 1024, 1024) == pytest.approx(
+        cfg.timing.request_deadline_s + 0.01 + 2 * 1024**3 / 1e9)
     assert admission.work_budget_s(cfg, 8, 8, 8, queued_s=0.5) == pytest.approx(small + 0.5)
     with pytest.raises(ValueError):
         admission.item_cost_s(cfg, 0, 8, 8)
+
+
+def test_work_is_priced_in_whole_tiles_of_the_slowest_configured_channel(tmp_path: Path) -> None:
+    """The kernel and its NumPy reference compute whole tiles. Until 2026-12-07 an item was
+    priced at 2*M*K*N: a 4096x32x32 product, which the `large_k16` tile (128x128) computes
+    as 4096x32x128, was priced at a quarter of its work, its channels all missed the
+    budget, and the embedded default latched SAFE on one client's ordinary request."""
+    cfg = make_config(tmp_path, "2oo3")
+    tile = cfg.channels[0].variant.tile_for(4096, 32, 32)
+    assert (tile.bm, tile.bn) == (128, 128)
+    assert admission.padded_flops(cfg, 4096, 32, 32) == 2.0 * 4096 * 32 * 128
+    assert admission.padded_flops(cfg, 80, 80, 80) == 2.0 * 96 * 80 * 96  # 32x32 tiles
+    # the channel whose tile pads the most prices the item: `wide64` makes 80x80 128x128
+    mixed = make_config(tmp_path, "2oo3", extra={"channels": [
+        {"name": "c0", "placement": "stream"}, {"name": "c1", "placement": "stream"},
+        {"name": "c2", "placement": "stream", "variant": {"tile": "wide64"}}]})
+    assert mixed.channels[2].variant.tile_for(80, 80, 80).name == "wide64"  # 64x128
+    assert admission.padded_flops(mixed, 80, 80, 80) == 2.0 * 128 * 80 * 128
+    assert admission.item_cost_s(cfg, 4096, 32, 32) == pytest.approx(
+        cfg.limits.item_overhead_s + 2.0 * 4096 * 32 * 128 / (cfg.limits.min_channel_gflops * 1e9))
 
 
 def test_requests_are_refused_by_size_dimension_in_flight_and_queued_work(tmp_path: Path) -> None:

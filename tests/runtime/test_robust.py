@@ -16,6 +16,7 @@ import zmq
 
 from safemon.channels.launcher import ChannelHandle, RealLauncher
 from safemon.client import Client
+from safemon.config import CPU_MIN_CHANNEL_GFLOPS, TimingConfig
 from safemon.errors import (
     BusyError,
     InvalidInputError,
@@ -424,11 +425,11 @@ def test_a_lone_request_longer_than_a_self_tests_deadline_faults_no_channel(tmp_
     timing = {"heartbeat_interval_s": 0.1, "heartbeat_timeout_s": 0.5, "dti_s": 1.0,
               "selftest_deadline_s": 0.1, "ftti_s": 3.0, "request_deadline_s": 0.5,
               "scrub_interval_s": None}
-    # 64x512x512 is priced at 0.68 s (limits.min_channel_gflops 0.05; max_ahead_s 0.85 s)
-    # and takes about 0.15 s in a channel on the NumPy backend: longer than the 0.1 s a
-    # self-test behind it had.
+    # 64x512x512 (whole 32x32 tiles) is priced at 0.68 s (limits.min_channel_gflops 0.05;
+    # max_ahead_s 0.85 s) and takes about 0.15 s in a channel on the NumPy backend: longer
+    # than the 0.1 s a self-test behind it had.
     cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
-                      extra={"timing": timing})
+                      extra={"timing": timing, "limits": {"min_channel_gflops": 0.05}})
     rng = np.random.default_rng(2)
     x = rng.standard_normal((64, 512)).astype(np.float32)
     w = (rng.standard_normal((512, 512)) / 16).astype(np.float32)
@@ -449,3 +450,30 @@ def test_a_lone_request_longer_than_a_self_tests_deadline_faults_no_channel(tmp_
         time.sleep(1.0)  # every channel idle again: what is left to refuse is the cost
         with pytest.raises(InvalidInputError, match="ftti_s"):
             client.matmul(np.vstack([x, x]), wid, timeout=10.0)  # priced at 1.35 s
+
+
+def test_a_product_the_default_cannot_finish_in_time_is_refused_not_faulted(tmp_path: Path) -> None:
+    """Found by a user trial (2026-12-07): on the embedded default (NumPy, three channel
+    processes, the default timing and limits) one client's 4096x32x32 product latched SAFE.
+    It was priced at 2*M*K*N (0.17 s at 0.05 GFLOP/s), but the reference computes it on the
+    128x128 `large_k16` tile, four times that work, at 0.4-0.7 s on the 2-core container:
+    every channel missed its budget. Priced in whole tiles at the measured floor
+    (`admission.padded_flops`, `CPU_MIN_CHANNEL_GFLOPS`), it is over what a self-test may
+    wait behind and is refused at ingress; a product the default admits is released on
+    time and faults nothing."""
+    defaults = TimingConfig().model_dump()
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"timing": defaults})
+    assert cfg.limits.min_channel_gflops == CPU_MIN_CHANNEL_GFLOPS
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((32, 32)).astype(np.float32)
+    tall = rng.standard_normal((4096, 32)).astype(np.float32)
+    x = rng.standard_normal((1024, 32)).astype(np.float32)
+    with system(cfg) as (_daemon, client):
+        wid = client.register_weight(w)
+        with pytest.raises(InvalidInputError, match="min_channel_gflops"):
+            client.matmul(tall, wid, timeout=30.0)
+        for _ in range(3):
+            assert same_bits(client.matmul(x, wid, timeout=30.0), reference(x, w, cfg))
+        st = client.status()
+        assert st["mode"] == "NORMAL" and not st["faults"], st
