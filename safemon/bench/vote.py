@@ -54,8 +54,11 @@ from safemon.kernels.backend import Backend
 from safemon.transport import messages as msgs
 
 __all__ = [
+    "DEVICE_SIZES",
     "FORMAT",
+    "HOST_SIZES",
     "VoteBenchSize",
+    "default_sizes",
     "echo_main",
     "parse_sizes",
     "plot_round_trips",
@@ -80,6 +83,22 @@ class VoteBenchSize:
     @property
     def label(self) -> str:
         return f"{self.m}x{self.n}x{self.k}"
+
+
+#: `--sizes` by default on a GPU backend: issue 16's two product shapes.
+DEVICE_SIZES = "80x80x80,1024x1024x64"
+#: `--sizes` by default on the NumPy backend, whose daemon refuses 1024x1024x64 (priced at
+#: 6.7 s of its channels' floor, `limits.min_channel_gflops`, over what a self-test may wait
+#: behind) and computes a product at about 0.06 GFLOP/s.
+HOST_SIZES = "80x80x80"
+
+
+def default_sizes(backend: str) -> str:
+    """`DEVICE_SIZES` when `backend` ("auto", "numpy", "cupy") resolves to a GPU, else
+    `HOST_SIZES`."""
+    from safemon.kernels.backend import resolve_backend
+
+    return DEVICE_SIZES if resolve_backend(backend).on_device else HOST_SIZES
 
 
 def parse_sizes(text: str, requests: int) -> list[VoteBenchSize]:
@@ -356,6 +375,10 @@ def run_vote_bench(
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
     resolved = resolve_backend(backend)
+    refused = _refused_sizes(sizes, backend, resolved.on_device)
+    if refused:
+        raise ValueError("the benchmark's daemon would refuse "
+                         + "; ".join(refused) + ": pass smaller --sizes")
     rng = np.random.default_rng(2026)
     ops = {s.label: (rng.standard_normal((s.m, s.k), dtype=np.float32),
                      rng.standard_normal((s.k, s.n), dtype=np.float32)) for s in sizes}
@@ -421,6 +444,25 @@ def run_vote_bench(
                 finally:
                     raw.close()
     return evidence
+
+
+def _refused_sizes(sizes: Sequence[VoteBenchSize], backend: str, on_device: bool) -> list[str]:
+    """"SIZE: why" for each size the benchmark's own daemon would refuse at ingress
+    (`admission.check_request` under the config `_bench_config` writes), so that the run
+    fails before its baselines rather than minutes later at the first timed request."""
+    from safemon import admission
+    from safemon.config import load_config, with_backend_limits
+
+    with tempfile.TemporaryDirectory(prefix="safemon-bench-check-") as tmp:
+        path = Path(tmp) / "bench.yaml"
+        path.write_text(yaml.safe_dump(_bench_config(Path(tmp), "ipc", backend, ["16x16x16"])))
+        cfg = with_backend_limits(load_config(path, env={}), on_device)
+    out = []
+    for s in sizes:
+        refusal = admission.check_request(cfg, (s.m, s.k), s.n, 0)
+        if refusal is not None:
+            out.append(f"{s.label} ({refusal.error_type}: {refusal.message})")
+    return out
 
 
 def _measure(client: Any, raw: _RawRequester, transport: str, s: VoteBenchSize,

@@ -49,8 +49,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help=f"sizes {QUICK_DIMS}, fma only, 30 repeats, small ECC section")
     p.add_argument("--no-ecc", action="store_true", help="skip the ECC section")
     v = p.add_argument_group("vote options")
-    v.add_argument("--sizes", default="80x80x80,1024x1024x64",
-                   help="comma list of MxNxK (or N) for `vote` (default: %(default)s)")
+    v.add_argument("--sizes", default=None,
+                   help="comma list of MxNxK (or N) for `vote` (default: 80x80x80,1024x1024x64 "
+                        "on a GPU, 80x80x80 on the NumPy backend)")
     v.add_argument("--requests", type=int, default=1000,
                    help="timed round trips per size (outputs over 512² get a tenth)")
     v.add_argument("--transports", default="ipc,tcp", help="comma list of ipc, tcp")
@@ -86,11 +87,11 @@ def handler(args: argparse.Namespace) -> int:
 
 def _runtime(args: argparse.Namespace) -> int:
     from safemon.bench.runtime import ModelShape, run_runtime_bench, runtime_markdown
-    from safemon.bench.vote import parse_sizes, write_evidence
+    from safemon.bench.vote import DEVICE_SIZES, parse_sizes, write_evidence
     from safemon.errors import BackendUnavailableError, SafemonError
 
     try:
-        sizes = parse_sizes(args.sizes, args.requests)
+        sizes = parse_sizes(args.sizes or DEVICE_SIZES, args.requests)
         batch, hidden, layers = (int(v) for v in args.model.lower().split("x"))
         ev = run_runtime_bench(
             sizes=sizes, model=ModelShape(batch, hidden, layers),
@@ -116,6 +117,7 @@ def _vote(args: argparse.Namespace) -> int:
     if args.runtime:
         return _runtime(args)
     from safemon.bench.vote import (
+        default_sizes,
         parse_sizes,
         plot_round_trips,
         run_vote_bench,
@@ -125,7 +127,7 @@ def _vote(args: argparse.Namespace) -> int:
     from safemon.errors import BackendUnavailableError, SafemonError
 
     try:
-        sizes = parse_sizes(args.sizes, args.requests)
+        sizes = parse_sizes(args.sizes or default_sizes(args.backend), args.requests)
         transports = [t.strip() for t in args.transports.split(",") if t.strip()]
         ev = run_vote_bench(
             sizes=sizes, transports=transports, backend=args.backend, warmup=args.warmup,

@@ -6,11 +6,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from safemon.bench.vote import FORMAT, parse_sizes
+from safemon.bench.vote import (
+    FORMAT,
+    HOST_SIZES,
+    _refused_sizes,
+    default_sizes,
+    parse_sizes,
+    run_vote_bench,
+)
 
 
 def test_parse_sizes() -> None:
@@ -46,3 +54,18 @@ def test_bench_vote_small_run_writes_complete_evidence(tmp_path: Path) -> None:
     assert set(ev["echo"]) == {"16x16x16/zero-copy", "16x16x16/copy", "32x64x8/zero-copy", "32x64x8/copy"}
     assert "| ipc | 16x16x16 |" in r.stdout and "copied / zero-copy" in r.stdout
     assert png.stat().st_size > 1000
+
+
+def test_a_size_the_benchmarks_daemon_would_refuse_fails_before_any_work() -> None:
+    """Found by a user trial (2026-12-07): `safemon bench vote --backend numpy` with its
+    default sizes ran its baselines for about 3 minutes and then failed, because its own
+    daemon refuses 1024x1024x64 on the NumPy backend (priced over what a self-test may wait
+    behind). Now such a size fails at once, named, and the NumPy backend's default sizes
+    are ones it admits."""
+    assert default_sizes("numpy") == HOST_SIZES
+    big = parse_sizes("80,1024x1024x64", 10)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=r"1024x1024x64 \(InvalidInputError: .*min_channel_gflops"):
+        run_vote_bench(sizes=big, transports=("ipc",), backend="numpy", warmup=1)
+    assert time.monotonic() - t0 < 30.0  # nothing was started or timed
+    assert _refused_sizes(parse_sizes(HOST_SIZES, 10), "numpy", False) == []
