@@ -243,7 +243,13 @@ class Daemon:
         if not wanted:
             return
         if self.backend != "cupy":
-            raise ConfigError(f"channels.{wanted[0][0]}.gpu: set, but the backend is {self.backend}")
+            why = (" (backend auto found no usable CuPy or CUDA device and chose numpy)"
+                   if self.config.backend == "auto" else "")
+            raise ConfigError(
+                f"channels.{wanted[0][0]}.gpu: set to {wanted[0][1]}, but the backend is "
+                f"{self.backend}{why}: run where the GPUs are, with the cuda12 or cuda13 extra "
+                "installed, or set every channel's gpu to null (e.g. "
+                f"SAFEMON_CHANNELS__{wanted[0][0]}__GPU=null) to run on the host")
         from safemon.kernels.compiler import import_cupy
 
         count = int(import_cupy().cuda.runtime.getDeviceCount())
@@ -284,7 +290,15 @@ class Daemon:
         self.metrics = Metrics(cfg, self.registry, backend=self.backend, devices=devices)
         self._bind(cfg)
         if self._serve_metrics:
-            self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
+            try:
+                self.metrics_server = start_http_server(cfg, self.registry, health=self.health)
+            except OSError as exc:
+                self._close_sockets()
+                self._release_lock()
+                raise ConfigError(
+                    f"metrics.port: cannot serve metrics on {cfg.metrics.host}:{cfg.metrics.port}: "
+                    f"{exc} (another daemon on this host? give each deployment its own port, "
+                    "e.g. SAFEMON_METRICS__PORT)") from None
         launcher = self._launcher or RealLauncher(cfg, self.ctx, clock=self.clock)
         # The key of the channel-link tokens; a launcher without one (a test's fake) runs
         # its channels without link checks.

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 import zmq
 
@@ -274,3 +275,34 @@ def test_ctrl_c_to_the_process_group_stops_cleanly_without_tracebacks(tmp_path: 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_metrics_port_in_use_is_named_and_leaves_nothing_bound(tmp_path: Path) -> None:
+    """Found by a user trial (2026-12-07): a second deployment started beside the embedded
+    default on the same metrics port printed only "[Errno 98] Address already in use". The
+    daemon now names the setting and the address, and frees its sockets and lock, so that
+    the same config starts once the port is free."""
+    from prometheus_client import CollectorRegistry
+
+    from safemon.daemon import Daemon
+    from safemon.errors import ConfigError
+
+    blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    port = blocker.getsockname()[1]
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"metrics": {"port": port, "host": "127.0.0.1"}})
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        first = Daemon(cfg, context=ctx, registry=CollectorRegistry(), serve_metrics=True)
+        with pytest.raises(ConfigError, match=f"metrics.port: cannot serve metrics on 127.0.0.1:{port}"):
+            first.start()
+        blocker.close()
+        again = Daemon(cfg, context=ctx, registry=CollectorRegistry(), serve_metrics=True)
+        again.start()  # the first one's sockets and lock are gone
+        again.request_stop()
+        again.run()
+    finally:
+        blocker.close()
+        ctx.term()

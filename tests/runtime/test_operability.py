@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+import zmq
 
 from safemon.client import Client, DaemonUnreachableError
 from safemon.errors import VoteTimeoutError
@@ -124,3 +125,28 @@ def test_status_exit_code_says_normal_degraded_or_safe(tmp_path: Path) -> None:
         r = subprocess.run([*PY, "status", "--config", str(path), "--json"],
                            capture_output=True, timeout=60, check=False)
         assert r.returncode == EXIT_SAFE and json.loads(r.stdout)["mode"] == "SAFE"
+
+
+def test_a_gpu_config_on_a_host_without_one_says_why_and_how_to_run_it(tmp_path: Path) -> None:
+    """Found by a user trial (2026-12-07): `safemon run --config configs/hft1.yaml` on a CPU
+    said "channels.0.gpu: set, but the backend is numpy", though the file says `backend:
+    auto`. The error now says that auto chose numpy and how to run the file anyway."""
+    from prometheus_client import CollectorRegistry
+
+    from safemon.config import load_config
+    from safemon.daemon import Daemon
+    from safemon.errors import ConfigError
+    from safemon.kernels.backend import resolve_backend
+
+    if resolve_backend("auto").on_device:
+        pytest.skip("a GPU is usable here: auto resolves to cupy")
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    cfg = load_config(configs / "hft1.yaml", env={"XDG_RUNTIME_DIR": str(tmp_path)})
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        with pytest.raises(ConfigError, match=r"channels\.0\.gpu: set to 0, but the backend is "
+                                              r"numpy \(backend auto found no usable CuPy.*"
+                                              r"SAFEMON_CHANNELS__0__GPU=null"):
+            Daemon(cfg, context=ctx, registry=CollectorRegistry()).start()
+    finally:
+        ctx.term()
