@@ -64,6 +64,8 @@ from safemon.arrays import array_library, as_host, device_view
 from safemon.config import Config, load_config
 from safemon.device_io import ExchangeBuffers, StagedRequest
 from safemon.errors import (
+    DaemonSilentError,
+    DaemonUnreachableError,
     DeviceInputError,
     InvalidInputError,
     ModelUnavailableError,
@@ -115,10 +117,6 @@ pause doubles with each refusal, up to 16 times this."""
 MAX_TIMEOUT_S = 86_400.0
 """The longest timeout (seconds) a request may be given: a day. Longer would overflow the
 deadline arithmetic of the transport (milliseconds in a C int)."""
-
-
-class DaemonUnreachableError(SafemonError, ConnectionError):
-    """No daemon answered on the control / ingress socket within the allowed time."""
 
 
 _P = ParamSpec("_P")
@@ -649,8 +647,9 @@ class Client:
                                make_request((remaining - margin) * 1000.0).to_meta(), arrays,
                                remaining + REPLY_GRACE_S)
             if reply is None:
-                raise VoteTimeoutError(f"no answer from the daemon on "
-                                       f"{self.config.endpoints.ingress} within {timeout} s")
+                raise DaemonSilentError(f"no answer from the daemon on "
+                                        f"{self.config.endpoints.ingress} within {timeout:.3g} s "
+                                        "(is it running? `safemon status`)")
             if reply.kind is Kind.REPLY and self._control_reply(reply).ok:
                 out = (take(reply) if take is not None
                        else np.array(reply.arrays[0], copy=True) if len(reply.arrays) == 1
@@ -671,7 +670,7 @@ class Client:
                 self._raise(reply)
             raise SafemonError(f"unexpected reply {reply.kind.value} {reply.meta}")
         raise VoteTimeoutError(f"no answer from the daemon on {self.config.endpoints.ingress} "
-                               f"within {timeout} s")
+                               f"within {timeout:.3g} s")
 
     # ------------------------------------------------------------------ control
 

@@ -12,6 +12,8 @@ __all__ = [
     "BusyError",
     "CompileError",
     "ConfigError",
+    "DaemonSilentError",
+    "DaemonUnreachableError",
     "DeviceInputError",
     "DisagreementError",
     "InvalidInputError",
@@ -76,6 +78,18 @@ class SafeStateError(SafemonError, RuntimeError):
 
 class VoteTimeoutError(SafemonError, TimeoutError):
     """No trustworthy result could be formed before the request's deadline."""
+
+
+class DaemonUnreachableError(SafemonError, ConnectionError):
+    """No daemon answered on the control / ingress socket within the allowed time."""
+
+
+class DaemonSilentError(VoteTimeoutError, DaemonUnreachableError):
+    """A voted request got no answer at all within its timeout: not a result, not the
+    daemon's own `VoteTimeoutError` (which it sends when the channels are late). The daemon
+    is not running, not reachable at the ingress address, or its loop is stalled. It is
+    both a `VoteTimeoutError` (what such a call raised until 2026-12-07) and a
+    `DaemonUnreachableError` (what a control call raises in the same case)."""
 
 
 class ModelUnavailableError(VoteTimeoutError):

@@ -6,6 +6,7 @@ message over the transport's limits (which the daemon would drop unanswered)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +102,18 @@ def test_a_large_weight_is_given_the_time_its_channels_take_to_store_it(tmp_path
         wid = client.register_weight(w)
         assert daemon.core is not None and wid in daemon.core.weights
         assert daemon.status()["mode"] == "NORMAL"
+
+
+def test_a_request_no_daemon_answers_is_a_daemon_error_and_a_timeout(tmp_path: Path) -> None:
+    """Found by a user trial (2026-12-07): with no daemon running, a control call raised
+    DaemonUnreachableError but `matmul` a VoteTimeoutError "within 0.9998484269999608 s",
+    so code catching the first missed the second. Now it is both, with a readable time."""
+    from safemon import Client, DaemonSilentError, DaemonUnreachableError, VoteTimeoutError
+
+    cfg = make_config(tmp_path, "2oo3", transport="ipc")  # nothing listens on its ingress
+    x, _w = operands(3)
+    with Client(cfg) as client, pytest.raises(DaemonSilentError) as caught:
+        client.matmul(x, "0" * 24, timeout=0.3)
+    assert isinstance(caught.value, DaemonUnreachableError)
+    assert isinstance(caught.value, VoteTimeoutError)
+    assert re.search(r"within 0\.\d{1,3} s", str(caught.value)), caught.value
