@@ -20,10 +20,12 @@ check (`take`), timed by wrapping those two methods. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ import yaml
 from safemon.bench.runtime import ModelShape, _model_operands
 from safemon.bench.vote import _bench_config, running_daemon
 from safemon.channels.stream_priority import device_priority_range
+from safemon.client import Client
 from safemon.device_io import ExchangeBuffers
 from safemon.models import Layer
 
@@ -57,15 +60,14 @@ def _p(xs: list[float], q: float) -> float:
     return float(np.percentile(np.array(xs) * 1e6, q))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--reps", type=int, default=40)
-    args = ap.parse_args()
-    _timed_method("stage")
-    _timed_method("take")
-    work = Path(tempfile.mkdtemp(prefix="safemon-client-stream-"))
+
+@contextlib.contextmanager
+def inline_mlp_daemon() -> Iterator[tuple[Client, dict[str, Callable[[], Any]]]]:
+    """A real 2oo3 daemon with inline channels (the runtime bench's config, cupy, ipc://),
+    with the issue-16 MLP and an 80³ weight registered; yields the client and the two
+    calls ("mlp": `Client.run` on a CuPy x, "80": `Client.matmul` on a CuPy x). Shared by
+    `gap_probe.py`."""
+    work = Path(tempfile.mkdtemp(prefix="safemon-inline-probe-"))
     cfg = _bench_config(work, "ipc", "cupy", ["80x80x80"])
     cfg["channels"] = [{"name": f"c{i}", "placement": "inline"} for i in range(3)]
     cfg["limits"] = {"min_channel_gflops": 100.0}
@@ -76,18 +78,29 @@ def main() -> int:
     x80 = cp.asarray(rng.standard_normal((80, 80), dtype=np.float32))
     w80 = rng.standard_normal((80, 80), dtype=np.float32)
     dx = cp.asarray(x_host)
-    _least, greatest = device_priority_range()
-    high = cp.cuda.Stream(non_blocking=True, priority=greatest)
-    arms = {"current": None, "greatest": high}
-    res: dict[tuple[str, str], dict[str, list[float]]] = {
-        (a, r): {"rtt": [], "stage": [], "take": []} for a in arms for r in ("mlp", "80")}
     with running_daemon(path, work / "daemon.log", 240.0) as client:
         client.control_timeout_s = 60.0
         ids = {k: client.register_weight(w) for k, w in weights.items()}
         mid = client.register_model([Layer(ids[ly.weight_id], ly.bias, ly.act) for ly in layers])
         wid = client.register_weight(w80)
-        calls = {"mlp": lambda: client.run(mid, dx, timeout=60.0),
-                 "80": lambda: client.matmul(x80, wid, timeout=30.0)}
+        yield client, {"mlp": lambda: client.run(mid, dx, timeout=60.0),
+                       "80": lambda: client.matmul(x80, wid, timeout=30.0)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=40)
+    args = ap.parse_args()
+    _timed_method("stage")
+    _timed_method("take")
+    _least, greatest = device_priority_range()
+    high = cp.cuda.Stream(non_blocking=True, priority=greatest)
+    arms = {"current": None, "greatest": high}
+    res: dict[tuple[str, str], dict[str, list[float]]] = {
+        (a, r): {"rtt": [], "stage": [], "take": []} for a in arms for r in ("mlp", "80")}
+    with inline_mlp_daemon() as (client, calls):
         want = {r: None for r in calls}
         print(f"client stream probe, {datetime.datetime.now(datetime.UTC):%FT%TZ}, "
               f"{cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, "
