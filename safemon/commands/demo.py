@@ -2,8 +2,9 @@
 while faults are injected into one channel; prints the report (`safemon.demo.report`).
 
 Exit codes: 0 the demo ran and no wrong output was released; 1 it ran but a wrong output
-was released or a fault went undetected; 2 bad usage or invalid configuration; 3 the
-daemon could not be started.
+was released or a fault went undetected (`faults_undetected`: a fault injected after the
+daemon had latched SAFE is reported as not exercised, not as undetected); 2 bad usage or
+invalid configuration; 3 the daemon could not be started.
 """
 
 from __future__ import annotations
@@ -84,5 +85,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(report.table())
-    ok = data["wrong_outputs_released"] == 0 and data["faults_detected"] == data["faults_injected"]
+    ok = data["wrong_outputs_released"] == 0 and data["faults_undetected"] == 0
     return 0 if ok else 1

@@ -39,7 +39,14 @@ from safemon.demo.report import DemoReport, FaultRecord
 from safemon.errors import SafemonError
 from safemon.models import Layer, reference_forward
 
-__all__ = ["ClientLike", "EventStream", "ProtectedResult", "run_demo", "run_protected"]
+__all__ = [
+    "ClientLike",
+    "EventStream",
+    "ProtectedResult",
+    "released_accuracy",
+    "run_demo",
+    "run_protected",
+]
 
 
 class ClientLike(Protocol):
@@ -193,6 +200,7 @@ def run_protected(
     latencies: list[float] = []
     seen: list[tuple[float, dict[str, Any]]] = []
     injected_at: dict[int, float] = {}
+    mode_at: dict[int, str | None] = {}
     t0 = clock()
     for b, sl in enumerate(batches):
         wait = t0 + b * pace_s - clock()
@@ -206,7 +214,10 @@ def run_protected(
             if step.batch == b:
                 # One fault at a time: the previous one's reaction (restart, rejoin after
                 # a self-test) must be over, or this one would test something else.
-                _wait_healthy(client, settle_s, clock, sleep)
+                # The mode is read before the injection: SAFE is latched, so SAFE then is
+                # SAFE at the injection (the report says "not exercised"); any other mode
+                # may be stale and counts as exercised.
+                mode_at[i] = _wait_healthy(client, settle_s, clock, sleep)
                 injected_at[i] = clock()
                 client.inject(channel, step.kind)
         t = clock()
@@ -248,6 +259,7 @@ def run_protected(
                 batch=step.batch,
                 detected_as=_detections(seen, channel, t_inj, t_next),
                 failed_requests=n_failed,
+                mode_at_injection=mode_at.get(i),
             )
         )
     safe = sum(
@@ -269,18 +281,32 @@ def run_protected(
 
 def _wait_healthy(
     client: ClientLike, limit_s: float, clock: Callable[[], float], sleep: Callable[[float], None]
-) -> bool:
-    """Wait (at most `limit_s`) until the mode is NORMAL and every channel is UP; False if
-    it did not happen (SAFE is latched: no point waiting then)."""
+) -> str | None:
+    """Wait (at most `limit_s`) until the mode is NORMAL and every channel is UP, or the
+    mode is SAFE (latched: no point waiting then); returns the last mode seen (None when
+    the status carried none)."""
     end = clock() + limit_s
     while True:
         st = client.status()
+        mode = st.get("mode")
         chans = st.get("channels", [])
-        if st.get("mode") == "NORMAL" and all(c.get("state") == "UP" for c in chans):
-            return True
-        if st.get("mode") == "SAFE" or clock() >= end:
-            return False
+        healthy = mode == "NORMAL" and all(c.get("state") == "UP" for c in chans)
+        if healthy or mode == "SAFE" or clock() >= end:
+            return None if mode is None else str(mode)
         sleep(0.05)
+
+
+def released_accuracy(predictions: I64, y: I64) -> tuple[float | None, int]:
+    """Accuracy over the released samples and the number of refused ones.
+
+    predictions: (n,) int64 class per sample, -1 where the request was refused (no output,
+    the safe behaviour: neither right nor wrong). Returns (accuracy in [0, 1], or None when
+    nothing was released; refused count)."""
+    released = predictions >= 0
+    refused = int(np.count_nonzero(~released))
+    if not released.any():
+        return None, refused
+    return float(np.mean(predictions[released] == y[released])), refused
 
 
 def _detections(
@@ -520,9 +546,11 @@ def run_demo(
     if proc.metrics_snapshot is not None:
         snapshot.write_bytes(proc.metrics_snapshot)
 
+    protected_acc, refused = released_accuracy(result.predictions, y)
     return DemoReport(
         clean_accuracy=clean_acc,
-        protected_accuracy=float(np.mean(result.predictions == y)),
+        protected_accuracy=protected_acc,
+        samples_refused=refused,
         unprotected_faulty_accuracy=unprotected.accuracy,
         faults=tuple(result.faults),
         wrong_outputs_released=result.wrong_outputs_released,

@@ -64,3 +64,53 @@ def test_table_names_every_fault_and_outcome() -> None:
     assert "bitflip-c" in text and "disagreement_minority" in text and "masked" in text
     assert "NOT DETECTED" in text
     assert "http://127.0.0.1:1/metrics" in text
+
+
+def test_fault_injected_after_safe_is_reported_not_exercised_not_undetected() -> None:
+    """A fault injected while SAFE was latched, and not reported, is "not exercised:
+    injected after SAFE" in the table and the JSON, never NOT DETECTED or undetected."""
+    rep = _report(
+        faults=(
+            FaultRecord("bitflip-c", "ch0", 2, ("channel_error",), 2, "NORMAL"),
+            FaultRecord("hang", "ch0", 10, (), 2, "SAFE"),
+        ),
+        safe_state_events=1,
+    )
+    text = rep.table()
+    assert "not exercised: injected after SAFE" in text
+    assert "NOT DETECTED" not in text
+    assert "2 request(s) refused (already SAFE)" in text
+    data = rep.as_json()
+    assert data["faults_detected"] == 1
+    assert data["faults_undetected"] == 0
+    assert data["faults_injected_in_safe"] == 1
+    assert [f["injected_in_safe"] for f in data["faults"]] == [False, True]
+    assert data["faults"][1]["mode_at_injection"] == "SAFE"
+
+
+@pytest.mark.parametrize("mode", ["NORMAL", "DEGRADED", None])
+def test_fault_missed_while_not_safe_still_says_not_detected(mode: str | None) -> None:
+    """A fault the daemon missed while it could release outputs (or in an unknown mode)
+    is NOT DETECTED and counts in faults_undetected."""
+    rep = _report(faults=(FaultRecord("hang", "ch1", 10, (), 0, mode),))
+    assert "NOT DETECTED" in rep.table()
+    assert "not exercised" not in rep.table()
+    assert rep.as_json()["faults_undetected"] == 1
+
+
+def test_protected_accuracy_is_over_released_samples_with_refused_shown_apart() -> None:
+    """Refused samples (no output: the safe behaviour) are not counted as wrong: the
+    protected accuracy is over the released samples, and the refused count is shown."""
+    rep = _report(protected_accuracy=47 / 48, samples_refused=312, requests_failed=13)
+    text = rep.table()
+    assert "97.92 % of 48 released samples" in text
+    assert "refused (no output, not counted)    312 of 360 samples" in text
+    data = rep.as_json()
+    assert data["protected_accuracy"] == round(47 / 48, 6)
+    assert data["samples_released"] == 48 and data["samples_refused"] == 312
+
+
+def test_protected_accuracy_is_null_when_nothing_was_released() -> None:
+    rep = _report(protected_accuracy=None, samples_refused=360, outputs_released=0)
+    assert rep.as_json()["protected_accuracy"] is None
+    assert "no output released" in rep.table()
