@@ -150,3 +150,21 @@ def test_a_gpu_config_on_a_host_without_one_says_why_and_how_to_run_it(tmp_path:
             Daemon(cfg, context=ctx, registry=CollectorRegistry()).start()
     finally:
         ctx.term()
+
+
+def test_status_of_a_live_daemon_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`safemon status | head -1` against a running daemon: no BrokenPipeError traceback,
+    exit 141 (128 + SIGPIPE; safemon/cli.py)."""
+    cfg = make_config(tmp_path, "2oo3", transport="ipc")
+    path = tmp_path / "status.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+    with system(cfg):
+        r_fd, w_fd = os.pipe()
+        os.close(r_fd)  # the reader is gone before the first line is written
+        try:
+            r = subprocess.run([*PY, "status", "--config", str(path), "--timeout", "5"],
+                               stdout=w_fd, stderr=subprocess.PIPE, text=True, timeout=60,
+                               check=False)
+        finally:
+            os.close(w_fd)
+    assert r.stderr == "" and r.returncode == 141
