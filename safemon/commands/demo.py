@@ -1,5 +1,7 @@
-"""`safemon demo [--config FILE] [--duration S] [--json]`: the app protected by safemon
-while faults are injected into one channel; prints the report (`safemon.demo.report`).
+"""`safemon demo [--config FILE] [--duration S] [--json] [--keep-run-dir]`: the app protected
+by safemon while faults are injected into one channel; prints the report
+(`safemon.demo.report`). The daemon's runtime directory (sockets, log, metrics snapshot) is a
+temporary directory, removed at the end unless --keep-run-dir.
 
 Exit codes: 0 the demo ran and no wrong output was released; 1 it ran but a wrong output
 was released or a fault went undetected (`faults_undetected`: a fault injected after the
@@ -41,6 +43,12 @@ def register(subparsers: Any) -> None:
         help="seconds the protected run is spread over (default 12)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--keep-run-dir",
+        action="store_true",
+        help="keep the daemon's temporary runtime directory (its log and last metrics "
+        "scrape; removed at the end otherwise)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -73,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"... {msg}", file=sys.stderr, flush=True)
 
     try:
-        report = run_demo(args.config, duration_s=args.duration, progress=progress)
+        report = run_demo(
+            args.config,
+            duration_s=args.duration,
+            keep_run_dir=args.keep_run_dir,
+            progress=progress,
+        )
     except ConfigError as exc:
         print(f"safemon demo: {exc}", file=sys.stderr)
         return 2

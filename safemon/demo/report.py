@@ -24,7 +24,8 @@ Additional keys: ``faults`` (one record per fault, with ``mode_at_injection`` an
 ``injected_in_safe``), ``faults_masked``, ``faults_injected_in_safe``, ``samples_released``,
 ``samples_refused``, ``safe_state_events``, ``restarts``, ``requests_failed``,
 ``outputs_released`` (released requests, i.e. batches), ``samples``, ``channel``,
-``policy``, ``backend``, ``metrics_url``, ``log_file``, ``duration_s``, ``notes``
+``policy``, ``backend``, ``metrics_url``, ``log_file`` (null when the demo's temporary runtime
+directory was removed at the end, as it is unless ``--keep-run-dir``), ``duration_s``, ``notes``
 (configuration changes the demo made, e.g. on a CPU-only machine).
 """
 

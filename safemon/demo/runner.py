@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -443,6 +444,7 @@ def run_demo(
     batch_size: int = 24,
     cache: Path | None = None,
     run_dir: Path | None = None,
+    keep_run_dir: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> DemoReport:
     """The whole demo; returns the report.
@@ -453,18 +455,46 @@ def run_demo(
             restarts and detections happen while the app runs.
         batch_size: samples per request (the test set must give ≥ 10 batches).
         cache: the model cache directory (None = `safemon.demo.app.cache_dir()`).
-        run_dir: where the runtime sockets, the daemon log and the metrics snapshot go;
-            None = a fresh temporary directory (kept, so the log can be read afterwards).
+        run_dir: where the runtime sockets, the daemon log and the metrics snapshot go,
+            kept afterwards; None = a fresh temporary directory, removed when the demo
+            ends (normally or not) unless `keep_run_dir`. A removed directory's log and
+            snapshot are not named in the report (`log_file` None; a note says so).
+        keep_run_dir: keep the temporary directory of `run_dir=None`.
 
     Raises:
         ConfigError: invalid configuration. PatternError: tampered golden patterns.
         SafemonError: the daemon did not start.
     """
-    say = progress or (lambda _msg: None)
-    started = time.monotonic()
     if not duration_s > 0:
         raise ValueError(f"duration must be > 0 seconds, got {duration_s}")
-    rd = Path(tempfile.mkdtemp(prefix="safemon-demo-")) if run_dir is None else run_dir
+    kwargs: dict[str, Any] = dict(
+        duration_s=duration_s, batch_size=batch_size, cache=cache, progress=progress
+    )
+    if run_dir is not None:
+        return _run_demo_in(config_path, run_dir, removed=False, **kwargs)
+    rd = Path(tempfile.mkdtemp(prefix="safemon-demo-"))
+    try:
+        return _run_demo_in(config_path, rd, removed=not keep_run_dir, **kwargs)
+    finally:
+        # Its sockets are stale once the daemon has gone (`_daemon` waits for that).
+        if not keep_run_dir:
+            shutil.rmtree(rd, ignore_errors=True)
+
+
+def _run_demo_in(
+    config_path: str | Path | None,
+    rd: Path,
+    *,
+    removed: bool,
+    duration_s: float,
+    batch_size: int,
+    cache: Path | None,
+    progress: Callable[[str], None] | None,
+) -> DemoReport:
+    """`run_demo` in the runtime directory `rd`; `removed`: the caller removes `rd` once
+    this returns, so the report must not point into it."""
+    say = progress or (lambda _msg: None)
+    started = time.monotonic()
     rd.mkdir(parents=True, exist_ok=True)
     os.chmod(rd, 0o700)  # the ipc sockets live here; make_socket wants a private directory
     config, env, notes = demo_config(config_path, rd)
@@ -543,8 +573,12 @@ def run_demo(
         notes.append(f"{result.batches_per_layer} batches went layer by layer (the daemon ran "
                      "1oo1D, which cannot vote a whole model)")
     snapshot = rd / "metrics.prom"
-    if proc.metrics_snapshot is not None:
-        snapshot.write_bytes(proc.metrics_snapshot)
+    saved = proc.metrics_snapshot is not None and not removed
+    if saved:
+        snapshot.write_bytes(proc.metrics_snapshot or b"")
+    if removed:
+        notes.append(f"the daemon log and the metrics were in the temporary directory {rd}, "
+                     "removed at the end (safemon demo --keep-run-dir keeps it)")
 
     protected_acc, refused = released_accuracy(result.predictions, y)
     return DemoReport(
@@ -566,10 +600,10 @@ def run_demo(
         backend=backend.value,
         metrics_url=(
             f"{metrics_url} (while the demo ran; last scrape saved to {snapshot})"
-            if proc.metrics_snapshot is not None
-            else (str(metrics_url) if metrics_url else None)
+            if saved
+            else (f"{metrics_url} (while the demo ran)" if metrics_url else None)
         ),
-        log_file=str(log_path),
+        log_file=None if removed else str(log_path),
         duration_s=time.monotonic() - started,
         notes=tuple(notes),
         reactions=read_reactions(log_path),

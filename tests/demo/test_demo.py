@@ -18,7 +18,12 @@ def test_demo_json_protected_equals_clean_and_every_fault_detected(
 ) -> None:
     """`safemon demo --json`: protected == clean accuracy, all faults detected, no wrong
     output released, and the unprotected run with the same faults is worse."""
+    import tempfile
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(model_cache.parent))
+    run_tmp = model_cache.parent / "tmp"
+    run_tmp.mkdir(exist_ok=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(run_tmp))
     # reuse the session's trained model: cache_dir() is $XDG_CACHE_HOME/safemon
     target = model_cache.parent / "safemon"
     if not target.exists():
@@ -41,6 +46,9 @@ def test_demo_json_protected_equals_clean_and_every_fault_detected(
     assert all(r["frti_ms"] >= 0 for r in data["reactions"])
     assert sum(r["fdti_ms"] is not None for r in data["reactions"]) >= data["faults_detected"]
     assert code == 0
+    # the temporary runtime directory (sockets, log) is gone, and the report does not name it
+    assert _leftovers(run_tmp) == []
+    assert data["log_file"] is None
 
 
 def test_read_reactions_takes_only_well_formed_fault_reaction_records(tmp_path: Path) -> None:
@@ -56,3 +64,45 @@ def test_read_reactions_takes_only_well_formed_fault_reaction_records(tmp_path: 
     ]))
     assert read_reactions(log) == (("crash", 0.03, 0.0004), ("deadline_miss", None, 0.001))
     assert read_reactions(tmp_path / "missing.log") == ()
+
+
+def _leftovers(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("safemon-demo-*"))
+
+
+def test_demo_removes_its_temporary_run_dir_when_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A demo that ends with an error (here: a missing configuration file) leaves no
+    /tmp/safemon-demo-* directory behind."""
+    import tempfile
+
+    from safemon.demo.runner import run_demo
+    from safemon.errors import ConfigError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(ConfigError):
+        run_demo(tmp_path / "missing.yaml")
+    assert _leftovers(tmp_path) == []
+
+
+def test_demo_keeps_its_run_dir_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """keep_run_dir=True (`safemon demo --keep-run-dir`) keeps the directory."""
+    import tempfile
+
+    from safemon.demo.runner import run_demo
+    from safemon.errors import ConfigError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(ConfigError):
+        run_demo(tmp_path / "missing.yaml", keep_run_dir=True)
+    assert len(_leftovers(tmp_path)) == 1
+
+
+def test_demo_cli_has_keep_run_dir() -> None:
+    parser = argparse.ArgumentParser()
+    demo_cmd.register(parser.add_subparsers())
+    assert parser.parse_args(["demo"]).keep_run_dir is False
+    assert parser.parse_args(["demo", "--keep-run-dir"]).keep_run_dir is True
