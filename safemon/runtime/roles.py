@@ -337,6 +337,13 @@ class Roles:
     def _run_now(self, ch: str, now: float) -> None:
         self._sched(sch.Tick(now))  # settle what fell due before this instant first
         if ch not in self.scheduler.channels:
+            if self.controller.channel_state(ch) is ChannelState.ISOLATED:
+                # Out of service until an operator reset, which re-admits it and restarts
+                # it itself. Asked for here by a mismatch of a request it computed before it
+                # was isolated (the voter self-tests every channel of that vote) or by the
+                # `selftest` command: restarting it would bring back a channel the
+                # controller took out (until 2026-12-07 it did).
+                return
             if not self.processes.running(ch) or self.processes.lost(ch):
                 # Lost while nothing restarted it (e.g. in SAFE) and now asked to prove
                 # itself (after a reset): start it; it must pass a self-test to vote again.

@@ -311,6 +311,41 @@ def test_a_disagreement_with_a_channel_already_out_of_the_vote_is_no_new_fault(
     assert [s.channel for s in _of(after, fx.SendToChannel) if s.meta.get("job") == "selftest"] == ["c1"]
 
 
+def test_a_mismatch_of_an_isolated_channels_last_request_does_not_restart_it(
+        tmp_path: Path) -> None:
+    """1oo3D (user trial 2026-12-07): a request is in flight on all three when c1 is lost
+    and isolated. Its late result differs: the voter asks to self-test every channel of that
+    vote, c1 included, but c1 stays out of service until an operator reset; it was
+    restarted (status then read "ISOLATED incarnation 1 process starting")."""
+    core, procs, clock, cfg = _core(tmp_path, "1oo3D")
+    _form(core, procs, clock)
+    x, w = operands(2)
+    reg = core.handle(st.IngressMessage(b"c", _msg(Kind.CONTROL, 1, {"command": "register_weight"}, (w,)),
+                                        clock(), "reg-w"))
+    wid = str(_of(reg, fx.SendToChannel)[0].meta["args"])
+    for ch in cfg.channel_names:
+        core.handle(st.ChannelMessage(ch, _msg(Kind.EVENT, 2, {"event": "weight", "weight_id": wid,
+                                                               "ok": True}, channel=ch), clock(), "ack"))
+    ask = core.handle(st.IngressMessage(b"c", _msg(Kind.REQUEST, 3, {"weight_id": wid}, (x,)),
+                                        clock(), "ask"))
+    work = {s.channel: s for s in _of(ask, fx.SendToChannel) if s.meta.get("job") == "live"}
+    procs.up.discard("c1")
+    lost = core.handle(st.ProcessLost("c1", "crash", clock(), "exited", clock(), "lost"))
+    assert [e.channel for e in _of(lost, fx.IsolateChannel)] == ["c1"]
+    assert core.controller.channel_state("c1") is ChannelState.ISOLATED
+    r = run_variant(x, w, cfg.channels[0].variant.to_variant(x.shape[0], w.shape[1], x.shape[1]), "numpy")  # type: ignore[index]
+    bad = r.c.copy()
+    bad[0, 0] += 1.0
+    clock.now += 0.001
+    after: list[fx.Effect] = []
+    for ch, c in (("c0", r.c), ("c2", r.c), ("c1", bad)):
+        res = _msg(Kind.RESULT, work[ch].seq, {"ok": True, "job": "live"}, (c, r.es), ch)
+        after += core.handle(st.ChannelMessage(ch, res, clock(), f"res-{ch}"))
+    assert [rp.meta.get("error_type") for rp in _of(after, fx.Reply)] == ["DisagreementError"]
+    assert not _of(after, fx.RestartChannel)
+    assert core.controller.channel_state("c1") is ChannelState.ISOLATED
+
+
 def test_a_channel_storing_a_new_weight_is_not_self_tested_until_it_holds_it(tmp_path: Path) -> None:
     """A weight registered at run time keeps each channel's loop busy storing it (checked,
     ECC-encoded, uploaded) for up to its acknowledgement budget. A self-test queued behind
