@@ -26,6 +26,7 @@ def operator_status(d: Daemon) -> dict[str, Any]:
     """The operator view: mode, policies, voting set, channels, endpoints."""
     sup, core = d.supervisor, d.core
     c = core.controller if core is not None else None
+    now = d.clock()
     return {
         "name": d.config.name,
         "epoch": d.epoch,
@@ -39,13 +40,14 @@ def operator_status(d: Daemon) -> dict[str, Any]:
         "backend": d.backend,
         "metrics_url": d.metrics_url,
         "sockets": d.sockets(),
-        # `state` is the controller's (frozen while SAFE is latched); `process` is what
-        # the supervisor sees now, so a channel lost in SAFE does not pass for healthy.
+        # `state` is the controller's (frozen while SAFE is latched: a channel restarted
+        # then stays RESTARTING until a reset); `process` is what the supervisor sees now,
+        # so a channel lost in SAFE does not pass for healthy (`process_state`).
         "channels": [
             {"name": n,
              "state": (c.channel_state(n) if c is not None else ChannelState.STARTING).value,
              "incarnation": sup.incarnation(n) if sup is not None else -1,
-             "process": process_state(sup, n) if sup is not None else "not started",
+             "process": process_state(sup, n, now) if sup is not None else "not started",
              "sm_coverage": core.scheduler.sm_coverage(n) if core is not None else None}
             for n in d.config.channel_names
         ],
@@ -88,12 +90,31 @@ def _hft_status(d: Daemon) -> dict[str, Any]:
             "hft_hardware": {u: list(chs) for u, chs in a.units}}
 
 
-def process_state(sup: Supervisor, channel: str) -> str:
-    """running / starting / restarting / lost (exited or silent, nothing planned)."""
+def process_state(sup: Supervisor, channel: str, now: float) -> str:
+    """What the supervisor sees of `channel`'s process at `now`: running (registered,
+    watched), starting (not registered yet), restarting (a restart is pending), or, once
+    nothing is planned for it (`Supervisor.lost`: reported lost while nothing restarts it,
+    as in SAFE, or isolated):
+    - stopped: stopped on purpose (isolated, or shutting down);
+    - exited: its process exited;
+    - silent: its process runs but has not been heard within the heartbeat timeout
+      (hung, or busy past its work's deadline);
+    - alive, not watched: its process runs and is heard, but it was reported lost and is
+      watched (and used) again only once an operator reset restarts it.
+
+    Until 2026-12-07 all four were "lost", so a channel that had been busy past its
+    deadline in SAFE read as lost while its process ran and answered."""
     if sup.registered(channel):
         return "running"
     if sup.awaiting_registration(channel):
         return "starting"
-    if sup.lost(channel):
-        return "lost"
-    return "restarting"
+    if not sup.lost(channel):
+        return "restarting"
+    if not sup.has_process(channel):
+        return "stopped"
+    if not sup.process_alive(channel):
+        return "exited"
+    heard = sup.last_heard(channel)
+    if heard is None or now - heard > sup.config.timing.heartbeat_timeout_s:
+        return "silent"
+    return "alive, not watched"

@@ -185,6 +185,24 @@ class Supervisor:
         slot = self._slots[channel]
         return slot.handle is not None and slot.watching and slot.last_seen is None
 
+    def process_alive(self, channel: str) -> bool:
+        """Whether the current incarnation's process (or thread) exists and has not exited;
+        False when it was stopped (isolated) or has none yet. Watched or not: a channel
+        reported lost for its silence may still run."""
+        handle = self._slots[channel].handle
+        return handle is not None and handle.alive()
+
+    def has_process(self, channel: str) -> bool:
+        """Whether `channel` has a current incarnation that was not asked to stop (False
+        once isolated or stopped, until a restart starts another)."""
+        return self._slots[channel].handle is not None
+
+    def last_heard(self, channel: str) -> float | None:
+        """When a message of the current incarnation was last read (`now` of the read;
+        None: not since it started). Kept after the channel was reported lost: what it
+        sends is still read, though it is no longer watched."""
+        return self._slots[channel].heard
+
     def incarnation(self, channel: str) -> int:
         """The incarnation currently running (or being started) for `channel`."""
         return self._slots[channel].incarnation

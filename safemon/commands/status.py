@@ -53,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
               f"{status['hft_reason']}")
         if status.get("safe_reason"):
             print(f"  SAFE because: {status['safe_reason']}  (an operator must `safemon reset`)")
+            # The controller's channel states are latched with SAFE: a channel whose
+            # restart was pending stays RESTARTING after its new process registered.
+            print("  channel states as SAFE latched them (until the reset); process: as now")
         if status.get("fault_injection"):
             print("  fault injection ENABLED (testing.fault_injection: a test configuration)")
         for ch in status["channels"]:

@@ -257,7 +257,7 @@ def test_reset_after_a_hang_induced_safe_brings_the_channel_back(tmp_path: Path)
         assert wait_for(lambda: daemon.status()["mode"] == "SAFE", timeout=5.0)
         assert daemon.status()["safe_reason"]
         # The controller's state is latched in SAFE; the process view shows the truth.
-        assert wait_for(lambda: daemon.status()["channels"][0]["process"] == "lost", 5.0)
+        assert wait_for(lambda: daemon.status()["channels"][0]["process"] == "silent", 5.0)
         client.reset()
         assert wait_for(lambda: _healthy(daemon), timeout=10.0), daemon.status()
         assert same_bits(client.matmul(x, wid, timeout=2.0), reference(x, w, cfg))
