@@ -16,6 +16,7 @@ import yaml
 import zmq
 
 from safemon.client import Client, DaemonUnreachableError
+from safemon.daemon import Daemon
 from safemon.errors import VoteTimeoutError
 from safemon.transport import keys_generate
 
@@ -125,6 +126,61 @@ def test_status_exit_code_says_normal_degraded_or_safe(tmp_path: Path) -> None:
         r = subprocess.run([*PY, "status", "--config", str(path), "--json"],
                            capture_output=True, timeout=60, check=False)
         assert r.returncode == EXIT_SAFE and json.loads(r.stdout)["mode"] == "SAFE"
+
+
+def _processes(daemon: Daemon) -> dict[str, tuple[str, int, str]]:
+    return {c["name"]: (c["state"], c["incarnation"], c["process"])
+            for c in daemon.status()["channels"]}
+
+
+def test_status_in_safe_says_which_channel_processes_run(tmp_path: Path) -> None:
+    """User trial 2026-12-07 (2oo3, process channels): after SAFE latched, `safemon status`
+    read "UP ... process lost" for two channels whose processes ran and answered, and
+    "RESTARTING" for one that had registered again. Now a channel reported lost in SAFE
+    reads "silent" while it is silent and "alive, not watched" once it answers again (it is
+    used again only after the reset restarts it); the RESTARTING channel's process reads
+    "running", and the text says that the channel states are latched with SAFE."""
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc", injection=True)
+    path = tmp_path / "status.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+    with system(cfg) as (daemon, client):
+        client.inject("c0", "crash")  # restarted (2oo2 meanwhile) ...
+        client.inject("c1", "hang")  # ... and a fault under 2oo2 before it is back: SAFE
+        assert wait_for(lambda: daemon.status()["mode"] == "SAFE", 10.0), daemon.status()
+        client.inject("c2", "hang")  # reported lost in SAFE too, nothing restarts it
+        assert wait_for(lambda: [p[2] for n, p in _processes(daemon).items() if n != "c0"]
+                        == ["silent", "silent"], 10.0), _processes(daemon)
+        client.clear_faults()  # both answer again; still not watched
+        assert wait_for(lambda: [p for n, p in _processes(daemon).items() if n != "c0"]
+                        == [("UP", 0, "alive, not watched")] * 2, 10.0), _processes(daemon)
+        assert wait_for(lambda: _processes(daemon)["c0"] == ("RESTARTING", 1, "running"),
+                        30.0), _processes(daemon)
+        r = subprocess.run([*PY, "status", "--config", str(path), "--timeout", "5"],
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert "channel states as SAFE latched them" in r.stdout, r.stdout
+        assert "process alive, not watched" in r.stdout and "process lost" not in r.stdout
+        client.reset()  # restarts the two it stopped watching; all three vote again
+        assert wait_for(lambda: daemon.status()["mode"] == "NORMAL", 60.0), _processes(daemon)
+        assert _processes(daemon) == {"c0": ("UP", 1, "running"), "c1": ("UP", 1, "running"),
+                                      "c2": ("UP", 1, "running")}
+
+
+def test_an_isolated_channel_stays_stopped_until_the_reset(tmp_path: Path) -> None:
+    """User trial 2026-12-07 (1oo3D, process channels): status read "ISOLATED incarnation 1
+    process starting": asking to self-test an isolated channel (the `selftest` command, or
+    the mismatch of a request it computed before its isolation) restarted it. It stays
+    stopped, reads "stopped" (it read "lost"), and the operator's reset brings it back."""
+    cfg = make_config(tmp_path, "1oo3D", placement="process", transport="ipc", injection=True)
+    with system(cfg) as (daemon, client):
+        client.inject("c1", "crash")
+        assert wait_for(lambda: _processes(daemon)["c1"] == ("ISOLATED", 0, "stopped"), 10.0), \
+            _processes(daemon)
+        client.selftest()
+        assert not wait_for(lambda: _processes(daemon)["c1"] != ("ISOLATED", 0, "stopped"), 2.0), \
+            _processes(daemon)
+        client.reset()  # re-admitted: restarted, self-tested, voting again
+        assert wait_for(lambda: daemon.status()["mode"] == "NORMAL", 60.0), _processes(daemon)
+        assert _processes(daemon)["c1"] == ("UP", 1, "running")
 
 
 def test_a_gpu_config_on_a_host_without_one_says_why_and_how_to_run_it(tmp_path: Path) -> None:
