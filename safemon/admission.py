@@ -26,7 +26,8 @@ from safemon.config import Config
 from safemon.transport.wire import Limits
 
 __all__ = ["Refusal", "budget_s", "check_request", "check_weight", "client_limits", "item_cost_s",
-           "max_ahead_s", "max_queued_s", "padded_flops", "selftest_extension_s", "work_budget_s"]
+           "max_ahead_s", "max_queued_s", "padded_flops", "selftest_extension_s", "store_cost_s",
+           "work_budget_s"]
 
 #: float32 only on the data path.
 _ITEMSIZE = 4
@@ -63,26 +64,19 @@ def item_cost_s(config: Config, m: int, k: int, n: int) -> float:
     """Seconds a healthy channel may spend on one (M, K)·(K, N) work item:
     `limits.item_overhead_s + padded_flops / (limits.min_channel_gflops * 1e9)`
     (`padded_flops`). Raises ValueError for a non-positive dimension."""
-    key = (id(config), m, k, n)
-    known = _item_costs.get(key)
-    if known is not None and known[0] is config:
-        return known[1]
     if min(m, k, n) < 1:
         raise ValueError(f"dimensions must be >= 1, got {m}x{k}x{n}")
     lim = config.limits
-    cost = lim.item_overhead_s + padded_flops(config, m, k, n) / (lim.min_channel_gflops * 1e9)
-    if len(_item_costs) >= _ITEM_COSTS_MAX:
-        _item_costs.clear()
-    _item_costs[key] = (config, cost)
-    return cost
+    return lim.item_overhead_s + padded_flops(config, m, k, n) / (lim.min_channel_gflops * 1e9)
 
 
-#: `item_cost_s` by (id(config), M, K, N), each with its config, held so that its id is not
-#: reused while the entry lives: every request is priced (a model once per layer), and
-#: `padded_flops` asks every channel's variant for its tile. A config is not changed after
-#: it is loaded. Cleared when it reaches `_ITEM_COSTS_MAX` entries.
-_item_costs: dict[tuple[int, int, int, int], tuple[Config, float]] = {}
-_ITEM_COSTS_MAX = 4096
+def store_cost_s(config: Config, k: int, n: int) -> float:
+    """Seconds a healthy channel may spend storing (checking, ECC encoding, uploading) or
+    reading once a (K, N) weight: `limits.item_overhead_s + 2*8*K*N / (min_channel_gflops *
+    1e9)`, the order of work of an 8-row product on it, unpadded (a store is no tiled
+    product)."""
+    lim = config.limits
+    return lim.item_overhead_s + 2.0 * 8 * k * n / (lim.min_channel_gflops * 1e9)
 
 
 def padded_flops(config: Config, m: int, k: int, n: int) -> float:

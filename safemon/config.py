@@ -358,14 +358,15 @@ class RestartConfig(_Model):
 
 
 #: `limits.min_channel_gflops` when the config leaves it unset (a GPU backend raises it to
-#: `GPU_MIN_CHANNEL_GFLOPS`). The NumPy reference ran at 0.029-0.50 GFLOP/s of padded work
-#: (`safemon.admission.padded_flops`) with three channel processes sharing the two cores of
-#: the development container, the slowest at 1024×64×32 and 2048×32×32 on the `small`
-#: tile, and 0.063 alone (2026-12-07; docs/ROBUSTNESS.md). Until then the default was 0.05
-#: GFLOP/s of unpadded 2·M·K·N, and one 4096×32×32 request, which the reference does at
-#: 0.012-0.018 of that, made every channel of the embedded default miss its deadline and
-#: latched SAFE.
-CPU_MIN_CHANNEL_GFLOPS = 0.02
+#: `GPU_MIN_CHANNEL_GFLOPS`), in GFLOP/s of padded work (`safemon.admission.padded_flops`).
+#: Checked on 2026-12-07 (`scripts/price_check.py`, evidence/cpu-2026-12-07-stop64/pricing/):
+#: three processes running the NumPy reference at once on the 2-core development container,
+#: 176 shapes (M 1-4096, K 32-4096, N 10-1024, up to 128 MFLOP); of the 155 the embedded default admits at this
+#: floor, none took longer than its budget (`admission.work_budget_s`), the closest 0.84 of
+#: it. Priced at 2·M·K·N instead (as until then), 10 of 163 admitted shapes overran it
+#: (4096×64×32 by 2.0×, 4096×32×32 by 1.28×, 1×4096×64 by 1.42×), and a user trial had found
+#: one 4096×32×32 request latching the embedded default in SAFE.
+CPU_MIN_CHANNEL_GFLOPS = 0.05
 
 
 class LimitsConfig(_Model):
@@ -402,8 +403,9 @@ class LimitsConfig(_Model):
         the channels do: 2·M·K·N with each dimension rounded up to whole tiles,
         `safemon.admission.padded_flops`) a healthy channel must sustain, and the fixed time
         it may take per work item. When the config does not set min_channel_gflops, it is
-        `CPU_MIN_CHANNEL_GFLOPS` (0.02: the NumPy reference with three channels sharing two
-        cores) and, on a GPU backend, `GPU_MIN_CHANNEL_GFLOPS` (`with_backend_limits`). A work
+        `CPU_MIN_CHANNEL_GFLOPS` (0.05: the NumPy reference with three channels sharing two
+        cores, checked shape by shape) and, on a GPU backend, `GPU_MIN_CHANNEL_GFLOPS`
+        (`with_backend_limits`). A work
         item costs `item_overhead_s + padded_flops / (min_channel_gflops * 1e9)` seconds
         (`safemon.admission.item_cost_s`). Its channel budget is `timing.request_deadline_s`
         plus the cost of everything queued on the channel ahead of it and its own

@@ -15,15 +15,14 @@ views of its bias frame (`decode_model`).
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from safemon import admission
-from safemon.config import Config, LimitsConfig
+from safemon.config import LimitsConfig
 from safemon.errors import InvalidInputError
 from safemon.eviction import choose_evictions
 from safemon.models.layers import Layer, decode_model, model_id_of
@@ -66,10 +65,11 @@ class RegisteredModel:
         """The largest K or N of any layer (for `limits.max_dim`)."""
         return max(max(k, n) for k, n in self.dims)
 
-    def cost_s(self, config: Config, m: int) -> float:
+    def cost_s(self, item_cost_s: Callable[[int, int, int], float], m: int) -> float:
         """Seconds a healthy channel may spend on the whole forward pass of M rows: the sum
-        of the layers' `admission.item_cost_s`."""
-        return sum(admission.item_cost_s(config, m, k, n) for k, n in self.dims)
+        of the layers' item costs, `item_cost_s(M, K, N)` (`admission.item_cost_s` under the
+        daemon's config)."""
+        return sum(item_cost_s(m, k, n) for k, n in self.dims)
 
 
 

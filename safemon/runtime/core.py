@@ -23,6 +23,7 @@ own deadline or the channels' work budget, whichever comes first
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -97,6 +98,11 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         super().__init__(config, scheduler, by_channel, processes, metrics, clock)
         self.backend = backend
         self.gpu_uuids = dict(gpu_uuids or {})
+        #: `admission.item_cost_s` under this core's config, by (M, K, N): every request is
+        #: priced (a model once per layer), each price asks every channel's variant for its
+        #: tile (`admission.padded_flops`), and the config never changes under a core.
+        self.item_cost_s: Callable[[int, int, int], float] = functools.lru_cache(maxsize=4096)(
+            functools.partial(admission.item_cost_s, config))
         self.injection_enabled = bool(config.testing.fault_injection)
         self.draining = False
         self.weights: dict[str, npt.NDArray[np.float32]] = {}
@@ -315,8 +321,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         queued_s = max(live_s, default=0.0)
         ahead_s = max((q + self._stores_ahead_s(ch) for ch, q in zip(voters, live_s, strict=True)),
                       default=0.0)
-        cost_s = (admission.item_cost_s(self.config, m, k, n) if model is None
-                  else model.cost_s(self.config, m))
+        cost_s = (self.item_cost_s(m, k, n) if model is None
+                  else model.cost_s(self.item_cost_s, m))
         refusal = admission.check_request(self.config, (m, k), n, self.voter.open_requests,
                                           queued_s, cost_s)
         if refusal is None and io is not None and not safe and policy is Policy.ONE_OO_ONE_D:
@@ -681,10 +687,9 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
 
     def _store_cost_s(self, wid: str) -> float:
         """Seconds a healthy channel may spend storing (checking, ECC encoding, uploading)
-        or reading once registered weight `wid`: the item cost of an 8-row product on it
-        (`safemon.admission.item_cost_s`), which is that order of work."""
+        or reading once registered weight `wid` (`safemon.admission.store_cost_s`)."""
         k, n = self.weights[wid].shape
-        return admission.item_cost_s(self.config, 8, int(k), int(n))
+        return admission.store_cost_s(self.config, int(k), int(n))
 
     def _pump_weights(self, ch: str, now: float) -> None:
         """Send what the window allows of the weights `ch` is owed; once it holds them all,

@@ -42,6 +42,9 @@ def test_work_is_priced_in_whole_tiles_of_the_slowest_configured_channel(tmp_pat
     assert admission.padded_flops(mixed, 80, 80, 80) == 2.0 * 128 * 80 * 128
     assert admission.item_cost_s(cfg, 4096, 32, 32) == pytest.approx(
         cfg.limits.item_overhead_s + 2.0 * 4096 * 32 * 128 / (cfg.limits.min_channel_gflops * 1e9))
+    # a weight's store is no tiled product: 2*8*K*N, unpadded (a review, 2026-12-07)
+    assert admission.store_cost_s(cfg, 512, 100) == pytest.approx(
+        cfg.limits.item_overhead_s + 2.0 * 8 * 512 * 100 / (cfg.limits.min_channel_gflops * 1e9))
 
 
 def test_requests_are_refused_by_size_dimension_in_flight_and_queued_work(tmp_path: Path) -> None:
