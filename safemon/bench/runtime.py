@@ -305,7 +305,7 @@ def _run_placement(placement: str, work: Path, sizes: Sequence[VoteBenchSize],
     cfg["channels"] = [{"name": f"c{i}", "placement": placement, "variant": variant}
                        for i in range(3)]
     cfg["testing"] = {"fault_injection": True}
-    # Item costs at 100 GFLOP/s (the default 0.05 prices a 4096-wide layer at 43 s, so a
+    # Item costs at 100 GFLOP/s (the CPU default 0.05 prices a 4096-wide layer at 43 s, so a
     # model request queued behind the slowest channel's previous one would be refused).
     cfg["limits"] = {"min_channel_gflops": 100.0}
     cfg_path = work / f"bench-{placement}.yaml"

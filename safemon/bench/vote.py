@@ -375,7 +375,7 @@ def run_vote_bench(
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
     resolved = resolve_backend(backend)
-    refused = _refused_sizes(sizes, backend, resolved.on_device)
+    refused = _refused_sizes(sizes, backend, resolved.on_device, depth)
     if refused:
         raise ValueError("the benchmark's daemon would refuse "
                          + "; ".join(refused) + ": pass smaller --sizes")
@@ -446,20 +446,24 @@ def run_vote_bench(
     return evidence
 
 
-def _refused_sizes(sizes: Sequence[VoteBenchSize], backend: str, on_device: bool) -> list[str]:
-    """"SIZE: why" for each size the benchmark's own daemon would refuse at ingress
-    (`admission.check_request` under the config `_bench_config` writes), so that the run
-    fails before its baselines rather than minutes later at the first timed request."""
+def _refused_sizes(sizes: Sequence[VoteBenchSize], backend: str, on_device: bool,
+                   depth: int = 1) -> list[str]:
+    """"SIZE (why)" for each size the benchmark's own daemon would refuse at ingress
+    (`admission.check_request` under the config `_bench_config` writes, with the SAFEMON_*
+    environment the daemon inherits), alone or with `depth - 1` more of it queued ahead, as
+    the pipelined part sends them, so that the run fails before its baselines rather than
+    minutes later."""
     from safemon import admission
     from safemon.config import load_config, with_backend_limits
 
     with tempfile.TemporaryDirectory(prefix="safemon-bench-check-") as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(_bench_config(Path(tmp), "ipc", backend, ["16x16x16"])))
-        cfg = with_backend_limits(load_config(path, env={}), on_device)
+        cfg = with_backend_limits(load_config(path), on_device)
     out = []
     for s in sizes:
-        refusal = admission.check_request(cfg, (s.m, s.k), s.n, 0)
+        ahead = (depth - 1) * admission.item_cost_s(cfg, s.m, s.k, s.n)
+        refusal = admission.check_request(cfg, (s.m, s.k), s.n, 0, queued_s=ahead)
         if refusal is not None:
             out.append(f"{s.label} ({refusal.error_type}: {refusal.message})")
     return out

@@ -69,3 +69,19 @@ def test_a_size_the_benchmarks_daemon_would_refuse_fails_before_any_work() -> No
         run_vote_bench(sizes=big, transports=("ipc",), backend="numpy", warmup=1)
     assert time.monotonic() - t0 < 30.0  # nothing was started or timed
     assert _refused_sizes(parse_sizes(HOST_SIZES, 10), "numpy", False) == []
+
+
+def test_the_size_check_reads_the_daemons_environment_and_the_pipelined_depth(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review (2026-12-07): the check priced sizes without the SAFEMON_* environment the
+    benchmark's daemon inherits, and for a lone request only, while the pipelined part
+    keeps `--depth` of them queued (160x160x160 at depth 16 is 2.7 s of priced work on the
+    NumPy backend, over the 2.25 s a self-test may wait behind)."""
+    sizes = parse_sizes("160", 10)
+    assert _refused_sizes(sizes, "numpy", False, depth=8) == []
+    (busy,) = _refused_sizes(sizes, "numpy", False, depth=16)
+    assert busy.startswith("160x160x160 (BusyError:")
+    big = parse_sizes("1024x1024x64", 10)
+    assert _refused_sizes(big, "numpy", False)
+    monkeypatch.setenv("SAFEMON_LIMITS__MIN_CHANNEL_GFLOPS", "1000.0")
+    assert _refused_sizes(big, "numpy", False) == []
