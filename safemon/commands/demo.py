@@ -4,8 +4,9 @@ by safemon while faults are injected into one channel; prints the report
 temporary directory, removed at the end unless --keep-run-dir.
 
 Exit codes: 0 the demo ran and no wrong output was released; 1 it ran but a wrong output
-was released or a fault went undetected (`faults_undetected`: a fault injected after the
-daemon had latched SAFE is reported as not exercised, not as undetected); 2 bad usage or
+was released, a fault went undetected (`faults_undetected`: a fault injected after the
+daemon had latched SAFE is reported as not exercised, not as undetected), or faults were
+injected after SAFE that no detected fault had latched (`demo_passed`); 2 bad usage or
 invalid configuration; 3 the daemon could not be started.
 """
 
@@ -98,5 +99,14 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(report.table())
-    ok = data["wrong_outputs_released"] == 0 and data["faults_undetected"] == 0
-    return 0 if ok else 1
+    return 0 if demo_passed(data) else 1
+
+
+def demo_passed(data: dict[str, Any]) -> bool:
+    """Whether a demo report (`DemoReport.as_json()`) is a pass: no wrong output released,
+    no fault injected while the daemon served left undetected, and, when faults were
+    injected after SAFE was latched (not exercised), SAFE was latched by a fault the daemon
+    detected: a daemon in SAFE before any fault tested nothing."""
+    if data["wrong_outputs_released"] != 0 or data["faults_undetected"] != 0:
+        return False
+    return bool(data["faults_injected_in_safe"] == 0 or data["faults_detected"] > 0)

@@ -13,6 +13,8 @@ import signal
 import sys
 from typing import Any
 
+import structlog
+
 
 def main(argv: list[str] | None = None) -> int:
     from safemon.config import load_config
@@ -32,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         daemon.start()
     except (SafemonError, OSError) as exc:
-        print(f"safemon demo daemon: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
+        why = f"{type(exc).__name__}: {exc}"
+        print(f"safemon demo daemon: cannot start: {why}", file=sys.stderr)
+        # Also in LOG, which the demo's error names.
+        structlog.get_logger().error("daemon_cannot_start", error=why)
         return 2
 
     def _stop(signum: int, frame: Any) -> None:

@@ -457,7 +457,8 @@ def run_demo(
         cache: the model cache directory (None = `safemon.demo.app.cache_dir()`).
         run_dir: where the runtime sockets, the daemon log and the metrics snapshot go,
             kept afterwards; None = a fresh temporary directory, removed when the demo
-            ends (normally or not) unless `keep_run_dir`. A removed directory's log and
+            ends unless `keep_run_dir`, or unless it failed after its daemon started (its
+            error names the daemon log there). A removed directory's log and
             snapshot are not named in the report (`log_file` None; a note says so).
         keep_run_dir: keep the temporary directory of `run_dir=None`.
 
@@ -474,11 +475,17 @@ def run_demo(
         return _run_demo_in(config_path, run_dir, removed=False, **kwargs)
     rd = Path(tempfile.mkdtemp(prefix="safemon-demo-"))
     try:
-        return _run_demo_in(config_path, rd, removed=not keep_run_dir, **kwargs)
-    finally:
-        # Its sockets are stale once the daemon has gone (`_daemon` waits for that).
-        if not keep_run_dir:
+        report = _run_demo_in(config_path, rd, removed=not keep_run_dir, **kwargs)
+    except BaseException:
+        # A demo that failed after its daemon started keeps the directory: its error names
+        # the daemon log in it. One that failed before (a bad config) has nothing to keep.
+        if not keep_run_dir and not (rd / "daemon.log").exists():
             shutil.rmtree(rd, ignore_errors=True)
+        raise
+    # Its sockets are stale once the daemon has gone (`_daemon` waits for that).
+    if not keep_run_dir:
+        shutil.rmtree(rd, ignore_errors=True)
+    return report
 
 
 def _run_demo_in(

@@ -73,8 +73,8 @@ def _leftovers(tmp: Path) -> list[Path]:
 def test_demo_removes_its_temporary_run_dir_when_it_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A demo that ends with an error (here: a missing configuration file) leaves no
-    /tmp/safemon-demo-* directory behind."""
+    """A demo that ends with an error before its daemon started (here: a missing
+    configuration file) leaves no /tmp/safemon-demo-* directory behind."""
     import tempfile
 
     from safemon.demo.runner import run_demo
@@ -84,6 +84,28 @@ def test_demo_removes_its_temporary_run_dir_when_it_fails(
     with pytest.raises(ConfigError):
         run_demo(tmp_path / "missing.yaml")
     assert _leftovers(tmp_path) == []
+
+
+def test_a_demo_whose_daemon_failed_keeps_the_log_its_error_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review (2026-12-07): the demo removed its directory on every failure, also the
+    daemon log its own error pointed to. configs/hft1.yaml on a host without a GPU: the
+    daemon exits (its channels name GPUs), and the log stays where the error says."""
+    import tempfile
+
+    from safemon.demo.runner import run_demo
+    from safemon.errors import SafemonError
+    from safemon.kernels.backend import resolve_backend
+
+    if resolve_backend("auto").on_device:
+        pytest.skip("a GPU is usable here: hft1.yaml's daemon would start")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(SafemonError, match=r"daemon\.log") as caught:
+        run_demo(Path(__file__).resolve().parents[2] / "configs" / "hft1.yaml")
+    (kept,) = _leftovers(tmp_path)
+    log = kept / "daemon.log"
+    assert str(log) in str(caught.value) and "channels.0.gpu" in log.read_text()
 
 
 def test_demo_keeps_its_run_dir_when_asked(

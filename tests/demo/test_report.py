@@ -114,3 +114,25 @@ def test_protected_accuracy_is_null_when_nothing_was_released() -> None:
     rep = _report(protected_accuracy=None, samples_refused=360, outputs_released=0)
     assert rep.as_json()["protected_accuracy"] is None
     assert "no output released" in rep.table()
+
+
+def test_the_demo_fails_when_safe_came_before_any_detected_fault() -> None:
+    """A review (2026-12-07): with the 'not exercised' label, a daemon already in SAFE
+    before the first injection (every fault not exercised, nothing detected, nothing
+    released) made `safemon demo` exit 0. It is a pass only when a detected fault latched
+    SAFE (as the bit flip does under 1oo1D) or no fault fell into SAFE."""
+    from safemon.commands.demo import demo_passed
+
+    latched_by_a_fault = _report(faults=(
+        FaultRecord("bitflip-c", "ch0", 2, ("channel_error",), 2, "NORMAL"),
+        FaultRecord("hang", "ch0", 10, (), 2, "SAFE")), safe_state_events=1)
+    assert demo_passed(latched_by_a_fault.as_json())
+    safe_all_along = _report(faults=(
+        FaultRecord("bitflip-c", "ch0", 2, (), 2, "SAFE"),
+        FaultRecord("hang", "ch0", 10, (), 2, "SAFE")), safe_state_events=1,
+        protected_accuracy=None, outputs_released=0)
+    assert safe_all_along.as_json()["faults_undetected"] == 0
+    assert not demo_passed(safe_all_along.as_json())
+    assert demo_passed(_report().as_json()) is False  # its hang went undetected in NORMAL
+    assert not demo_passed(_report(wrong_outputs_released=1, faults=(
+        FaultRecord("bitflip-c", "ch1", 2, ("disagreement_minority",), 0),)).as_json())
