@@ -76,6 +76,7 @@ from safemon.errors import (
 )
 from safemon.models.activations import Activation, epilogue
 from safemon.models.layers import Layer, encode_model, validate_layers
+from safemon.seconds import seconds_text
 from safemon.transport import (
     CurveClientKeys,
     Kind,
@@ -648,7 +649,7 @@ class Client:
                                remaining + REPLY_GRACE_S)
             if reply is None:
                 raise DaemonSilentError(f"no answer from the daemon on "
-                                        f"{self.config.endpoints.ingress} within {timeout:.3g} s "
+                                        f"{self.config.endpoints.ingress} within {seconds_text(timeout)} s "
                                         "(is it running? `safemon status`)")
             if reply.kind is Kind.REPLY and self._control_reply(reply).ok:
                 out = (take(reply) if take is not None
@@ -670,7 +671,7 @@ class Client:
                 self._raise(reply)
             raise SafemonError(f"unexpected reply {reply.kind.value} {reply.meta}")
         raise VoteTimeoutError(f"no answer from the daemon on {self.config.endpoints.ingress} "
-                               f"within {timeout:.3g} s")
+                               f"within {seconds_text(timeout)} s")
 
     # ------------------------------------------------------------------ control
 

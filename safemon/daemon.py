@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -302,10 +303,14 @@ class Daemon:
             except OSError as exc:
                 self._close_sockets()
                 self._release_lock()
-                raise ConfigError(
-                    f"metrics.port: cannot serve metrics on {cfg.metrics.host}:{cfg.metrics.port}: "
-                    f"{exc} (another daemon on this host? give each deployment its own port, "
-                    "e.g. SAFEMON_METRICS__PORT)") from None
+                where = f"{cfg.metrics.host}:{cfg.metrics.port}"
+                if exc.errno == errno.EADDRINUSE:
+                    raise ConfigError(
+                        f"metrics.port: cannot serve metrics on {where}: {exc} (another daemon "
+                        "on this host? give each deployment its own port, e.g. "
+                        "SAFEMON_METRICS__PORT)") from None
+                raise ConfigError(f"metrics: cannot serve metrics on {where} (metrics.host, "
+                                  f"metrics.port, or the TLS files): {exc}") from None
         launcher = self._launcher or RealLauncher(cfg, self.ctx, clock=self.clock)
         # The key of the channel-link tokens; a launcher without one (a test's fake) runs
         # its channels without link checks.
@@ -409,7 +414,8 @@ class Daemon:
 
     def request_stop(self) -> None:
         """Begin draining (thread- and signal-safe): new requests are refused, in-flight
-        ones are answered, then `run` returns (within `timing.drain_timeout_s`). It only
+        ones are answered, then `run` returns (within `timing.drain_timeout_s`, and at most
+        `DRAIN_SWEEP_S` more to answer what was queued on the ingress). It only
         sets a flag: no lock, so a signal handler may call it any number of times."""
         self._stop_requested = True
 

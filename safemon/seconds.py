@@ -12,12 +12,20 @@ from typing import TypeGuard
 
 from safemon.errors import InvalidInputError
 
-__all__ = ["check_seconds", "is_seconds", "postponed"]
+__all__ = ["check_seconds", "is_seconds", "postponed", "seconds_text"]
 
 
 def is_seconds(value: object) -> TypeGuard[float]:
     """True for a finite int or float that is not a bool (narrows `value` for type checkers)."""
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def seconds_text(value: float) -> str:
+    """`value` seconds for a message: at most three decimals, no trailing zeros, no
+    exponent ("0.283", "0.3", "86400"); below a millisecond as `{:g}` ("0.0004")."""
+    if abs(value) < 0.001:
+        return f"{value:g}"
+    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 def check_seconds(name: str, value: object) -> float:

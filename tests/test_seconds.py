@@ -31,3 +31,10 @@ def test_postponed_moves_a_deadline_after_since_by_at_most_the_limit_and_never_p
     assert postponed(12.0, 2.0, since=11.5, seconds=1.0, limit=2.0) == (12.0, 2.0)
     assert postponed(9.0, 0.0, since=9.0, seconds=1.0, limit=2.0) == (9.0, 0.0)  # not after since
     assert postponed(10.0, 0.0, since=9.0, seconds=1.5, limit=2.0, until=10.5) == (10.5, 0.5)
+
+
+def test_seconds_text_is_readable_at_every_scale() -> None:
+    from safemon.seconds import seconds_text
+
+    assert [seconds_text(v) for v in (0.282548, 0.3, 1.0, 1000.0, 86400.0, 0.0004)] == [
+        "0.283", "0.3", "1", "1000", "86400", "0.0004"]

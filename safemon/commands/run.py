@@ -3,7 +3,8 @@
 Prints where its metrics and sockets are, notifies systemd (READY=1 once the voting set
 is formed, WATCHDOG=1 periodically) when NOTIFY_SOCKET is set, and on SIGTERM/SIGINT
 drains in-flight requests (each answered or errored) and exits within
-`timing.drain_timeout_s`. Refuses bad keys, bad golden patterns and unusable GPU ids with
+`timing.drain_timeout_s` (plus at most `daemon.DRAIN_SWEEP_S` answering the requests still
+queued). Refuses bad keys, bad golden patterns and unusable GPU ids with
 a clear message.
 
 Exit codes: 0 clean shutdown, 2 invalid configuration / keys / patterns / GPU ids.

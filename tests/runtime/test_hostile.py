@@ -306,3 +306,23 @@ def test_a_metrics_port_in_use_is_named_and_leaves_nothing_bound(tmp_path: Path)
     finally:
         blocker.close()
         ctx.term()
+
+
+def test_a_metrics_host_that_cannot_be_bound_is_not_called_a_port_clash(tmp_path: Path) -> None:
+    """A review (2026-12-07): every OSError of the metrics server read "another daemon on
+    this host?"; an address this host does not have is named as the metrics settings."""
+    from prometheus_client import CollectorRegistry
+
+    from safemon.daemon import Daemon
+    from safemon.errors import ConfigError
+
+    cfg = make_config(tmp_path, "2oo3", placement="process", transport="ipc",
+                      extra={"metrics": {"port": 0, "host": "192.0.2.1"}})  # TEST-NET-1
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        with pytest.raises(ConfigError, match=r"metrics: cannot serve metrics on 192\.0\.2\.1:0 "
+                                              r"\(metrics\.host") as caught:
+            Daemon(cfg, context=ctx, registry=CollectorRegistry(), serve_metrics=True).start()
+        assert "another daemon" not in str(caught.value)
+    finally:
+        ctx.term()
