@@ -13,7 +13,9 @@ busy wait, so the client's core stays awake; the pause is not in the round trip)
 alternating rounds. A round trip that falls with the pause measures what the leftovers of
 the request before cost the next one: an upper bound on what finishing the third channel
 outside the round could save, since the pause also lets the third channel's GPU work end
-before the next request's starts. As a control, the same pauses precede the products
+before the next request's starts. A round trip that rises instead bounds nothing: the
+pause brings a slowdown of its own (measured on the H100: docs/RUNTIME.md, "Requests after
+a pause are slower"), which can hide such a saving. As a control, the same pauses precede the products
 computed directly in this process, without safemon ("mlp direct": four cupy.matmul of the
 MLP's weights; "80 direct": one 80³ cupy.matmul; each followed by a device synchronize): a
 slowdown there too belongs to the GPU or its driver, not to safemon. Outputs are compared
