@@ -347,3 +347,35 @@ def test_host_arrays_never_take_the_device_path_and_inproc_clients_never_try(tmp
             assert not other.last_request_device
     with system(make_config(tmp_path, "1oo1D")) as (_daemon, client):
         assert not client.device_io
+
+
+@pytest.mark.xfail(strict=True, reason="known open defect (docs/ROBUSTNESS.md, 'A late channel "
+                   "can overwrite a smaller released slot'): slot offsets scale with each "
+                   "request's own slot size")
+def test_a_channel_one_request_behind_cannot_write_over_a_later_released_slot(
+        tmp_path: Path) -> None:
+    """Found on the H100 (evidence/h100-2026-12-07-stop64/, call 6): the client raised
+    DisagreementError on the slot the daemon released. Each channel writes at its index
+    times the request's slot size in the client's one output buffer, and a 2oo3 vote is
+    answered before the third channel is done. A channel still on a larger request A writes
+    [0, size_A) after the client has been told to take a smaller request B's slot 1, which
+    lies inside it. Nothing wrong is released (the client digests what it copies), but a
+    healthy request fails. The property: no range a channel writes for A meets the range
+    released for B on another channel."""
+    core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
+    n = w.shape[1]
+    xb = np.ascontiguousarray(x[:2])
+    sent_a = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, n)))}
+    fa = _frame(x, w, cfg)
+    for ch in ("c1", "c2"):  # the quorum; c0 is still computing A
+        _answer(core, clock, sent_a[ch], fa)
+    meta_b = _device_meta(wid, xb, n)
+    sent_b = {s.channel: s for s in _work(_ask(core, clock, meta_b))}
+    fb = _frame(xb, w, cfg)
+    _answer(core, clock, sent_b["c1"], fb)
+    [reply] = _of(_answer(core, clock, sent_b["c2"], fb), fx.Reply)
+    released = int(reply.meta["slot"])
+    size_a, size_b = x.shape[0] * n * 4, int(meta_b["out_slot_bytes"])
+    late = int(sent_a["c0"].meta["out_offset"])
+    start = released * size_b
+    assert late + size_a <= start or start + size_b <= late, (late, size_a, start, size_b)
