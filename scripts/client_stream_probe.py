@@ -87,6 +87,16 @@ def inline_mlp_daemon() -> Iterator[tuple[Client, dict[str, Callable[[], Any]]]]
                        "80": lambda: client.matmul(x80, wid, timeout=30.0)}
 
 
+def same_bits_as_before(want: dict[str, Any], req: str, out: Any, what: str) -> None:
+    """Keep `out`'s bits as `want[req]` the first time; after that, exit naming `what` if
+    they differ. Shared by `gap_probe.py`."""
+    got = cp.asnumpy(out)
+    if want[req] is None:
+        want[req] = got
+    elif not np.array_equal(got.view(np.uint32), want[req].view(np.uint32)):
+        raise SystemExit(f"{what}: other bits than before")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -128,11 +138,7 @@ def main() -> int:
                         r["rtt"].append(t1 - t0)
                         r["stage"] += SPANS["stage"]
                         r["take"] += SPANS["take"]
-                    got = cp.asnumpy(out)
-                    if want[req] is None:
-                        want[req] = got
-                    elif not np.array_equal(got.view(np.uint32), want[req].view(np.uint32)):
-                        raise SystemExit(f"{req} on {arm}: other bits than before")
+                    same_bits_as_before(want, req, out, f"{req} on {arm}")
     print("| request | client stream | round trip p50 / p99 µs | stage p50 µs | take p50 µs |")
     print("|---|---|---|---|---|")
     for (arm, req), r in res.items():

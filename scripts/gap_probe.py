@@ -30,7 +30,7 @@ import time
 
 import cupy as cp
 import numpy as np
-from client_stream_probe import inline_mlp_daemon
+from client_stream_probe import inline_mlp_daemon, same_bits_as_before
 
 from safemon.bench.runtime import ModelShape, _model_operands
 
@@ -90,11 +90,7 @@ def main() -> int:
                             raise SystemExit(f"{req}: fell back to host memory")
                         if rnd:
                             rtt[(gap, req)].append(t1 - t0)
-                    got = cp.asnumpy(out)
-                    if want[req] is None:
-                        want[req] = got
-                    elif not np.array_equal(got.view(np.uint32), want[req].view(np.uint32)):
-                        raise SystemExit(f"{req} after a {gap} µs pause: other bits than before")
+                    same_bits_as_before(want, req, out, f"{req} after a {gap} µs pause")
     print("| request | pause before it (µs) | round trip p50 / p99 µs | p50 ÷ no pause |")
     print("|---|---|---|---|")
     for req in kinds:
