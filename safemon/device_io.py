@@ -59,11 +59,15 @@ __all__ = [
     "IMPORT_CAPACITY",
     "IMPORT_IDLE_S",
     "INPUT_BUFFERS",
+    "SLOT_ALIGN_BYTES",
     "ExchangeBuffers",
     "ImportedBuffers",
     "StagedRequest",
+    "allocation_bytes",
     "digest_hex",
+    "output_need_bytes",
     "parse_digest",
+    "slot_stride",
 ]
 
 HANDLE_HEX_CHARS = 128
@@ -82,6 +86,29 @@ IMPORT_IDLE_S = 30.0
 _VIEWS_PER_IMPORT = 16
 
 _MIN_BUFFER_BYTES = 1 << 20
+
+#: Alignment of output slots within the output allocation (bytes).
+SLOT_ALIGN_BYTES = 256
+
+
+def allocation_bytes(nbytes: int) -> int:
+    """The size of the exported allocation a client makes for `nbytes`: the next power of
+    two, at least `_MIN_BUFFER_BYTES`."""
+    return max(_MIN_BUFFER_BYTES, 1 << (int(nbytes) - 1).bit_length())
+
+
+def output_need_bytes(slot_bytes: int, slots: int) -> int:
+    """Bytes of output allocation that `slots` slots of at least `slot_bytes` each need."""
+    return -(-int(slot_bytes) // SLOT_ALIGN_BYTES) * SLOT_ALIGN_BYTES * slots
+
+
+def slot_stride(allocation: int, slots: int) -> int:
+    """The byte stride of the output slots in an allocation of `allocation` bytes: its share
+    per slot, aligned down to `SLOT_ALIGN_BYTES`. It depends on the allocation only, never on
+    a request, so channel i writes within [i × stride, (i + 1) × stride) whatever request it
+    is on: a channel still on an earlier, larger request cannot write over the slot released
+    for a later one (docs/ROBUSTNESS.md, "A late channel wrote over a released slot")."""
+    return (int(allocation) // slots) // SLOT_ALIGN_BYTES * SLOT_ALIGN_BYTES
 _CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction (and device) from the pointers (UVA)
 
 
@@ -129,7 +156,10 @@ class StagedRequest:
     x_cols: int
     x_digest: str
     out_ipc: str
+    #: the output allocation's slot stride (`slot_stride`): slot i starts at i × this
     out_slot_bytes: int
+    #: columns of the (x_rows, out_cols) float32 output (client side only; not sent)
+    out_cols: int
 
     def meta(self) -> dict[str, str | int]:
         """The request meta keys of this staging."""
@@ -181,7 +211,7 @@ class ExchangeBuffers:
         cp = _cupy()
         buf = table.get(device)
         if buf is None or buf.memory.size < nbytes:
-            size = max(_MIN_BUFFER_BYTES, 1 << (nbytes - 1).bit_length())
+            size = allocation_bytes(nbytes)
             with cp.cuda.Device(device):
                 memory = cp.cuda.Memory(size)
                 handle = bytes(cp.cuda.runtime.ipcGetMemHandle(memory.ptr)).hex()
@@ -193,7 +223,9 @@ class ExchangeBuffers:
     def stage(self, x: Any, out_cols: int, stream: Any = None) -> StagedRequest:
         """Copy `x` (a C-contiguous float32 CuPy array, already checked) into the next input
         buffer of its device in turn (`INPUT_BUFFERS`: the previous request's x stays where
-        it is) and reserve output slots of (rows, `out_cols`) float32.
+        it is) and reserve output slots of (rows, `out_cols`) float32. The slots sit at the
+        output allocation's fixed stride (`slot_stride`); a request whose output does not
+        fit in one grows a new allocation.
 
         Raises:
             InvalidInputError: x holds NaN or infinity (checked on the device).
@@ -204,11 +236,11 @@ class ExchangeBuffers:
         cp = _cupy()
         device = int(x.device.id)
         rows, cols = (int(d) for d in x.shape)
-        slot_bytes = rows * int(out_cols) * 4
         turn = self._turn.get(device, 0)
         self._turn[device] = (turn + 1) % INPUT_BUFFERS
         inp = self._buffer(self._inputs[turn], device, int(x.nbytes))
-        out = self._buffer(self._outputs, device, slot_bytes * self.slots)
+        out = self._buffer(self._outputs, device,
+                           output_need_bytes(rows * int(out_cols) * 4, self.slots))
         with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
             staged = cp.ndarray(x.shape, cp.float32, cp.cuda.MemoryPointer(inp.memory, 0))
             # One kernel copies x in, digests and finite-checks it; its read-back is the one
@@ -216,7 +248,8 @@ class ExchangeBuffers:
             digest, nonfinite = copy_digest(x, staged)
             if nonfinite:
                 raise InvalidInputError("x contains NaN or infinity")
-        return StagedRequest(inp.handle, rows, cols, digest_hex(digest), out.handle, slot_bytes)
+        return StagedRequest(inp.handle, rows, cols, digest_hex(digest), out.handle,
+                             slot_stride(out.memory.size, self.slots), int(out_cols))
 
     def take(self, device: int, staged: StagedRequest, slot: int, digest: str,
              stream: Any = None) -> Any:
@@ -233,8 +266,7 @@ class ExchangeBuffers:
         if not 0 <= slot < self.slots:
             raise DisagreementError(f"the daemon released slot {slot} of {self.slots}")
         out = self._outputs[device]
-        rows = staged.x_rows
-        cols = staged.out_slot_bytes // (4 * rows)
+        rows, cols = staged.x_rows, staged.out_cols
         with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
             view = cp.ndarray((rows, cols), cp.float32,
                               cp.cuda.MemoryPointer(out.memory, slot * staged.out_slot_bytes))

@@ -51,6 +51,7 @@ class DeviceIo:
     cols: int
     x_digest: int
     out_ipc: str
+    #: the client's slot stride in its output allocation: channel i writes at i × this
     slot_bytes: int
     #: columns of the output
     n_out: int
@@ -95,9 +96,10 @@ def device_io_of(request: msgs.MatmulRequest | msgs.ModelRequest, n_out: int) ->
         return "x_digest must be 16 hex characters"
     if request.x_rows < 1 or request.x_cols < 1:
         return f"x must be non-empty, got {request.x_rows}×{request.x_cols}"
-    if request.out_slot_bytes != request.x_rows * n_out * 4:
+    need = request.x_rows * n_out * 4
+    if request.out_slot_bytes < need or request.out_slot_bytes % 4:
         return (f"out_slot_bytes is {request.out_slot_bytes}; a {request.x_rows}×{n_out} "
-                f"float32 output needs {request.x_rows * n_out * 4}")
+                f"float32 output needs a slot stride of at least {need} bytes, a multiple of 4")
     assert request.x_ipc is not None and request.out_ipc is not None
     return DeviceIo(request.x_ipc, request.x_rows, request.x_cols, digest, request.out_ipc,
                     request.out_slot_bytes, n_out)

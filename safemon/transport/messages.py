@@ -183,7 +183,8 @@ class DeviceInput(Schema):
     """The optional meta keys of a device-resident request (docs/PROTOCOL.md section 11):
     it sends no frame; x is in the client's exported input buffer `x_ipc` (x_rows × x_cols
     float32, digest `x_digest`), and every channel writes its output into slot i of
-    `out_ipc` (`out_slot_bytes` each, i the channel's position in the deployment)."""
+    `out_ipc`, at byte i × `out_slot_bytes` (the allocation's fixed slot stride, at least
+    the output's size; i the channel's position in the deployment)."""
 
     x_ipc: str | None = None
     x_rows: int | None = None

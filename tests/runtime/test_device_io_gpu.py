@@ -282,6 +282,29 @@ def test_stagings_take_the_input_buffers_in_turn_and_leave_the_previous_x_in_pla
     assert bool((view == 2.0).all())
 
 
+def test_a_smaller_output_keeps_the_allocations_slot_stride_and_take_reads_its_slot() -> None:
+    """The torch example's CNN failed on the H100 (docs/ROBUSTNESS.md, 'A late channel
+    wrote over a released slot'): a large request and then a small one in the same output
+    allocation must share one slot stride, so a channel still writing the large output stays
+    in its own slot. `take` reads the small output's (rows, cols) at that stride."""
+    from safemon.device_io import ExchangeBuffers, digest_hex
+    from safemon.kernels.model_gpu import copy_digest
+
+    cp = _cp()
+    ex = ExchangeBuffers(3)
+    big = ex.stage(cp.ones((4096, 64), cp.float32), 32)  # a 512 KiB output a slot
+    small = ex.stage(cp.ones((64, 64), cp.float32), 10)
+    assert big.out_ipc == small.out_ipc and big.out_slot_bytes == small.out_slot_bytes
+    assert small.out_slot_bytes >= 4096 * 32 * 4
+    memory = ex._outputs[0].memory
+    want = cp.arange(64 * 10, dtype=cp.float32).reshape(64, 10)
+    cp.ndarray((64, 10), cp.float32,
+               cp.cuda.MemoryPointer(memory, 2 * small.out_slot_bytes))[...] = want
+    digest, _nonfinite = copy_digest(want, cp.empty_like(want))
+    got = ex.take(0, small, 2, digest_hex(digest))
+    assert got.shape == (64, 10) and bool((got == want).all())
+
+
 def test_foreign_cuda_arrays_go_through_the_ipc_buffers_and_bad_ones_are_refused(
         tmp_path: Path) -> None:
     """Arrays that speak only `__cuda_array_interface__` or DLPack take the device path and

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from safemon.device_io import digest_hex
+from safemon.device_io import allocation_bytes, digest_hex, output_need_bytes, slot_stride
 from safemon.digest import digest64
 from safemon.kernels.api import run_variant
 from safemon.models import Layer, encode_model, run_model
@@ -43,10 +43,15 @@ def _registered(tmp_path: Path, policy: str = "2oo3") -> tuple[RuntimeCore, Proc
     return core, procs, clock, cfg, wid, x, w
 
 
+def _client_stride(rows: int, n_out: int, slots: int = 3) -> int:
+    """The slot stride `ExchangeBuffers.stage` sends for a first (rows, n_out) output."""
+    return slot_stride(allocation_bytes(output_need_bytes(rows * n_out * 4, slots)), slots)
+
+
 def _device_meta(wid: str, x: npt.NDArray[np.float32], n_out: int, **over: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {"weight_id": wid, "x_ipc": X_IPC, "x_rows": x.shape[0],
                             "x_cols": x.shape[1], "x_digest": digest_hex(digest64(x)),
-                            "out_ipc": OUT_IPC, "out_slot_bytes": x.shape[0] * n_out * 4}
+                            "out_ipc": OUT_IPC, "out_slot_bytes": _client_stride(x.shape[0], n_out)}
     meta.update(over)
     return meta
 
@@ -87,12 +92,12 @@ def _work(effects: list[fx.Effect]) -> list[fx.SendToChannel]:
 def test_each_channel_gets_the_handles_and_its_own_slot_and_no_frame(tmp_path: Path) -> None:
     """2oo3: every voter is told where x is, the client's digest of x (each channel checks
     what it read against it) and to write at its own slot's byte offset (its position in
-    the deployment times the slot size); x does not travel."""
+    the deployment times the client's slot stride); x does not travel."""
     core, _procs, clock, _cfg, wid, x, w = _registered(tmp_path)
     meta = _device_meta(wid, x, w.shape[1])
     sent = _work(_ask(core, clock, meta))
     assert all(s.meta["x_digest"] == meta["x_digest"] for s in sent)
-    slot = x.shape[0] * w.shape[1] * 4
+    slot = meta["out_slot_bytes"]
     assert sorted((s.channel, s.meta["out_offset"]) for s in sent) == [
         ("c0", 0), ("c1", slot), ("c2", 2 * slot)]
     assert all(s.arrays == () and s.meta["x_ipc"] == X_IPC and s.meta["out_ipc"] == OUT_IPC
@@ -349,33 +354,46 @@ def test_host_arrays_never_take_the_device_path_and_inproc_clients_never_try(tmp
         assert not client.device_io
 
 
-@pytest.mark.xfail(strict=True, reason="known open defect (docs/ROBUSTNESS.md, 'A late channel "
-                   "can overwrite a smaller released slot'): slot offsets scale with each "
-                   "request's own slot size")
 def test_a_channel_one_request_behind_cannot_write_over_a_later_released_slot(
         tmp_path: Path) -> None:
     """Found on the H100 (evidence/h100-2026-12-07-stop64/, call 6): the client raised
-    DisagreementError on the slot the daemon released. Each channel writes at its index
-    times the request's slot size in the client's one output buffer, and a 2oo3 vote is
-    answered before the third channel is done. A channel still on a larger request A writes
-    [0, size_A) after the client has been told to take a smaller request B's slot 1, which
-    lies inside it. Nothing wrong is released (the client digests what it copies), but a
-    healthy request fails. The property: no range a channel writes for A meets the range
-    released for B on another channel."""
+    DisagreementError on the slot the daemon released. Each channel wrote at its index
+    times the request's own slot size in the client's one output allocation, and a 2oo3
+    vote is answered before the third channel is done: a channel still on a larger request
+    A wrote [0, size_A) after the client had been told to take a smaller request B's slot
+    1, which lay inside it. The client now sends its allocation's fixed slot stride, which
+    B (smaller, in the same allocation) shares with A. The property: no range a channel
+    writes for A meets the range released for B on another channel."""
     core, _procs, clock, cfg, wid, x, w = _registered(tmp_path)
     n = w.shape[1]
     xb = np.ascontiguousarray(x[:2])
-    sent_a = {s.channel: s for s in _work(_ask(core, clock, _device_meta(wid, x, n)))}
+    meta_a = _device_meta(wid, x, n)
+    sent_a = {s.channel: s for s in _work(_ask(core, clock, meta_a))}
     fa = _frame(x, w, cfg)
     for ch in ("c1", "c2"):  # the quorum; c0 is still computing A
         _answer(core, clock, sent_a[ch], fa)
-    meta_b = _device_meta(wid, xb, n)
+    meta_b = _device_meta(wid, xb, n, out_slot_bytes=meta_a["out_slot_bytes"])
     sent_b = {s.channel: s for s in _work(_ask(core, clock, meta_b))}
     fb = _frame(xb, w, cfg)
     _answer(core, clock, sent_b["c1"], fb)
     [reply] = _of(_answer(core, clock, sent_b["c2"], fb), fx.Reply)
     released = int(reply.meta["slot"])
-    size_a, size_b = x.shape[0] * n * 4, int(meta_b["out_slot_bytes"])
+    size_a, size_b = x.shape[0] * n * 4, xb.shape[0] * n * 4
     late = int(sent_a["c0"].meta["out_offset"])
-    start = released * size_b
+    start = int(sent_b[f"c{released}"].meta["out_offset"])
     assert late + size_a <= start or start + size_b <= late, (late, size_a, start, size_b)
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3, 4])
+@pytest.mark.parametrize("slot_bytes", [4, 252, 256, 2560, 349_440, 349_444, 524_288, 3 << 20])
+def test_the_client_slot_stride_holds_the_output_and_fixes_with_the_allocation(
+        slots: int, slot_bytes: int) -> None:
+    """The stride `ExchangeBuffers.stage` sends for an output of `slot_bytes`: at least that
+    output, 256-byte aligned, the slots inside the allocation; and a smaller output in the
+    same allocation gets the same stride (it depends on the allocation only)."""
+    size = allocation_bytes(output_need_bytes(slot_bytes, slots))
+    stride = slot_stride(size, slots)
+    assert stride >= slot_bytes and stride % 256 == 0 and stride * slots <= size
+    smaller = max(4, slot_bytes // 7 // 4 * 4)
+    assert output_need_bytes(smaller, slots) <= size  # no growth: the same allocation
+    assert slot_stride(size, slots) == stride
