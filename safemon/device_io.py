@@ -65,6 +65,7 @@ __all__ = [
     "StagedRequest",
     "allocation_bytes",
     "digest_hex",
+    "output_layout",
     "output_need_bytes",
     "parse_digest",
     "slot_stride",
@@ -100,6 +101,16 @@ def allocation_bytes(nbytes: int) -> int:
 def output_need_bytes(slot_bytes: int, slots: int) -> int:
     """Bytes of output allocation that `slots` slots of at least `slot_bytes` each need."""
     return -(-int(slot_bytes) // SLOT_ALIGN_BYTES) * SLOT_ALIGN_BYTES * slots
+
+
+def output_layout(current: int | None, out_bytes: int, slots: int) -> tuple[int, int]:
+    """(allocation size, slot stride) in bytes for a request whose output is `out_bytes`,
+    given the size of the output allocation the client holds (`current`, None for none):
+    the same allocation, and so the same stride, while its slots hold the output; else a
+    new allocation (`allocation_bytes`)."""
+    need = output_need_bytes(out_bytes, slots)
+    size = current if current is not None and current >= need else allocation_bytes(need)
+    return size, slot_stride(size, slots)
 
 
 def slot_stride(allocation: int, slots: int) -> int:
@@ -239,8 +250,10 @@ class ExchangeBuffers:
         turn = self._turn.get(device, 0)
         self._turn[device] = (turn + 1) % INPUT_BUFFERS
         inp = self._buffer(self._inputs[turn], device, int(x.nbytes))
-        out = self._buffer(self._outputs, device,
-                           output_need_bytes(rows * int(out_cols) * 4, self.slots))
+        held = self._outputs.get(device)
+        size, stride = output_layout(None if held is None else int(held.memory.size),
+                                     rows * int(out_cols) * 4, self.slots)
+        out = self._buffer(self._outputs, device, size)
         with cp.cuda.Device(device), (stream if stream is not None else contextlib.nullcontext()):
             staged = cp.ndarray(x.shape, cp.float32, cp.cuda.MemoryPointer(inp.memory, 0))
             # One kernel copies x in, digests and finite-checks it; its read-back is the one
@@ -249,7 +262,7 @@ class ExchangeBuffers:
             if nonfinite:
                 raise InvalidInputError("x contains NaN or infinity")
         return StagedRequest(inp.handle, rows, cols, digest_hex(digest), out.handle,
-                             slot_stride(out.memory.size, self.slots), int(out_cols))
+                             stride, int(out_cols))
 
     def take(self, device: int, staged: StagedRequest, slot: int, digest: str,
              stream: Any = None) -> Any:

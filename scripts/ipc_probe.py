@@ -26,7 +26,7 @@ STEPS = ("read", "kernel", "digests", "write", "sync")
 
 
 def _worker(conn: Any, handles: tuple[str, str], shape: tuple[int, int, int], variant: str,
-            slot: int, ecc: bool) -> None:
+            out_offset: int, ecc: bool) -> None:
     import cupy as cp
 
     from safemon.config import VariantConfig
@@ -67,7 +67,7 @@ def _worker(conn: Any, handles: tuple[str, str], shape: tuple[int, int, int], va
             device_digests([r.c, r.es, x])
             if cmd == "steps":
                 marks.append(time.perf_counter())
-            imports.write(handles[1], slot * m * n * 4, r.c, stream)
+            imports.write(handles[1], out_offset, r.c, stream)
             if cmd == "steps":
                 stream.synchronize()
                 marks.append(time.perf_counter())
@@ -105,7 +105,8 @@ def main() -> int:
         for i in range(count):
             a, b = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(b, (staged.x_ipc, staged.out_ipc), (m, n, k),
-                                                  args.variant, i, args.ecc))
+                                                  args.variant, i * staged.out_slot_bytes,
+                                                  args.ecc))
             p.start()
             pipes.append(a)
             procs.append(p)

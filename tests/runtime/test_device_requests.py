@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from safemon.device_io import allocation_bytes, digest_hex, output_need_bytes, slot_stride
+from safemon.device_io import digest_hex, output_layout
 from safemon.digest import digest64
 from safemon.kernels.api import run_variant
 from safemon.models import Layer, encode_model, run_model
@@ -45,7 +45,7 @@ def _registered(tmp_path: Path, policy: str = "2oo3") -> tuple[RuntimeCore, Proc
 
 def _client_stride(rows: int, n_out: int, slots: int = 3) -> int:
     """The slot stride `ExchangeBuffers.stage` sends for a first (rows, n_out) output."""
-    return slot_stride(allocation_bytes(output_need_bytes(rows * n_out * 4, slots)), slots)
+    return output_layout(None, rows * n_out * 4, slots)[1]
 
 
 def _device_meta(wid: str, x: npt.NDArray[np.float32], n_out: int, **over: Any) -> dict[str, Any]:
@@ -276,6 +276,7 @@ def test_a_malformed_digest_frame_is_a_channel_error(tmp_path: Path) -> None:
     ({"x_ipc": "zz" * 64}, (), "CUDA IPC handles"),
     ({"x_digest": "123"}, (), "16 hex"),
     ({"out_slot_bytes": 4}, (), "out_slot_bytes"),
+    ({"out_slot_bytes": 8 * 12 * 4 + 2}, (), "multiple of 4"),  # x 8×16, w 16×12
     ({"x_cols": 5}, (), "inner dimensions"),
     ({}, (np.zeros((8, 16), np.float32),), "no frame"),
 ])
@@ -384,16 +385,20 @@ def test_a_channel_one_request_behind_cannot_write_over_a_later_released_slot(
     assert late + size_a <= start or start + size_b <= late, (late, size_a, start, size_b)
 
 
-@pytest.mark.parametrize("slots", [1, 2, 3, 4])
-@pytest.mark.parametrize("slot_bytes", [4, 252, 256, 2560, 349_440, 349_444, 524_288, 3 << 20])
-def test_the_client_slot_stride_holds_the_output_and_fixes_with_the_allocation(
-        slots: int, slot_bytes: int) -> None:
-    """The stride `ExchangeBuffers.stage` sends for an output of `slot_bytes`: at least that
-    output, 256-byte aligned, the slots inside the allocation; and a smaller output in the
-    same allocation gets the same stride (it depends on the allocation only)."""
-    size = allocation_bytes(output_need_bytes(slot_bytes, slots))
-    stride = slot_stride(size, slots)
-    assert stride >= slot_bytes and stride % 256 == 0 and stride * slots <= size
-    smaller = max(4, slot_bytes // 7 // 4 * 4)
-    assert output_need_bytes(smaller, slots) <= size  # no growth: the same allocation
-    assert slot_stride(size, slots) == stride
+@pytest.mark.parametrize("slots", [1, 2, 3])
+@pytest.mark.parametrize("out_bytes", [4, 2560, 349_444, 3 << 20])
+def test_the_client_slot_stride_holds_the_output_in_its_allocation(slots: int, out_bytes: int) -> None:
+    """The stride `ExchangeBuffers.stage` sends for a first output of `out_bytes`: at least
+    that output, 256-byte aligned, and the slots inside the allocation."""
+    size, stride = output_layout(None, out_bytes, slots)
+    assert stride >= out_bytes and stride % 256 == 0 and stride * slots <= size
+
+
+def test_a_smaller_output_keeps_the_stride_and_a_larger_one_grows_a_new_allocation() -> None:
+    """The torch example's CNN: a 4096×32 output, then its 64×10 head, then a 4096×256
+    output. The head stays in the same allocation at the same stride (a late writer of the
+    first stays in its own slot); the largest needs a new allocation (a new handle)."""
+    first = output_layout(None, 4096 * 32 * 4, 3)
+    assert output_layout(first[0], 64 * 10 * 4, 3) == first
+    size, stride = output_layout(first[0], 4096 * 256 * 4, 3)
+    assert size > first[0] and stride >= 4096 * 256 * 4
