@@ -104,6 +104,7 @@ def test_shipped_mmm_with_one_barrier_removed_is_a_race(tmp_path: Path, which: s
     assert any("As" in f.reason for f in findings) and any("Bs" in f.reason for f in findings)
 
 
+@pytest.mark.slow  # `make test` runs this same audit as its audit-ptx step, before the suite
 def test_every_shipped_build_passes() -> None:
     builds = shipped_builds()
     sources = {b.source.name for b in builds}
