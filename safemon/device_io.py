@@ -87,6 +87,7 @@ IMPORT_IDLE_S = 30.0
 _VIEWS_PER_IMPORT = 16
 
 _MIN_BUFFER_BYTES = 1 << 20
+_CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction (and device) from the pointers (UVA)
 
 #: Alignment of output slots within the output allocation (bytes).
 SLOT_ALIGN_BYTES = 256
@@ -120,7 +121,6 @@ def slot_stride(allocation: int, slots: int) -> int:
     is on: a channel still on an earlier, larger request cannot write over the slot released
     for a later one (docs/ROBUSTNESS.md, "A late channel wrote over a released slot")."""
     return (int(allocation) // slots) // SLOT_ALIGN_BYTES * SLOT_ALIGN_BYTES
-_CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction (and device) from the pointers (UVA)
 
 
 def digest_hex(value: int) -> str:
