@@ -63,10 +63,8 @@ __all__ = [
     "ExchangeBuffers",
     "ImportedBuffers",
     "StagedRequest",
-    "allocation_bytes",
     "digest_hex",
     "output_layout",
-    "output_need_bytes",
     "parse_digest",
     "slot_stride",
 ]
