@@ -51,7 +51,7 @@ __all__ = [
 ZAP_ENDPOINT: Final = "inproc://zeromq.zap.01"
 ZAP_DOMAIN: Final = "safemon"
 _ZAP_VERSION: Final = b"1.0"
-_POLL_MS: Final = 50  # how quickly stop() is noticed; ZAP requests are answered immediately
+_POLL_MS: Final = 50  # the thread's longest wait between looks at the stop flag (stop() also wakes it)
 
 
 def load_allowed_keys(directory: str | os.PathLike[str]) -> frozenset[bytes]:
@@ -146,6 +146,7 @@ class ZapAuthenticator:
         self._socket: zmq.Socket[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake: tuple[int, int] | None = None  # (read, write) ends of the pipe stop() writes
         self._lock = threading.Lock()
         self.accepted = 0
         self.denied = 0
@@ -175,16 +176,20 @@ class ZapAuthenticator:
             ) from None
         self._socket = socket
         self._stop.clear()
+        self._wake = os.pipe()
         # The socket is handed to the thread here and touched by no other thread until stop()
         # has joined it (ZeroMQ sockets are not thread-safe; Thread.start is a memory barrier).
         self._thread = threading.Thread(target=self._run, name="safemon-zap", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        socket = self._socket
-        assert socket is not None
+        socket, wake = self._socket, self._wake
+        assert socket is not None and wake is not None
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        poller.register(wake[0], zmq.POLLIN)  # readable once stop() has written: no wait out
         while not self._stop.is_set():
-            if not socket.poll(_POLL_MS, zmq.POLLIN):
+            if socket not in dict(poller.poll(_POLL_MS)):
                 continue
             request = socket.recv_multipart(zmq.NOBLOCK)
             try:
@@ -214,8 +219,13 @@ class ZapAuthenticator:
         if self._thread is None:
             return
         self._stop.set()
+        assert self._wake is not None
+        os.write(self._wake[1], b"x")
         self._thread.join()
         self._thread = None
+        for fd in self._wake:
+            os.close(fd)
+        self._wake = None
         if self._socket is not None:
             # Unbind first: an inproc unbind releases the name at once, whereas close() leaves
             # that to ZeroMQ's reaper thread, so a start() right after could still see it taken.
