@@ -359,14 +359,18 @@ class RestartConfig(_Model):
 
 #: `limits.min_channel_gflops` when the config leaves it unset (a GPU backend raises it to
 #: `GPU_MIN_CHANNEL_GFLOPS`), in GFLOP/s of padded work (`safemon.admission.padded_flops`).
-#: Checked on 2026-12-07 (`scripts/price_check.py`, evidence/cpu-2026-12-07-stop64/pricing/):
-#: three processes running the NumPy reference at once on the 2-core development container,
-#: 176 shapes (M 1-4096, K 32-4096, N 10-1024, up to 128 MFLOP); of the 155 the embedded default admits at this
-#: floor, none took longer than its budget (`admission.work_budget_s`), the closest 0.84 of
-#: it. Priced at 2·M·K·N instead (as until then), 10 of 163 admitted shapes overran it
-#: (4096×64×32 by 2.0×, 4096×32×32 by 1.28×, 1×4096×64 by 1.42×), and a user trial had found
-#: one 4096×32×32 request latching the embedded default in SAFE.
-CPU_MIN_CHANNEL_GFLOPS = 0.05
+#: Checked with `scripts/price_check.py` (three processes running the NumPy reference at once
+#: on the 2-core development container, 176 shapes: M 1-4096, K 32-4096, N 10-1024, up to
+#: 128 MFLOP). On 2026-12-07 at 10:24 (evidence/cpu-2026-12-07-stop64/pricing/) 0.05 held:
+#: none of the 155 shapes it admits overran its budget (`admission.work_budget_s`), the
+#: closest at 0.84. Four hours later the same container ran the reference 1.3-1.7x slower
+#: (evidence/cpu-2026-12-07-stop66/pricing/): at 0.05 three admitted shapes overran (up to
+#: 1.14x), and a real embedded-default daemon faulted a channel on an admitted 4096x32x32
+#: product in 7 of 12 runs. 0.025 admits 142 of the shapes, the same 142 as 0.03 and 0.035
+#: on that grid, with the closest at 0.76 of its budget on the slow day. Priced at 2*M*K*N
+#: instead (as until 2026-12-07), 10 of 163 admitted shapes overran at 0.05, and a user trial
+#: had found one 4096x32x32 request latching the embedded default in SAFE.
+CPU_MIN_CHANNEL_GFLOPS = 0.025
 
 
 class LimitsConfig(_Model):
@@ -403,8 +407,8 @@ class LimitsConfig(_Model):
         the channels do: 2·M·K·N with each dimension rounded up to whole tiles,
         `safemon.admission.padded_flops`) a healthy channel must sustain, and the fixed time
         it may take per work item. When the config does not set min_channel_gflops, it is
-        `CPU_MIN_CHANNEL_GFLOPS` (0.05: the NumPy reference with three channels sharing two
-        cores, checked shape by shape) and, on a GPU backend, `GPU_MIN_CHANNEL_GFLOPS`
+        `CPU_MIN_CHANNEL_GFLOPS` (0.025: the NumPy reference with three channels sharing
+        two cores, checked shape by shape) and, on a GPU backend, `GPU_MIN_CHANNEL_GFLOPS`
         (`with_backend_limits`). A work
         item costs `item_overhead_s + padded_flops / (min_channel_gflops * 1e9)` seconds
         (`safemon.admission.item_cost_s`). Its channel budget is `timing.request_deadline_s`
@@ -454,9 +458,10 @@ class LimitsConfig(_Model):
 #: slowest catalog variant, crc32c/I, ran at 360-420 GFLOP/s at 64×4096×4096, 256×1024×4096
 #: and 4096³ on the H100 (evidence/h100-2026-11-23-kernel/, "The remaining issue-14
 #: variants"); at small shapes, where every variant is slower (about 30 GFLOP/s at
-#: 1×4096×4096: 1.1 ms), `item_overhead_s` (5 ms) covers the item. With 0.05 a 64×4096×4096 item was
-#: priced at 43 s, so one item still queued on a straggling channel made the next request
-#: a BusyError (the torch example's layer benchmark, evidence/h100-2026-11-24-rmt-block/).
+#: 1×4096×4096: 1.1 ms), `item_overhead_s` (5 ms) covers the item. Until 2026-11-24 a GPU
+#: daemon kept the CPU floor of then, 0.05, which priced a 64×4096×4096 item at 43 s, so one
+#: item still queued on a straggling channel made the next request a BusyError (the torch
+#: example's layer benchmark, evidence/h100-2026-11-24-rmt-block/).
 GPU_MIN_CHANNEL_GFLOPS = 100.0
 
 

@@ -167,7 +167,7 @@ def deployment_config(d: Deployment, work: Path, slug: str, backend: str = "cupy
                          "channel_base": "ipc://{runtime_dir}/ch"}
     data["metrics"] = {"port": 0}
     # Admission prices an item at its work in whole tiles / min_channel_gflops; the CPU
-    # default (0.05 GFLOP/s) would refuse a 64×4096×4096 product as 43 s of work. 100 GFLOP/s is far below what
+    # default (0.025 GFLOP/s) would refuse a 64×4096×4096 product as 86 s of work. 100 GFLOP/s is far below what
     # any channel here sustains, so nothing is refused for cost and nothing is blamed.
     data["limits"] = {"min_channel_gflops": 100.0}
     data["logging"] = {"format": "json", "level": "warning"}
