@@ -91,13 +91,13 @@ _CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction (and device) from the p
 SLOT_ALIGN_BYTES = 256
 
 
-def allocation_bytes(nbytes: int) -> int:
+def _allocation_bytes(nbytes: int) -> int:
     """The size of the exported allocation a client makes for `nbytes`: the next power of
     two, at least `_MIN_BUFFER_BYTES`."""
     return max(_MIN_BUFFER_BYTES, 1 << (int(nbytes) - 1).bit_length())
 
 
-def output_need_bytes(slot_bytes: int, slots: int) -> int:
+def _output_need_bytes(slot_bytes: int, slots: int) -> int:
     """Bytes of output allocation that `slots` slots of at least `slot_bytes` each need."""
     return -(-int(slot_bytes) // SLOT_ALIGN_BYTES) * SLOT_ALIGN_BYTES * slots
 
@@ -106,9 +106,9 @@ def output_layout(current: int | None, out_bytes: int, slots: int) -> tuple[int,
     """(allocation size, slot stride) in bytes for a request whose output is `out_bytes`,
     given the size of the output allocation the client holds (`current`, None for none):
     the same allocation, and so the same stride, while its slots hold the output; else a
-    new allocation (`allocation_bytes`)."""
-    need = output_need_bytes(out_bytes, slots)
-    size = current if current is not None and current >= need else allocation_bytes(need)
+    new allocation (`_allocation_bytes`)."""
+    need = _output_need_bytes(out_bytes, slots)
+    size = current if current is not None and current >= need else _allocation_bytes(need)
     return size, slot_stride(size, slots)
 
 
@@ -220,7 +220,7 @@ class ExchangeBuffers:
         cp = _cupy()
         buf = table.get(device)
         if buf is None or buf.memory.size < nbytes:
-            size = allocation_bytes(nbytes)
+            size = _allocation_bytes(nbytes)
             with cp.cuda.Device(device):
                 memory = cp.cuda.Memory(size)
                 handle = bytes(cp.cuda.runtime.ipcGetMemHandle(memory.ptr)).hex()

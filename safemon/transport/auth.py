@@ -51,7 +51,6 @@ __all__ = [
 ZAP_ENDPOINT: Final = "inproc://zeromq.zap.01"
 ZAP_DOMAIN: Final = "safemon"
 _ZAP_VERSION: Final = b"1.0"
-_POLL_MS: Final = 50  # the thread's longest wait between looks at the stop flag (stop() also wakes it)
 
 
 def load_allowed_keys(directory: str | os.PathLike[str]) -> frozenset[bytes]:
@@ -145,7 +144,6 @@ class ZapAuthenticator:
         self._allowed: frozenset[bytes] = frozenset()
         self._socket: zmq.Socket[bytes] | None = None
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._wake: tuple[int, int] | None = None  # (read, write) ends of the pipe stop() writes
         self._lock = threading.Lock()
         self.accepted = 0
@@ -175,7 +173,6 @@ class ZapAuthenticator:
                 f"cannot bind {ZAP_ENDPOINT} ({exc}); is another ZAP handler running in this context?"
             ) from None
         self._socket = socket
-        self._stop.clear()
         self._wake = os.pipe()
         # The socket is handed to the thread here and touched by no other thread until stop()
         # has joined it (ZeroMQ sockets are not thread-safe; Thread.start is a memory barrier).
@@ -187,9 +184,12 @@ class ZapAuthenticator:
         assert socket is not None and wake is not None
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
-        poller.register(wake[0], zmq.POLLIN)  # readable once stop() has written: no wait out
-        while not self._stop.is_set():
-            if socket not in dict(poller.poll(_POLL_MS)):
+        poller.register(wake[0], zmq.POLLIN)  # readable once stop() has written: the end
+        while True:
+            ready = dict(poller.poll())
+            if wake[0] in ready:
+                return
+            if socket not in ready:
                 continue
             request = socket.recv_multipart(zmq.NOBLOCK)
             try:
@@ -218,7 +218,6 @@ class ZapAuthenticator:
         """Stop answering (new handshakes then fail) and release the ZAP endpoint. Idempotent."""
         if self._thread is None:
             return
-        self._stop.set()
         assert self._wake is not None
         os.write(self._wake[1], b"x")
         self._thread.join()
