@@ -366,6 +366,7 @@ def test_a_stale_handle_of_a_dead_client_is_a_device_input_error(tmp_path: Path)
         assert daemon.core is not None and daemon.core.controller.mode.value == "NORMAL"
 
 
+@pytest.mark.gpu_alone  # it reads the whole device's free memory: nothing may allocate beside it
 def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
         tmp_path: Path) -> None:
     """A client process stages a 512 MiB x, sends the request and dies. The channel
@@ -424,3 +425,4 @@ def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
         assert wait_for(lambda: cp.cuda.runtime.memGetInfo()[0] - held >= rows * k * 4,
                         IMPORT_IDLE_S + 30.0), \
             f"{cp.cuda.runtime.memGetInfo()[0] - held} bytes came back; x alone is {rows * k * 4}"
+        print(f"{cp.cuda.runtime.memGetInfo()[0] - held} bytes came back; x alone is {rows * k * 4}")
