@@ -9,13 +9,16 @@ Starts a 2oo3 CuPy daemon (`safemon run`, the runtime benchmark's config, ipc://
 and this client; `SPANS` below), then sends `--requests` sequential `Client.matmul` calls
 with a CuPy x (with `--model`, `Client.run` of an MLP with gelu and biases). Prints, per span, how often it ran per request and its median and p90
 duration (µs, wall clock, waits included), and the round trip's median: what the spans do
-not cover is ZeroMQ's hops, the wake-ups and the loop between them. The timing adds about
+not cover is ZeroMQ's hops, the wake-ups and the loop between them. With inline channels
+it then prints what the lockstep round still does after the reply against when the next
+request is sent (`after_the_reply`). The timing adds about
 a microsecond per span. Nothing here is asserted; it is a probe.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -138,6 +141,8 @@ def main() -> int:
     hook._dump()  # (the daemon's own dump ran at its exit)
     print(f"{args.placement} {args.model or args.size}, spin_s {args.spin_s}")
     print(report(out, args.requests, rtt, t_begin, t_end))
+    print()
+    print(after_the_reply(out, t_begin, t_end))
     return 0
 
 
@@ -158,6 +163,62 @@ def report(out: Path, requests: int, rtt: list[float], t_begin: int, t_end: int)
             continue
         lines.append(f"| {label} | {len(d) / requests:.2f} | {statistics.median(d):,.1f} | "
                      f"{np.percentile(d, 90):,.1f} |")
+    return "\n".join(lines)
+
+
+def _spans(out: Path, t_begin: int, t_end: int) -> dict[str, list[tuple[int, int]]]:
+    """Every recorded span inside [t_begin, t_end] (ns), by label, sorted by begin."""
+    spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for f in (out / "spans").glob("*.jsonl"):
+        for line in f.read_text().splitlines():
+            b, e, label = json.loads(line)
+            if t_begin <= b and e <= t_end:
+                spans[label].append((b, e))
+    for v in spans.values():
+        v.sort()
+    return spans
+
+
+def after_the_reply(out: Path, t_begin: int, t_end: int) -> str:
+    """With inline channels, what the lockstep round still does after the quorum's reply
+    has left (the third channel's wait, read-back and vote), against when the client's next
+    request is sent: whether that request found the loop still in the round, which is the
+    most that finishing the third channel outside the round could save a client that sends
+    back to back. Per request but the last (µs, one monotonic clock for both processes):
+    - left: from the reply's send to the round's end;
+    - gap: from the reply's send to the client's next send (its ZeroMQ hop and decode, the
+      release check, the next staging);
+    - blocked: how long the next request was sent before the round ended (0 when after);
+    - to handling: from the client's next send to the daemon's handling of it."""
+    spans = _spans(out, t_begin, t_end)
+    calls = spans.get("client: send + wait for the reply", [])
+    replies = spans.get("daemon: encode + send a reply", [])
+    rounds = spans.get("inline: one lockstep round", [])
+    handled = spans.get("daemon: a client message (core + effects)", [])
+    rows: list[tuple[float, float, float, float]] = []
+    for (cb, ce), (nb, _ne) in itertools.pairwise(calls):
+        reply = [e for _b, e in replies if cb <= e <= ce]
+        if not reply:
+            continue
+        sent = reply[-1]
+        rnd = [e for b, e in rounds if b <= sent <= e]
+        nxt = [b for b, _e in handled if b >= nb]
+        if not rnd or not nxt:
+            continue
+        rows.append(((rnd[0] - sent) / 1e3, (nb - sent) / 1e3, max(0, rnd[0] - nb) / 1e3,
+                     (nxt[0] - nb) / 1e3))
+    if not rows:
+        return "after the reply: no request whose reply was sent inside a lockstep round"
+    cols = list(zip(*rows, strict=True))
+    blocked = sum(1 for r in rows if r[2] > 0)
+    lines = [f"after the reply ({len(rows)} requests; µs):", "",
+             "| | p50 | p90 |", "|---|---:|---:|"]
+    for name, col in zip(("round goes on after the reply (left)", "reply to the next send (gap)",
+                          "next request sent before the round ended (blocked)",
+                          "next send to its handling"), cols, strict=True):
+        lines.append(f"| {name} | {statistics.median(col):,.1f} | {np.percentile(col, 90):,.1f} |")
+    lines.append("")
+    lines.append(f"next request sent while the round still ran: {blocked} of {len(rows)}")
     return "\n".join(lines)
 
 

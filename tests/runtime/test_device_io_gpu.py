@@ -422,7 +422,9 @@ def test_a_dying_clients_buffers_are_freed_once_the_channels_close_its_imports(
             if abs(readings[-1] - readings[-2]) < 2**20:
                 break
         held = readings[-1]
-        assert wait_for(lambda: cp.cuda.runtime.memGetInfo()[0] - held >= rows * k * 4,
-                        IMPORT_IDLE_S + 30.0), \
-            f"{cp.cuda.runtime.memGetInfo()[0] - held} bytes came back; x alone is {rows * k * 4}"
-        print(f"{cp.cuda.runtime.memGetInfo()[0] - held} bytes came back; x alone is {rows * k * 4}")
+        def came_back() -> int:
+            return int(cp.cuda.runtime.memGetInfo()[0] - held)
+
+        assert wait_for(lambda: came_back() >= rows * k * 4, IMPORT_IDLE_S + 30.0), \
+            f"{came_back()} bytes came back; x alone is {rows * k * 4}"
+        print(f"{came_back()} bytes came back; x alone is {rows * k * 4}")  # (pytest -rP)
