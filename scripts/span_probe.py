@@ -148,12 +148,8 @@ def main() -> int:
 
 def report(out: Path, requests: int, rtt: list[float], t_begin: int, t_end: int) -> str:
     """The table: per span, count per request, median and p90 (µs)."""
-    durations: dict[str, list[float]] = defaultdict(list)
-    for f in (out / "spans").glob("*.jsonl"):
-        for line in f.read_text().splitlines():
-            b, e, label = json.loads(line)
-            if t_begin <= b and e <= t_end:
-                durations[label].append((e - b) / 1e3)
+    durations = {label: [(e - b) / 1e3 for b, e in spans]
+                 for label, spans in _spans(out, t_begin, t_end).items()}
     lines = [f"round trip: p50 {statistics.median(rtt) * 1e6:,.0f} µs, "
              f"p90 {np.percentile(rtt, 90) * 1e6:,.0f} µs over {requests} requests", "",
              "| span | per request | p50 µs | p90 µs |", "|---|---:|---:|---:|"]
@@ -182,7 +178,7 @@ def _spans(out: Path, t_begin: int, t_end: int) -> dict[str, list[tuple[int, int
 def after_the_reply(out: Path, t_begin: int, t_end: int) -> str:
     """With inline channels, what the lockstep round still does after the quorum's reply
     has left (the third channel's wait, read-back and vote), against when the client's next
-    request is sent: whether that request found the loop still in the round, which is the
+    request is sent (the begin of its `Client._call`, a few µs before the send itself): whether that request found the loop still in the round, which is the
     most that finishing the third channel outside the round could save a client that sends
     back to back. Per request but the last (µs, one monotonic clock for both processes):
     - left: from the reply's send to the round's end;

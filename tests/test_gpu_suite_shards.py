@@ -24,7 +24,8 @@ def test_the_shards_are_the_ones_this_test_knows() -> None:
         "kernels-other": "-m gpu tests/kernels --ignore=tests/kernels/test_gpu.py tests/evidence",
         "rest": '-m "gpu and not gpu_alone" tests --ignore=tests/kernels --ignore=tests/evidence '
                 "--ignore=tests/deploy",
-        "alone": "-m gpu_alone tests --ignore=tests/kernels --ignore=tests/evidence --ignore=tests/deploy",
+        "alone": '-m "gpu and gpu_alone" tests --ignore=tests/kernels --ignore=tests/evidence '
+                 "--ignore=tests/deploy",
     }
 
 
