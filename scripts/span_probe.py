@@ -178,9 +178,10 @@ def _spans(out: Path, t_begin: int, t_end: int) -> dict[str, list[tuple[int, int
 def after_the_reply(out: Path, t_begin: int, t_end: int) -> str:
     """With inline channels, what the lockstep round still does after the quorum's reply
     has left (the third channel's wait, read-back and vote), against when the client's next
-    request is sent (the begin of its `Client._call`, a few µs before the send itself): whether that request found the loop still in the round, which is the
-    most that finishing the third channel outside the round could save a client that sends
-    back to back. Per request but the last (µs, one monotonic clock for both processes):
+    request is sent (the begin of its `Client._call`, a few µs before the send itself):
+    whether that request found the loop still in the round, which is the most that
+    finishing the third channel outside the round could save a client that sends back to
+    back. Per request but the last (µs, one monotonic clock for both processes):
     - left: from the reply's send to the round's end;
     - gap: from the reply's send to the client's next send (its ZeroMQ hop and decode, the
       release check, the next staging);
