@@ -59,7 +59,6 @@ SAFEMON_METRICS: Final[Mapping[str, tuple[MetricType, frozenset[str]]]] = {
     "safemon_fault_classes_total": ("counter", frozenset({"kind", "class"})),
     "safemon_evictions_total": ("counter", frozenset({"what"})),
     "safemon_loop_away_seconds_total": ("counter", frozenset()),
-    "safemon_inline_left_total": ("counter", frozenset()),
     "safemon_model_diverging_layer_total": ("counter", frozenset({"layer"})),
 }
 
