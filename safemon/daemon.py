@@ -589,15 +589,7 @@ class Daemon:
             ready.update(poller.poll(0))
             return bool(ready)
 
-        inline = self._inline
-        if inline is not None and inline.has_late and timeout_ms > 0:
-            # A round left a channel's device work running (its request is answered): spin
-            # until a message comes or that work has ended, then the pump finishes it
-            # (after launching a new request's work on the other channels, if one came).
-            spin_until(lambda: polled_now() or inline.late_done(),
-                       time.monotonic() + timeout_ms / 1000.0)
-            timeout_ms = 0
-        elif self._spin_s > 0.0 and timeout_ms > 0:
+        if self._spin_s > 0.0 and timeout_ms > 0:
             start = time.monotonic()
             until = min(self._last_message + self._spin_s, start + timeout_ms / 1000.0)
             if spin_until(polled_now, until):
@@ -950,32 +942,19 @@ class Daemon:
         channel): that runs in the next round. Heartbeats are made before each round, and
         after `TIMER_PERIOD_S` the pump returns to the loop (which polls and runs its timers,
         then pumps again), so that a long queue of work cannot starve the other sockets or
-        make a channel look silent.
-
-        A round leaves a request whose client has its answer (a 2oo3 quorum replied) and
-        whose channel's device work still runs: the pump returns, the loop polls until a
-        message comes or that work has ended (`_poll_once`), and the next pump finishes it,
-        after launching whatever request came meanwhile on the other channels
-        (`InlineChannels.run_round`'s `may_leave`)."""
+        make a channel look silent."""
         inline = self._inline
         if inline is None:
             return
         self._start_listening()  # the inline channels' time is theirs (loop_attention)
-        core = self.core
-        assert core is not None
         try:
             until = self.clock() + TIMER_PERIOD_S
-            late = inline.has_late  # left by the last pump's round: finished in this one
             while True:
                 inline.tick(self.clock())  # heartbeats due
-                if (inline.has_work or late) and self.clock() < until:
+                if inline.has_work and self.clock() < until:
                     # Each channel's RESULT is voted on as soon as it finished, so a vote
                     # that two results decide is answered before the third channel's wait.
-                    left = inline.run_round(after_finish=lambda: self._take_inline(inline),
-                                            may_leave=core.answered)
-                    late = False
-                    if left and self.metrics is not None:
-                        self.metrics.count_inline_left(left)
+                    inline.run_round(after_finish=lambda: self._take_inline(inline))
                 if not self._take_inline(inline) and (not inline.has_work or self.clock() >= until):
                     return
         finally:

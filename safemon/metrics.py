@@ -426,14 +426,6 @@ class Metrics:
             "was found that much later.",
             registry=registry,
         )
-        self.inline_left = Counter(
-            name("inline_left_total"),
-            "Requests of inline channels answered at their quorum while another channel's "
-            "device step still ran: the lockstep round left that step to be finished after "
-            "the loop's next poll, past any request that came meanwhile "
-            "(safemon.channels.inline). Its RESULT is still voted on.",
-            registry=registry,
-        )
         self.model_diverging_layer = Counter(
             name("model_diverging_layer_total"),
             "Disagreeing whole-model votes, by the first layer (0-based) at which two "
@@ -455,16 +447,6 @@ class Metrics:
     def observe_loop_away(self, seconds: float) -> None:
         """The daemon's loop read no channel message for `seconds` at a stretch."""
         self.loop_away.inc(_check_seconds("loop away", seconds))
-
-    def count_inline_left(self, n: int) -> None:
-        """`n` more inline device steps left running by a round (`InlineChannels.run_round`).
-
-        Raises:
-            ValueError: `n` is negative.
-        """
-        if n < 0:
-            raise ValueError(f"inline steps left: {n} is negative")
-        self.inline_left.inc(n)
 
     def count_diverging_layer(self, layer: int) -> None:
         """One disagreeing whole-model vote whose first diverging layer is `layer` (an index

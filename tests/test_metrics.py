@@ -65,7 +65,6 @@ DESIGN_SET: dict[str, tuple[str, set[str]]] = {
     "safemon_fault_classes": ("counter", {"kind", "class"}),
     "safemon_evictions": ("counter", {"what"}),
     "safemon_loop_away_seconds": ("counter", set()),
-    "safemon_inline_left": ("counter", set()),
     # no sample until a whole-model vote disagrees; the design-set test counts one
     "safemon_model_diverging_layer": ("counter", {"layer"}),
 }
@@ -479,17 +478,6 @@ def test_the_diverging_layer_label_is_a_bounded_index(config: Config,
     for bad in (-1, MAX_LAYERS, True, "3", 2.0):
         with pytest.raises(UnknownLabelError):
             m.count_diverging_layer(bad)  # type: ignore[arg-type]
-
-
-def test_inline_left_counts_steps_and_refuses_a_negative_count(
-        metrics: Metrics, registry: CollectorRegistry) -> None:
-    assert value(registry, "safemon_inline_left_total") == 0.0
-    metrics.count_inline_left(2)
-    metrics.count_inline_left(0)
-    assert value(registry, "safemon_inline_left_total") == 2.0
-    with pytest.raises(ValueError, match="negative"):
-        metrics.count_inline_left(-1)
-    assert value(registry, "safemon_inline_left_total") == 2.0
 
 
 def test_loop_away_adds_up_seconds_and_refuses_bad_ones(metrics: Metrics, registry: CollectorRegistry) -> None:

@@ -189,27 +189,8 @@ class InlineChannel:
 
     @property
     def has_work(self) -> bool:
-        """Messages wait to be launched."""
-        return self.running and bool(self._inbox)
-
-    @property
-    def suspended_seq(self) -> int | None:
-        """The seq of the request whose device work is queued and not yet waited for."""
-        s = self._suspended
-        return None if s is None or not self.running else s.msg.seq
-
-    def done(self) -> bool:
-        """Whether finishing the suspended request would not wait: its channel's stream
-        has run everything queued on it (`cudaStreamQuery`). True when nothing is
-        suspended or the channel has no stream (NumPy backend), and when the query itself
-        fails (`finish` then meets the error and ends the incarnation)."""
-        stream = self.worker._stream
-        if self._suspended is None or stream is None:
-            return True
-        try:
-            return bool(stream.done)
-        except Exception:
-            return True
+        """Messages wait, or a request is suspended."""
+        return self.running and (bool(self._inbox) or self._suspended is not None)
 
     def launch(self) -> None:
         """Handle queued messages in arrival order until a request suspends (its device work
@@ -325,26 +306,12 @@ class InlineChannels:
 
     @property
     def has_work(self) -> bool:
-        """Some channel has a message waiting to be launched."""
+        """Some channel has a message waiting or a request suspended."""
         return any(ch.has_work for ch in self._current.values())
 
-    @property
-    def has_late(self) -> bool:
-        """Some channel's request was left suspended by the last round (`run_round`'s
-        `may_leave`): its device work is queued, its wait and RESULT are still to come."""
-        return any(ch.suspended_seq is not None for ch in self._current.values())
-
-    def late_done(self) -> bool:
-        """Whether every request left suspended could be finished without waiting (its
-        stream has run what was queued on it)."""
-        return all(ch.done() for ch in self._current.values())
-
-    def run_round(self, after_finish: Callable[[], object] | None = None,
-                  may_leave: Callable[[int], bool] | None = None) -> int:
+    def run_round(self, after_finish: Callable[[], object] | None = None) -> None:
         """One lockstep round: every channel launches its next request (handling the
-        messages queued before it); then the requests the last round left are finished
-        (and their channels launch their next one); then each suspended request is
-        finished in turn.
+        messages queued before it), then each suspended request is finished in turn.
 
         `after_finish`, when given, is called after each channel's finish: the daemon takes
         what every channel has sent so far (that channel's RESULT, RESULTs that other
@@ -352,42 +319,18 @@ class InlineChannels:
         so that a vote that two results decide
         (2oo3) is answered before the third channel's wait and read-back. What it does to the
         channels meanwhile (a message delivered, a channel stopped) is seen by this round
-        only as a stopped channel not being finished; new messages wait for the next
+        only as a stopped channel's finish doing nothing; new messages wait for the next
         round. Channels launch and finish in configured order, whatever order their
         incarnations were installed in: the first ones are those whose streams go first
         on the GPU (`safemon.channels.stream_priority`), so a 2oo3 quorum is waited for
-        before the third channel.
-
-        `may_leave(seq)`, when given, says that nothing waits on request `seq` any more
-        (its client has its answer). A suspended request for which it is True and whose
-        device work is still running is left suspended instead of waited for: the daemon's loop can poll meanwhile, and the next round launches the new
-        request's work on the other channels before it finishes the left one. A channel's
-        left request is always finished before anything launched after it is: before any
-        reply of the next round can go out, every channel has read the x it was given (the
-        client stages into two input buffers in turn, docs/PROTOCOL.md section 11).
-
-        Returns: how many requests this round left suspended."""
+        before the third channel."""
         chans = [self._current[n] for n in self._order if n in self._current]
-        late = [ch for ch in chans if ch.suspended_seq is not None]
         for ch in chans:
-            ch.launch()  # a channel with a request left by the last round launches nothing
-        for ch in late:
-            ch.finish()
-            if after_finish is not None:
-                after_finish()
             ch.launch()
-        left = 0
         for ch in chans:
-            seq = ch.suspended_seq
-            if seq is None:
-                continue
-            if may_leave is not None and may_leave(seq) and not ch.done():
-                left += 1
-                continue
             ch.finish()
             if after_finish is not None:
                 after_finish()
-        return left
 
     def tick(self, now: float) -> None:
         """Heartbeats due (`InlineChannel.tick`)."""

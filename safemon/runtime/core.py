@@ -199,11 +199,6 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         """Client requests not answered yet."""
         return len(self._live)
 
-    def answered(self, seq: int) -> bool:
-        """Whether no client waits on work `seq` any more: it is no client request in
-        flight (answered, refused, or a self-test's)."""
-        return seq not in self._live
-
     def next_wakeup(self) -> float | None:
         """The earliest time a `TimerTick` has something to do (None: nothing planned):
         voter deadlines, scheduler wakeups, clients' own deadlines (answered at that time,

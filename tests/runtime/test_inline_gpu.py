@@ -248,48 +248,6 @@ def test_clients_that_exit_right_after_their_reply_leave_the_inline_daemon_servi
         assert all(r > e for r, e in zip(resumed, exits, strict=False)), (resumed, exits)
 
 
-def test_back_to_back_model_requests_leave_the_third_step_and_stay_bit_exact(
-        tmp_path: Path) -> None:
-    """The 4-layer 64×4096 MLP, 2oo3 inline, requests sent back to back with x alternating
-    between three inputs: after each quorum reply the third channel's pass still runs (its
-    stream goes last on the GPU), so the round leaves it and the next request's work is
-    queued on the other two first (`InlineChannels.run_round`'s `may_leave`). Every output
-    is the CuPy forward's (bit-exact with the NumPy reference, tests/models), every late
-    RESULT agrees (no fault, every channel UP), and the daemon's
-    `safemon_inline_left_total` says the path was taken."""
-    import urllib.request
-
-    import cupy as cp
-
-    from safemon.bench.vote import _free_port
-    from safemon.models import run_model
-
-    port = _free_port()
-    with _inline_daemon(tmp_path, extra={"metrics": {"port": port}}) as (client, cfg):
-        rng = np.random.default_rng(23)
-        ws = [(rng.standard_normal((4096, 4096)) / 64).astype(np.float32) for _ in range(4)]
-        layers = [Layer(client.register_weight(w), rng.standard_normal(4096).astype(np.float32),
-                        "gelu") for w in ws]
-        mid = client.register_model(layers)
-        weights = {ly.weight_id: cp.asarray(w) for ly, w in zip(layers, ws, strict=True)}
-        xs = [cp.asarray(rng.standard_normal((64, 4096)).astype(np.float32)) for _ in range(3)]
-        want = [run_model(layers, weights, x, cfg.channels[0].variant, "cupy").out.get()
-                for x in xs]
-        for i in range(60):
-            out = client.run(mid, xs[i % 3], timeout=30.0)
-            assert client.last_request_device, client.device_io_off_reason
-            assert same_bits(out.get(), want[i % 3]), i
-        st = client.status()
-        assert st["mode"] == "NORMAL" and not st["faults"], st
-        assert [c["state"] for c in st["channels"]] == ["UP"] * 3, st
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        left = [float(line.split()[1]) for line in text.splitlines()
-                if line.startswith("safemon_inline_left_total ")]
-        print(f"inline steps left by a round: {left} of 60 requests")
-        assert left and left[0] >= 1
-
-
 def test_an_evicted_weight_is_dropped_with_its_graphs_and_comes_back_bit_exact(
         tmp_path: Path) -> None:
     """A budget of one weight on the GPU: the second weight evicts the first, whose captured
