@@ -1,0 +1,2 @@
+# stop 68, call 3 (the device tool's command line, on the machine call 2 left warm)
+export PYTHONPATH=$PWD; python3 -m pip install -q --no-index --find-links .device/wheels .device/wheels/*.whl >/dev/null 2>&1; OUT=$OUT MPS_AFTER_TESTS=1 BASE=. SPAN_LIMIT=9999 BASE_LIMIT=9999 TEST_LIMIT=9999 SPIN_LIMIT=9999 FLOOR_LIMIT=9999 VOTE_LIMIT=150 TORCH_LIMIT=9999 DEADLINE=170 bash scripts/stop-gpu 2>&1 | tail -30

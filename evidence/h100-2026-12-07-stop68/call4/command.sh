@@ -1,0 +1,2 @@
+# stop 68, call 4 (the device tool's command line, on the machine call 3 left warm)
+export PYTHONPATH=$PWD; { date -u +%FT%TZ; echo "tree $(bash scripts/tree-digest)"; } ; OUT=$OUT DEADLINE=110 bash scripts/gpu-suite alone 2>&1 | grep -E "^== |passed|failed|selected" | head -6; python3 -m pytest -q -rP -p no:randomly -p no:cacheprovider --basetemp=/tmp/bta -m gpu_alone tests/runtime/test_device_io_gpu.py 2>&1 | grep -E "came back|passed|failed" | head -3
