@@ -75,7 +75,15 @@ from safemon.errors import (
     WeightBudgetError,
 )
 from safemon.models.activations import Activation, epilogue
-from safemon.models.layers import Layer, encode_model, validate_layers
+from safemon.models.layers import (
+    Layer,
+    ModelShape,
+    Step,
+    encode_model,
+    validate_layers,
+    weight_ids,
+)
+from safemon.models.ops import op_reference
 from safemon.seconds import seconds_text
 from safemon.transport import (
     CurveClientKeys,
@@ -233,7 +241,8 @@ class Client:
         self.closed = False
         self.epoch: int | None = None
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
-        self._models: dict[str, tuple[Layer, ...]] = {}
+        self._models: dict[str, tuple[Step, ...]] = {}
+        self._model_shapes: dict[str, ModelShape] = {}
         #: This object's key in `register_weight` (random): whom the daemon's per-client
         #: quota (`limits.max_client_weight_bytes`) counts its weights against.
         self._key = secrets.token_hex(16)
@@ -473,22 +482,25 @@ class Client:
         return kind.restore(out)
 
     @_one_at_a_time
-    def register_model(self, layers: Sequence[Layer]) -> str:
-        """Register the ordered `layers` (each a weight this client registered, an optional
-        bias and an activation) as one model; returns its id (a content address).
+    def register_model(self, layers: Sequence[Step]) -> str:
+        """Register the ordered steps `layers` as one model; returns its id (a content
+        address). Each step is a `Layer` (a weight this client registered, an optional bias
+        and an activation) or one of `safemon.models.ops` (layer norm, attention, residual
+        save and add, reshape), which every channel computes too.
 
         Raises:
             InvalidInputError: no layers, an unregistered weight, a bias of the wrong
-                length, or shapes that do not chain (the message names the layer index).
+                length, or shapes that do not chain (the message names the step index;
+                `safemon.models.validate_layers`).
             DaemonUnreachableError: no answer in time.
             WeightBudgetError: the model's weights do not fit the daemon's budget together.
         """
-        validate_layers(layers, {wid: w.shape for wid, w in self._weights.items()})
+        shape = validate_layers(layers, {wid: w.shape for wid, w in self._weights.items()})
         spec, biases = encode_model(layers)
         try:
             mid = self._register(msgs.RegisterModel(), (spec, biases))
         except UnknownWeightError:  # a restarted daemon: this client's weights, sent again
-            wids = list(dict.fromkeys(ly.weight_id for ly in layers))
+            wids = list(dict.fromkeys(weight_ids(layers)))
             for wid in wids:
                 self.register_weight(self._weights[wid])
             try:
@@ -501,6 +513,7 @@ class Client:
                     "other clients' registrations evicted them meanwhile: each was evicted "
                     f"before the model could be registered ({exc})") from None
         self._models[mid] = tuple(layers)
+        self._model_shapes[mid] = shape
         return mid
 
     @_one_at_a_time
@@ -511,20 +524,22 @@ class Client:
         With `per_layer_fallback` (constructor), a request the daemon cannot vote as a whole
         (`ModelUnavailableError`: the effective policy is 1oo1D) is sent again layer by
         layer: each product through `matmul` (checked by 1oo1D's per-request test), each
-        bias and activation in this process with `safemon.models.epilogue`. The output is
-        the same bits; what differs is that the epilogues then run once, on this host,
-        outside the channels. `last_run_per_layer` says which way the last call went.
+        bias and activation, and each step that is not a product (`safemon.models.ops`),
+        in this process. The output is the same bits; what differs is that the epilogues
+        and those steps then run once, on this host, outside the channels.
+        `last_run_per_layer` says which way the last call went.
 
         Args:
             x: (M, K_0) float32, finite, of any kind `matmul` accepts.
             timeout: seconds, for the whole forward pass (the fallback included).
 
         Returns:
-            (M, N_last) float32 of the same kind and on the same device as `x`.
+            (M, N_out) float32 of the same kind and on the same device as `x`.
 
         Raises:
             SafeStateError, VoteTimeoutError, DisagreementError, InvalidInputError (also
-            for a model id this client never registered and the daemon does not know),
+            for a model id this client never registered and the daemon does not know, and
+            for M rows that give a reshape or an attention step no whole rows or sequences),
             ModelUnavailableError (a VoteTimeoutError) without `per_layer_fallback`.
         """
         _check_id("model_id", model_id, "register_model")
@@ -534,8 +549,12 @@ class Client:
         self.last_request_device = False
         layers = self._models.get(model_id)
         if layers is not None:
+            shape = self._model_shapes[model_id]
+            rows = getattr(x, "shape", (0,))[0] if len(getattr(x, "shape", ())) == 2 else 0
+            if rows:
+                shape.check_rows(int(rows))
             # (under 1oo1D the daemon answers DeviceInputError: host memory, then per layer)
-            n_out = int(self._weights[layers[-1].weight_id].shape[1])
+            n_out = shape.n_out
             done = self._device_request(
                 lambda ms, st: msgs.ModelRequest(model_id=model_id, deadline_ms=ms, **st),
                 x, n_out, timeout, functools.partial(self._reregister_model, model_id))
@@ -552,7 +571,11 @@ class Client:
                 raise
             self.last_run_per_layer = True
             out = host
+            stack: list[Any] = []
             for layer in layers:
+                if not isinstance(layer, Layer):  # computed here, once, as the epilogues
+                    out = op_reference(layer, out, stack)
+                    continue
                 remaining = end - time.monotonic()
                 if remaining <= 0:
                     raise VoteTimeoutError(
@@ -624,7 +647,7 @@ class Client:
         layers = self._models.get(model_id)
         if layers is None:
             raise InvalidInputError(str(reply.meta.get("message")))
-        for wid in dict.fromkeys(ly.weight_id for ly in layers):
+        for wid in dict.fromkeys(weight_ids(layers)):
             self._reregister_weight(wid, reply)
         self.register_model(layers)
 

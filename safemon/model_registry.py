@@ -25,7 +25,14 @@ import numpy.typing as npt
 from safemon.config import LimitsConfig
 from safemon.errors import InvalidInputError
 from safemon.eviction import choose_evictions
-from safemon.models.layers import Layer, decode_model, model_id_of
+from safemon.models.layers import (
+    ModelShape,
+    Step,
+    decode_model,
+    model_id_of,
+    validate_layers,
+    weight_ids,
+)
 
 __all__ = ["MAX_MODELS", "ModelRegistry", "RegisteredModel"]
 
@@ -36,14 +43,14 @@ MAX_MODELS = 1024
 
 @dataclass(frozen=True)
 class RegisteredModel:
-    """One model: its layers, wire frames and (K_i, N_i) per layer. The frames are
+    """One model: its steps, wire frames and shape (`ModelShape`). The frames are
     read-only, and the layers' biases are views of `biases`."""
 
     model_id: str
-    layers: tuple[Layer, ...]
+    layers: tuple[Step, ...]
     spec: npt.NDArray[np.uint8]
     biases: npt.NDArray[np.float32]
-    dims: tuple[tuple[int, int], ...]
+    shape: ModelShape
 
     @property
     def nbytes(self) -> int:
@@ -53,24 +60,27 @@ class RegisteredModel:
     @property
     def k_in(self) -> int:
         """Columns of the input x."""
-        return self.dims[0][0]
+        return self.shape.k_in
 
     @property
     def n_out(self) -> int:
-        """Columns of the output (the last layer's N)."""
-        return self.dims[-1][1]
+        """Columns of the output (whose rows are the input's)."""
+        return self.shape.n_out
 
     @property
     def max_dim(self) -> int:
-        """The largest K or N of any layer (for `limits.max_dim`)."""
-        return max(max(k, n) for k, n in self.dims)
+        """The largest K or N of any product (for `limits.max_dim`)."""
+        return self.shape.max_dim
+
+    @property
+    def weight_ids(self) -> frozenset[str]:
+        """The weights its product layers use."""
+        return frozenset(weight_ids(self.layers))
 
     def cost_s(self, item_cost_s: Callable[[int, int, int], float], m: int) -> float:
-        """Seconds a healthy channel may spend on the whole forward pass of M rows: the sum
-        of the layers' item costs, `item_cost_s(M, K, N)` (`admission.item_cost_s` under the
-        daemon's config)."""
-        return sum(item_cost_s(m, k, n) for k, n in self.dims)
-
+        """Seconds a healthy channel may spend on the whole forward pass of M rows
+        (`ModelShape.cost_s`, with `admission.item_cost_s` under the daemon's config)."""
+        return self.shape.cost_s(item_cost_s, m)
 
 
 class ModelRegistry:
@@ -111,8 +121,7 @@ class ModelRegistry:
     def drop_using(self, weight_id: str) -> list[str]:
         """Forget every model that has a layer on weight `weight_id` (being evicted);
         returns their ids."""
-        gone = [mid for mid, m in self._models.items()
-                if any(ly.weight_id == weight_id for ly in m.layers)]
+        gone = [mid for mid, m in self._models.items() if weight_id in m.weight_ids]
         for mid in gone:
             del self._models[mid]
         return gone
@@ -159,9 +168,8 @@ class ModelRegistry:
                 f"room for this one's {new_bytes} bytes: retry later")
         for old in evict:
             del self._models[old]
-        dims = tuple((int(weight_shapes[ly.weight_id][0]), int(weight_shapes[ly.weight_id][1]))
-                     for ly in layers)
-        model = RegisteredModel(mid, tuple(layers), spec, biases, dims)
+        model = RegisteredModel(mid, tuple(layers), spec, biases,
+                                validate_layers(layers, weight_shapes))
         self._models[mid] = model
         return model, evict
 

@@ -786,13 +786,19 @@ class ChannelWorker:
         launched as a captured graph, as a product is."""
         from safemon.kernels.compiler import import_cupy
         from safemon.models import run_model_steps
-        from safemon.models.forward import device_biases, queue_pass
+        from safemon.models.forward import (
+            activation_widths,
+            device_biases,
+            output_columns,
+            queue_pass,
+        )
+        from safemon.models.layers import weight_ids
 
         cp = import_cupy()
         spec, biases = msg.arrays
         layers, frames = self._layers_of(spec, biases)
         rows, cols = work.x_rows, work.x_cols
-        out_cols = int(self._weights[layers[-1].weight_id].shape[1])
+        out_cols = output_columns(layers, self._weights)
         slot = self._imports.view(work.out_ipc, work.out_offset, (rows, out_cols),
                                   "the output slot")
         source = self._imports.view(work.x_ipc, 0, (rows, cols), "x")
@@ -809,10 +815,10 @@ class ChannelWorker:
                               self._model_fault, out_into=slot, extra_digests=[x],
                               settle=settle)
 
-        used = [self._weights[wid] for wid in dict.fromkeys(ly.weight_id for ly in layers)]
+        used = [self._weights[wid] for wid in dict.fromkeys(weight_ids(layers))]
         storage = [a for w in used for a in getattr(w, "storage", (w,))]
         queued = self._queue(
-            rows, [cols, *(int(self._weights[ly.weight_id].shape[1]) for ly in layers)],
+            rows, [cols, *activation_widths(layers, self._weights)],
             lambda: ("model", *frames, *(id(w) for w in used),
                      *(id(a) for a in storage), int(source.data.ptr), int(slot.data.ptr),
                      rows, cols),
@@ -831,7 +837,7 @@ class ChannelWorker:
                    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.uint64]]:
         """A whole-model request: frames [x, spec, biases]. Returns the host output and the
         digest frame (`ModelResult.digest_frame`); fills `meta`. Injected data faults hit
-        layer 0's product, before its epilogue, so they propagate like a real one."""
+        the first product layer, before its epilogue, so they propagate like a real one."""
         from safemon.models import run_model
 
         x, spec, biases = msg.arrays
@@ -857,8 +863,9 @@ class ChannelWorker:
         f = self._faults
         return bool(f.stuck_armed or f.bitflip_c or f.bitflip_es)
 
-    def _model_fault(self, layer: int, c: Any, es: Any) -> None:
-        if layer != 0 or not self._data_fault_armed():
+    def _model_fault(self, product: int, c: Any, es: Any) -> None:
+        """The `LayerHook` of model passes: an armed data fault hits the first product."""
+        if product != 0 or not self._data_fault_armed():
             return
         f = self._faults
         if isinstance(c, np.ndarray):

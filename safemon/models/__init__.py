@@ -1,4 +1,5 @@
-"""Whole-model requests: layers (`Layer`, `Activation`), their validation and wire form,
+"""Whole-model requests: layers (`Layer`, `Activation`) and the other steps (`LayerNorm`,
+`Attention`, `SaveResidual`, `AddResidual`, `Reshape`), their validation and wire form,
 and the forward pass (`reference_forward` is the bit-exact NumPy reference of what the
 channels compute; `run_model` is what a channel runs)."""
 
@@ -15,17 +16,27 @@ from safemon.models.forward import (
 from safemon.models.layers import (
     MAX_LAYERS,
     Layer,
+    ModelShape,
+    Step,
     decode_model,
     encode_model,
     model_id_of,
     validate_layers,
 )
+from safemon.models.ops import AddResidual, Attention, LayerNorm, Reshape, SaveResidual
 
 __all__ = [
     "MAX_LAYERS",
     "Activation",
+    "AddResidual",
+    "Attention",
     "Layer",
+    "LayerNorm",
     "ModelResult",
+    "ModelShape",
+    "Reshape",
+    "SaveResidual",
+    "Step",
     "decode_model",
     "encode_model",
     "epilogue",

@@ -23,15 +23,25 @@ from safemon.errors import InvalidInputError, NonFiniteOperandError
 from safemon.kernels.api import run_variant
 from safemon.kernels.reference import reference_matmul
 from safemon.models.activations import epilogue
-from safemon.models.layers import Layer, validate_layers
+from safemon.models.layers import Layer, Step, validate_layers
+from safemon.models.ops import (
+    Attention,
+    LayerNorm,
+    Reshape,
+    SaveResidual,
+    op_reference,
+)
 from safemon.steps import run_steps
 
 __all__ = [
+    "EMPTY_DIGEST",
     "LayerHook",
     "ModelResult",
     "QueuedPass",
+    "activation_widths",
     "device_biases",
     "first_diverging_layer",
+    "output_columns",
     "queue_pass",
     "reference_forward",
     "run_model",
@@ -40,35 +50,47 @@ __all__ = [
 
 F32 = npt.NDArray[np.float32]
 
+#: The ES digest of a step that is not a product: the digest of an empty array.
+EMPTY_DIGEST = digest64(np.zeros((0,), dtype=np.float32))
 
-def reference_forward(weights: Sequence[F32], layers: Sequence[Layer], x: F32, *,
+
+def reference_forward(weights: Sequence[F32], layers: Sequence[Step], x: F32, *,
                       variant: VariantConfig | None = None) -> F32:
-    """The output the channels release for `layers` on `x`, bit for bit (NumPy).
+    """The output the channels release for the steps `layers` on `x`, bit for bit (NumPy).
 
     Args:
-        weights: weights[i] is layer i's (K_i, N_i) float32 weight.
-        layers: the model (`layers[i].weight_id` is not looked at here).
+        weights: weights[i] is the (K, N) float32 weight of the i-th product layer among
+            `layers` (one per `Layer`, in order; the other steps take none).
+        layers: the model (`Layer.weight_id` is not looked at here).
         x: (M, K_0) float32, finite.
         variant: the channels' kernel variant (C depends only on its arithmetic mode);
             None = the default channel variant.
 
     Raises:
-        InvalidInputError: mismatched shapes (naming the layer), non-float32 arrays.
+        InvalidInputError: mismatched shapes or rows (naming the step), a weight count
+            that is not the layer count, non-float32 arrays.
     """
-    if len(weights) != len(layers):
-        raise InvalidInputError(f"{len(weights)} weights for {len(layers)} layers")
-    validate_layers(layers, {ly.weight_id: tuple(w.shape) for ly, w in zip(layers, weights,
-                                                                            strict=True)}
-                    if len({ly.weight_id for ly in layers}) == len(layers) else
-                    _shapes_by_index(weights, layers))
+    products = [step for step in layers if isinstance(step, Layer)]
+    if len(weights) != len(products):
+        raise InvalidInputError(f"{len(weights)} weights for {len(products)} layers")
+    by_id = (_shapes_by_index(weights, products)
+             if len({ly.weight_id for ly in products}) < len(products) else
+             {ly.weight_id: tuple(w.shape) for ly, w in zip(products, weights, strict=True)})
+    shape = validate_layers(layers, by_id)
     vc = variant or VariantConfig()
     h = np.ascontiguousarray(x, dtype=np.float32)
-    if h.ndim != 2 or h.shape[1] != weights[0].shape[0]:
-        raise InvalidInputError(f"x must be (M, {weights[0].shape[0]}), got {h.shape}")
-    for w, layer in zip(weights, layers, strict=True):
-        c, _es = reference_matmul(h, np.ascontiguousarray(w),
-                                  vc.to_variant(h.shape[0], w.shape[1], h.shape[1]))
-        h = epilogue(c, layer.bias, layer.act)
+    if h.ndim != 2 or h.shape[1] != shape.k_in:
+        raise InvalidInputError(f"x must be (M, {shape.k_in}), got {h.shape}")
+    shape.check_rows(int(h.shape[0]))
+    ws = iter(weights)
+    stack: list[F32] = []
+    for step in layers:
+        if isinstance(step, Layer):
+            w = np.ascontiguousarray(next(ws))
+            c, _es = reference_matmul(h, w, vc.to_variant(h.shape[0], w.shape[1], h.shape[1]))
+            h = epilogue(c, step.bias, step.act)
+        else:
+            h = op_reference(step, h, stack)
     return h
 
 
@@ -88,8 +110,9 @@ class ModelResult:
     Attributes:
         out: the (M, N_L) float32 output (NumPy or CuPy, the backend's device).
         out_digest: safemon-digest64 of `out`.
-        es_digests: per layer, the digest of that layer's ES array.
-        h_digests: per layer, the digest of that layer's output h_{i+1}.
+        es_digests: per step, the digest of its ES array (of an empty array for a step
+            that is not a product: `EMPTY_DIGEST`).
+        h_digests: per step, the digest of its output h_{i+1}.
         extra_digests: the digests of `run_model`'s `extra_digests`, in order.
     """
 
@@ -107,30 +130,75 @@ class ModelResult:
         return np.array(words, dtype=np.uint64)
 
 
-def device_biases(layers: Sequence[Layer]) -> list[Any]:
-    """Every layer's bias on the current device (None where a layer has none), uploaded as
-    one float32 array and sliced: one host-to-device copy per pass instead of one per layer
+def device_biases(layers: Sequence[Step]) -> list[Any]:
+    """Every step's parameters on the current device: a layer's bias (None where it has
+    none), a layer norm's (weight, bias) pair, None for the other steps. Uploaded as one
+    float32 array and sliced: one host-to-device copy per pass instead of one per layer
     (each cost about 30 µs of host time on the H100 host)."""
     from safemon.kernels.compiler import import_cupy
 
     cp = import_cupy()
-    host = [ly.bias for ly in layers if ly.bias is not None]  # 1-D float32 (Layer checks)
+    host = [a for step in layers for a in _params_of(step)]
     if not host:
         return [None] * len(layers)
     flat = cp.asarray(np.concatenate(host))
     out: list[Any] = []
     at = 0
-    for ly in layers:
-        if ly.bias is None:
-            out.append(None)
-        else:
-            out.append(flat[at:at + ly.bias.size])
-            at += ly.bias.size
+    for step in layers:
+        parts = []
+        for a in _params_of(step):
+            parts.append(flat[at:at + a.size])
+            at += a.size
+        out.append(tuple(parts) if isinstance(step, LayerNorm) else
+                   parts[0] if parts else None)
     return out
 
 
-#: Called after each layer's product with (layer index, C, ES) before the epilogue, on
-#: the backend's arrays; may modify them in place (the channel's fault injection).
+def _params_of(step: Step) -> list[F32]:
+    """The float32 parameters of `step` that live on the device, in order."""
+    if isinstance(step, Layer):
+        return [] if step.bias is None else [step.bias]
+    if isinstance(step, LayerNorm):
+        return [step.weight, step.bias]
+    return []
+
+
+def output_columns(layers: Sequence[Step], weights: Mapping[str, Any]) -> int:
+    """The columns of the model's output (its rows are the input's), from the last step
+    that sets the width; `weights` maps the layers' ids to arrays with a `shape`."""
+    for i in range(len(layers) - 1, -1, -1):
+        step = layers[i]
+        if isinstance(step, Layer):
+            return int(weights[step.weight_id].shape[1])
+        if isinstance(step, (Reshape, LayerNorm)):
+            return step.width
+        if isinstance(step, Attention):
+            return output_columns(layers[:i], weights) // 3
+    raise InvalidInputError("a model without a product layer")
+
+
+def activation_widths(layers: Sequence[Step], weights: Mapping[str, Any]) -> list[int]:
+    """Per step, the float32 elements of its output per input row (its columns times its
+    rows over the input's; a reshape changes the rows, not the elements): what a step
+    graph's size rule (`safemon.channels.step_graphs.worth_a_graph`) adds up."""
+    widths: list[int] = []
+    elements = 0
+    for step in layers:
+        if isinstance(step, Layer):
+            w = weights[step.weight_id]
+            rows = elements // int(w.shape[0]) if elements else 1
+            elements = rows * int(w.shape[1])
+        elif isinstance(step, Attention) and elements:
+            elements //= 3
+        elif isinstance(step, LayerNorm) and not elements:
+            elements = step.width
+        widths.append(elements)
+    return widths
+
+
+#: Called after each layer's product with (the product's ordinal among the model's
+#: product layers: 0 for the first, C, ES) before the epilogue, on the backend's arrays;
+#: may modify them in place (the channel's fault injection).
 LayerHook = Callable[[int, Any, Any], None]
 
 
@@ -182,7 +250,7 @@ def run_model_steps(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
             InvalidInputError also for an `out_into` of another shape.
     """
     if out_into is not None:
-        want = (int(x.shape[0]), int(weights[layers[-1].weight_id].shape[1]))
+        want = (int(x.shape[0]), output_columns(layers, weights))
         if tuple(out_into.shape) != want:
             raise InvalidInputError(f"out_into must be {want}, not {tuple(out_into.shape)}")
     h = x
@@ -205,14 +273,22 @@ def run_model_steps(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
             if result is not None:
                 return result
         raise AssertionError("a settled pass recomputed a layer")  # pragma: no cover
-    for i, layer in enumerate(layers):
-        w = weights[layer.weight_id]
+    stack: list[Any] = []
+    products = 0
+    for i, step in enumerate(layers):
+        if not isinstance(step, Layer):
+            h = op_reference(step, h, stack)
+            es_d.append(EMPTY_DIGEST)
+            h_d.append(digest64(h))
+            continue
+        w = weights[step.weight_id]
         with _naming_layer(i):
             res = run_variant(np.ascontiguousarray(h), w,
                               variant.to_variant(*_shape(h, w)), "numpy")
         if hook is not None:
-            hook(i, res.c, res.es)
-        h = epilogue(res.c, layer.bias, layer.act)
+            hook(products, res.c, res.es)
+        products += 1
+        h = epilogue(res.c, step.bias, step.act)
         es_d.append(digest64(res.es))
         h_d.append(digest64(h))
     if out_into is not None:
@@ -244,8 +320,9 @@ class QueuedPass:
     CUDA graph (`safemon.channels.step_graphs`) is finished after every launch."""
 
     out: Any
-    pending: list[Any]
-    layers: int
+    pending: list[Any]  # per product layer, its `run_variant` result
+    layers: int  # steps
+    product_steps: list[int]  # the step index of each product layer
     batch: Any
     reads: Any
     extra_at: list[int]
@@ -261,12 +338,12 @@ class QueuedPass:
         sums = [d for d, _ in self.batch.values()]
         reports = iter(self.reads.reports())
         # Stop at the first recomputed layer: the ones after it read poison.
-        for i, res in enumerate(self.pending):
+        for i, res in zip(self.product_steps, self.pending, strict=True):
             with _naming_layer(i):
                 settled = res.wait(next(reports) if res.pending else None)
             if settled.c is not res.c:
                 return None
-        ours = sums[:2 * self.layers]
+        ours = sums[:2 * self.layers]  # per step: ES, output
         return ModelResult(self.out, ours[-1], tuple(ours[0::2]), tuple(ours[1::2]),
                            tuple(sums[i] for i in self.extra_at))
 
@@ -283,20 +360,47 @@ def queue_pass(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
     for before the next (so that `hook` sees checked results). Arguments otherwise as
     `run_model`."""
     from safemon.kernels.checked import queue_status_reads
-    from safemon.kernels.model_gpu import DigestBatch, launch_epilogue
+    from safemon.kernels.compiler import import_cupy
+    from safemon.kernels.model_gpu import (
+        DigestBatch,
+        launch_add,
+        launch_attention,
+        launch_epilogue,
+        launch_layer_norm,
+    )
 
     h = x
-    kept: list[Any] = []  # per layer ES and output, digested after the last layer
+    kept: list[Any] = []  # per step ES (empty for the other steps) and output, digested last
     pending = []
-    for i, layer in enumerate(layers):
-        w = weights[layer.weight_id]
-        res = run_variant(h, w, variant.to_variant(*_shape(h, w)), "cupy", wait=settle)
-        pending.append(res)
-        if hook is not None:
-            hook(i, res.c, res.es)
-        launch_epilogue(res.c, dev_biases[i], layer.act)
-        kept += [res.es, res.c]
-        h = res.c
+    product_steps: list[int] = []
+    stack: list[Any] = []
+    no_es = None
+    for i, step in enumerate(layers):
+        if isinstance(step, Layer):
+            w = weights[step.weight_id]
+            res = run_variant(h, w, variant.to_variant(*_shape(h, w)), "cupy", wait=settle)
+            pending.append(res)
+            product_steps.append(i)
+            if hook is not None:
+                hook(len(product_steps) - 1, res.c, res.es)
+            launch_epilogue(res.c, dev_biases[i], step.act)
+            kept += [res.es, res.c]
+            h = res.c
+            continue
+        if isinstance(step, LayerNorm):
+            weight, bias = dev_biases[i]
+            h = launch_layer_norm(h, weight, bias, step.eps)
+        elif isinstance(step, Attention):
+            h = launch_attention(h, step.heads, step.tokens)
+        elif isinstance(step, Reshape):
+            h = h.reshape(-1, step.width)
+        elif isinstance(step, SaveResidual):
+            stack.append(h)
+        else:  # AddResidual
+            h = launch_add(h, stack.pop())
+        if no_es is None:
+            no_es = import_cupy().empty((0,), dtype=np.float32)
+        kept += [no_es, h]
     batch = DigestBatch(len(kept) + 1 + len(extra_digests))
     for a in kept:
         batch.add(a)
@@ -305,7 +409,7 @@ def queue_pass(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
     extra_at = [batch.add(a) for a in extra_digests]
     batch.queue_read()
     reads = queue_status_reads([res.status for res in pending if res.pending])
-    return QueuedPass(h, pending, len(layers), batch, reads, extra_at)
+    return QueuedPass(h, pending, len(layers), product_steps, batch, reads, extra_at)
 
 
 def _shape(h: Any, w: Any) -> tuple[int, int, int]:

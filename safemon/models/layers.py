@@ -1,23 +1,28 @@
 """Layers and models: what `Client.register_model` takes, how it is checked, named and
 carried on the wire.
 
-A model is an ordered, non-empty sequence of `Layer`s. Layer i computes
+A model is an ordered, non-empty sequence of *steps*: product `Layer`s and the steps of
+`safemon.models.ops` (layer norm, attention, residuals, reshapes). Layer i computes
 h_{i+1} = act_i(h_i · W_i + b_i) in float32 (product, then bias add, then activation), with
-W_i a registered weight (K_i, N_i) and b_i an optional (N_i,) float32 bias. The shapes chain
-when N_i = K_{i+1}.
+W_i a registered weight (K_i, N_i) and b_i an optional (N_i,) float32 bias. The widths
+chain when each step takes the columns the step before it outputs (`validate_layers`).
 
 Wire form (docs/PROTOCOL.md, "Whole-model requests"): a uint8 frame holding the UTF-8 JSON
-list `[{"weight_id": str, "activation": str, "bias": bool}, ...]` (the *spec*) and one
-float32 frame holding the biases of the layers that have one, concatenated in layer order.
-The model id is a content address over both, so the same layers always get the same id.
+list of the steps (the *spec*: `{"weight_id": str, "activation": str, "bias": bool}` for a
+layer, `{"kind": ..., ...}` for the other steps) and one float32 frame holding the
+parameters: the biases of the layers that have one and each layer norm's weight then bias,
+concatenated in step order. The model id is a content address over both, so the same steps
+always get the same id (a model of layers only has the id it had before the other steps
+existed).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -25,9 +30,17 @@ import numpy.typing as npt
 
 from safemon.errors import InvalidInputError, UnknownWeightError
 from safemon.models.activations import Activation
+from safemon.models.ops import (
+    MAX_RESIDUALS,
+    AddResidual,
+    Attention,
+    LayerNorm,
+    Reshape,
+    SaveResidual,
+)
 
-__all__ = ["MAX_LAYERS", "Layer", "decode_model", "encode_model", "model_id_of",
-           "validate_layers"]
+__all__ = ["MAX_LAYERS", "Layer", "ModelShape", "Step", "decode_model", "encode_model",
+           "model_id_of", "validate_layers", "weight_ids"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -101,55 +114,244 @@ def _frame_layer(weight_id: str, bias: F32 | None, activation: str) -> Layer:
     return layer
 
 
-def validate_layers(layers: Sequence[Layer], weight_shapes: Mapping[str, tuple[int, ...]]
-                    ) -> None:
-    """Check that `layers` form a model over the weights whose shapes are given.
+#: One step of a model: a product layer or one of the steps of `safemon.models.ops`.
+Step = Layer | LayerNorm | Attention | Reshape | SaveResidual | AddResidual
+_STEP_TYPES = (Layer, LayerNorm, Attention, Reshape, SaveResidual, AddResidual)
+
+
+def weight_ids(steps: Sequence[Step]) -> list[str]:
+    """The weight ids of the product layers among `steps`, in order (repeats kept)."""
+    return [s.weight_id for s in steps if isinstance(s, Layer)]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a model's steps do to the activation's shape, found by `validate_layers`.
+
+    Rows are tracked as a fraction of the input's M (only `Reshape` changes them).
+
+    Attributes:
+        k_in: columns of the input x.
+        n_out: columns of the output (whose rows are the input's).
+        products: per product layer, (row fraction, K, N).
+        attentions: per attention step, (row fraction, tokens, d) with d its output width.
+        row_checks: (numerator, denominator, multiple, step index, what): M·num/den rows
+            must be a whole multiple of `multiple` for the step at that index.
+    """
+
+    k_in: int
+    n_out: int
+    products: tuple[tuple[Fraction, int, int], ...]
+    attentions: tuple[tuple[Fraction, int, int], ...] = ()
+    row_checks: tuple[tuple[int, int, int, int, str], ...] = ()
+
+    @property
+    def max_dim(self) -> int:
+        """The largest K or N of any product (for `limits.max_dim`)."""
+        return max(max(k, n) for _, k, n in self.products)
+
+    def check_rows(self, m: int) -> None:
+        """Raise InvalidInputError (naming the step) unless an input of `m` rows gives every
+        step whole rows: a `Reshape` a whole number of rows of its width, an `Attention`
+        whole sequences."""
+        for num, den, multiple, i, what in self.row_checks:
+            if (m * num) % (den * multiple):
+                rows = Fraction(m * num, den)
+                raise InvalidInputError(f"step {i}: an input of {m} rows gives {what} "
+                                        f"{float(rows):g} rows, not a whole multiple of "
+                                        f"{multiple}")
+
+    def cost_s(self, item_cost_s: Callable[[int, int, int], float], m: int) -> float:
+        """Seconds a healthy channel may spend on the whole forward pass of M rows: the sum
+        of the products' item costs, `item_cost_s(rows, K, N)`, and, per attention step,
+        the item costs of its two score products (rows × tokens × d each)."""
+        def rows(f: Fraction) -> int:
+            return max(1, int(m * f))
+        return (sum(item_cost_s(rows(f), k, n) for f, k, n in self.products)
+                + sum(2 * item_cost_s(rows(f), d, t) for f, t, d in self.attentions))
+
+
+def validate_layers(layers: Sequence[Step], weight_shapes: Mapping[str, tuple[int, ...]]
+                    ) -> ModelShape:
+    """Check that the steps `layers` form a model over the weights whose shapes are given;
+    returns its `ModelShape`.
+
+    The input's width is the input width of the first product, layer norm or attention;
+    only `SaveResidual` may come before it.
 
     Raises:
-        InvalidInputError: no layers, too many, a non-Layer, an unregistered weight, a bias
-            whose length is not the weight's N, or N_i ≠ K_{i+1}; the message names the
-            layer index.
+        InvalidInputError: no steps, too many, a non-step, no product, an unregistered
+            weight, a bias or layer-norm width that is not its input's, widths that do not
+            chain (N_i ≠ K_{i+1}), an attention whose input is not 3·heads·dh wide, a residual
+            added with no saved one, of another shape, or saved ones left over, more than
+            MAX_RESIDUALS saved at once, a reshape before the input width is known, or an
+            output whose rows differ from the input's; the message names the step index.
     """
-    if isinstance(layers, Layer) or not isinstance(layers, Sequence) or not layers:
-        raise InvalidInputError("a model is a non-empty sequence of Layer")
+    if isinstance(layers, _STEP_TYPES) or not isinstance(layers, Sequence) or not layers:
+        raise InvalidInputError("a model is a non-empty sequence of Layer (and the steps of "
+                                "safemon.models.ops)")
     if len(layers) > MAX_LAYERS:
-        raise InvalidInputError(f"a model has at most {MAX_LAYERS} layers, got {len(layers)}")
-    prev_n: int | None = None
-    for i, layer in enumerate(layers):
-        if not isinstance(layer, Layer):
-            raise InvalidInputError(f"layer {i}: not a Layer ({type(layer).__name__})")
-        shape = weight_shapes.get(layer.weight_id)
-        if shape is None:
-            raise UnknownWeightError(f"layer {i}: weight {layer.weight_id[:80]!r} is not registered")
-        k, n = int(shape[0]), int(shape[1])
-        if prev_n is not None and k != prev_n:
-            raise InvalidInputError(
-                f"layer {i}: weight is {k}x{n} but layer {i - 1} outputs {prev_n} columns")
-        if layer.bias is not None and layer.bias.shape[0] != n:
-            raise InvalidInputError(
-                f"layer {i}: bias has {layer.bias.shape[0]} elements, the weight has N={n}")
-        prev_n = n
+        raise InvalidInputError(f"a model has at most {MAX_LAYERS} steps, got {len(layers)}")
+    cols: int | None = None
+    k_in: int | None = None
+    ratio = Fraction(1)
+    stack: list[tuple[int | None, Fraction]] = []
+    products: list[tuple[Fraction, int, int]] = []
+    attentions: list[tuple[Fraction, int, int]] = []
+    checks: list[tuple[int, int, int, int, str]] = []
+
+    def takes(i: int, width: int, what: str) -> None:
+        nonlocal cols, k_in
+        if cols is None:
+            cols = k_in = width
+            for j, (c, f) in enumerate(stack):
+                stack[j] = (width if c is None else c, f)
+        elif cols != width:
+            raise InvalidInputError(f"step {i}: {what} takes {width} columns but step {i - 1} "
+                                    f"outputs {cols}")
+
+    for i, step in enumerate(layers):
+        if not isinstance(step, _STEP_TYPES):
+            raise InvalidInputError(f"step {i}: not a Layer or a model step "
+                                    f"({type(step).__name__})")
+        if isinstance(step, Layer):
+            shape = weight_shapes.get(step.weight_id)
+            if shape is None:
+                raise UnknownWeightError(
+                    f"layer {i}: weight {step.weight_id[:80]!r} is not registered")
+            k, n = int(shape[0]), int(shape[1])
+            if cols is not None and k != cols:
+                raise InvalidInputError(
+                    f"layer {i}: weight is {k}x{n} but layer {i - 1} outputs {cols} columns")
+            takes(i, k, "the layer")
+            if step.bias is not None and step.bias.shape[0] != n:
+                raise InvalidInputError(
+                    f"layer {i}: bias has {step.bias.shape[0]} elements, the weight has N={n}")
+            products.append((ratio, k, n))
+            cols = n
+        elif isinstance(step, LayerNorm):
+            takes(i, step.width, f"layer norm of width {step.width}")
+        elif isinstance(step, Attention):
+            if cols is None:
+                raise InvalidInputError(f"step {i}: an attention step needs a product or a layer "
+                                        "norm before it (its input width is unknown)")
+            try:
+                dh = step.head_dim(cols)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"step {i}: {exc}") from None
+            checks.append((ratio.numerator, ratio.denominator, step.tokens, i,
+                           "the attention"))
+            attentions.append((ratio, step.tokens, step.heads * dh))
+            cols = step.heads * dh
+        elif isinstance(step, Reshape):
+            if cols is None:
+                raise InvalidInputError(f"step {i}: a reshape needs a product or a layer norm "
+                                        "before it (its input width is unknown)")
+            ratio = ratio * cols / step.width
+            checks.append((ratio.numerator, ratio.denominator, 1, i, "the reshape"))
+            cols = step.width
+        elif isinstance(step, SaveResidual):
+            if len(stack) >= MAX_RESIDUALS:
+                raise InvalidInputError(f"step {i}: more than {MAX_RESIDUALS} residuals saved "
+                                        "at once")
+            stack.append((cols, ratio))
+        else:  # AddResidual
+            if not stack:
+                raise InvalidInputError(f"step {i}: a residual added with none saved")
+            saved = stack.pop()
+            if saved != (cols, ratio):
+                raise InvalidInputError(f"step {i}: the residual saved has another shape "
+                                        f"({saved[0]} columns) than the activation ({cols})")
+    if stack:
+        raise InvalidInputError(f"{len(stack)} residual(s) saved and never added")
+    if not products:
+        raise InvalidInputError("a model needs at least one product layer")
+    if ratio != 1:
+        raise InvalidInputError(f"the model's output has {ratio} times the input's rows; "
+                                "reshape back so that each input row gives one output row")
+    assert k_in is not None and cols is not None
+    return ModelShape(k_in, cols, tuple(products), tuple(attentions), tuple(checks))
 
 
-def encode_model(layers: Sequence[Layer]) -> tuple[npt.NDArray[np.uint8], F32]:
-    """(spec, biases): the two frames that carry `layers` (see the module docstring)."""
-    spec = [{"weight_id": ly.weight_id, "activation": ly.act.value, "bias": ly.bias is not None}
-            for ly in layers]
+def _param_frame(step: Step) -> list[F32]:
+    """The float32 arrays `step` carries in the parameter ("biases") frame, in order."""
+    if isinstance(step, Layer):
+        return [] if step.bias is None else [step.bias]
+    if isinstance(step, LayerNorm):
+        return [step.weight, step.bias]
+    return []
+
+
+def _spec_entry(step: Step) -> dict[str, Any]:
+    """The JSON object of `step` in the spec frame (a product layer's keeps its original
+    form, so existing models keep their ids)."""
+    if isinstance(step, Layer):
+        return {"weight_id": step.weight_id, "activation": step.act.value,
+                "bias": step.bias is not None}
+    if isinstance(step, LayerNorm):
+        return {"kind": "layer_norm", "width": step.width, "eps": float(step.eps).hex()}
+    if isinstance(step, Attention):
+        return {"kind": "attention", "heads": step.heads, "tokens": step.tokens}
+    if isinstance(step, Reshape):
+        return {"kind": "reshape", "width": step.width}
+    if isinstance(step, SaveResidual):
+        return {"kind": "save_residual"}
+    return {"kind": "add_residual"}
+
+
+def encode_model(layers: Sequence[Step]) -> tuple[npt.NDArray[np.uint8], F32]:
+    """(spec, biases): the two frames that carry the steps `layers` (module docstring)."""
+    spec = [_spec_entry(step) for step in layers]
     text = json.dumps(spec, separators=(",", ":"), sort_keys=True).encode()
-    biases = [ly.bias for ly in layers if ly.bias is not None]
-    flat = (np.concatenate(biases).astype(np.float32, copy=False) if biases
+    params = [a for step in layers for a in _param_frame(step)]
+    flat = (np.concatenate(params).astype(np.float32, copy=False) if params
             else np.zeros((0,), dtype=np.float32))
     return np.frombuffer(text, dtype=np.uint8).copy(), np.ascontiguousarray(flat)
 
 
+def _int_field(i: int, item: Mapping[str, Any], key: str) -> int:
+    v = item.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > 2**31:
+        raise InvalidInputError(f"step {i}: {key} must be a positive int")
+    return v
+
+
+def _decode_op(i: int, item: Mapping[str, Any], take: Callable[[int], F32]) -> Step:
+    """The non-product step of spec entry `item` (`take(n)` slices its parameters off the
+    frame).
+
+    Raises:
+        InvalidInputError: an unknown kind or malformed fields.
+    """
+    kind = item.get("kind")
+    keys = {"layer_norm": {"kind", "width", "eps"}, "attention": {"kind", "heads", "tokens"},
+            "reshape": {"kind", "width"}, "save_residual": {"kind"},
+            "add_residual": {"kind"}}.get(kind if isinstance(kind, str) else "")
+    if keys is None or set(item) != keys:
+        raise InvalidInputError(f"step {i}: malformed spec entry")
+    try:
+        if kind == "layer_norm":
+            n = _int_field(i, item, "width")
+            eps = float.fromhex(str(item["eps"]))
+            return LayerNorm(take(n), take(n), eps)
+        if kind == "attention":
+            return Attention(_int_field(i, item, "heads"), _int_field(i, item, "tokens"))
+        if kind == "reshape":
+            return Reshape(_int_field(i, item, "width"))
+    except (InvalidInputError, ValueError) as exc:
+        raise InvalidInputError(f"step {i}: {exc}") from None
+    return SaveResidual() if kind == "save_residual" else AddResidual()
+
+
 def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
-                 weight_shapes: Mapping[str, tuple[int, ...]]) -> list[Layer]:
-    """The layers carried by the frames `spec` and `biases`, validated against
+                 weight_shapes: Mapping[str, tuple[int, ...]]) -> list[Step]:
+    """The steps carried by the frames `spec` and `biases`, validated against
     `weight_shapes` (`validate_layers`).
 
-    Each layer's bias is a read-only view of `biases` (of a contiguous copy when `biases` is
-    not contiguous), not a copy of its own: the caller keeps `biases` unchanged while the
-    layers live (the model registry and the channels pass frames that nobody writes).
+    Each layer's bias is a read-only view of `biases` (of a contiguous copy when `biases`
+    is not contiguous), not a copy of its own: the caller keeps `biases` unchanged while the
+    layers live (the model registry and the channels pass frames that nobody writes). A
+    layer norm copies its 2·N parameters.
 
     Raises:
         UnknownWeightError: a layer names a weight not in `weight_shapes` (with or
@@ -165,10 +367,23 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
     if not isinstance(items, list) or len(items) > MAX_LAYERS:
         raise InvalidInputError("model spec must be a list of at most "
                                 f"{MAX_LAYERS} layer objects")
-    layers: list[Layer] = []
+    layers: list[Step] = []
     biases = np.ascontiguousarray(biases)
     offset = 0
+
+    def take(n: int) -> F32:
+        nonlocal offset
+        if offset + n > biases.shape[0]:
+            raise InvalidInputError("bias frame too short")
+        view = biases[offset:offset + n]
+        view.flags.writeable = False  # the view only: `biases` stays as the caller made it
+        offset += n
+        return view
+
     for i, item in enumerate(items):
+        if isinstance(item, dict) and "kind" in item:
+            layers.append(_decode_op(i, item, take))
+            continue
         if (not isinstance(item, dict) or set(item) != {"weight_id", "activation", "bias"}
                 or not isinstance(item["bias"], bool)):
             raise InvalidInputError(f"layer {i}: malformed spec entry")
@@ -178,12 +393,10 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
             if shape is None:  # as validate_layers says it: the client registers it again
                 raise UnknownWeightError(
                     f"layer {i}: weight {str(item['weight_id'])[:80]!r} is not registered")
-            n = int(shape[1])
-            if offset + n > biases.shape[0]:
-                raise InvalidInputError(f"layer {i}: bias frame too short")
-            bias = biases[offset:offset + n]
-            bias.flags.writeable = False  # the view only: `biases` stays as the caller made it
-            offset += n
+            try:
+                bias = take(int(shape[1]))
+            except InvalidInputError:
+                raise InvalidInputError(f"layer {i}: bias frame too short") from None
         layers.append(_frame_layer(str(item["weight_id"]), bias, str(item["activation"])))
     if offset != biases.shape[0]:
         raise InvalidInputError(f"bias frame has {biases.shape[0] - offset} extra values")
@@ -191,7 +404,7 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
     return layers
 
 
-def model_id_of(layers: Sequence[Layer]) -> str:
+def model_id_of(layers: Sequence[Step]) -> str:
     """Content address of a model: 24 hex characters of SHA-256 over its two wire frames."""
     spec, biases = encode_model(layers)
     h = hashlib.sha256(b"safemon-model-v1")

@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from safemon import admission
 from safemon.config import Config
+from safemon.errors import InvalidInputError
 from safemon.eviction import choose_evictions, eviction_order, holds_to_release
 from safemon.hft import HftAssessment, assess, channel_hardware
 from safemon.kernels.abft import abft_passes
@@ -353,8 +354,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         client_s = client_deadline_s(request.deadline_ms, budget_s)
         if model is not None:
             self.models.touch(model.model_id)
-            for ly in model.layers:
-                self._weight_lru.move_to_end(ly.weight_id)
+            for wid_used in model.weight_ids:
+                self._weight_lru.move_to_end(wid_used)
         else:
             self._weight_lru.move_to_end(wid)
         seq = self.next_seq()
@@ -454,6 +455,13 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
                 return ("UnknownModelError",
                         f"model id {quote(request.model_id)} is not registered with this daemon")
             k_in = model.k_in
+            rows = (int(msg.arrays[0].shape[0]) if not device and msg.arrays
+                    and msg.arrays[0].ndim == 2 else getattr(request, "x_rows", None))
+            if isinstance(rows, int) and rows > 0:
+                try:
+                    model.shape.check_rows(rows)
+                except InvalidInputError as exc:
+                    return "InvalidInputError", f"model {quote(request.model_id)}: {exc}"
         else:
             if request.weight_id not in self.weights:
                 return ("UnknownWeightError",
@@ -607,8 +615,8 @@ class RuntimeCore(ModelRequests, DeviceRequests, ControlCommands):
         """Weights that must stay: used by a request in flight (the core reads a 1oo1D
         request's weight when its result comes), or still being delivered to a channel or
         awaited by a client's `register_weight`."""
-        used = {ly.weight_id for live in self._live.values() if live.model is not None
-                for ly in live.model.layers}
+        used = {wid for live in self._live.values() if live.model is not None
+                for wid in live.model.weight_ids}
         used.update(live.weight_id for live in self._live.values() if live.model is None)
         used.update(self._weight_waits)
         used.update(wid for wid in self.weights
