@@ -1,11 +1,14 @@
 """The CuPy side of whole-model requests and digest voting: the layer epilogue
-(`cuda/epilogue.cu`, bias add then activation, in place) and the digest word sum
-(`cuda/digest.cu`). Their NumPy references are `safemon.models.activations.epilogue` and
-`safemon.digest.digest64`; the GPU tests hold each pair bit for bit.
+(`cuda/epilogue.cu`, bias add then activation, in place), the steps besides products
+(`cuda/ops.cu`: layer norm, attention, residual add) and the digest word sum
+(`cuda/digest.cu`). Their NumPy references are `safemon.models.activations.epilogue`,
+`safemon.models.ops` and `safemon.digest.digest64`; the GPU tests hold each pair bit for bit.
 
 Everything is queued on CuPy's current stream; only `DigestBatch.values` (and
 `device_digests` and `copy_digest`, which use it) waits: one read-back of 16 bytes per
-digest, into page-locked memory.
+digest, into page-locked memory. The step launchers allocate their outputs with
+`cupy.empty` and neither wait nor copy to or from the host, so they can be captured in a
+CUDA graph.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from safemon.kernels.gpu import AUX_MAX_BLOCKS, AUX_THREADS, function_for
 from safemon.kernels.launch import arg_block, function_pointer, launch
 from safemon.kernels.pinned import PinnedBuffer
 from safemon.models.activations import Activation
+from safemon.models.ops import MAX_HEAD_DIM, MAX_TOKENS, attention_scale
 
 __all__ = ["DigestBatch", "copy_digest", "device_digests", "digest_build", "epilogue_build",
-           "launch_epilogue", "nvcc_builds"]
+           "launch_add", "launch_attention", "launch_epilogue", "launch_layer_norm",
+           "nvcc_builds", "ops_build"]
 
 CUDA_DIR = Path(__file__).parent / "cuda"
 #: --fmad=false: the comparisons and the exp polynomial must never be contracted.
@@ -42,9 +47,16 @@ def digest_build() -> KernelBuild:
     return KernelBuild.make(CUDA_DIR / "digest.cu")
 
 
+def ops_build() -> KernelBuild:
+    """The compilation of ops.cu (layer norm, attention, add; one build for every shape).
+    Its per-thread score array is sized by `safemon.models.ops.MAX_TOKENS`."""
+    return KernelBuild.make(CUDA_DIR / "ops.cu", defines={"SAFEMON_MAX_TOKENS": MAX_TOKENS},
+                            options=_NO_FMA)
+
+
 def nvcc_builds() -> list[KernelBuild]:
-    """Both builds, for CI's nvcc check."""
-    return [epilogue_build(), digest_build()]
+    """Every build of this module, for CI's nvcc check and the PTX audit."""
+    return [epilogue_build(), digest_build(), ops_build()]
 
 
 def _blocks(n: int) -> int:
@@ -64,6 +76,114 @@ def launch_epilogue(h: Any, bias: Any | None, activation: Activation) -> None:
     kernel((_blocks(m * n), 1, 1), (AUX_THREADS, 1, 1),
            (h, bias if bias is not None else np.uintp(0), np.uint64(m), np.uint64(n),
             np.int32(activation.code)))
+
+
+def _check_f32(name: str, a: Any, ndim: int) -> None:
+    """`a` must be a C-contiguous float32 CuPy array of `ndim` dimensions."""
+    shape = getattr(a, "shape", None)
+    if (getattr(a, "dtype", None) != np.float32 or shape is None or len(shape) != ndim
+            or not a.flags.c_contiguous):
+        raise ValueError(f"{name} must be a C-contiguous {ndim}-D float32 CuPy array, got "
+                         f"{type(a).__name__} {getattr(a, 'dtype', '')} {shape}")
+
+
+def _ops_kernel(name: str) -> Any:
+    return function_for(("ops",), ops_build, name)
+
+
+def launch_layer_norm(h: Any, weight: Any, bias: Any, eps: float) -> Any:
+    """Queue `LayerNorm` (safemon.models.ops.layer_norm_f32) over each row of `h`.
+
+    Args:
+        h: (R, N) float32 C-contiguous CuPy array, N >= 1.
+        weight, bias: (N,) float32 C-contiguous CuPy arrays (γ, β).
+        eps: ε, rounded to float32 as the reference rounds it.
+    Returns:
+        A new (R, N) float32 C-contiguous CuPy array (`cupy.empty`), filled by the kernel
+        queued on the current stream. Nothing waits.
+
+    Raises:
+        ValueError: another dtype, layout or shape.
+    """
+    _check_f32("layer norm input", h, 2)
+    _check_f32("layer norm weight", weight, 1)
+    _check_f32("layer norm bias", bias, 1)
+    rows, n = int(h.shape[0]), int(h.shape[1])
+    if n < 1 or weight.shape != (n,) or bias.shape != (n,):
+        raise ValueError(f"layer norm over {n} columns with weight {weight.shape} and bias "
+                         f"{bias.shape}: both must be ({n},), N >= 1")
+    cp = import_cupy()
+    out = cp.empty((rows, n), dtype=cp.float32)
+    if rows:
+        _ops_kernel("safemon_layer_norm")(
+            (_blocks(rows), 1, 1), _AUX_BLOCK,
+            (h, weight, bias, out, np.uint64(rows), np.uint64(n), np.float32(n),
+             np.float32(eps)))
+    return out
+
+
+def launch_attention(h: Any, heads: int, tokens: int) -> Any:
+    """Queue `Attention` (safemon.models.ops.attention_f32) over `h`.
+
+    Args:
+        h: (R, 3·heads·dh) float32 C-contiguous CuPy array, columns [q | k | v]; R a
+            multiple of `tokens` (each run of `tokens` rows is one sequence).
+        heads: H >= 1.
+        tokens: T, 1 .. MAX_TOKENS.
+    Returns:
+        A new (R, heads·dh) float32 C-contiguous CuPy array (`cupy.empty`), filled by the
+        kernel queued on the current stream. Nothing waits.
+
+    Raises:
+        ValueError: another dtype or layout, a width that is not 3·heads·dh with
+            1 <= dh <= MAX_HEAD_DIM, R not a multiple of `tokens`, or `heads`/`tokens` out
+            of range.
+    """
+    _check_f32("attention input", h, 2)
+    if not 1 <= tokens <= MAX_TOKENS or heads < 1:
+        raise ValueError(f"attention with {heads} heads over {tokens} tokens: heads >= 1, "
+                         f"tokens 1 .. {MAX_TOKENS}")
+    rows, width = int(h.shape[0]), int(h.shape[1])
+    dh = width // (3 * heads)
+    if width % (3 * heads) or not 1 <= dh <= MAX_HEAD_DIM:
+        raise ValueError(f"attention with {heads} heads takes 3·{heads}·dh columns, "
+                         f"1 <= dh <= {MAX_HEAD_DIM}; got {width}")
+    if rows % tokens:
+        raise ValueError(f"attention over {tokens} tokens: {rows} rows is not a multiple")
+    cp = import_cupy()
+    out = cp.empty((rows, heads * dh), dtype=cp.float32)
+    groups = rows // tokens
+    if groups:
+        _ops_kernel("safemon_attention")(
+            (_blocks(groups * heads * tokens), 1, 1), _AUX_BLOCK,
+            (h, out, np.uint64(groups), np.int32(tokens), np.int32(heads), np.int32(dh),
+             attention_scale(dh)))
+    return out
+
+
+def launch_add(a: Any, b: Any) -> Any:
+    """Queue a + b elementwise (safemon.models.ops.add_f32).
+
+    Args:
+        a, b: float32 C-contiguous CuPy arrays of the same shape.
+    Returns:
+        A new float32 C-contiguous CuPy array of that shape (`cupy.empty`), filled by the
+        kernel queued on the current stream. Nothing waits.
+
+    Raises:
+        ValueError: another dtype or layout, or shapes that differ.
+    """
+    _check_f32("add operand a", a, len(getattr(a, "shape", ())))
+    _check_f32("add operand b", b, len(getattr(b, "shape", ())))
+    if a.shape != b.shape:
+        raise ValueError(f"add of shapes {a.shape} and {b.shape}: they must be equal")
+    cp = import_cupy()
+    out = cp.empty(a.shape, dtype=cp.float32)
+    n = int(a.size)
+    if n:
+        _ops_kernel("safemon_add")((_blocks(n), 1, 1), _AUX_BLOCK,
+                                   (a, b, out, np.uint64(n)))
+    return out
 
 
 #: Page-locked words for the digests' read-backs.

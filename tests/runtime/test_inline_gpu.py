@@ -281,3 +281,35 @@ def test_an_evicted_weight_is_dropped_with_its_graphs_and_comes_back_bit_exact(
     first = [d for d in dropped if d["weight_id"] == id1[:64]][:3]
     assert len(first) == 3 and all(d["held"] and d["graphs"] >= 1 for d in first), dropped
     assert sum(d["held"] for d in dropped) >= 6, dropped  # w2 went when w1 came back
+
+
+def test_an_encoder_model_through_inline_channels_is_bit_exact(tmp_path: Path) -> None:
+    """A transformer encoder model (layer norms, attention, residuals, reshapes between
+    the products; `tests/models/test_model_steps.encoder_model`) as device-resident
+    requests, four times (the step is captured as a graph and launched), and as a host
+    request: every output is `reference_forward`'s bits; a bit flip in c0 is outvoted."""
+    import cupy as cp
+
+    from safemon.models import Step
+    from tests.models.test_model_steps import encoder_model, weights
+
+    with _inline_daemon(tmp_path) as (client, _cfg):
+        w = weights(11)
+        ids = {k: client.register_weight(a) for k, a in w.items()}
+        rng = np.random.default_rng(12)
+        bias = {k: rng.standard_normal(w[k].shape[1]).astype(np.float32) for k in ("qkv", "f1")}
+        named = encoder_model(bias)
+        steps: list[Step] = [Layer(ids[s.weight_id], s.bias, s.act) if isinstance(s, Layer)
+                             else s for s in named]
+        mid = client.register_model(steps)
+        x = rng.standard_normal((64, 6)).astype(np.float32)
+        want = reference_forward([w[s.weight_id] for s in named if isinstance(s, Layer)],
+                                 steps, x)
+        for _ in range(4):
+            out = client.run(mid, cp.asarray(x), timeout=30.0)
+            assert client.last_request_device, client.device_io_off_reason
+            assert same_bits(out.get(), want)
+        assert same_bits(client.run(mid, x, timeout=30.0), want)
+        with contextlib.suppress(Exception):
+            client.inject("c0", "bitflip-c")
+        assert same_bits(client.run(mid, cp.asarray(x), timeout=30.0).get(), want)

@@ -1,0 +1,214 @@
+"""GPU against reference: the model steps besides products (`cuda/ops.cu` through
+`safemon.kernels.model_gpu`: layer norm, attention, residual add) give the bits of their
+float32 NumPy references (`safemon.models.ops`) over seeded random inputs of several shapes,
+subnormals and the attention's exp clamp included, queued by hand and launched from a
+captured CUDA graph; the launchers refuse bad arrays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from safemon.models.ops import (
+    ATTENTION_EXP_FLOOR,
+    MAX_TOKENS,
+    add_f32,
+    attention_f32,
+    attention_scale,
+    layer_norm_f32,
+)
+
+pytestmark = pytest.mark.gpu
+
+
+def _cp() -> Any:
+    import cupy
+
+    return cupy
+
+
+def _same_bits(got: Any, want: np.ndarray) -> None:
+    """`got` (a CuPy array) is float32 with `want`'s shape and bits."""
+    host = got.get()
+    assert host.dtype == np.float32 and host.shape == want.shape
+    assert want.dtype == np.float32
+    diff = np.flatnonzero(host.view(np.uint32) != want.view(np.uint32))
+    assert diff.size == 0, (f"{diff.size} of {want.size} words differ, first at flat "
+                            f"{diff[0]}: got {host.flat[diff[0]]!r}, want {want.flat[diff[0]]!r}")
+
+
+def _subnormals(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """float32 values below the smallest normal (1.18e-38), both signs, zeros among them."""
+    bits = rng.integers(0, 1 << 23, size=shape, dtype=np.uint32)
+    bits |= rng.integers(0, 2, size=shape, dtype=np.uint32) << 31
+    return bits.view(np.float32)
+
+
+def _layer_norm_inputs(n: int, seed: int, kind: str) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rows = 37
+    if kind == "normal":
+        x = rng.standard_normal((rows, n)).astype(np.float32) * np.float32(3)
+        x[1] += np.float32(1e4)  # a large offset: cancellation in x - mu
+        x[2] = np.float32(0.5)  # a constant row: v = 0
+        x[3] = -0.0
+        return x
+    x = _subnormals(rng, (rows, n))
+    x[::5] = x[::5] * np.float32(1e6) * np.float32(1e6)  # some rows normal, tiny spread
+    return x
+
+
+@pytest.mark.parametrize("kind", ["normal", "subnormal"])
+@pytest.mark.parametrize("eps", [1e-5, 1e-40])
+@pytest.mark.parametrize("n", [1, 7, 64, 1000])
+def test_layer_norm_kernel_is_bit_exact_with_the_reference(n: int, eps: float, kind: str) -> None:
+    from safemon.kernels.model_gpu import launch_layer_norm
+
+    cp = _cp()
+    x = _layer_norm_inputs(n, n * 3 + (kind == "subnormal"), kind)
+    rng = np.random.default_rng(n + 100)
+    w = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) * np.float32(0.1)
+    if kind == "subnormal":
+        b[::2] = _subnormals(rng, b[::2].shape)
+    want = layer_norm_f32(x, w, b, eps)
+    got = launch_layer_norm(cp.asarray(x), cp.asarray(w), cp.asarray(b), eps)
+    assert got.flags.c_contiguous and got.shape == x.shape
+    _same_bits(got, want)
+
+
+def _clamp_hit(h: np.ndarray, heads: int, tokens: int) -> bool:
+    """Whether some score is more than 81 below its row's largest (float64 estimate): the
+    exp clamp at -80 is taken."""
+    r, width = h.shape
+    dh = width // (3 * heads)
+    parts = h.astype(np.float64).reshape(r // tokens, tokens, 3, heads, dh)
+    q, k = parts[:, :, 0], parts[:, :, 1]  # (G, T, H, dh)
+    s = np.einsum("gihc,gjhc->ghij", q, k) * float(attention_scale(dh))
+    return bool((s - s.max(axis=-1, keepdims=True) < float(ATTENTION_EXP_FLOOR) - 1).any())
+
+
+@pytest.mark.parametrize("spread", [1.0, 14.0])
+@pytest.mark.parametrize("dh", [1, 16, 33])
+@pytest.mark.parametrize("heads", [1, 4])
+@pytest.mark.parametrize("tokens", [1, 3, 8, MAX_TOKENS])
+def test_attention_kernel_is_bit_exact_with_the_reference(tokens: int, heads: int, dh: int,
+                                                          spread: float) -> None:
+    """Three sequences; with `spread` 14 the scores reach well below -80 (the clamp)."""
+    from safemon.kernels.model_gpu import launch_attention
+
+    cp = _cp()
+    rng = np.random.default_rng(tokens * 1000 + heads * 100 + dh + int(spread))
+    h = rng.standard_normal((3 * tokens, 3 * heads * dh)).astype(np.float32)
+    h *= np.float32(spread)
+    if spread > 1 and tokens > 1:
+        assert _clamp_hit(h, heads, tokens)
+    want = attention_f32(h, heads, tokens)
+    got = launch_attention(cp.asarray(h), heads, tokens)
+    assert got.flags.c_contiguous and got.shape == (3 * tokens, heads * dh)
+    _same_bits(got, want)
+
+
+def test_attention_kernel_over_many_sequences_and_the_widest_head() -> None:
+    """Enough (sequence, head, row) threads for a grid-stride loop, and dh = 256."""
+    from safemon.kernels.model_gpu import launch_attention
+
+    cp = _cp()
+    rng = np.random.default_rng(5)
+    h = rng.standard_normal((4096 * 8, 3 * 16 * 8)).astype(np.float32)
+    _same_bits(launch_attention(cp.asarray(h), 16, 8), attention_f32(h, 16, 8))
+    w = rng.standard_normal((2 * 5, 3 * 256)).astype(np.float32)
+    _same_bits(launch_attention(cp.asarray(w), 1, 5), attention_f32(w, 1, 5))
+
+
+@pytest.mark.parametrize("shape", [(1,), (7, 13), (513, 1031)])
+def test_add_kernel_is_bit_exact_with_the_reference(shape: tuple[int, ...]) -> None:
+    from safemon.kernels.model_gpu import launch_add
+
+    cp = _cp()
+    rng = np.random.default_rng(sum(shape))
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape).astype(np.float32)
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    sub = _subnormals(rng, (flat_a.size,))
+    flat_a[::3] = sub[::3]  # subnormal + normal
+    flat_b[::6] = _subnormals(rng, flat_b[::6].shape)  # subnormal + subnormal
+    flat_b[1::4] = -flat_a[1::4] * np.float32(1 + 2**-20)  # cancellation into subnormals
+    edge = np.array([0.0, -0.0, -0.0, np.inf, -np.inf, 3e38, 1e-45, -1e-45], np.float32)
+    other = np.array([-0.0, 0.0, -0.0, 1.0, 5.0, 3e38, -1e-45, -1e-45], np.float32)
+    k = min(edge.size, flat_a.size)
+    flat_a[:k], flat_b[:k] = edge[:k], other[:k]
+    _same_bits(launch_add(cp.asarray(a), cp.asarray(b)), add_f32(a, b))
+
+
+def test_the_launchers_refuse_bad_arrays() -> None:
+    from safemon.kernels.model_gpu import launch_add, launch_attention, launch_layer_norm
+
+    cp = _cp()
+    x = cp.zeros((6, 12), dtype=cp.float32)
+    w = cp.ones(12, dtype=cp.float32)
+    with pytest.raises(ValueError, match="float32"):
+        launch_layer_norm(x.astype(cp.float64), w, w, 1e-5)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        launch_layer_norm(cp.zeros((12, 6), dtype=cp.float32).T, w, w, 1e-5)
+    with pytest.raises(ValueError, match=r"\(12,\)"):
+        launch_layer_norm(x, w[:5], w, 1e-5)
+    with pytest.raises(ValueError, match="3·"):
+        launch_attention(x, 5, 3)
+    with pytest.raises(ValueError, match="multiple"):
+        launch_attention(x, 2, 4)
+    with pytest.raises(ValueError, match="tokens"):
+        launch_attention(x, 2, MAX_TOKENS + 1)
+    with pytest.raises(ValueError, match="equal"):
+        launch_add(x, w)
+    with pytest.raises(ValueError, match="float32"):
+        launch_add(x, x.astype(cp.float16))
+
+
+def test_the_three_launches_captured_in_a_graph_give_the_reference_bits() -> None:
+    """Layer norm → attention → residual add, captured once on a stream of its own
+    (`StepGraphs.capture`), then launched on new inputs: the reference's bits each time,
+    and the same bits as the launches queued by hand."""
+    from safemon.channels.step_graphs import StepGraphs
+    from safemon.kernels.model_gpu import launch_add, launch_attention, launch_layer_norm
+
+    cp = _cp()
+    heads, tokens, dh, groups = 4, 8, 16, 5
+    d = heads * dh
+    rows = groups * tokens
+    eps = 1e-5
+    rng = np.random.default_rng(77)
+    w = rng.standard_normal(3 * d).astype(np.float32)
+    b = rng.standard_normal(3 * d).astype(np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        xin = cp.empty((rows, 3 * d), dtype=cp.float32)
+        res = cp.empty((rows, d), dtype=cp.float32)
+        wd, bd = cp.asarray(w), cp.asarray(b)
+
+        def queue() -> Any:
+            y = launch_layer_norm(xin, wd, bd, eps)
+            a = launch_attention(y, heads, tokens)
+            return launch_add(a, res)
+
+        xin.set(np.zeros((rows, 3 * d), np.float32), stream=stream)
+        res.set(np.zeros((rows, d), np.float32), stream=stream)
+        queue()  # compile and load the kernels before the capture
+        stream.synchronize()
+        step = StepGraphs(capacity=1).capture("ops", stream, queue, keep=(wd, bd))
+        for i in range(4):
+            x = rng.standard_normal((rows, 3 * d)).astype(np.float32) * np.float32(4 * i + 1)
+            r = rng.standard_normal((rows, d)).astype(np.float32)
+            xin.set(x, stream=stream)
+            res.set(r, stream=stream)
+            junk = [cp.full((1 << (10 + j),), 7.0, dtype=cp.float32) for j in range(3)]
+            out = step.launch(stream)
+            stream.synchronize()
+            del junk
+            want = add_f32(attention_f32(layer_norm_f32(x, w, b, eps), heads, tokens), r)
+            _same_bits(out, want)
+            hand = queue()
+            stream.synchronize()
+            _same_bits(hand, want)
