@@ -338,7 +338,7 @@ def _decode_op(i: int, item: Mapping[str, Any], take: Callable[[int], F32]) -> S
             return Attention(_int_field(i, item, "heads"), _int_field(i, item, "tokens"))
         if kind == "reshape":
             return Reshape(_int_field(i, item, "width"))
-    except (InvalidInputError, ValueError) as exc:
+    except (InvalidInputError, ValueError, OverflowError) as exc:
         raise InvalidInputError(f"step {i}: {exc}") from None
     return SaveResidual() if kind == "save_residual" else AddResidual()
 

@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safemon.config import VariantConfig
 from safemon.errors import InvalidInputError
@@ -162,3 +164,36 @@ def test_reference_forward_takes_one_weight_per_product_layer() -> None:
     w = weights()
     with pytest.raises(InvalidInputError, match="weights for 6 layers"):
         reference_forward([w["embed"]], encoder_model(), np.zeros((1, 6), np.float32))
+
+
+_entries = st.one_of(
+    st.fixed_dictionaries({"weight_id": st.sampled_from([*SHAPES, "zz", ""]),
+                           "activation": st.sampled_from(["identity", "relu", "gelu", "x"]),
+                           "bias": st.one_of(st.booleans(), st.integers())}),
+    st.fixed_dictionaries({"kind": st.sampled_from(["layer_norm", "attention", "reshape",
+                                                    "save_residual", "add_residual", "?"])},
+                          optional={"width": st.one_of(st.integers(-3, 2**40), st.text(max_size=3)),
+                                    "heads": st.integers(-1, 2**33), "tokens": st.integers(-1, 99),
+                                    "eps": st.one_of(st.text(max_size=12),
+                                                     st.sampled_from(["0x1p+99999", "nan",
+                                                                      "-0x1p-3", "0x1.4f8b58p-17"])),
+                                    "extra": st.none()}),
+    st.integers(), st.none(), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_entries, max_size=8), n_params=st.integers(0, 80))
+def test_decoding_any_spec_raises_only_typed_errors(items: list, n_params: int) -> None:
+    """What a client sends as a spec is decoded or refused with InvalidInputError (or
+    UnknownWeightError, a subclass): never another exception, whatever the entries hold."""
+    spec = np.frombuffer(json.dumps(items).encode(), np.uint8).copy()
+    try:
+        steps = decode_model(spec, np.ones(n_params, np.float32), SHAPES)
+    except InvalidInputError:
+        return
+    shape = validate_layers(steps, SHAPES)
+    for m in (1, 4, 12):
+        try:
+            shape.check_rows(m)
+        except InvalidInputError:
+            continue
