@@ -74,3 +74,16 @@ def test_2oo3_outvotes_a_diverging_channel_and_names_the_step(tmp_path: Path) ->
         assert same_bits(client.run(mid, x, timeout=5.0), ref)
         assert wait_for(lambda: any("first diverging layer 0" in f["detail"]
                                     for f in client.status()["faults"]), 10.0)
+
+
+def test_under_1oo1d_the_fallback_computes_the_other_steps_in_the_client(tmp_path: Path) -> None:
+    """A `per_layer_fallback` client under 1oo1D sends each product alone and runs layer
+    norms, attention, residuals and reshapes itself: the same bits as the reference."""
+    cfg = make_config(tmp_path, "1oo1D")
+    with system(cfg) as (_daemon, client):
+        mid, steps, ws = _register(client, 6)
+        x = np.random.default_rng(7).standard_normal((3, 6)).astype(np.float32)
+        client.per_layer_fallback = True
+        got = client.run(mid, x, timeout=10.0)
+        assert client.last_run_per_layer
+        assert same_bits(got, reference_forward(ws, steps, x))
