@@ -1,10 +1,12 @@
 """The forward pass of a registered model: the reference (`reference_forward`) and what a
 channel runs (`run_model`, NumPy or CuPy), with the digests the vote compares.
 
-Per layer i: C_i, ES_i = the channel's protected kernel on (h_i, W_i); h_{i+1} =
-epilogue(C_i, b_i, act_i). The result of a whole-model request is h_L (the output), its
-digest, and per layer the digests of ES_i and of h_{i+1}, so that the voter's caller can
-name the first layer at which two channels diverged (`first_diverging_layer`).
+Per product layer i: C_i, ES_i = the channel's protected kernel on (h_i, W_i); h_{i+1} =
+epilogue(C_i, b_i, act_i). Any other step i computes h_{i+1} from h_i as
+`safemon.models.ops` defines (on CuPy with `cuda/ops.cu`), and its ES is empty. The result
+of a whole-model request is h_L (the output), its digest, and per step the digests of ES_i
+and of h_{i+1}, so that the voter's caller can name the first step at which two channels
+diverged (`first_diverging_layer`).
 """
 
 from __future__ import annotations
@@ -202,7 +204,7 @@ def activation_widths(layers: Sequence[Step], weights: Mapping[str, Any]) -> lis
 LayerHook = Callable[[int, Any, Any], None]
 
 
-def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
+def run_model(layers: Sequence[Step], weights: Mapping[str, Any], x: Any,
               variant: VariantConfig, backend: str, hook: LayerHook | None = None, *,
               out_into: Any = None, extra_digests: Sequence[Any] = (),
               settle: bool = False) -> ModelResult:
@@ -213,7 +215,7 @@ def run_model(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
                                      settle=settle))
 
 
-def run_model_steps(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
+def run_model_steps(layers: Sequence[Step], weights: Mapping[str, Any], x: Any,
                     variant: VariantConfig, backend: str, hook: LayerHook | None = None, *,
                     out_into: Any = None, extra_digests: Sequence[Any] = (),
                     settle: bool = False) -> Generator[None, None, ModelResult]:
@@ -348,7 +350,7 @@ class QueuedPass:
                            tuple(sums[i] for i in self.extra_at))
 
 
-def queue_pass(layers: Sequence[Layer], weights: Mapping[str, Any], x: Any,
+def queue_pass(layers: Sequence[Step], weights: Mapping[str, Any], x: Any,
                variant: VariantConfig, dev_biases: Sequence[Any], hook: LayerHook | None = None,
                *, out_into: Any = None, extra_digests: Sequence[Any] = (),
                settle: bool = False) -> QueuedPass:
