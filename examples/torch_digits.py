@@ -1,10 +1,20 @@
-"""A real PyTorch model protected by safemon: a small CNN and a transformer-style block on
-scikit-learn's digits, through a 2oo3 daemon with faults injected into one channel.
+"""A real PyTorch model protected by safemon: a small CNN, a transformer-style block and an
+`nn.TransformerEncoderLayer` model on scikit-learn's digits, through a 2oo3 daemon with
+faults injected into one channel.
 
     pip install -e '.[torch]'
     python examples/torch_digits.py                     # CPU: NumPy backend
     python examples/torch_digits.py --device cuda       # GPU: the CuPy backend
     python examples/torch_digits.py --layer-bench 4096  # + one 64×4096×4096 layer timed
+    python examples/torch_digits.py --models encoder    # one model (cnn, transformer, encoder)
+
+The models: "cnn" (two convolutions and a two-layer head), "transformer" (one pre-norm block
+written by hand: its projections and feed-forward are nn.Linear modules, its attention
+scores, softmax and norms PyTorch's, 5 requests per forward) and "encoder" (an
+nn.Sequential of Flatten, Linear(64, 8·64), Unflatten to 8 tokens, one pre-norm
+nn.TransformerEncoderLayer, Flatten and Linear(8·64, 10): ONE whole-model request per
+forward, in which the channels also compute the layer norms, the attention scores and
+softmax and the residual adds, voted with the rest).
 
 What it does, for each model:
 1. trains it in a few seconds (Adam, cross-entropy) on 70 % of the 1,797 digits;
@@ -49,7 +59,14 @@ from safemon.client import Client
 from safemon.config import load_config
 from safemon.demo.runner import _daemon, demo_config
 from safemon.errors import SafemonError
-from safemon.torch import ProtectedConv2d, ProtectedLinear, ProtectedSequence, protect, report_of
+from safemon.torch import (
+    ProtectedConv2d,
+    ProtectedEncoderLayer,
+    ProtectedLinear,
+    ProtectedSequence,
+    protect,
+    report_of,
+)
 
 #: Timing overrides for the CPU variant (see `main`).
 CPU_TIMING = {"SAFEMON_TIMING__REQUEST_DEADLINE_S": "3.0",
@@ -62,7 +79,7 @@ CPU_TIMING = {"SAFEMON_TIMING__REQUEST_DEADLINE_S": "3.0",
 #: deadline miss of every channel (SAFE). A bound, not a wait: latency is unchanged.
 GPU_TIMING = {"SAFEMON_TIMING__REQUEST_DEADLINE_S": "5.0",
               "SAFEMON_TIMING__SELFTEST_DEADLINE_S": "0.5"}
-PROTECTED = (ProtectedLinear, ProtectedSequence, ProtectedConv2d)
+PROTECTED = (ProtectedLinear, ProtectedSequence, ProtectedConv2d, ProtectedEncoderLayer)
 FAULTY_CHANNEL_INDEX = 1
 
 
@@ -79,6 +96,20 @@ class SmallCNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.head(self.features(x))
         return out
+
+
+def encoder_model(d: int = 64, heads: int = 4) -> nn.Sequential:
+    """The 8 rows of a digit as 8 tokens of d (Flatten, Linear(64, 8·d), Unflatten), one
+    pre-norm nn.TransformerEncoderLayer (feed-forward 4·d, ReLU, no dropout) and a linear
+    head over the 8 tokens flattened: `safemon.torch.protect` folds the whole Sequential
+    after the first Flatten into one request. ReLU rather than tanh-GELU: in eval mode
+    PyTorch's fused encoder path computes an nn.GELU(approximate="tanh") as the exact (erf)
+    GELU, so the plain model would not compute what it was trained with."""
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(64, 8 * d), nn.Unflatten(1, (8, d)),
+        nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="relu",
+                                   batch_first=True, norm_first=True),
+        nn.Flatten(), nn.Linear(8 * d, 10))
 
 
 class TransformerBlock(nn.Module):
@@ -109,6 +140,11 @@ class TransformerBlock(nn.Module):
         h = h + self.ffn(self.norm2(h))
         out: torch.Tensor = self.head(h.mean(dim=1))
         return out
+
+
+#: The models `--models` may name, in the default order.
+MAKERS: dict[str, Callable[[], nn.Module]] = {
+    "cnn": SmallCNN, "transformer": TransformerBlock, "encoder": encoder_model}
 
 
 def load_digits_split(device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -277,6 +313,7 @@ def evaluate(name: str, model: nn.Module, client: Client, config: Any, data: tup
     res: dict[str, Any] = {"train_s": seconds, "requests_per_forward":
                            report_of(protected).requests,
                            "protected_layers": report_of(protected).protected,
+                           "redundant_steps": report_of(protected).redundant,
                            "unprotected_modules": report_of(protected).unprotected}
     with torch.inference_mode():  # first requests of each shape (kernel compiles), untimed
         protected(x_te[:args.batch])
@@ -344,7 +381,9 @@ def table(report: dict[str, Any]) -> str:
         lat, f = r["latency_ms"], r["faults"]
         lines += [
             f"{name}: {len(r['protected_layers'])} layers protected, "
-            f"{r['requests_per_forward']} requests per forward",
+            + (f"{len(r['redundant_steps'])} steps protected by redundancy, "
+               if r.get("redundant_steps") else "")
+            + f"{r['requests_per_forward']} requests per forward",
             f"  accuracy clean PyTorch {r['accuracy_clean_pytorch']:.4f} | protected (clean) "
             f"{r['accuracy_clean_protected']:.4f} | protected, faults in {f['channel']} "
             f"{f['accuracy']:.4f} ({f['samples_refused']} samples refused) | unprotected "
@@ -379,13 +418,19 @@ def main(argv: list[str] | None = None) -> int:
                         "the NumPy kernels emulate every GPU thread's signature)")
     parser.add_argument("--reps", type=int, default=30, help="timed batches per model")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request")
-    parser.add_argument("--models", default="cnn,transformer")
+    parser.add_argument("--models", default="cnn,transformer,encoder",
+                        help="comma-separated, in this order (default: all of "
+                        "cnn,transformer,encoder)")
     parser.add_argument("--layer-bench", type=int, default=0, metavar="N",
                         help="also time one protected 64×N×N layer (0: skip)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     parser.add_argument("--run-dir", type=Path, default=None,
                         help="daemon sockets and log (daemon.log) here (default: a temp dir)")
     args = parser.parse_args(argv)
+    unknown = [m for m in args.models.split(",") if m not in MAKERS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}: choose from "
+                     f"{', '.join(MAKERS)}")
     device = torch.device(args.device)
     if args.batch is None:
         args.batch = 64 if device.type == "cuda" else 16
@@ -406,7 +451,6 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config, env=env)
     notes.append("timing overrides: " + ", ".join(
         f"{k.removeprefix('SAFEMON_TIMING__').lower()} = {v} s" for k, v in overrides.items()))
-    makers = {"cnn": SmallCNN, "transformer": TransformerBlock}
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else f"CPU ({platform.processor() or platform.machine()})",
@@ -419,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
             if not wait_all_up(client):
                 raise SystemExit(f"the daemon did not recover before {name} (log in {run_dir})")
             try:
-                report["models"][name] = evaluate(name, makers[name]().to(device), client,
+                report["models"][name] = evaluate(name, MAKERS[name]().to(device), client,
                                                   config, data, args)
             except SafemonError as exc:  # reported, not hidden: the run then exits 1
                 report.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"

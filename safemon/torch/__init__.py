@@ -1,4 +1,5 @@
-"""safemon for PyTorch models: protect a model's Linear and Conv2d layers in a few lines.
+"""safemon for PyTorch models: protect a model's Linear, Conv2d and TransformerEncoderLayer
+layers in a few lines.
 
     import safemon, safemon.torch
     client = safemon.Client("configs/hft2.yaml")
@@ -22,8 +23,10 @@ except ImportError as exc:  # pragma: no cover - exercised only where torch is a
 from safemon.torch.binding import ChainBinding, LayerSpec
 from safemon.torch.checks import AutocastWarning
 from safemon.torch.modules import (
+    FoldedEncoderLayer,
     FoldedLinear,
     ProtectedConv2d,
+    ProtectedEncoderLayer,
     ProtectedLinear,
     ProtectedSequence,
 )
@@ -35,10 +38,12 @@ __all__ = [
     "AutocastWarning",
     "ChainBinding",
     "Entry",
+    "FoldedEncoderLayer",
     "FoldedLinear",
     "Group",
     "LayerSpec",
     "ProtectedConv2d",
+    "ProtectedEncoderLayer",
     "ProtectedLinear",
     "ProtectedSequence",
     "ProtectionReport",

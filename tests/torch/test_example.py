@@ -1,7 +1,7 @@
 """examples/torch_digits.py end to end in a child process (it starts its own daemon): for
-the CNN and the transformer block, a stuck-at fault kept in one of three channels releases
-no wrong output, the protected model classifies like plain PyTorch, and the report names
-what was and was not protected.
+the CNN, the transformer block and the nn.TransformerEncoderLayer model, a stuck-at fault
+kept in one of three channels releases no wrong output, the protected model classifies like
+plain PyTorch, and the report names what was and was not protected.
 
 The CPU run is the example's own `main` on the NumPy backend with one epoch, one timed
 batch and the first `CPU_TEST_SAMPLES` test digits (the emulated kernels cost about a
@@ -47,6 +47,12 @@ EXPECTED = {
             "unprotected": ["features.4", "features.5"], "requests": 3},
     "transformer": {"protected": ["embed", "qkv", "proj", "ffn.0", "ffn.2", "head"],
                     "unprotected": ["norm1", "norm2"], "requests": 5},
+    # the whole Sequential after its first Flatten in one request; the encoder layer's
+    # residual adds ("3"), attention scores ("3.self_attn") and norms protected by redundancy
+    "encoder": {"protected": ["1", "3.self_attn", "3.self_attn.out_proj", "3.linear1",
+                              "3.linear2", "5"],
+                "redundant": ["3", "3.self_attn", "3.norm1", "3.norm2"],
+                "unprotected": ["0"], "requests": 1},
 }
 
 #: |protected - PyTorch| clean accuracy allowed: released outputs equal safemon's
@@ -77,6 +83,7 @@ def _check_report(report: dict[str, Any], n_test: int, out: str) -> None:
         want, f = EXPECTED[name], r["faults"]
         assert r["protected_layers"] == want["protected"], name
         assert r["unprotected_modules"] == want["unprotected"], name
+        assert r["redundant_steps"] == want.get("redundant", []), name
         assert r["requests_per_forward"] == want["requests"], name
         # The safety claim: every protected module's released output was checked against
         # reference_forward on its input, bit for bit, while the fault was in ch1.

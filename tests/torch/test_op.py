@@ -87,3 +87,26 @@ def test_runner_returning_a_wrong_shape_is_an_error() -> None:
     key = op.register_runner(bad, "bad")
     with pytest.raises(RuntimeError, match="expected float32"):
         torch.ops.safemon.forward(torch.randn(2, 4), key, 3)
+
+
+def shaped_product(x: torch.Tensor) -> torch.Tensor:
+    """A runner of `forward_shaped`: (..., 4) → (..., 3), the leading dims flattened."""
+    return plain_product(x.reshape(-1, 4)).reshape(*x.shape[:-1], 3)
+
+
+SHAPED_KEY = op.register_runner(shaped_product, "shaped")
+
+
+def test_forward_shaped_runs_the_runner_on_the_whole_shape() -> None:
+    """torch.ops.safemon.forward_shaped hands x in its own shape to the runner and checks
+    the shape it returns; its fake gives out_shape without calling it; opcheck passes."""
+    x = torch.randn(2, 5, 4)
+    assert torch.equal(torch.ops.safemon.forward_shaped(x, SHAPED_KEY, [2, 5, 3]),
+                       shaped_product(x))
+    with pytest.raises(RuntimeError, match=r"expected float32 \(2, 5, 2\)"):
+        torch.ops.safemon.forward_shaped(x, SHAPED_KEY, [2, 5, 2])
+    with FakeTensorMode():
+        out = torch.ops.safemon.forward_shaped(torch.empty(7, 1, 4), "nobody#0", [7, 1, 3])
+    assert tuple(out.shape) == (7, 1, 3)
+    torch.library.opcheck(op.forward_shaped, (x, SHAPED_KEY, [2, 5, 3]),
+                          test_utils=("test_schema", "test_faketensor"))

@@ -207,7 +207,9 @@ def test_a_transformer_encoder_layer_calls_its_protected_linears(
     """In eval mode PyTorch's fused fast path of nn.TransformerEncoderLayer reads linear1's
     and linear2's weights itself unless a child has a hook; the protected modules carry one,
     so both feed-forward layers go through safemon (two requests per call) and their
-    outputs are the reference's."""
+    outputs are the reference's. (An encoder layer given to protect as the model itself
+    cannot be swapped whole, so its Linear layers are protected one by one and the report
+    says why; in an nn.Sequential it is one request: tests/torch/test_encoder_daemon.py.)"""
     cfg, daemon, client = running
     torch.manual_seed(3)
     layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
@@ -215,6 +217,7 @@ def test_a_transformer_encoder_layer_calls_its_protected_linears(
     plain.load_state_dict(layer.state_dict())
     protect(layer, client=client, verbose=False)
     assert report_of(layer).protected == ["linear1", "linear2"]
+    assert "the model itself" in report_of(layer).entries[0].note
     x = torch.randn(2, 5, 16)
     before = _released(daemon)
     with torch.inference_mode():  # no test hook yet: a hook of its own turns the path off
