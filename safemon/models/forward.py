@@ -25,7 +25,7 @@ from safemon.errors import InvalidInputError, NonFiniteOperandError
 from safemon.kernels.api import run_variant
 from safemon.kernels.reference import reference_matmul
 from safemon.models.activations import epilogue
-from safemon.models.layers import Layer, Step, validate_layers
+from safemon.models.layers import Layer, Step, step_params, validate_layers
 from safemon.models.ops import (
     Attention,
     LayerNorm,
@@ -140,7 +140,7 @@ def device_biases(layers: Sequence[Step]) -> list[Any]:
     from safemon.kernels.compiler import import_cupy
 
     cp = import_cupy()
-    host = [a for step in layers for a in _params_of(step)]
+    host = [a for step in layers for a in step_params(step)]
     if not host:
         return [None] * len(layers)
     flat = cp.asarray(np.concatenate(host))
@@ -148,21 +148,12 @@ def device_biases(layers: Sequence[Step]) -> list[Any]:
     at = 0
     for step in layers:
         parts = []
-        for a in _params_of(step):
+        for a in step_params(step):
             parts.append(flat[at:at + a.size])
             at += a.size
         out.append(tuple(parts) if isinstance(step, LayerNorm) else
                    parts[0] if parts else None)
     return out
-
-
-def _params_of(step: Step) -> list[F32]:
-    """The float32 parameters of `step` that live on the device, in order."""
-    if isinstance(step, Layer):
-        return [] if step.bias is None else [step.bias]
-    if isinstance(step, LayerNorm):
-        return [step.weight, step.bias]
-    return []
 
 
 def output_columns(layers: Sequence[Step], weights: Mapping[str, Any]) -> int:

@@ -40,7 +40,7 @@ from safemon.models.ops import (
 )
 
 __all__ = ["MAX_LAYERS", "Layer", "ModelShape", "Step", "decode_model", "encode_model",
-           "model_id_of", "validate_layers", "weight_ids"]
+           "model_id_of", "step_params", "validate_layers", "weight_ids"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -273,8 +273,9 @@ def validate_layers(layers: Sequence[Step], weight_shapes: Mapping[str, tuple[in
     return ModelShape(k_in, cols, tuple(products), tuple(attentions), tuple(checks))
 
 
-def _param_frame(step: Step) -> list[F32]:
-    """The float32 arrays `step` carries in the parameter ("biases") frame, in order."""
+def step_params(step: Step) -> list[F32]:
+    """The float32 arrays `step` carries in the parameter ("biases") frame, in order (a
+    layer's bias; a layer norm's weight then bias): also what a CuPy pass uploads."""
     if isinstance(step, Layer):
         return [] if step.bias is None else [step.bias]
     if isinstance(step, LayerNorm):
@@ -303,7 +304,7 @@ def encode_model(layers: Sequence[Step]) -> tuple[npt.NDArray[np.uint8], F32]:
     """(spec, biases): the two frames that carry the steps `layers` (module docstring)."""
     spec = [_spec_entry(step) for step in layers]
     text = json.dumps(spec, separators=(",", ":"), sort_keys=True).encode()
-    params = [a for step in layers for a in _param_frame(step)]
+    params = [a for step in layers for a in step_params(step)]
     flat = (np.concatenate(params).astype(np.float32, copy=False) if params
             else np.zeros((0,), dtype=np.float32))
     return np.frombuffer(text, dtype=np.uint8).copy(), np.ascontiguousarray(flat)
