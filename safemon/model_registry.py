@@ -15,6 +15,7 @@ views of its bias frame (`decode_model`).
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,14 +26,7 @@ import numpy.typing as npt
 from safemon.config import LimitsConfig
 from safemon.errors import InvalidInputError
 from safemon.eviction import choose_evictions
-from safemon.models.layers import (
-    ModelShape,
-    Step,
-    decode_model,
-    model_id_of,
-    validate_layers,
-    weight_ids,
-)
+from safemon.models.layers import ModelShape, Step, decode_steps, model_id_of, weight_ids
 
 __all__ = ["MAX_MODELS", "ModelRegistry", "RegisteredModel"]
 
@@ -72,10 +66,10 @@ class RegisteredModel:
         """The largest K or N of any product (for `limits.max_dim`)."""
         return self.shape.max_dim
 
-    @property
-    def weight_ids(self) -> frozenset[str]:
-        """The weights its product layers use."""
-        return frozenset(weight_ids(self.layers))
+    @functools.cached_property
+    def weight_ids(self) -> tuple[str, ...]:
+        """The weights its product layers use, each once, in layer order."""
+        return tuple(dict.fromkeys(weight_ids(self.layers)))
 
     def cost_s(self, item_cost_s: Callable[[int, int, int], float], m: int) -> float:
         """Seconds a healthy channel may spend on the whole forward pass of M rows
@@ -151,7 +145,7 @@ class ModelRegistry:
                 f"limits.max_model_total_bytes ({self.max_bytes})")
         # Decoded from the copies the model keeps, so that the layers' biases view them.
         spec, biases = _read_only_copy(frames[0]), _read_only_copy(frames[1])
-        layers = decode_model(spec, biases, weight_shapes)
+        layers, shape = decode_steps(spec, biases, weight_shapes)
         mid = model_id_of(layers)
         known = self._models.get(mid)
         if known is not None:
@@ -168,8 +162,7 @@ class ModelRegistry:
                 f"room for this one's {new_bytes} bytes: retry later")
         for old in evict:
             del self._models[old]
-        model = RegisteredModel(mid, tuple(layers), spec, biases,
-                                validate_layers(layers, weight_shapes))
+        model = RegisteredModel(mid, tuple(layers), spec, biases, shape)
         self._models[mid] = model
         return model, evict
 

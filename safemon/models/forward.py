@@ -12,8 +12,10 @@ diverged (`first_diverging_layer`).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -175,17 +177,19 @@ def activation_widths(layers: Sequence[Step], weights: Mapping[str, Any]) -> lis
     rows over the input's; a reshape changes the rows, not the elements): what a step
     graph's size rule (`safemon.channels.step_graphs.worth_a_graph`) adds up."""
     widths: list[int] = []
-    elements = 0
+    elements: int | Fraction = 0  # a Fraction only where rows were merged below the input's
     for step in layers:
         if isinstance(step, Layer):
             w = weights[step.weight_id]
-            rows = elements // int(w.shape[0]) if elements else 1
-            elements = rows * int(w.shape[1])
+            k, n = int(w.shape[0]), int(w.shape[1])
+            rows = (1 if not elements else elements // k if elements % k == 0
+                    else Fraction(elements, k))
+            elements = rows * n
         elif isinstance(step, Attention) and elements:
-            elements //= 3
+            elements = Fraction(elements, 3) if elements % 3 else elements // 3
         elif isinstance(step, LayerNorm) and not elements:
             elements = step.width
-        widths.append(elements)
+        widths.append(math.ceil(elements))
     return widths
 
 

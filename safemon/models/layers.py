@@ -39,7 +39,8 @@ from safemon.models.ops import (
     SaveResidual,
 )
 
-__all__ = ["MAX_LAYERS", "Layer", "ModelShape", "Step", "decode_model", "encode_model",
+__all__ = ["MAX_LAYERS", "Layer", "ModelShape", "Step", "decode_model", "decode_steps",
+           "encode_model",
            "model_id_of", "step_params", "validate_layers", "weight_ids"]
 
 F32 = npt.NDArray[np.float32]
@@ -156,10 +157,9 @@ class ModelShape:
         whole sequences."""
         for num, den, multiple, i, what in self.row_checks:
             if (m * num) % (den * multiple):
-                rows = Fraction(m * num, den)
+                rows = Fraction(m * num, den)  # str: exact, never a float that overflows
                 raise InvalidInputError(f"step {i}: an input of {m} rows gives {what} "
-                                        f"{float(rows):g} rows, not a whole multiple of "
-                                        f"{multiple}")
+                                        f"{rows} rows, not a whole multiple of {multiple}")
 
     def cost_s(self, item_cost_s: Callable[[int, int, int], float], m: int) -> float:
         """Seconds a healthy channel may spend on the whole forward pass of M rows: the sum
@@ -346,8 +346,16 @@ def _decode_op(i: int, item: Mapping[str, Any], take: Callable[[int], F32]) -> S
 
 def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
                  weight_shapes: Mapping[str, tuple[int, ...]]) -> list[Step]:
+    """The steps carried by the frames `spec` and `biases` (`decode_steps` without the
+    shape). Same errors."""
+    return decode_steps(spec, biases, weight_shapes)[0]
+
+
+def decode_steps(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
+                 weight_shapes: Mapping[str, tuple[int, ...]]
+                 ) -> tuple[list[Step], ModelShape]:
     """The steps carried by the frames `spec` and `biases`, validated against
-    `weight_shapes` (`validate_layers`).
+    `weight_shapes`, and their `ModelShape` (`validate_layers`).
 
     Each layer's bias is a read-only view of `biases` (of a contiguous copy when `biases`
     is not contiguous), not a copy of its own: the caller keeps `biases` unchanged while the
@@ -401,8 +409,7 @@ def decode_model(spec: npt.NDArray[Any], biases: npt.NDArray[Any],
         layers.append(_frame_layer(str(item["weight_id"]), bias, str(item["activation"])))
     if offset != biases.shape[0]:
         raise InvalidInputError(f"bias frame has {biases.shape[0] - offset} extra values")
-    validate_layers(layers, weight_shapes)
-    return layers
+    return layers, validate_layers(layers, weight_shapes)
 
 
 def model_id_of(layers: Sequence[Step]) -> str:

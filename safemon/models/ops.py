@@ -101,8 +101,8 @@ def _param(name: str, a: object, n: int | None = None) -> F32:
 class LayerNorm:
     """Layer norm over each row's N values with the affine `weight` γ and `bias` β ((N,)
     float32, finite; kept read-only) and `eps` ε (a positive finite float, rounded to
-    float32). Equal when their widths and ε are (the parameters are compared by the model's
-    content address, not here).
+    float32, positive and finite as a float32). Equal when their ε are: the parameters are
+    left out of the comparison (the model's content address covers them).
 
     Raises:
         InvalidInputError: parameters of another kind or length, or a bad ε.
@@ -115,13 +115,16 @@ class LayerNorm:
     def __post_init__(self) -> None:
         w = _param("layer norm weight", self.weight)
         b = _param("layer norm bias", self.bias, int(w.shape[0]))
-        if (not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool)
-                or not math.isfinite(self.eps) or not _f(self.eps) > 0):
-            raise InvalidInputError(f"layer norm eps must be a positive finite float, got "
+        ok = (isinstance(self.eps, (int, float)) and not isinstance(self.eps, bool)
+              and math.isfinite(self.eps))
+        with np.errstate(over="ignore"):
+            eps = _f(self.eps) if ok else _f(0.0)
+        if not (np.isfinite(eps) and eps > 0):  # finite and positive as a float32
+            raise InvalidInputError(f"layer norm eps must be a positive float32 number, got "
                                     f"{self.eps!r}")
         object.__setattr__(self, "weight", w)
         object.__setattr__(self, "bias", b)
-        object.__setattr__(self, "eps", float(_f(self.eps)))
+        object.__setattr__(self, "eps", float(eps))
 
     @property
     def width(self) -> int:

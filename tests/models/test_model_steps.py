@@ -84,11 +84,21 @@ def test_validation_names_the_step_at_fault(steps: list, needle: str) -> None:
         validate_layers(steps, SHAPES)
 
 
+def test_activation_widths_count_rows_merged_below_the_input() -> None:
+    """Elements per input row, as a step graph's size rule adds them: a reshape that merges
+    rows leaves fewer than one row of the next product per input row."""
+    w = {"a": np.zeros((4, 10), np.float32), "b": np.zeros((40, 8), np.float32)}
+    steps = [Layer("a"), Reshape(40), Layer("b"), Reshape(2)]
+    assert activation_widths(steps, w) == [10, 10, 2, 2]
+
+
 def test_rows_that_give_no_whole_sequence_are_refused_naming_the_step() -> None:
     shape = validate_layers([Layer("qkv"), Attention(H, T), Layer("o")], SHAPES)
     shape.check_rows(8)
     with pytest.raises(InvalidInputError, match="step 1: an input of 6 rows"):
         shape.check_rows(6)
+    with pytest.raises(InvalidInputError, match="step 1"):  # any int a device request sends
+        shape.check_rows(10**400 + 1)
     reshaped = validate_layers([Layer("o"), Reshape(2 * D), Reshape(D), Layer("o")], SHAPES)
     with pytest.raises(InvalidInputError, match="the reshape"):
         reshaped.check_rows(3)
@@ -176,6 +186,7 @@ _entries = st.one_of(
                                     "heads": st.integers(-1, 2**33), "tokens": st.integers(-1, 99),
                                     "eps": st.one_of(st.text(max_size=12),
                                                      st.sampled_from(["0x1p+99999", "nan",
+                                                                      "0x1p+200", "0x1p-200",
                                                                       "-0x1p-3", "0x1.4f8b58p-17"])),
                                     "extra": st.none()}),
     st.integers(), st.none(), st.lists(st.integers(), max_size=2))
@@ -192,7 +203,7 @@ def test_decoding_any_spec_raises_only_typed_errors(items: list, n_params: int) 
     except InvalidInputError:
         return
     shape = validate_layers(steps, SHAPES)
-    for m in (1, 4, 12):
+    for m in (1, 4, 12, 10**400 + 1):  # a device request's x_rows is any int the client sends
         try:
             shape.check_rows(m)
         except InvalidInputError:

@@ -310,6 +310,8 @@ def test_an_encoder_model_through_inline_channels_is_bit_exact(tmp_path: Path) -
             assert client.last_request_device, client.device_io_off_reason
             assert same_bits(out.get(), want)
         assert same_bits(client.run(mid, x, timeout=30.0), want)
-        with contextlib.suppress(Exception):
-            client.inject("c0", "bitflip-c")
+        client.inject("c0", "bitflip-c")
         assert same_bits(client.run(mid, cp.asarray(x), timeout=30.0).get(), want)
+        assert wait_for(lambda: any(f.get("channel") == "c0" and "first diverging layer 0"
+                                    in f.get("detail", "") for f in client.status()["faults"]),
+                        20.0)

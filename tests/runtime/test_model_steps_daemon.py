@@ -87,3 +87,22 @@ def test_under_1oo1d_the_fallback_computes_the_other_steps_in_the_client(tmp_pat
         got = client.run(mid, x, timeout=10.0)
         assert client.last_run_per_layer
         assert same_bits(got, reference_forward(ws, steps, x))
+
+
+def test_a_fault_in_a_product_after_other_steps_names_that_step(tmp_path: Path) -> None:
+    """An injected data fault hits a channel's first product, here step 2 (after a saved
+    residual and a layer norm): 2oo3 releases the reference's bits and names step 2."""
+    cfg = make_config(tmp_path, "2oo3", injection=True)
+    with system(cfg) as (_daemon, client):
+        w = weights(8)
+        ids = {k: client.register_weight(w[k]) for k in ("qkv", "o")}
+        named = encoder_model()[2:8]  # save, norm, qkv, attention, o, add
+        steps: list[Step] = [Layer(ids[s.weight_id]) if isinstance(s, Layer) else s
+                             for s in named]
+        mid = client.register_model(steps)
+        x = np.random.default_rng(9).standard_normal((8, 8)).astype(np.float32)
+        ref = reference_forward([w["qkv"], w["o"]], steps, x)
+        client.inject("c1", "bitflip-c")
+        assert same_bits(client.run(mid, x, timeout=5.0), ref)
+        assert wait_for(lambda: any(f["channel"] == "c1" and "first diverging layer 2"
+                                    in f["detail"] for f in client.status()["faults"]), 10.0)

@@ -385,15 +385,25 @@ def test_an_encoder_inside_transformer_encoder_is_protected_per_layer() -> None:
 
 
 def test_compile_fullgraph_keeps_one_shaped_node() -> None:
-    """torch.compile(fullgraph=True) of the protected Sequential: no graph break, the
-    eager output bit for bit."""
+    """torch.compile(fullgraph=True) of the protected Sequential: no graph break, ONE
+    `safemon::forward_shaped` node in the captured graph (the whole run), and the eager
+    output bit for bit."""
     model = digits_encoder(16)
     protect(model, client=FakeClient(), verbose=False)  # type: ignore[arg-type]
     x = torch.rand(3, 1, 8, 8)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def recording(gm: torch.fx.GraphModule, _inputs: list[torch.Tensor]) -> object:
+        graphs.append(gm)
+        return gm.forward
+
     with torch.no_grad():
         eager = model(x)
-        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+        compiled = torch.compile(model, fullgraph=True, backend=recording)(x)
     assert torch.equal(eager, compiled)
+    targets = [n.target for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
+    shaped = [t for t in targets if "forward_shaped" in str(t)]
+    assert len(graphs) == 1 and len(shaped) == 1, targets
 
 
 def test_a_write_to_a_folded_encoder_layer_is_refused() -> None:
