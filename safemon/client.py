@@ -241,8 +241,8 @@ class Client:
         self.closed = False
         self.epoch: int | None = None
         self._weights: dict[str, npt.NDArray[np.float32]] = {}
-        self._models: dict[str, tuple[Step, ...]] = {}
-        self._model_shapes: dict[str, ModelShape] = {}
+        #: registered models by id: their steps and shape (`validate_layers`)
+        self._models: dict[str, tuple[tuple[Step, ...], ModelShape]] = {}
         #: This object's key in `register_weight` (random): whom the daemon's per-client
         #: quota (`limits.max_client_weight_bytes`) counts its weights against.
         self._key = secrets.token_hex(16)
@@ -512,8 +512,7 @@ class Client:
                     "weight budget together (limits.max_weights / max_weight_total_bytes), or "
                     "other clients' registrations evicted them meanwhile: each was evicted "
                     f"before the model could be registered ({exc})") from None
-        self._models[mid] = tuple(layers)
-        self._model_shapes[mid] = shape
+        self._models[mid] = (tuple(layers), shape)
         return mid
 
     @_one_at_a_time
@@ -547,12 +546,12 @@ class Client:
         end = time.monotonic() + timeout
         self.last_run_per_layer = False
         self.last_request_device = False
-        layers = self._models.get(model_id)
-        if layers is not None:
-            shape = self._model_shapes[model_id]
-            rows = getattr(x, "shape", (0,))[0] if len(getattr(x, "shape", ())) == 2 else 0
-            if rows:
-                shape.check_rows(int(rows))
+        known = self._models.get(model_id)
+        if known is not None:
+            shape = known[1]
+            x_shape: tuple[int, ...] = tuple(getattr(x, "shape", ()))
+            if len(x_shape) == 2 and x_shape[0]:  # other shapes: refused as x below
+                shape.check_rows(int(x_shape[0]))
             # (under 1oo1D the daemon answers DeviceInputError: host memory, then per layer)
             n_out = shape.n_out
             done = self._device_request(
@@ -566,13 +565,13 @@ class Client:
                 lambda ms: msgs.ModelRequest(model_id=model_id, deadline_ms=ms), (host,),
                 self._left(end), functools.partial(self._reregister_model, model_id))
         except ModelUnavailableError:
-            layers = self._models.get(model_id)
-            if not self.per_layer_fallback or layers is None:
+            known = self._models.get(model_id)
+            if not self.per_layer_fallback or known is None:
                 raise
             self.last_run_per_layer = True
             out = host
             stack: list[Any] = []
-            for layer in layers:
+            for layer in known[0]:
                 if not isinstance(layer, Layer):  # computed here, once, as the epilogues
                     out = op_reference(layer, out, stack)
                     continue
@@ -644,12 +643,12 @@ class Client:
         self.register_weight(w)  # a restarted daemon: same content, same id
 
     def _reregister_model(self, model_id: str, reply: Message) -> None:
-        layers = self._models.get(model_id)
-        if layers is None:
+        known = self._models.get(model_id)
+        if known is None:
             raise InvalidInputError(str(reply.meta.get("message")))
-        for wid in dict.fromkeys(weight_ids(layers)):
+        for wid in dict.fromkeys(weight_ids(known[0])):
             self._reregister_weight(wid, reply)
-        self.register_model(layers)
+        self.register_model(known[0])
 
     def _request(self, make_request: Callable[[float], msgs.MatmulRequest | msgs.ModelRequest],
                  arrays: tuple[npt.NDArray[Any], ...],
