@@ -158,8 +158,8 @@ class ChannelWorker:
         self._scrub_at: str | None = None
         t = config.timing
         self._scrub_slice_s = min(t.heartbeat_interval_s, t.selftest_deadline_s / 4)
-        #: decoded layer lists by their two wire frames' bytes (`_layers_of`)
-        self._decoded: collections.OrderedDict[tuple[bytes, bytes], list[Any]] = (
+        #: decoded models by their two wire frames' bytes (`_layers_of`)
+        self._decoded: collections.OrderedDict[tuple[bytes, bytes], DecodedModel] = (
             collections.OrderedDict())
         self._faults = FaultState()
         self._counter = 0
@@ -733,9 +733,10 @@ class ChannelWorker:
         return queue(prepare()) if step is None else step.launch(self._stream)
 
     def _layers_of(self, spec: npt.NDArray[Any], biases: npt.NDArray[Any]
-                   ) -> tuple[list[Any], tuple[bytes, bytes]]:
-        """The layers a model request's frames carry (`safemon.models.decode_model`,
-        validated against this channel's weights) and the frames' bytes, which key them.
+                   ) -> tuple[DecodedModel, tuple[bytes, bytes]]:
+        """The model a request's frames carry (`safemon.models.decode_model`, validated
+        against this channel's weights, with the sizes worked out from it once) and the
+        frames' bytes, which key it.
 
         A model repeats request after request, and decoding it (JSON, one validated bias
         per layer) costs tens of microseconds per channel, so the most recently used
@@ -750,8 +751,6 @@ class ChannelWorker:
         Raises:
             InvalidInputError: as `decode_model`.
         """
-        from safemon.models import decode_model
-
         frames = (spec.tobytes(), biases.tobytes())
         if self._decoded:
             # The model of the last request, as a rule: compare the bytes (a memcmp) and hand
@@ -762,13 +761,12 @@ class ChannelWorker:
             last = next(reversed(self._decoded))
             if last == frames:
                 return self._decoded[last], last
-        layers = self._decoded.get(frames)
-        if layers is None:
-            shapes = {wid: tuple(w.shape) for wid, w in self._weights.items()}
+        model = self._decoded.get(frames)
+        if model is None:
             if biases.dtype == np.float32 and biases.ndim == 1:  # else decode_model refuses it
                 biases = np.frombuffer(frames[1], dtype=np.float32)  # read-only, the key's bytes
-            layers = decode_model(spec, biases, shapes)
-            self._decoded[frames] = layers
+            model = DecodedModel.decode(spec, biases, self._weights)
+            self._decoded[frames] = model
             kept = sum(len(a) + len(b) for a, b in self._decoded)
             while len(self._decoded) > 1 and (len(self._decoded) > DECODED_MODELS
                                               or kept > DECODED_MODEL_BYTES):
@@ -776,7 +774,7 @@ class ChannelWorker:
                 kept -= len(a) + len(b)
         else:
             self._decoded.move_to_end(frames)
-        return layers, frames
+        return model, frames
 
     def _device_model(self, msg: Message, work: Any) -> Generator[None, None, list[int]]:
         """One device-resident whole-model request, a generator like `_device_product`;
@@ -786,20 +784,14 @@ class ChannelWorker:
         launched as a captured graph, as a product is."""
         from safemon.kernels.compiler import import_cupy
         from safemon.models import run_model_steps
-        from safemon.models.forward import (
-            activation_widths,
-            device_biases,
-            output_columns,
-            queue_pass,
-        )
-        from safemon.models.layers import weight_ids
+        from safemon.models.forward import device_biases, queue_pass
 
         cp = import_cupy()
         spec, biases = msg.arrays
-        layers, frames = self._layers_of(spec, biases)
+        model, frames = self._layers_of(spec, biases)
+        layers = model.layers
         rows, cols = work.x_rows, work.x_cols
-        out_cols = output_columns(layers, self._weights)
-        slot = self._imports.view(work.out_ipc, work.out_offset, (rows, out_cols),
+        slot = self._imports.view(work.out_ipc, work.out_offset, (rows, model.out_cols),
                                   "the output slot")
         source = self._imports.view(work.x_ipc, 0, (rows, cols), "x")
         settle = self._data_fault_armed()
@@ -815,10 +807,10 @@ class ChannelWorker:
                               self._model_fault, out_into=slot, extra_digests=[x],
                               settle=settle)
 
-        used = [self._weights[wid] for wid in dict.fromkeys(weight_ids(layers))]
+        used = [self._weights[wid] for wid in model.weight_ids]
         storage = [a for w in used for a in getattr(w, "storage", (w,))]
         queued = self._queue(
-            rows, [cols, *activation_widths(layers, self._weights)],
+            rows, [cols, *model.widths],
             lambda: ("model", *frames, *(id(w) for w in used),
                      *(id(a) for a in storage), int(source.data.ptr), int(slot.data.ptr),
                      rows, cols),
@@ -841,7 +833,7 @@ class ChannelWorker:
         from safemon.models import run_model
 
         x, spec, biases = msg.arrays
-        layers, _frames = self._layers_of(spec, biases)
+        layers = self._layers_of(spec, biases)[0].layers
         t0 = time.perf_counter()
         if self.backend.on_device:
             with self._stream:
@@ -967,6 +959,40 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ctx.term()
     return 0
+
+
+@dataclass(frozen=True)
+class DecodedModel:
+    """A model request's steps as a channel keeps them (`ChannelWorker._layers_of`), with
+    the sizes its device path needs worked out once at decoding, not per request.
+
+    Attributes:
+        layers: the steps, validated against the channel's weights (`decode_model`).
+        out_cols: the output's columns per input row (its rows are the input's).
+        widths: per step, float32 elements of its output per input row
+            (`safemon.models.forward.activation_widths`).
+        weight_ids: the weights the products read, each once, in layer order.
+    """
+
+    layers: list[Any]
+    out_cols: int
+    widths: tuple[int, ...]
+    weight_ids: tuple[str, ...]
+
+    @classmethod
+    def decode(cls, spec: npt.NDArray[Any], biases: npt.NDArray[Any],
+               weights: dict[str, Any]) -> DecodedModel:
+        """Decode the frames against `weights` (id → array with a `shape`); the errors of
+        `safemon.models.decode_model`. Weight ids are content addresses, so the sizes stay
+        true while the decoding is kept."""
+        from safemon.models import decode_model
+        from safemon.models.forward import activation_widths, output_columns
+        from safemon.models.layers import weight_ids
+
+        layers = decode_model(spec, biases, {wid: tuple(w.shape) for wid, w in weights.items()})
+        return cls(layers, output_columns(layers, weights),
+                   tuple(activation_widths(layers, weights)),
+                   tuple(dict.fromkeys(weight_ids(layers))))
 
 
 #: Decoded models a channel keeps (`ChannelWorker._layers_of`), and the bytes of their

@@ -50,8 +50,10 @@ def test_the_same_frames_are_decoded_once(worker: ChannelWorker,
     again, _ = worker._layers_of(spec.copy(), biases.copy())  # equal bytes, new arrays
     assert again is first and len(calls) == 1
     assert frames == (spec.tobytes(), biases.tobytes())
-    assert [(ly.weight_id, ly.act.value) for ly in first] == [(w1, "relu"), (w2, "gelu")]
-    assert first[0].bias is not None and first[0].bias.tolist() == list(range(6))
+    assert [(ly.weight_id, ly.act.value) for ly in first.layers] == [(w1, "relu"),
+                                                                      (w2, "gelu")]
+    assert first.layers[0].bias is not None and first.layers[0].bias.tolist() == list(range(6))
+    assert (first.out_cols, first.widths, first.weight_ids) == (4, (6, 4), (w1, w2))
     other, _ = worker._layers_of(*encode_model(layers[:1]))
     assert other is not first and len(calls) == 2
 
@@ -69,7 +71,8 @@ def test_a_repeat_of_the_last_model_gets_the_kept_key_and_a_changed_bias_does_no
     changed.view(np.uint8)[5] ^= 1
     other, other_key = worker._layers_of(spec, changed)
     assert other is not first and other_key == (spec.tobytes(), changed.tobytes())
-    assert other[0].bias is not None and other[0].bias.tobytes() == changed.tobytes()
+    assert other.layers[0].bias is not None
+    assert other.layers[0].bias.tobytes() == changed.tobytes()
 
 
 def test_frames_that_fail_are_refused_every_time(worker: ChannelWorker) -> None:
@@ -115,8 +118,27 @@ def test_a_kept_decodings_biases_are_views_of_its_key_not_another_copy(
     kept model's biases once, and not the request's frame."""
     wid = _weight(worker, 4, 8, 6)
     spec, biases = encode_model([Layer(wid, np.arange(8, dtype=np.float32), "relu")])
-    layers, key = worker._layers_of(spec, biases)
-    bias = layers[0].bias
+    model, key = worker._layers_of(spec, biases)
+    bias = model.layers[0].bias
     assert bias is not None and bias.tobytes() == key[1] and not bias.flags.writeable
     assert not np.shares_memory(bias, biases)
     assert np.shares_memory(bias, np.frombuffer(key[1], dtype=np.uint8))
+
+
+def test_a_kept_decoding_carries_the_sizes_of_a_model_with_steps_besides_products(
+        worker: ChannelWorker) -> None:
+    """Output width, per-step widths and weight ids (each once, in layer order) are worked
+    out at decoding, and equal what `safemon.models.forward` gives for the same steps."""
+    from safemon.models.forward import activation_widths, output_columns
+    from safemon.models.ops import AddResidual, Attention, LayerNorm, Reshape, SaveResidual
+
+    up, qkv, head = _weight(worker, 4, 16, 7), _weight(worker, 8, 24, 8), _weight(worker, 16, 3, 9)
+    steps = [Layer(up, None, "identity"), Reshape(8), SaveResidual(),
+             Layer(qkv, None, "identity"), Attention(heads=2, tokens=2), AddResidual(),
+             LayerNorm(np.ones(8, np.float32), np.zeros(8, np.float32), 1e-5), Reshape(16),
+             Layer(head, None, "relu")]
+    model = worker._layers_of(*encode_model(steps))[0]
+    assert model.out_cols == output_columns(model.layers, worker._weights) == 3
+    assert model.widths == tuple(activation_widths(model.layers, worker._weights))
+    assert model.widths == (16, 16, 16, 48, 16, 16, 16, 16, 3)
+    assert model.weight_ids == (up, qkv, head)
