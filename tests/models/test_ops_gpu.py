@@ -123,6 +123,20 @@ def test_attention_kernel_over_many_sequences_and_the_widest_head() -> None:
     _same_bits(launch_attention(cp.asarray(w), 1, 5), attention_f32(w, 1, 5))
 
 
+def test_attention_kernel_clamps_where_the_reference_does() -> None:
+    """One query, two keys: score 0 and -100 (clamped to -80); with v = (0, 1) the output
+    is the clamped weight itself, so the clamp's value shows in the bits."""
+    from safemon.kernels.model_gpu import launch_attention
+
+    h = np.zeros((2, 3), np.float32)  # columns q | k | v, heads = dh = 1
+    h[:, 0] = 1.0
+    h[1, 1] = -100.0
+    h[1, 2] = 1.0
+    want = attention_f32(h, 1, 2)
+    assert 0 < want[0, 0] < 1e-34
+    _same_bits(launch_attention(_cp().asarray(h), 1, 2), want)
+
+
 @pytest.mark.parametrize("shape", [(1,), (7, 13), (513, 1031)])
 def test_add_kernel_is_bit_exact_with_the_reference(shape: tuple[int, ...]) -> None:
     from safemon.kernels.model_gpu import launch_add

@@ -1,0 +1,145 @@
+"""The kernels of cuda/ops.cu and cuda/epilogue.cu, compiled for the host CPU
+(tests/models/cuda_on_host.py), give the bits of their NumPy references: each kernel does
+the reference's float32 operations in the reference's order. A CPU check of the kernels'
+arithmetic, on the GPU tests' inputs (subnormals, the attention's exp clamp, cancellation);
+it does not replace the GPU tests (see cuda_on_host's docstring for what it leaves out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from safemon.models.activations import Activation, epilogue
+from safemon.models.ops import (
+    MAX_TOKENS,
+    add_f32,
+    attention_f32,
+    attention_scale,
+    layer_norm_f32,
+)
+
+from .cuda_on_host import HostKernels, build, host_compiler, host_float_rn
+from .test_ops_gpu import _clamp_hit, _layer_norm_inputs, _subnormals
+
+pytestmark = pytest.mark.skipif(host_compiler() is None, reason="needs a host C++ compiler")
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> HostKernels:
+    return HostKernels(build(tmp_path_factory.mktemp("host-kernels")))
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
+    diff = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert diff.size == 0, (f"{diff.size} of {want.size} words differ, first at flat "
+                            f"{diff[0]}: got {got.flat[diff[0]]!r}, want {want.flat[diff[0]]!r}")
+
+
+@pytest.mark.parametrize("kind", ["normal", "subnormal"])
+@pytest.mark.parametrize("eps", [1e-5, 1e-40])
+@pytest.mark.parametrize("n", [1, 7, 64, 1000])
+def test_layer_norm_kernel_on_the_host_is_bit_exact(kernels: HostKernels, n: int, eps: float,
+                                                   kind: str) -> None:
+    x = _layer_norm_inputs(n, n * 3 + (kind == "subnormal"), kind)
+    rng = np.random.default_rng(n + 100)
+    w = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) * np.float32(0.1)
+    if kind == "subnormal":
+        b[::2] = _subnormals(rng, b[::2].shape)
+    _same_bits(kernels.layer_norm(x, w, b, eps), layer_norm_f32(x, w, b, eps))
+
+
+@pytest.mark.parametrize("spread", [1.0, 14.0])
+@pytest.mark.parametrize("dh", [1, 16, 33])
+@pytest.mark.parametrize("heads", [1, 4])
+@pytest.mark.parametrize("tokens", [1, 3, 8, MAX_TOKENS])
+def test_attention_kernel_on_the_host_is_bit_exact(kernels: HostKernels, tokens: int,
+                                                  heads: int, dh: int, spread: float) -> None:
+    rng = np.random.default_rng(tokens * 1000 + heads * 100 + dh + int(spread))
+    h = rng.standard_normal((3 * tokens, 3 * heads * dh)).astype(np.float32)
+    h *= np.float32(spread)
+    if spread > 1 and tokens > 1:
+        assert _clamp_hit(h, heads, tokens)
+    got = kernels.attention(h, heads, tokens, attention_scale(dh))
+    _same_bits(got, attention_f32(h, heads, tokens))
+
+
+def test_attention_kernel_on_the_host_at_the_widest_head(kernels: HostKernels) -> None:
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((2 * 5, 3 * 256)).astype(np.float32)
+    _same_bits(kernels.attention(w, 1, 5, attention_scale(256)), attention_f32(w, 1, 5))
+
+
+def test_attention_kernel_on_the_host_clamps_where_the_reference_does(
+        kernels: HostKernels) -> None:
+    """One query, two keys: score 0 and -100 (clamped to -80). With v = (0, 1) the output
+    is the clamped weight itself, exp(-80)/(1 + exp(-80)), so the clamp's value shows in
+    the bits (elsewhere a weight near 1e-35 is lost in the sum)."""
+    h = np.zeros((2, 3), np.float32)  # columns q | k | v, heads = dh = 1
+    h[:, 0] = 1.0
+    h[1, 1] = -100.0
+    h[1, 2] = 1.0
+    want = attention_f32(h, 1, 2)
+    assert 0 < want[0, 0] < 1e-34
+    _same_bits(kernels.attention(h, 1, 2, attention_scale(1)), want)
+
+
+def test_add_kernel_on_the_host_is_bit_exact(kernels: HostKernels) -> None:
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((7, 13)).astype(np.float32)
+    b = rng.standard_normal((7, 13)).astype(np.float32)
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    fa[::3] = _subnormals(rng, fa[::3].shape)
+    fb[1::4] = -fa[1::4] * np.float32(1 + 2**-20)
+    edge = np.array([0.0, -0.0, -0.0, np.inf, -np.inf, 3e38, 1e-45, -1e-45], np.float32)
+    other = np.array([-0.0, 0.0, -0.0, 1.0, 5.0, 3e38, -1e-45, -1e-45], np.float32)
+    fa[:8], fb[:8] = edge, other
+    _same_bits(kernels.add(a, b), add_f32(a, b))
+
+
+@pytest.mark.parametrize("act", list(Activation))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_epilogue_kernel_on_the_host_is_bit_exact(kernels: HostKernels, act: Activation,
+                                                 with_bias: bool) -> None:
+    """The epilogue has run bit-exact on H100s since stop 40-odd: it is the harness's
+    control. Inputs span gelu's clamp (|u| > 10), its small-|x| range and subnormals."""
+    rng = np.random.default_rng(11 + act.code)
+    c = (rng.standard_normal((33, 129)) * 4).astype(np.float32)
+    c[0] = np.linspace(-30, 30, 129, dtype=np.float32)
+    c[1] = _subnormals(rng, (129,))
+    bias = rng.standard_normal(129).astype(np.float32) if with_bias else None
+    _same_bits(kernels.epilogue(c, bias, act.code), epilogue(c, bias, act))
+
+
+def test_the_harness_sees_an_operation_order_the_reference_does_not_have(
+        kernels: HostKernels) -> None:
+    """A check that can fail: summing a layer norm's row in another order (pairwise, as a
+    GPU reduction would) changes bits against the reference on these inputs."""
+    x = _layer_norm_inputs(1000, 3000, "normal")
+    w = np.ones(1000, np.float32)
+    b = np.zeros(1000, np.float32)
+    want = layer_norm_f32(x, w, b, 1e-5)
+    mu = (x.sum(axis=1, dtype=np.float32) / np.float32(1000)).astype(np.float32)  # pairwise
+    d = (x - mu[:, None]).astype(np.float32)
+    v = ((d * d).sum(axis=1, dtype=np.float32) / np.float32(1000)).astype(np.float32)
+    other = (d * (np.float32(1) / np.sqrt(v + np.float32(1e-5)))[:, None]).astype(np.float32)
+    assert (other.view(np.uint32) != want.view(np.uint32)).any()
+    _same_bits(kernels.layer_norm(x, w, b, 1e-5), want)
+
+
+def test_host_float_rn_refuses_a_changed_header() -> None:
+    with pytest.raises(ValueError, match="changed"):
+        host_float_rn("// no exp here\n")
+
+
+def test_the_host_build_is_the_kernels_own_text(tmp_path: Path) -> None:
+    """The compiled units are the .cu files byte for byte (nothing re-written but
+    float_rn.cuh's PTX helpers)."""
+    from safemon.kernels.gpu import CUDA_DIR
+
+    build(tmp_path)
+    for name in ("ops.cu", "epilogue.cu"):
+        assert (tmp_path / (name + ".cpp")).read_bytes() == (CUDA_DIR / name).read_bytes()
