@@ -11,14 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from safemon.models.ops import (
-    ATTENTION_EXP_FLOOR,
-    MAX_TOKENS,
-    add_f32,
-    attention_f32,
-    attention_scale,
-    layer_norm_f32,
-)
+from safemon.models.ops import MAX_TOKENS, add_f32, attention_f32, layer_norm_f32
+
+from .ops_cases import add_case, attention_case, clamp_case, layer_norm_case
 
 pytestmark = pytest.mark.gpu
 
@@ -39,27 +34,6 @@ def _same_bits(got: Any, want: np.ndarray) -> None:
                             f"{diff[0]}: got {host.flat[diff[0]]!r}, want {want.flat[diff[0]]!r}")
 
 
-def _subnormals(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """float32 values below the smallest normal (1.18e-38), both signs, zeros among them."""
-    bits = rng.integers(0, 1 << 23, size=shape, dtype=np.uint32)
-    bits |= rng.integers(0, 2, size=shape, dtype=np.uint32) << 31
-    return bits.view(np.float32)
-
-
-def _layer_norm_inputs(n: int, seed: int, kind: str) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    rows = 37
-    if kind == "normal":
-        x = rng.standard_normal((rows, n)).astype(np.float32) * np.float32(3)
-        x[1] += np.float32(1e4)  # a large offset: cancellation in x - mu
-        x[2] = np.float32(0.5)  # a constant row: v = 0
-        x[3] = -0.0
-        return x
-    x = _subnormals(rng, (rows, n))
-    x[::5] = x[::5] * np.float32(1e6) * np.float32(1e6)  # some rows normal, tiny spread
-    return x
-
-
 @pytest.mark.parametrize("kind", ["normal", "subnormal"])
 @pytest.mark.parametrize("eps", [1e-5, 1e-40])
 @pytest.mark.parametrize("n", [1, 7, 64, 1000])
@@ -67,27 +41,11 @@ def test_layer_norm_kernel_is_bit_exact_with_the_reference(n: int, eps: float, k
     from safemon.kernels.model_gpu import launch_layer_norm
 
     cp = _cp()
-    x = _layer_norm_inputs(n, n * 3 + (kind == "subnormal"), kind)
-    rng = np.random.default_rng(n + 100)
-    w = rng.standard_normal(n).astype(np.float32)
-    b = rng.standard_normal(n).astype(np.float32) * np.float32(0.1)
-    if kind == "subnormal":
-        b[::2] = _subnormals(rng, b[::2].shape)
+    x, w, b = layer_norm_case(n, eps, kind)
     want = layer_norm_f32(x, w, b, eps)
     got = launch_layer_norm(cp.asarray(x), cp.asarray(w), cp.asarray(b), eps)
     assert got.flags.c_contiguous and got.shape == x.shape
     _same_bits(got, want)
-
-
-def _clamp_hit(h: np.ndarray, heads: int, tokens: int) -> bool:
-    """Whether some score is more than 81 below its row's largest (float64 estimate): the
-    exp clamp at -80 is taken."""
-    r, width = h.shape
-    dh = width // (3 * heads)
-    parts = h.astype(np.float64).reshape(r // tokens, tokens, 3, heads, dh)
-    q, k = parts[:, :, 0], parts[:, :, 1]  # (G, T, H, dh)
-    s = np.einsum("gihc,gjhc->ghij", q, k) * float(attention_scale(dh))
-    return bool((s - s.max(axis=-1, keepdims=True) < float(ATTENTION_EXP_FLOOR) - 1).any())
 
 
 @pytest.mark.parametrize("spread", [1.0, 14.0])
@@ -100,11 +58,7 @@ def test_attention_kernel_is_bit_exact_with_the_reference(tokens: int, heads: in
     from safemon.kernels.model_gpu import launch_attention
 
     cp = _cp()
-    rng = np.random.default_rng(tokens * 1000 + heads * 100 + dh + int(spread))
-    h = rng.standard_normal((3 * tokens, 3 * heads * dh)).astype(np.float32)
-    h *= np.float32(spread)
-    if spread > 1 and tokens > 1:
-        assert _clamp_hit(h, heads, tokens)
+    h = attention_case(tokens, heads, dh, spread)
     want = attention_f32(h, heads, tokens)
     got = launch_attention(cp.asarray(h), heads, tokens)
     assert got.flags.c_contiguous and got.shape == (3 * tokens, heads * dh)
@@ -124,14 +78,10 @@ def test_attention_kernel_over_many_sequences_and_the_widest_head() -> None:
 
 
 def test_attention_kernel_clamps_where_the_reference_does() -> None:
-    """One query, two keys: score 0 and -100 (clamped to -80); with v = (0, 1) the output
-    is the clamped weight itself, so the clamp's value shows in the bits."""
+    """`clamp_case`: the output is the clamped weight itself."""
     from safemon.kernels.model_gpu import launch_attention
 
-    h = np.zeros((2, 3), np.float32)  # columns q | k | v, heads = dh = 1
-    h[:, 0] = 1.0
-    h[1, 1] = -100.0
-    h[1, 2] = 1.0
+    h = clamp_case()
     want = attention_f32(h, 1, 2)
     assert 0 < want[0, 0] < 1e-34
     _same_bits(launch_attention(_cp().asarray(h), 1, 2), want)
@@ -142,18 +92,7 @@ def test_add_kernel_is_bit_exact_with_the_reference(shape: tuple[int, ...]) -> N
     from safemon.kernels.model_gpu import launch_add
 
     cp = _cp()
-    rng = np.random.default_rng(sum(shape))
-    a = rng.standard_normal(shape).astype(np.float32)
-    b = rng.standard_normal(shape).astype(np.float32)
-    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
-    sub = _subnormals(rng, (flat_a.size,))
-    flat_a[::3] = sub[::3]  # subnormal + normal
-    flat_b[::6] = _subnormals(rng, flat_b[::6].shape)  # subnormal + subnormal
-    flat_b[1::4] = -flat_a[1::4] * np.float32(1 + 2**-20)  # cancellation into subnormals
-    edge = np.array([0.0, -0.0, -0.0, np.inf, -np.inf, 3e38, 1e-45, -1e-45], np.float32)
-    other = np.array([-0.0, 0.0, -0.0, 1.0, 5.0, 3e38, -1e-45, -1e-45], np.float32)
-    k = min(edge.size, flat_a.size)
-    flat_a[:k], flat_b[:k] = edge[:k], other[:k]
+    a, b = add_case(shape)
     _same_bits(launch_add(cp.asarray(a), cp.asarray(b)), add_f32(a, b))
 
 

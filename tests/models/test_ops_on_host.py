@@ -21,7 +21,14 @@ from safemon.models.ops import (
 )
 
 from .cuda_on_host import HostKernels, build, host_compiler, host_float_rn
-from .test_ops_gpu import _clamp_hit, _layer_norm_inputs, _subnormals
+from .ops_cases import (
+    add_case,
+    attention_case,
+    clamp_case,
+    layer_norm_case,
+    layer_norm_inputs,
+    subnormals,
+)
 
 pytestmark = pytest.mark.skipif(host_compiler() is None, reason="needs a host C++ compiler")
 
@@ -43,12 +50,7 @@ def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
 @pytest.mark.parametrize("n", [1, 7, 64, 1000])
 def test_layer_norm_kernel_on_the_host_is_bit_exact(kernels: HostKernels, n: int, eps: float,
                                                    kind: str) -> None:
-    x = _layer_norm_inputs(n, n * 3 + (kind == "subnormal"), kind)
-    rng = np.random.default_rng(n + 100)
-    w = rng.standard_normal(n).astype(np.float32)
-    b = rng.standard_normal(n).astype(np.float32) * np.float32(0.1)
-    if kind == "subnormal":
-        b[::2] = _subnormals(rng, b[::2].shape)
+    x, w, b = layer_norm_case(n, eps, kind)
     _same_bits(kernels.layer_norm(x, w, b, eps), layer_norm_f32(x, w, b, eps))
 
 
@@ -58,11 +60,7 @@ def test_layer_norm_kernel_on_the_host_is_bit_exact(kernels: HostKernels, n: int
 @pytest.mark.parametrize("tokens", [1, 3, 8, MAX_TOKENS])
 def test_attention_kernel_on_the_host_is_bit_exact(kernels: HostKernels, tokens: int,
                                                   heads: int, dh: int, spread: float) -> None:
-    rng = np.random.default_rng(tokens * 1000 + heads * 100 + dh + int(spread))
-    h = rng.standard_normal((3 * tokens, 3 * heads * dh)).astype(np.float32)
-    h *= np.float32(spread)
-    if spread > 1 and tokens > 1:
-        assert _clamp_hit(h, heads, tokens)
+    h = attention_case(tokens, heads, dh, spread)
     got = kernels.attention(h, heads, tokens, attention_scale(dh))
     _same_bits(got, attention_f32(h, heads, tokens))
 
@@ -75,28 +73,17 @@ def test_attention_kernel_on_the_host_at_the_widest_head(kernels: HostKernels) -
 
 def test_attention_kernel_on_the_host_clamps_where_the_reference_does(
         kernels: HostKernels) -> None:
-    """One query, two keys: score 0 and -100 (clamped to -80). With v = (0, 1) the output
-    is the clamped weight itself, exp(-80)/(1 + exp(-80)), so the clamp's value shows in
-    the bits (elsewhere a weight near 1e-35 is lost in the sum)."""
-    h = np.zeros((2, 3), np.float32)  # columns q | k | v, heads = dh = 1
-    h[:, 0] = 1.0
-    h[1, 1] = -100.0
-    h[1, 2] = 1.0
+    """`clamp_case`: the output is the clamped weight itself."""
+    h = clamp_case()
     want = attention_f32(h, 1, 2)
     assert 0 < want[0, 0] < 1e-34
     _same_bits(kernels.attention(h, 1, 2, attention_scale(1)), want)
 
 
-def test_add_kernel_on_the_host_is_bit_exact(kernels: HostKernels) -> None:
-    rng = np.random.default_rng(7)
-    a = rng.standard_normal((7, 13)).astype(np.float32)
-    b = rng.standard_normal((7, 13)).astype(np.float32)
-    fa, fb = a.reshape(-1), b.reshape(-1)
-    fa[::3] = _subnormals(rng, fa[::3].shape)
-    fb[1::4] = -fa[1::4] * np.float32(1 + 2**-20)
-    edge = np.array([0.0, -0.0, -0.0, np.inf, -np.inf, 3e38, 1e-45, -1e-45], np.float32)
-    other = np.array([-0.0, 0.0, -0.0, 1.0, 5.0, 3e38, -1e-45, -1e-45], np.float32)
-    fa[:8], fb[:8] = edge, other
+@pytest.mark.parametrize("shape", [(1,), (7, 13), (513, 1031)])
+def test_add_kernel_on_the_host_is_bit_exact(kernels: HostKernels,
+                                            shape: tuple[int, ...]) -> None:
+    a, b = add_case(shape)
     _same_bits(kernels.add(a, b), add_f32(a, b))
 
 
@@ -109,7 +96,7 @@ def test_epilogue_kernel_on_the_host_is_bit_exact(kernels: HostKernels, act: Act
     rng = np.random.default_rng(11 + act.code)
     c = (rng.standard_normal((33, 129)) * 4).astype(np.float32)
     c[0] = np.linspace(-30, 30, 129, dtype=np.float32)
-    c[1] = _subnormals(rng, (129,))
+    c[1] = subnormals(rng, (129,))
     bias = rng.standard_normal(129).astype(np.float32) if with_bias else None
     _same_bits(kernels.epilogue(c, bias, act.code), epilogue(c, bias, act))
 
@@ -118,7 +105,7 @@ def test_the_harness_sees_an_operation_order_the_reference_does_not_have(
         kernels: HostKernels) -> None:
     """A check that can fail: summing a layer norm's row in another order (pairwise, as a
     GPU reduction would) changes bits against the reference on these inputs."""
-    x = _layer_norm_inputs(1000, 3000, "normal")
+    x = layer_norm_inputs(1000, 3000, "normal")
     w = np.ones(1000, np.float32)
     b = np.zeros(1000, np.float32)
     want = layer_norm_f32(x, w, b, 1e-5)
