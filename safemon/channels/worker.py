@@ -255,15 +255,26 @@ class ChannelWorker:
         k2 = 2 * TILES["small"].bk
         self._run(np.ones((2, k2), dtype=np.float32), self._to_device(np.ones((k2, 2), np.float32)),
                   make_variant(v.checksum, v.level, v.mode, "small", 2, rmt=v.rmt, abft=v.abft))
-        if self.backend.on_device:  # whole-model requests: the epilogue and digest kernels
+        if self.backend.on_device:  # whole-model requests: epilogue, other steps, digests
             from safemon.kernels.compiler import import_cupy
-            from safemon.kernels.model_gpu import device_digests, launch_epilogue
+            from safemon.kernels.model_gpu import (
+                device_digests,
+                launch_add,
+                launch_attention,
+                launch_epilogue,
+                launch_layer_norm,
+            )
             from safemon.models.activations import Activation
 
+            cp = import_cupy()
             with self._stream:
-                h = import_cupy().zeros((2, 2), dtype=np.float32)
+                h = cp.zeros((2, 2), dtype=np.float32)
                 launch_epilogue(h, None, Activation.GELU)
                 device_digests([h])
+                qkv = cp.zeros((2, 3), dtype=np.float32)  # one head of width 1, one token
+                ones = cp.ones(3, dtype=np.float32)
+                launch_add(launch_attention(launch_layer_norm(qkv, ones, ones, 1e-5), 1, 1),
+                           h[:, :1].copy())
 
     def _protect(self, host: npt.NDArray[np.float32], *, name: str) -> ProtectedArray:
         """`host` as an ECC-protected resident array on this channel's backend and stream."""
