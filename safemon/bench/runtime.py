@@ -235,7 +235,7 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
     """
     from safemon.channels.step_graphs import StepGraphs
     from safemon.kernels.pinned import lane
-    from safemon.models.forward import device_biases, queue_pass
+    from safemon.models.forward import device_biases, output_columns, queue_pass
 
     graphs = StepGraphs(capacity=3)
     steps, streams = [], []
@@ -247,8 +247,7 @@ def _three_captured_passes(cp: Any, layers: Sequence[Any], weights: dict[str, An
         with stream, lane(("bench-graph", i)):
             biases = device_biases(layers)  # uploaded on the pass's stream, as a channel does
             # the channel's slot in the client's output buffer, which the pass copies into
-            slot = cp.empty((x.shape[0], int(weights[layers[-1].weight_id].shape[1])),
-                            dtype=cp.float32)
+            slot = cp.empty((x.shape[0], output_columns(layers, weights)), dtype=cp.float32)
 
             def queue(biases: list[Any] = biases, slot: Any = slot) -> Any:
                 xc = cp.empty(x.shape, dtype=cp.float32)
