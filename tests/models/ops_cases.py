@@ -11,6 +11,15 @@ from safemon.models.ops import ATTENTION_EXP_FLOOR, attention_scale
 F32 = np.ndarray
 
 
+def assert_same_bits(got: F32, want: F32) -> None:
+    """`got` (a host array) is float32 with `want`'s shape and bits; the message names the
+    first word that differs."""
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
+    diff = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert diff.size == 0, (f"{diff.size} of {want.size} words differ, first at flat "
+                            f"{diff[0]}: got {got.flat[diff[0]]!r}, want {want.flat[diff[0]]!r}")
+
+
 def subnormals(rng: np.random.Generator, shape: tuple[int, ...]) -> F32:
     """float32 values below the smallest normal (1.18e-38), both signs, zeros among them."""
     bits = rng.integers(0, 1 << 23, size=shape, dtype=np.uint32)

@@ -13,7 +13,7 @@ import pytest
 
 from safemon.models.ops import MAX_TOKENS, add_f32, attention_f32, layer_norm_f32
 
-from .ops_cases import add_case, attention_case, clamp_case, layer_norm_case
+from .ops_cases import add_case, assert_same_bits, attention_case, clamp_case, layer_norm_case
 
 pytestmark = pytest.mark.gpu
 
@@ -26,12 +26,7 @@ def _cp() -> Any:
 
 def _same_bits(got: Any, want: np.ndarray) -> None:
     """`got` (a CuPy array) is float32 with `want`'s shape and bits."""
-    host = got.get()
-    assert host.dtype == np.float32 and host.shape == want.shape
-    assert want.dtype == np.float32
-    diff = np.flatnonzero(host.view(np.uint32) != want.view(np.uint32))
-    assert diff.size == 0, (f"{diff.size} of {want.size} words differ, first at flat "
-                            f"{diff[0]}: got {host.flat[diff[0]]!r}, want {want.flat[diff[0]]!r}")
+    assert_same_bits(got.get(), want)
 
 
 @pytest.mark.parametrize("kind", ["normal", "subnormal"])

@@ -23,6 +23,7 @@ from safemon.models.ops import (
 from .cuda_on_host import HostKernels, build, host_compiler, host_float_rn
 from .ops_cases import (
     add_case,
+    assert_same_bits,
     attention_case,
     clamp_case,
     layer_norm_case,
@@ -38,20 +39,13 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> HostKernels:
     return HostKernels(build(tmp_path_factory.mktemp("host-kernels")))
 
 
-def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
-    diff = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
-    assert diff.size == 0, (f"{diff.size} of {want.size} words differ, first at flat "
-                            f"{diff[0]}: got {got.flat[diff[0]]!r}, want {want.flat[diff[0]]!r}")
-
-
 @pytest.mark.parametrize("kind", ["normal", "subnormal"])
 @pytest.mark.parametrize("eps", [1e-5, 1e-40])
 @pytest.mark.parametrize("n", [1, 7, 64, 1000])
 def test_layer_norm_kernel_on_the_host_is_bit_exact(kernels: HostKernels, n: int, eps: float,
                                                    kind: str) -> None:
     x, w, b = layer_norm_case(n, eps, kind)
-    _same_bits(kernels.layer_norm(x, w, b, eps), layer_norm_f32(x, w, b, eps))
+    assert_same_bits(kernels.layer_norm(x, w, b, eps), layer_norm_f32(x, w, b, eps))
 
 
 @pytest.mark.parametrize("spread", [1.0, 14.0])
@@ -62,13 +56,13 @@ def test_attention_kernel_on_the_host_is_bit_exact(kernels: HostKernels, tokens:
                                                   heads: int, dh: int, spread: float) -> None:
     h = attention_case(tokens, heads, dh, spread)
     got = kernels.attention(h, heads, tokens, attention_scale(dh))
-    _same_bits(got, attention_f32(h, heads, tokens))
+    assert_same_bits(got, attention_f32(h, heads, tokens))
 
 
 def test_attention_kernel_on_the_host_at_the_widest_head(kernels: HostKernels) -> None:
     rng = np.random.default_rng(5)
     w = rng.standard_normal((2 * 5, 3 * 256)).astype(np.float32)
-    _same_bits(kernels.attention(w, 1, 5, attention_scale(256)), attention_f32(w, 1, 5))
+    assert_same_bits(kernels.attention(w, 1, 5, attention_scale(256)), attention_f32(w, 1, 5))
 
 
 def test_attention_kernel_on_the_host_clamps_where_the_reference_does(
@@ -77,14 +71,14 @@ def test_attention_kernel_on_the_host_clamps_where_the_reference_does(
     h = clamp_case()
     want = attention_f32(h, 1, 2)
     assert 0 < want[0, 0] < 1e-34
-    _same_bits(kernels.attention(h, 1, 2, attention_scale(1)), want)
+    assert_same_bits(kernels.attention(h, 1, 2, attention_scale(1)), want)
 
 
 @pytest.mark.parametrize("shape", [(1,), (7, 13), (513, 1031)])
 def test_add_kernel_on_the_host_is_bit_exact(kernels: HostKernels,
                                             shape: tuple[int, ...]) -> None:
     a, b = add_case(shape)
-    _same_bits(kernels.add(a, b), add_f32(a, b))
+    assert_same_bits(kernels.add(a, b), add_f32(a, b))
 
 
 @pytest.mark.parametrize("act", list(Activation))
@@ -98,7 +92,7 @@ def test_epilogue_kernel_on_the_host_is_bit_exact(kernels: HostKernels, act: Act
     c[0] = np.linspace(-30, 30, 129, dtype=np.float32)
     c[1] = subnormals(rng, (129,))
     bias = rng.standard_normal(129).astype(np.float32) if with_bias else None
-    _same_bits(kernels.epilogue(c, bias, act.code), epilogue(c, bias, act))
+    assert_same_bits(kernels.epilogue(c, bias, act.code), epilogue(c, bias, act))
 
 
 def test_the_harness_sees_an_operation_order_the_reference_does_not_have(
@@ -114,7 +108,7 @@ def test_the_harness_sees_an_operation_order_the_reference_does_not_have(
     v = ((d * d).sum(axis=1, dtype=np.float32) / np.float32(1000)).astype(np.float32)
     other = (d * (np.float32(1) / np.sqrt(v + np.float32(1e-5)))[:, None]).astype(np.float32)
     assert (other.view(np.uint32) != want.view(np.uint32)).any()
-    _same_bits(kernels.layer_norm(x, w, b, 1e-5), want)
+    assert_same_bits(kernels.layer_norm(x, w, b, 1e-5), want)
 
 
 def test_host_float_rn_refuses_a_changed_header() -> None:
