@@ -35,8 +35,13 @@ pytestmark = pytest.mark.skipif(host_compiler() is None, reason="needs a host C+
 
 
 @pytest.fixture(scope="module")
-def kernels(tmp_path_factory: pytest.TempPathFactory) -> HostKernels:
-    return HostKernels(build(tmp_path_factory.mktemp("host-kernels")))
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("host-kernels")
+
+
+@pytest.fixture(scope="module")
+def kernels(build_dir: Path) -> HostKernels:
+    return HostKernels(build(build_dir))
 
 
 @pytest.mark.parametrize("kind", ["normal", "subnormal"])
@@ -97,8 +102,9 @@ def test_epilogue_kernel_on_the_host_is_bit_exact(kernels: HostKernels, act: Act
 
 def test_the_harness_sees_an_operation_order_the_reference_does_not_have(
         kernels: HostKernels) -> None:
-    """A check that can fail: summing a layer norm's row in another order (pairwise, as a
-    GPU reduction would) changes bits against the reference on these inputs."""
+    """The inputs tell operation orders apart: summing a layer norm's row in another order
+    (pairwise, as a GPU reduction would) changes bits against the reference, and the
+    kernel's bits are the reference's."""
     x = layer_norm_inputs(1000, 3000, "normal")
     w = np.ones(1000, np.float32)
     b = np.zeros(1000, np.float32)
@@ -116,11 +122,10 @@ def test_host_float_rn_refuses_a_changed_header() -> None:
         host_float_rn("// no exp here\n")
 
 
-def test_the_host_build_is_the_kernels_own_text(tmp_path: Path) -> None:
+def test_the_host_build_is_the_kernels_own_text(kernels: HostKernels, build_dir: Path) -> None:
     """The compiled units are the .cu files byte for byte (nothing re-written but
     float_rn.cuh's PTX helpers)."""
     from safemon.kernels.gpu import CUDA_DIR
 
-    build(tmp_path)
     for name in ("ops.cu", "epilogue.cu"):
-        assert (tmp_path / (name + ".cpp")).read_bytes() == (CUDA_DIR / name).read_bytes()
+        assert (build_dir / (name + ".cpp")).read_bytes() == (CUDA_DIR / name).read_bytes()
