@@ -20,12 +20,12 @@ attention scores, softmax and p·v, and the residual adds are computed in every 
 voted, with no signature: *protected by redundancy* (docs/TORCH.md).
 
 Supported: the class itself (not a subclass), batch_first=True, activation relu (the string
-"relu", `F.relu`, `nn.ReLU`) or tanh-GELU (`nn.GELU(approximate="tanh")`), norm_first True
+"relu", `F.relu`, `nn.ReLU`) or GELU, exact (the string "gelu", `F.gelu`, `nn.GELU()`) or
+tanh (`nn.GELU(approximate="tanh")`), norm_first True
 or False, with or without bias, `self_attn` an `nn.MultiheadAttention` with one packed
 q/k/v projection (`_qkv_same_embed_dim`), no add_bias_kv / add_zero_attn, heads no wider
 than `safemon.models.ops.MAX_HEAD_DIM`, and elementwise-affine layer norms over d. No
-attention masks (a call with one is refused). The exact (erf) GELU, the string "gelu", is
-not supported: safemon computes the tanh form only.
+attention masks (a call with one is refused).
 """
 
 from __future__ import annotations
@@ -61,15 +61,11 @@ def encoder_activation(fn: object) -> Activation | str:
         return Activation.RELU
     if type(fn) is nn.GELU:
         assert isinstance(fn, nn.GELU)
-        if fn.approximate == "tanh":
-            return Activation.GELU
-        return ("activation is the exact (erf) nn.GELU(): safemon computes the tanh form "
-                "only (nn.GELU(approximate='tanh'))")
-    if fn is F.gelu:
-        return ("activation is the exact (erf) GELU ('gelu' / F.gelu): safemon computes the "
-                "tanh form only (nn.GELU(approximate='tanh'))")
+        return Activation.GELU if fn.approximate == "tanh" else Activation.GELU_ERF
+    if fn is F.gelu:  # the string "gelu": PyTorch's exact form
+        return Activation.GELU_ERF
     what = getattr(fn, "__name__", type(fn).__name__)
-    return f"activation {what} is neither relu nor the tanh form of GELU"
+    return f"activation {what} is neither relu nor GELU"
 
 
 def encoder_support(layer: nn.Module) -> str | None:

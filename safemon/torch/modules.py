@@ -3,7 +3,7 @@
 - `ProtectedLinear`: one `nn.Linear` (and the activation right after it, when safemon
   computes that activation): act(x · Wᵀ + b) through safemon.
 - `ProtectedSequence`: a run of an `nn.Sequential`: consecutive Linear layers with only
-  supported activations (ReLU, tanh-GELU, Identity, Dropout in eval) between them, and
+  supported activations (ReLU, GELU in either form, Identity, Dropout in eval) between them, and
   supported `nn.TransformerEncoderLayer`s and the `nn.Flatten` / `nn.Unflatten` reshapes
   between them (`safemon.torch.chain`), sent as ONE whole-model request per call instead of
   one request per layer. It takes the first member's place; each later Linear's place holds
@@ -222,7 +222,8 @@ class ProtectedLinear(_Bound):
         client: a connected `safemon.Client`.
         name: the layer's name in messages.
         activation: what the channels apply after the bias ("identity", "relu", "gelu" =
-            the tanh form, like `nn.GELU(approximate="tanh")`).
+            the tanh form, like `nn.GELU(approximate="tanh")`, "gelu_erf" = the exact
+            form, like `nn.GELU()`).
         timeout: seconds per request.
 
     Input (..., in_features) float32 on the weights' device; output (..., out_features).
@@ -493,7 +494,7 @@ class ProtectedSequence(_Protected):
 
 
 class ProtectedEncoderLayer(ProtectedSequence):
-    """One `nn.TransformerEncoderLayer` (batch_first, relu or tanh-GELU; see
+    """One `nn.TransformerEncoderLayer` (batch_first, relu or GELU; see
     `safemon.torch.encoder`) computed by safemon as one whole-model request per call: its
     products with execution signatures, its layer norms, attention scores, softmax and
     residual adds protected by redundancy (computed in every channel and voted).

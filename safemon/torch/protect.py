@@ -5,8 +5,8 @@ Two steps, so that a refused model is left untouched:
 1. `plan(model)` (pure, no client): walks the modules and decides. In an `nn.Sequential`
    (the class itself: a subclass may call its layers in another order), a *run* becomes
    ONE group (one whole-model request per call): `nn.Linear` layers and supported
-   `nn.TransformerEncoderLayer`s whose widths chain, with only ReLU, tanh-GELU (folded into
-   the Linear before them), Identity or Dropout between them, and `nn.Flatten` /
+   `nn.TransformerEncoderLayer`s whose widths chain, with only ReLU, GELU (either form; folded
+   into the Linear before them), Identity or Dropout between them, and `nn.Flatten` /
    `nn.Unflatten` reshapes between two of them where the shape of each sample is known
    (`safemon.torch.chain.RunShape`); a Linear or Conv2d followed by a supported activation
    takes it along. Elsewhere each Linear / Conv2d / supported encoder layer is a group of its
@@ -19,7 +19,7 @@ Two steps, so that a refused model is left untouched:
    indices. It prints the report and returns the same model.
 
 An `nn.TransformerEncoderLayer` is supported as `safemon.torch.encoder` says (batch_first,
-relu or tanh-GELU, no masks, ...) and in eval mode; it is then computed whole by safemon:
+relu or GELU, no masks, ...) and in eval mode; it is then computed whole by safemon:
 its in-projection, output projection and feed-forward products with execution signatures,
 its layer norms, attention scores, softmax and residual adds *protected by redundancy*
 (computed in every channel and voted, no execution signature). An unsupported one is left
@@ -29,8 +29,7 @@ Not swapped, on purpose: subclasses of Linear/Conv2d (their forward may differ),
 `nn.MultiheadAttention` outside a supported encoder layer (it reads `out_proj.weight`
 directly, so a swapped module would never be called), a module that the model holds at
 several places (weight tying: one swap would leave the other uses unprotected),
-grouped/depthwise or non-zero-padded convolutions, and GELU in its exact (erf) form, which
-safemon does not compute (its gelu is the tanh form). A product that the model's own
+and grouped/depthwise or non-zero-padded convolutions. A product that the model's own
 forward computes from a layer's weight (`F.linear(x, self.fc.weight)`) never calls the
 layer, so no swap can protect it.
 """
@@ -93,8 +92,8 @@ def _activation(module: nn.Module) -> Activation | None:
     """The safemon activation `module` is, or None (an Identity/Dropout is IDENTITY)."""
     if type(module) is nn.ReLU:
         return Activation.RELU
-    if type(module) is nn.GELU and module.approximate == "tanh":
-        return Activation.GELU
+    if type(module) is nn.GELU:
+        return Activation.GELU if module.approximate == "tanh" else Activation.GELU_ERF
     if type(module) in (nn.Identity, nn.Dropout):
         return Activation.IDENTITY
     return None
@@ -110,8 +109,6 @@ def _why_not(module: nn.Module) -> str:
         return "reshape only (no arithmetic, nothing to protect); PyTorch runs it"
     if isinstance(module, nn.Linear | nn.Conv2d):
         return f"{type(module).__name__} is a subclass whose forward may differ"
-    if type(module) is nn.GELU:
-        return "exact (erf) GELU: safemon computes the tanh form only, PyTorch runs this one"
     if isinstance(module, nn.LayerNorm | nn.BatchNorm1d | nn.BatchNorm2d | nn.GroupNorm
                   | nn.RMSNorm):
         return "normalisation runs in PyTorch"
@@ -356,7 +353,7 @@ def plan(model: nn.Module) -> tuple[list[Group], ProtectionReport]:
             f"safemon.torch: model {type(model).__name__} has no nn.Linear or nn.Conv2d layer "
             "that safemon can protect. Fix: safemon protects float32 nn.Linear layers, "
             "nn.Conv2d layers with groups=1 and zero padding, and nn.TransformerEncoderLayer "
-            "(batch_first, relu or tanh-GELU); products written in forward() or inside a "
+            "(batch_first, relu or GELU); products written in forward() or inside a "
             "bare nn.MultiheadAttention cannot be swapped (use nn.Linear modules for the "
             "projections).")
     return planner.groups, report

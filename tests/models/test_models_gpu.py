@@ -67,7 +67,8 @@ def test_copy_digest_copies_digests_and_counts_non_finite_words(n: int) -> None:
 
 def _special_values() -> np.ndarray:
     rng = np.random.default_rng(7)
-    edge = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-40, 3e38, -3e38, 9.01, -9.01, 12.5, -12.5],
+    edge = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-40, 3e38, -3e38, 9.01, -9.01, 12.5, -12.5,
+                     12.7279, 12.728, -12.7279, -12.728],  # gelu_erf: |x|/√2 = 9 (erfc = 0)
                     dtype=np.float32)
     grid = np.linspace(-14, 14, 300_001).astype(np.float32)
     return np.concatenate([edge, grid, rng.standard_normal(100_000).astype(np.float32) * 4])

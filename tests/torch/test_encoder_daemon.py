@@ -37,7 +37,7 @@ from safemon.models.ops import (  # noqa: E402
 from safemon.torch import ProtectedEncoderLayer, ProtectedSequence, protect, report_of  # noqa: E402
 
 from ..runtime.helpers import make_config, same_bits, system  # noqa: E402
-from .test_encoder import digits_encoder, encoder, pytorch_eval  # noqa: E402
+from .test_encoder import act_name, digits_encoder, encoder, pytorch_eval  # noqa: E402
 from .test_protect_daemon import TIMING  # noqa: E402
 
 F32 = npt.NDArray[np.float32]
@@ -146,10 +146,11 @@ def test_the_digits_sequential_is_one_request_bit_for_bit(running: Running) -> N
 
 
 @pytest.mark.parametrize(("norm_first", "act", "bias"), [
-    (False, nn.GELU(approximate="tanh"), False), (True, "relu", True)])
+    (False, nn.GELU(approximate="tanh"), False), (True, "relu", True), (True, "gelu", True)])
 def test_a_lone_encoder_layer_for_two_sequence_lengths(running: Running, norm_first: bool,
                                                        act: Any, bias: bool) -> None:
-    """A ProtectedEncoderLayer (post-norm tanh-GELU without bias, pre-norm ReLU with bias)
+    """A ProtectedEncoderLayer (post-norm tanh-GELU without bias, pre-norm ReLU or exact GELU
+    with bias)
     on sequences of 5 and 3 tokens: one request each, released bit for bit as the steps
     written from the layer compute them."""
     cfg, daemon, client = running
@@ -158,7 +159,7 @@ def test_a_lone_encoder_layer_for_two_sequence_lengths(running: Running, norm_fi
     for t in (5, 3):
         x = torch.randn(2, t, 16, generator=torch.Generator().manual_seed(t))
         want = Expected()
-        want.encoder(layer, t, "relu" if act == "relu" else "gelu")
+        want.encoder(layer, t, act_name(act))
         before = released(daemon)
         with torch.inference_mode():
             got = protected(x)
