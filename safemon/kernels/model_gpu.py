@@ -26,7 +26,13 @@ from safemon.kernels.gpu import AUX_MAX_BLOCKS, AUX_THREADS, function_for
 from safemon.kernels.launch import arg_block, function_pointer, launch
 from safemon.kernels.pinned import PinnedBuffer
 from safemon.models.activations import Activation
-from safemon.models.ops import MAX_HEAD_DIM, MAX_TOKENS, attention_scale
+from safemon.models.ops import (
+    ATTENTION_CHUNK,
+    MAX_HEAD_DIM,
+    MAX_TOKENS,
+    STORED_TOKENS,
+    attention_scale,
+)
 
 __all__ = ["DigestBatch", "copy_digest", "device_digests", "digest_build", "epilogue_build",
            "launch_add", "launch_attention", "launch_epilogue", "launch_layer_norm",
@@ -49,8 +55,11 @@ def digest_build() -> KernelBuild:
 
 def ops_build() -> KernelBuild:
     """The compilation of ops.cu (layer norm, attention, add; one build for every shape).
-    Its per-thread score array is sized by `safemon.models.ops.MAX_TOKENS`."""
-    return KernelBuild.make(CUDA_DIR / "ops.cu", defines={"SAFEMON_MAX_TOKENS": MAX_TOKENS},
+    Its per-thread arrays are sized by `safemon.models.ops.STORED_TOKENS` and
+    `ATTENTION_CHUNK`."""
+    return KernelBuild.make(CUDA_DIR / "ops.cu",
+                            defines={"SAFEMON_STORED_TOKENS": STORED_TOKENS,
+                                     "SAFEMON_ATTENTION_CHUNK": ATTENTION_CHUNK},
                             options=_NO_FMA)
 
 

@@ -135,7 +135,8 @@ class ModelShape:
         k_in: columns of the input x.
         n_out: columns of the output (whose rows are the input's).
         products: per product layer, (row fraction, K, N).
-        attentions: per attention step, (row fraction, tokens, d) with d its output width.
+        attentions: per attention step, (row fraction, tokens, d, score products) with d its
+            output width and `Attention.score_products` for its heads.
         row_checks: (numerator, denominator, multiple, step index, what): M·num/den rows
             must be a whole multiple of `multiple` for the step at that index.
     """
@@ -143,7 +144,7 @@ class ModelShape:
     k_in: int
     n_out: int
     products: tuple[tuple[Fraction, int, int], ...]
-    attentions: tuple[tuple[Fraction, int, int], ...] = ()
+    attentions: tuple[tuple[Fraction, int, int, int], ...] = ()
     row_checks: tuple[tuple[int, int, int, int, str], ...] = ()
 
     @property
@@ -164,11 +165,12 @@ class ModelShape:
     def cost_s(self, item_cost_s: Callable[[int, int, int], float], m: int) -> float:
         """Seconds a healthy channel may spend on the whole forward pass of M rows: the sum
         of the products' item costs, `item_cost_s(rows, K, N)`, and, per attention step,
-        the item costs of its two score products (rows × tokens × d each)."""
+        the item costs of its score products (rows × tokens × d each:
+        `Attention.score_products`, 2 for a sequence the kernel keeps the scores of)."""
         def rows(f: Fraction) -> int:
             return max(1, int(m * f))
         return (sum(item_cost_s(rows(f), k, n) for f, k, n in self.products)
-                + sum(2 * item_cost_s(rows(f), d, t) for f, t, d in self.attentions))
+                + sum(p * item_cost_s(rows(f), d, t) for f, t, d, p in self.attentions))
 
 
 def validate_layers(layers: Sequence[Step], weight_shapes: Mapping[str, tuple[int, ...]]
@@ -197,7 +199,7 @@ def validate_layers(layers: Sequence[Step], weight_shapes: Mapping[str, tuple[in
     ratio = Fraction(1)
     stack: list[tuple[int | None, Fraction]] = []
     products: list[tuple[Fraction, int, int]] = []
-    attentions: list[tuple[Fraction, int, int]] = []
+    attentions: list[tuple[Fraction, int, int, int]] = []
     checks: list[tuple[int, int, int, int, str]] = []
 
     def takes(i: int, width: int, what: str) -> None:
@@ -241,7 +243,7 @@ def validate_layers(layers: Sequence[Step], weight_shapes: Mapping[str, tuple[in
                 raise InvalidInputError(f"step {i}: {exc}") from None
             checks.append((ratio.numerator, ratio.denominator, step.tokens, i,
                            "the attention"))
-            attentions.append((ratio, step.tokens, step.heads * dh))
+            attentions.append((ratio, step.tokens, step.heads * dh, step.score_products(dh)))
             cols = step.heads * dh
         elif isinstance(step, Reshape):
             if cols is None:

@@ -30,7 +30,8 @@ NumPy rounds every float32 ufunc result, the CUDA side writes every operation in
   with `safemon.models.activations.exp_f32` (the clamp keeps every e_j a normal float);
   z = e_0 + … + e_{T−1}; p_j = e_j / z; o_c = p_0·v_0c + p_1·v_1c + … (in j order). The
   output is (R, d), head h in columns h·dh …, as `torch.nn.MultiheadAttention` lays it
-  out before its output projection.
+  out before its output projection. T is at most `MAX_TOKENS` and dh at most
+  `MAX_HEAD_DIM`.
 - `SaveResidual` pushes h (unchanged) on the model's residual stack; `AddResidual` pops
   the newest saved activation and outputs h + saved, elementwise.
 - `Reshape(width)` outputs the same buffer as (rows·cols / width, width).
@@ -49,10 +50,12 @@ from safemon.errors import InvalidInputError
 from safemon.models.activations import exp_f32
 
 __all__ = [
+    "ATTENTION_CHUNK",
     "ATTENTION_EXP_FLOOR",
     "MAX_HEAD_DIM",
     "MAX_RESIDUALS",
     "MAX_TOKENS",
+    "STORED_TOKENS",
     "AddResidual",
     "Attention",
     "LayerNorm",
@@ -67,10 +70,19 @@ __all__ = [
 F32 = npt.NDArray[np.float32]
 _f = np.float32
 
-#: The most tokens per sequence and the widest head the attention kernel takes (its
-#: per-thread arrays are sized by them).
-MAX_TOKENS = 64
+#: The most tokens per sequence and the widest head an `Attention` step takes.
+MAX_TOKENS = 2048
 MAX_HEAD_DIM = 256
+#: Sequences up to this many tokens keep their scores in the attention kernel's per-thread
+#: array (ops.cu); longer ones recompute them, with the same bits (the kernel's comment),
+#: walking the output columns this many accumulators at a time.
+STORED_TOKENS = 64
+ATTENTION_CHUNK = 16
+#: The most float32 elements of one (sequences, heads, T, T) block the reference computes
+#: at once: `attention_f32` goes through the sequences in blocks, so that its working set
+#: stays near 5 such arrays whatever T and the row count (sequences are independent, so the
+#: bits are those of one pass over all of them).
+_ATTENTION_BLOCK_ELEMENTS = 1 << 22
 #: The deepest residual stack a model may build.
 MAX_RESIDUALS = 8
 #: s_j − m is clamped from below to this before exp (exp(−80) ≈ 1.8e-35, a normal float).
@@ -167,6 +179,15 @@ class Attention:
             raise InvalidInputError(f"attention head width {dh} is above {MAX_HEAD_DIM}")
         return dh
 
+    def score_products(self, dh: int) -> int:
+        """The GPU kernel's work for heads `dh` wide, in products of the size of q·kᵀ (or
+        p·v): 2 when it keeps the scores (at most STORED_TOKENS tokens); else it computes
+        the scores twice, then once per chunk of ATTENTION_CHUNK output columns, and p·v
+        once. What admission prices the step at (`ModelShape.cost_s`)."""
+        if self.tokens <= STORED_TOKENS:
+            return 2
+        return 3 + -(-dh // ATTENTION_CHUNK)
+
 
 @dataclass(frozen=True)
 class Reshape:
@@ -221,10 +242,21 @@ def attention_scale(head_dim: int) -> np.float32:
 
 def attention_f32(h: F32, heads: int, tokens: int) -> F32:
     """`Attention` of the (R, 3·heads·dh) float32 `h`; returns (R, heads·dh) (module
-    docstring). R must be a multiple of `tokens`."""
+    docstring). R must be a multiple of `tokens`. Computed a block of sequences at a time
+    (`_ATTENTION_BLOCK_ELEMENTS`)."""
     h = np.ascontiguousarray(h, dtype=np.float32)
     r, width = h.shape
     dh = width // (3 * heads)
+    out: F32 = np.empty((r, heads * dh), dtype=np.float32)
+    block = max(1, _ATTENTION_BLOCK_ELEMENTS // (heads * tokens * tokens)) * tokens  # rows
+    for r0 in range(0, r, block):
+        out[r0:r0 + block] = _attention_rows(h[r0:r0 + block], heads, tokens, dh)
+    return out
+
+
+def _attention_rows(h: F32, heads: int, tokens: int, dh: int) -> F32:
+    """`attention_f32` of whole sequences `h` (rows a multiple of `tokens`), all at once."""
+    r = h.shape[0]
     g = r // tokens
     parts = h.reshape(g, tokens, 3, heads, dh).transpose(2, 0, 3, 1, 4)  # (3, G, H, T, dh)
     q, k, v = parts[0], parts[1], parts[2]
@@ -246,9 +278,9 @@ def attention_f32(h: F32, heads: int, tokens: int) -> F32:
         o = p[..., :, 0, np.newaxis] * v[..., 0:1, :]  # (G, H, T, dh)
         for j in range(1, tokens):
             o = o + p[..., :, j, np.newaxis] * v[..., j:j + 1, :]
-    out: F32 = np.ascontiguousarray(o.transpose(0, 2, 1, 3).reshape(r, heads * dh),
-                                    dtype=np.float32)
-    return out
+    rows: F32 = np.ascontiguousarray(o.transpose(0, 2, 1, 3).reshape(r, heads * dh),
+                                     dtype=np.float32)
+    return rows
 
 
 def add_f32(a: F32, b: F32) -> F32:

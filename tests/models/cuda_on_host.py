@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from safemon.kernels.gpu import CUDA_DIR
-from safemon.models.ops import MAX_TOKENS
+from safemon.models.ops import ATTENTION_CHUNK, STORED_TOKENS
 
 #: The host compiler's flags: strict IEEE float32, no contraction into FMA.
 CXX_FLAGS = ["-std=c++20", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math",
@@ -106,7 +106,8 @@ def build(out_dir: Path) -> ctypes.CDLL:
         unit.write_text((CUDA_DIR / name).read_text())
         units.append(str(unit))
     lib = out_dir / "libsafemon_host_kernels.so"
-    cmd = [cxx, *CXX_FLAGS, f"-DSAFEMON_MAX_TOKENS={MAX_TOKENS}", "-include",
+    cmd = [cxx, *CXX_FLAGS, f"-DSAFEMON_STORED_TOKENS={STORED_TOKENS}",
+           f"-DSAFEMON_ATTENTION_CHUNK={ATTENTION_CHUNK}", "-include",
            str(out_dir / "prelude.h"), *units, "-o", str(lib)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:

@@ -62,7 +62,7 @@ def test_the_encoder_model_validates_and_its_shape_is_known() -> None:
     shape = validate_layers(encoder_model(), SHAPES)
     assert (shape.k_in, shape.n_out) == (6, 3)
     assert [(int(f), k, n) for f, k, n in shape.products][:2] == [(1, 6, T * D), (T, D, 3 * D)]
-    assert shape.attentions == ((T, T, D),)
+    assert shape.attentions == ((T, T, D, 2),)
     shape.check_rows(5)  # 5 inputs: 20 tokens, 5 sequences of T
     assert output_columns(encoder_model(), weights()) == 3
     assert activation_widths(encoder_model(), weights())[5] == T * D  # attention: (4M, D)

@@ -190,3 +190,32 @@ def test_layer_norm_keeps_a_read_only_copy() -> None:
     ln = LayerNorm(w, np.zeros(3, np.float32))
     w[0] = 5.0
     assert ln.weight[0] == 1.0 and not ln.weight.flags.writeable and ln.width == 3
+
+
+def test_attention_in_blocks_of_sequences_is_one_pass_over_all() -> None:
+    """attention_f32 goes through the sequences in blocks (its working set); the bits are
+    those of one pass over every sequence at once."""
+    from safemon.models import ops
+
+    rng = np.random.default_rng(3)
+    tokens, heads, dh = 70, 3, 5
+    h = rng.standard_normal((9 * tokens, 3 * heads * dh)).astype(np.float32)
+    whole = ops._attention_rows(h, heads, tokens, dh)
+    saved = ops._ATTENTION_BLOCK_ELEMENTS
+    ops._ATTENTION_BLOCK_ELEMENTS = 2 * heads * tokens * tokens  # two sequences a block
+    try:
+        blocks = ops.attention_f32(h, heads, tokens)
+    finally:
+        ops._ATTENTION_BLOCK_ELEMENTS = saved
+    assert np.array_equal(blocks.view(np.uint32), whole.view(np.uint32))
+
+
+def test_attention_is_priced_at_the_kernels_score_products() -> None:
+    """Kept scores: q·kᵀ and p·v. Recomputed (past STORED_TOKENS): scores twice, once per
+    chunk of ATTENTION_CHUNK output columns, and p·v; a model's cost grows with them."""
+    from safemon.models.ops import ATTENTION_CHUNK, STORED_TOKENS
+
+    assert Attention(2, STORED_TOKENS).score_products(64) == 2
+    assert Attention(2, STORED_TOKENS + 1).score_products(64) == 3 + 64 // ATTENTION_CHUNK
+    assert Attention(2, STORED_TOKENS + 1).score_products(ATTENTION_CHUNK + 1) == 5
+    assert Attention(2, STORED_TOKENS + 1).score_products(1) == 4

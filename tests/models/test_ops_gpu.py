@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from safemon.models.ops import MAX_TOKENS, add_f32, attention_f32, layer_norm_f32
+from safemon.models.ops import (
+    MAX_TOKENS,
+    STORED_TOKENS,
+    add_f32,
+    attention_f32,
+    layer_norm_f32,
+)
 
 from .ops_cases import add_case, assert_same_bits, attention_case, clamp_case, layer_norm_case
 
@@ -46,10 +52,11 @@ def test_layer_norm_kernel_is_bit_exact_with_the_reference(n: int, eps: float, k
 @pytest.mark.parametrize("spread", [1.0, 14.0])
 @pytest.mark.parametrize("dh", [1, 16, 33])
 @pytest.mark.parametrize("heads", [1, 4])
-@pytest.mark.parametrize("tokens", [1, 3, 8, MAX_TOKENS])
+@pytest.mark.parametrize("tokens", [1, 3, 8, STORED_TOKENS, STORED_TOKENS + 1, 200])
 def test_attention_kernel_is_bit_exact_with_the_reference(tokens: int, heads: int, dh: int,
                                                           spread: float) -> None:
-    """Three sequences; with `spread` 14 the scores reach well below -80 (the clamp)."""
+    """Three sequences; with `spread` 14 the scores reach well below -80 (the clamp). Up to
+    STORED_TOKENS tokens the kernel keeps its scores, above it recomputes them."""
     from safemon.kernels.model_gpu import launch_attention
 
     cp = _cp()
@@ -58,6 +65,15 @@ def test_attention_kernel_is_bit_exact_with_the_reference(tokens: int, heads: in
     got = launch_attention(cp.asarray(h), heads, tokens)
     assert got.flags.c_contiguous and got.shape == (3 * tokens, heads * dh)
     _same_bits(got, want)
+
+
+def test_attention_kernel_at_the_longest_sequence() -> None:
+    """MAX_TOKENS tokens, the recomputing path at its longest: bit-exact."""
+    from safemon.kernels.model_gpu import launch_attention
+
+    cp = _cp()
+    h = attention_case(MAX_TOKENS, 1, 16, 1.0)
+    _same_bits(launch_attention(cp.asarray(h), 1, MAX_TOKENS), attention_f32(h, 1, MAX_TOKENS))
 
 
 def test_attention_kernel_over_many_sequences_and_the_widest_head() -> None:

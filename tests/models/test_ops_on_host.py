@@ -13,7 +13,7 @@ import pytest
 
 from safemon.models.activations import Activation, epilogue
 from safemon.models.ops import (
-    MAX_TOKENS,
+    STORED_TOKENS,
     add_f32,
     attention_f32,
     attention_scale,
@@ -56,9 +56,11 @@ def test_layer_norm_kernel_on_the_host_is_bit_exact(kernels: HostKernels, n: int
 @pytest.mark.parametrize("spread", [1.0, 14.0])
 @pytest.mark.parametrize("dh", [1, 16, 33])
 @pytest.mark.parametrize("heads", [1, 4])
-@pytest.mark.parametrize("tokens", [1, 3, 8, MAX_TOKENS])
+@pytest.mark.parametrize("tokens", [1, 3, 8, STORED_TOKENS, STORED_TOKENS + 1, 100])
 def test_attention_kernel_on_the_host_is_bit_exact(kernels: HostKernels, tokens: int,
                                                   heads: int, dh: int, spread: float) -> None:
+    """Both of the kernel's paths: scores kept (up to STORED_TOKENS tokens) and recomputed
+    (more; dh 33 leaves a partial chunk of accumulators)."""
     h = attention_case(tokens, heads, dh, spread)
     got = kernels.attention(h, heads, tokens, attention_scale(dh))
     assert_same_bits(got, attention_f32(h, heads, tokens))

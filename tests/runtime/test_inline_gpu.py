@@ -315,3 +315,38 @@ def test_an_encoder_model_through_inline_channels_is_bit_exact(tmp_path: Path) -
         assert wait_for(lambda: any(f.get("channel") == "c0" and "first diverging layer 0"
                                     in f.get("detail", "") for f in client.status()["faults"]),
                         20.0)
+
+
+def test_a_long_sequence_exact_gelu_encoder_through_inline_channels_is_bit_exact(
+        tmp_path: Path) -> None:
+    """An encoder layer over sequences longer than the attention kernel keeps scores for
+    (`STORED_TOKENS`: it recomputes them) with the exact (erf) GELU, as device-resident
+    requests (the second one launched as a captured graph): `reference_forward`'s bits."""
+    import cupy as cp
+
+    from safemon.models import AddResidual, Attention, LayerNorm, SaveResidual, Step
+    from safemon.models.ops import STORED_TOKENS
+
+    tokens, heads, d = STORED_TOKENS + 36, 2, 16
+    rng = np.random.default_rng(21)
+
+    def norm() -> LayerNorm:
+        return LayerNorm(rng.standard_normal(d).astype(np.float32),
+                         rng.standard_normal(d).astype(np.float32))
+
+    w = {k: (rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)
+         for k, s in {"qkv": (d, 3 * d), "o": (d, d), "f1": (d, 4 * d), "f2": (4 * d, d)}.items()}
+    with _inline_daemon(tmp_path) as (client, _cfg):
+        ids = {k: client.register_weight(a) for k, a in w.items()}
+        steps: list[Step] = [
+            SaveResidual(), norm(), Layer(ids["qkv"]), Attention(heads, tokens),
+            Layer(ids["o"]), AddResidual(), SaveResidual(), norm(),
+            Layer(ids["f1"], rng.standard_normal(4 * d).astype(np.float32), "gelu_erf"),
+            Layer(ids["f2"]), AddResidual()]
+        mid = client.register_model(steps)
+        x = rng.standard_normal((2 * tokens, d)).astype(np.float32)
+        want = reference_forward([w[k] for k in ("qkv", "o", "f1", "f2")], steps, x)
+        for _ in range(3):
+            out = client.run(mid, cp.asarray(x), timeout=30.0)
+            assert client.last_request_device, client.device_io_off_reason
+            assert same_bits(out.get(), want)

@@ -22,6 +22,7 @@ from torch import nn  # noqa: E402
 from safemon.models import Layer, model_id_of, reference_forward  # noqa: E402
 from safemon.models.layers import Step, validate_layers  # noqa: E402
 from safemon.models.ops import (  # noqa: E402
+    MAX_TOKENS,
     AddResidual,
     Attention,
     LayerNorm,
@@ -279,8 +280,9 @@ def test_walk_gives_the_steps_and_regroups_the_output_rows() -> None:
     short = walk(seq.members[:3], (5, 64))  # Linear, Unflatten, encoder: tokens out
     assert short.out_shape == (5, 8, 16) and short.out_width == 128
     assert short.steps[-1] == Reshape(128)
-    with pytest.raises(ValueError, match=r"layer '3' .*at most 64"):
-        walk(seq.members[2:3], (2, 65, 16))
+    with pytest.raises(ValueError, match=rf"layer '3' .*at most {MAX_TOKENS}"):
+        walk(seq.members[2:3], (2, MAX_TOKENS + 1, 16))
+    assert walk(seq.members[2:3], (2, MAX_TOKENS, 16)).out_shape == (2, MAX_TOKENS, 16)
     with pytest.raises(ValueError, match=r"layer '1' expects inputs of shape \(\.\.\., 64\)"):
         walk(seq.members, (5, 63))
 
@@ -372,8 +374,9 @@ def test_masks_and_nested_inputs_are_refused_naming_the_layer() -> None:
             protected(x, **kwargs)
     with torch.inference_mode(), pytest.raises(ValueError, match=r"layer 'enc' expects"):
         protected(torch.randn(2, 4, 8))
-    with torch.inference_mode(), pytest.raises(ValueError, match=r"at most 64 per sequence"):
-        protected(torch.randn(1, 65, 16))
+    with torch.inference_mode(), pytest.raises(ValueError,
+                                               match=rf"at most {MAX_TOKENS} per sequence"):
+        protected(torch.randn(1, MAX_TOKENS + 1, 16))
     assert client.sent == []
 
 

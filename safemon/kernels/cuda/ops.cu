@@ -10,8 +10,8 @@
 // attention scale come from the host, rounded there exactly as the references round them.
 #include "float_rn.cuh"
 
-#ifndef SAFEMON_MAX_TOKENS
-#error "SAFEMON_MAX_TOKENS (safemon.models.ops.MAX_TOKENS) must be defined"
+#if !defined(SAFEMON_STORED_TOKENS) || !defined(SAFEMON_ATTENTION_CHUNK)
+#error "SAFEMON_STORED_TOKENS and SAFEMON_ATTENTION_CHUNK (safemon.models.ops) must be defined"
 #endif
 
 extern "C" {
@@ -50,6 +50,26 @@ __global__ void safemon_layer_norm(const float* __restrict__ x, const float* __r
     }
 }
 
+// One score s_j = (q_0*k_0 + q_1*k_1 + ... in c order) * scale. Both attention paths below
+// compute every score with this one function, so a score recomputed has the stored one's bits.
+__device__ __forceinline__ float safemon_score(const float* __restrict__ q,
+                                               const float* __restrict__ k, int dh,
+                                               float scale) {
+    float a = sm_mul(q[0], k[0]);
+    for (int c = 1; c < dh; ++c) {
+        a = sm_add(a, sm_mul(q[c], k[c]));
+    }
+    return sm_mul(a, scale);
+}
+
+// e_j = exp_f32(max(s_j - m, floor)), the clamp as `floor > t`.
+__device__ __forceinline__ float safemon_clamped_exp(float s, float m) {
+    const float floor_ = -80.0f;  // safemon.models.ops.ATTENTION_EXP_FLOOR
+    float t = sm_sub(s, m);
+    t = sm_gt(floor_, t) ? floor_ : t;
+    return safemon_exp_f32(t);
+}
+
 // h: (groups * tokens, 3 * heads * dh) row-major, columns [q | k | v], head hd in columns
 // hd*dh .. hd*dh + dh - 1 of each part; out: (groups * tokens, heads * dh). One thread per
 // (group, head, query row i), grid-stride, i fastest (the threads of a warp share k and v):
@@ -57,13 +77,16 @@ __global__ void safemon_layer_norm(const float* __restrict__ x, const float* __r
 //   m = s_0, then s_j > m replaces (j order); t = max(s_j - m, floor) as `floor > t`;
 //   e_j = exp_f32(t); z = e_0 + ... (j order); p_j = e_j / z;
 //   o_c = p_0*v_0c + p_1*v_1c + ... (j order).
-// tokens must be 1 .. SAFEMON_MAX_TOKENS (the launcher checks; a larger value writes
-// nothing).
+// A sequence of at most SAFEMON_STORED_TOKENS tokens keeps its s_j, then p_j, in a
+// per-thread array. A longer one (up to safemon.models.ops.MAX_TOKENS, which the launcher
+// checks) stores nothing: it recomputes s_j in each pass, and in the last pass walks the
+// columns c in chunks of SAFEMON_ATTENTION_CHUNK accumulators, each chunk a pass over j
+// that recomputes p_j. The operations and their order per output value are the same in
+// both paths, so are the bits.
 __global__ void safemon_attention(const float* __restrict__ h, float* __restrict__ out,
                                   unsigned long long groups, int tokens, int heads, int dh,
                                   float scale) {
-    const float floor_ = -80.0f;  // safemon.models.ops.ATTENTION_EXP_FLOOR
-    if (tokens < 1 || tokens > SAFEMON_MAX_TOKENS || heads < 1 || dh < 1) {
+    if (tokens < 1 || heads < 1 || dh < 1) {
         return;
     }
     const unsigned long long T = (unsigned long long)tokens;
@@ -71,7 +94,8 @@ __global__ void safemon_attention(const float* __restrict__ h, float* __restrict
     const unsigned long long width = 3ull * d;
     const unsigned long long total = groups * (unsigned long long)heads * T;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    float p[SAFEMON_MAX_TOKENS];
+    const bool stored = tokens <= SAFEMON_STORED_TOKENS;
+    float p[SAFEMON_STORED_TOKENS];
     for (unsigned long long idx = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
          idx < total; idx += stride) {
         const unsigned long long i = idx % T;
@@ -81,41 +105,62 @@ __global__ void safemon_attention(const float* __restrict__ h, float* __restrict
         const unsigned long long row0 = g * T;                   // the sequence's first row
         const unsigned long long col = hd * (unsigned long long)dh;
         const float* q = h + (row0 + i) * width + col;
+        const float* k0 = h + row0 * width + d + col;            // k of token 0, this head
+        const float* v0 = h + row0 * width + 2ull * d + col;     // v of token 0, this head
+        float* o = out + (row0 + i) * d + col;
         // scores s_j and their maximum
         float m = 0.0f;
         for (int j = 0; j < tokens; ++j) {
-            const float* k = h + (row0 + (unsigned long long)j) * width + d + col;
-            float a = sm_mul(q[0], k[0]);
-            for (int c = 1; c < dh; ++c) {
-                a = sm_add(a, sm_mul(q[c], k[c]));
+            const float s = safemon_score(q, k0 + (unsigned long long)j * width, dh, scale);
+            if (stored) {
+                p[j] = s;
             }
-            const float s = sm_mul(a, scale);
-            p[j] = s;
             if (j == 0 || sm_gt(s, m)) {
                 m = s;
             }
         }
-        // e_j, their sum, then p_j = e_j / z
+        // e_j and their sum z
         float z = 0.0f;
         for (int j = 0; j < tokens; ++j) {
-            float t = sm_sub(p[j], m);
-            t = sm_gt(floor_, t) ? floor_ : t;
-            const float e = safemon_exp_f32(t);
-            p[j] = e;
+            const float e = safemon_clamped_exp(
+                stored ? p[j] : safemon_score(q, k0 + (unsigned long long)j * width, dh, scale),
+                m);
+            if (stored) {
+                p[j] = e;
+            }
             z = (j == 0) ? e : sm_add(z, e);
         }
-        for (int j = 0; j < tokens; ++j) {
-            p[j] = sm_div(p[j], z);
-        }
-        // o_c = sum_j p_j * v_jc
-        float* o = out + (row0 + i) * d + col;
-        const float* v0 = h + row0 * width + 2ull * d + col;
-        for (int c = 0; c < dh; ++c) {
-            float acc = sm_mul(p[0], v0[c]);
-            for (int j = 1; j < tokens; ++j) {
-                acc = sm_add(acc, sm_mul(p[j], v0[(unsigned long long)j * width + c]));
+        if (stored) {
+            for (int j = 0; j < tokens; ++j) {
+                p[j] = sm_div(p[j], z);
             }
-            o[c] = acc;
+            // o_c = sum_j p_j * v_jc
+            for (int c = 0; c < dh; ++c) {
+                float acc = sm_mul(p[0], v0[c]);
+                for (int j = 1; j < tokens; ++j) {
+                    acc = sm_add(acc, sm_mul(p[j], v0[(unsigned long long)j * width + c]));
+                }
+                o[c] = acc;
+            }
+            continue;
+        }
+        // o_c = sum_j p_j * v_jc, SAFEMON_ATTENTION_CHUNK columns at a time, p_j recomputed
+        for (int c0 = 0; c0 < dh; c0 += SAFEMON_ATTENTION_CHUNK) {
+            const int cn = (dh - c0 < SAFEMON_ATTENTION_CHUNK) ? dh - c0 : SAFEMON_ATTENTION_CHUNK;
+            float acc[SAFEMON_ATTENTION_CHUNK];
+            for (int j = 0; j < tokens; ++j) {
+                const float* kj = k0 + (unsigned long long)j * width;
+                const float* vj = v0 + (unsigned long long)j * width + c0;
+                const float pj = sm_div(safemon_clamped_exp(safemon_score(q, kj, dh, scale), m), z);
+                for (int cc = 0; cc < SAFEMON_ATTENTION_CHUNK; ++cc) {
+                    if (cc < cn) {
+                        acc[cc] = (j == 0) ? sm_mul(pj, vj[cc]) : sm_add(acc[cc], sm_mul(pj, vj[cc]));
+                    }
+                }
+            }
+            for (int cc = 0; cc < cn; ++cc) {
+                o[c0 + cc] = acc[cc];
+            }
         }
     }
 }
