@@ -131,7 +131,7 @@ def launch_layer_norm(h: Any, weight: Any, bias: Any, eps: float) -> Any:
     return out
 
 
-def launch_attention(h: Any, heads: int, tokens: int) -> Any:
+def launch_attention(h: Any, heads: int, tokens: int, causal: bool = False) -> Any:
     """Queue `Attention` (safemon.models.ops.attention_f32) over `h`.
 
     Args:
@@ -139,6 +139,7 @@ def launch_attention(h: Any, heads: int, tokens: int) -> Any:
             multiple of `tokens` (each run of `tokens` rows is one sequence).
         heads: H >= 1.
         tokens: T, 1 .. MAX_TOKENS.
+        causal: each token attends to itself and the ones before it only.
     Returns:
         A new (R, heads·dh) float32 C-contiguous CuPy array (`cupy.empty`), filled by the
         kernel queued on the current stream. Nothing waits.
@@ -166,7 +167,7 @@ def launch_attention(h: Any, heads: int, tokens: int) -> Any:
         _ops_kernel("safemon_attention")(
             (_blocks(groups * heads * tokens), 1, 1), _AUX_BLOCK,
             (h, out, np.uint64(groups), np.int32(tokens), np.int32(heads), np.int32(dh),
-             attention_scale(dh)))
+             attention_scale(dh), np.int32(bool(causal))))
     return out
 
 

@@ -388,7 +388,7 @@ def queue_pass(layers: Sequence[Step], weights: Mapping[str, Any], x: Any,
             weight, bias = dev_biases[i]
             h = launch_layer_norm(h, weight, bias, step.eps)
         elif isinstance(step, Attention):
-            h = launch_attention(h, step.heads, step.tokens)
+            h = launch_attention(h, step.heads, step.tokens, step.causal)
         elif isinstance(step, Reshape):
             h = h.reshape(-1, step.width)
         elif isinstance(step, SaveResidual):

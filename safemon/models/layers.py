@@ -293,8 +293,10 @@ def _spec_entry(step: Step) -> dict[str, Any]:
                 "bias": step.bias is not None}
     if isinstance(step, LayerNorm):
         return {"kind": "layer_norm", "width": step.width, "eps": float(step.eps).hex()}
-    if isinstance(step, Attention):
-        return {"kind": "attention", "heads": step.heads, "tokens": step.tokens}
+    if isinstance(step, Attention):  # "causal" only when set: older models keep their ids
+        return ({"kind": "attention", "heads": step.heads, "tokens": step.tokens,
+                 "causal": True} if step.causal else
+                {"kind": "attention", "heads": step.heads, "tokens": step.tokens})
     if isinstance(step, Reshape):
         return {"kind": "reshape", "width": step.width}
     if isinstance(step, SaveResidual):
@@ -330,7 +332,8 @@ def _decode_op(i: int, item: Mapping[str, Any], take: Callable[[int], F32]) -> S
     keys = {"layer_norm": {"kind", "width", "eps"}, "attention": {"kind", "heads", "tokens"},
             "reshape": {"kind", "width"}, "save_residual": {"kind"},
             "add_residual": {"kind"}}.get(kind if isinstance(kind, str) else "")
-    if keys is None or set(item) != keys:
+    causal = kind == "attention" and item.get("causal") is True
+    if keys is None or set(item) != (keys | {"causal"} if causal else keys):
         raise InvalidInputError(f"step {i}: malformed spec entry")
     try:
         if kind == "layer_norm":
@@ -338,7 +341,8 @@ def _decode_op(i: int, item: Mapping[str, Any], take: Callable[[int], F32]) -> S
             eps = float.fromhex(str(item["eps"]))
             return LayerNorm(take(n), take(n), eps)
         if kind == "attention":
-            return Attention(_int_field(i, item, "heads"), _int_field(i, item, "tokens"))
+            return Attention(_int_field(i, item, "heads"), _int_field(i, item, "tokens"),
+                             causal)
         if kind == "reshape":
             return Reshape(_int_field(i, item, "width"))
     except (InvalidInputError, ValueError, OverflowError) as exc:

@@ -31,7 +31,9 @@ NumPy rounds every float32 ufunc result, the CUDA side writes every operation in
   z = e_0 + … + e_{T−1}; p_j = e_j / z; o_c = p_0·v_0c + p_1·v_1c + … (in j order). The
   output is (R, d), head h in columns h·dh …, as `torch.nn.MultiheadAttention` lays it
   out before its output projection. T is at most `MAX_TOKENS` and dh at most
-  `MAX_HEAD_DIM`.
+  `MAX_HEAD_DIM`. A *causal* attention (`causal=True`, PyTorch's causal mask) lets query i
+  see keys j ≤ i only: every scan, sum and maximum above runs over j = 0 … i, and the keys
+  after i take no part (they are skipped, not weighted by zero).
 - `SaveResidual` pushes h (unchanged) on the model's residual stack; `AddResidual` pops
   the newest saved activation and outputs h + saved, elementwise.
 - `Reshape(width)` outputs the same buffer as (rows·cols / width, width).
@@ -146,21 +148,26 @@ class LayerNorm:
 
 @dataclass(frozen=True)
 class Attention:
-    """Multi-head scaled-dot-product attention without a mask (see the module docstring):
-    (R, 3d) → (R, d) with `heads` heads over sequences of `tokens` consecutive rows.
+    """Multi-head scaled-dot-product attention (see the module docstring): (R, 3d) → (R, d)
+    with `heads` heads over sequences of `tokens` consecutive rows; with `causal`, each
+    token attends to itself and the tokens before it only.
 
     Raises:
-        InvalidInputError: heads or tokens not positive ints, or tokens above MAX_TOKENS.
+        InvalidInputError: heads or tokens not positive ints, tokens above MAX_TOKENS, or
+            causal not a bool.
     """
 
     heads: int
     tokens: int
+    causal: bool = False
 
     def __post_init__(self) -> None:
         for name in ("heads", "tokens"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidInputError(f"attention {name} must be a positive int, got {v!r}")
+        if not isinstance(self.causal, bool):
+            raise InvalidInputError(f"attention causal must be a bool, got {self.causal!r}")
         if self.tokens > MAX_TOKENS:
             raise InvalidInputError(f"attention over {self.tokens} tokens: at most "
                                     f"{MAX_TOKENS} per sequence")
@@ -240,7 +247,7 @@ def attention_scale(head_dim: int) -> np.float32:
     return _f(1.0 / math.sqrt(head_dim))
 
 
-def attention_f32(h: F32, heads: int, tokens: int) -> F32:
+def attention_f32(h: F32, heads: int, tokens: int, causal: bool = False) -> F32:
     """`Attention` of the (R, 3·heads·dh) float32 `h`; returns (R, heads·dh) (module
     docstring). R must be a multiple of `tokens`. Computed a block of sequences at a time
     (`_ATTENTION_BLOCK_ELEMENTS`)."""
@@ -250,16 +257,20 @@ def attention_f32(h: F32, heads: int, tokens: int) -> F32:
     out: F32 = np.empty((r, heads * dh), dtype=np.float32)
     block = max(1, _ATTENTION_BLOCK_ELEMENTS // (heads * tokens * tokens)) * tokens  # rows
     for r0 in range(0, r, block):
-        out[r0:r0 + block] = _attention_rows(h[r0:r0 + block], heads, tokens, dh)
+        out[r0:r0 + block] = _attention_rows(h[r0:r0 + block], heads, tokens, dh, causal)
     return out
 
 
-def _attention_rows(h: F32, heads: int, tokens: int, dh: int) -> F32:
-    """`attention_f32` of whole sequences `h` (rows a multiple of `tokens`), all at once."""
+def _attention_rows(h: F32, heads: int, tokens: int, dh: int, causal: bool = False) -> F32:
+    """`attention_f32` of whole sequences `h` (rows a multiple of `tokens`), all at once.
+    Causal: a step j of a scan changes the rows i ≥ j only (`sees[j]`)."""
     r = h.shape[0]
     g = r // tokens
     parts = h.reshape(g, tokens, 3, heads, dh).transpose(2, 0, 3, 1, 4)  # (3, G, H, T, dh)
     q, k, v = parts[0], parts[1], parts[2]
+    # sees[i, j]: query i takes key j (j <= i when causal); key 0 is seen by every query.
+    sees = (np.arange(tokens)[:, np.newaxis] >= np.arange(tokens)[np.newaxis, :]
+            if causal else np.ones((tokens, tokens), dtype=bool))
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         a = q[..., :, np.newaxis, 0] * k[..., np.newaxis, :, 0]  # (G, H, T, T)
         for c in range(1, dh):
@@ -267,17 +278,18 @@ def _attention_rows(h: F32, heads: int, tokens: int, dh: int) -> F32:
         s = a * attention_scale(dh)
         m = s[..., 0].copy()
         for j in range(1, tokens):
-            m = np.where(s[..., j] > m, s[..., j], m)
+            m = np.where(sees[:, j] & (s[..., j] > m), s[..., j], m)
         t = s - m[..., np.newaxis]
         t = np.where(t < ATTENTION_EXP_FLOOR, ATTENTION_EXP_FLOOR, t).astype(np.float32)
-        e = exp_f32(t)
+        e = exp_f32(t)  # where a query does not see a key, unused (it may be inf)
         z = e[..., 0].copy()
         for j in range(1, tokens):
-            z = z + e[..., j]
+            z = np.where(sees[:, j], z + e[..., j], z)
         p = e / z[..., np.newaxis]
         o = p[..., :, 0, np.newaxis] * v[..., 0:1, :]  # (G, H, T, dh)
         for j in range(1, tokens):
-            o = o + p[..., :, j, np.newaxis] * v[..., j:j + 1, :]
+            o = np.where(sees[:, j, np.newaxis], o + p[..., :, j, np.newaxis] * v[..., j:j + 1, :],
+                         o)
     rows: F32 = np.ascontiguousarray(o.transpose(0, 2, 1, 3).reshape(r, heads * dh),
                                      dtype=np.float32)
     return rows
@@ -298,7 +310,7 @@ def op_reference(step: Any, h: F32, stack: list[F32]) -> F32:
     if isinstance(step, LayerNorm):
         return layer_norm_f32(h, step.weight, step.bias, step.eps)
     if isinstance(step, Attention):
-        return attention_f32(h, step.heads, step.tokens)
+        return attention_f32(h, step.heads, step.tokens, step.causal)
     if isinstance(step, Reshape):
         return np.ascontiguousarray(h).reshape(-1, step.width)
     if isinstance(step, SaveResidual):

@@ -130,9 +130,11 @@ def _error(name: str, what: str) -> ValueError:
     return ValueError(f"safemon.torch: layer {name!r} {what}")
 
 
-def walk(members: tuple[Member, ...], shape: tuple[int, ...], *, build: bool = True) -> Walk:
+def walk(members: tuple[Member, ...], shape: tuple[int, ...], *, build: bool = True,
+         causal: bool = False) -> Walk:
     """The steps of the run `members` for an input of `shape` (module docstring); without
-    `build`, only the shapes and the checks (what a traced forward computes: ints only).
+    `build`, only the shapes and the checks (what a traced forward computes: ints only);
+    with `causal`, the encoder layers' attentions are causal.
 
     Raises:
         ValueError: naming the member: a shape it does not take (as PyTorch would refuse
@@ -163,7 +165,7 @@ def walk(members: tuple[Member, ...], shape: tuple[int, ...], *, build: bool = T
                              f"takes at most {MAX_TOKENS} per sequence. Fix: shorter sequences "
                              "(or do not protect this layer).")
             if build:
-                steps += m.steps(tokens)
+                steps += m.steps(tokens, causal)
         else:
             try:
                 new = m.apply(cur)

@@ -24,8 +24,9 @@ Supported: the class itself (not a subclass), batch_first=True, activation relu 
 tanh (`nn.GELU(approximate="tanh")`), norm_first True
 or False, with or without bias, `self_attn` an `nn.MultiheadAttention` with one packed
 q/k/v projection (`_qkv_same_embed_dim`), no add_bias_kv / add_zero_attn, heads no wider
-than `safemon.models.ops.MAX_HEAD_DIM`, and elementwise-affine layer norms over d. No
-attention masks (a call with one is refused).
+than `safemon.models.ops.MAX_HEAD_DIM`, and elementwise-affine layer norms over d. The one
+attention mask taken is the causal one (`causal_mask`: Attention(H, T, causal=True)); any
+other mask, a key padding mask, and `is_causal=True` without a mask are refused.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from safemon.models.ops import (
 from safemon.torch.binding import ChainStep, LayerSpec, linear_spec, to_numpy
 from safemon.torch.checks import check_weight_dtype
 
-__all__ = ["EncoderSpec", "ParamMirror", "encoder_activation", "encoder_spec",
+__all__ = ["EncoderSpec", "ParamMirror", "causal_mask", "encoder_activation", "encoder_spec",
            "encoder_support", "mirror_encoder"]
 
 #: What the printout says of the steps that carry no execution signature.
@@ -140,19 +141,63 @@ class EncoderSpec:
     norm1: LayerNorm
     norm2: LayerNorm
 
-    def steps(self, tokens: int) -> list[ChainStep]:
-        """The layer's steps for sequences of `tokens` rows (module docstring).
+    def steps(self, tokens: int, causal: bool = False) -> list[ChainStep]:
+        """The layer's steps for sequences of `tokens` rows (module docstring), its
+        attention causal or not.
 
         Raises:
             InvalidInputError: tokens not in 1..MAX_TOKENS (`safemon.models.ops.Attention`).
         """
-        attn = Attention(self.heads, tokens)
+        attn = Attention(self.heads, tokens, causal)
         if self.norm_first:
             return [SaveResidual(), self.norm1, self.in_proj, attn, self.out_proj,
                     AddResidual(), SaveResidual(), self.norm2, self.linear1, self.linear2,
                     AddResidual()]
         return [SaveResidual(), self.in_proj, attn, self.out_proj, AddResidual(), self.norm1,
                 SaveResidual(), self.linear1, self.linear2, AddResidual(), self.norm2]
+
+
+def causal_mask(name: str, src_mask: torch.Tensor | None,
+                src_key_padding_mask: torch.Tensor | None, is_causal: bool,
+                tokens: int) -> bool:
+    """Whether an encoder layer's call over sequences of `tokens` is causal: True for a
+    `src_mask` that is exactly the causal mask ((T, T), bool True above the diagonal, or
+    float −inf above it and 0 elsewhere: `nn.Transformer.generate_square_subsequent_mask`),
+    False for no mask. Reads the mask's values (a device-to-host copy for a GPU mask).
+
+    Raises:
+        ValueError: naming layer `name`: a key padding mask; `is_causal=True` without a
+            mask (PyTorch then attends to every token on one path and causally on another);
+            any other mask, or a causal hint on a mask that is not causal.
+    """
+    fix = ("Fix: call it without a mask, or with the causal mask "
+           "(nn.Transformer.generate_square_subsequent_mask(T)), or leave this layer to "
+           "PyTorch (do not protect it).")
+    if src_key_padding_mask is not None:
+        raise ValueError(f"safemon.torch: layer {name!r} got an attention mask "
+                         "(src_key_padding_mask); masks are not supported but the causal "
+                         f"one: pad the sequences to one length. {fix}")
+    if src_mask is None:
+        if is_causal:
+            raise ValueError(f"safemon.torch: layer {name!r} got an attention mask hint "
+                             "(is_causal=True) without src_mask; masks are not supported "
+                             f"without the mask itself. {fix}")
+        return False
+    t = tokens
+    causal = None
+    if tuple(src_mask.shape) == (t, t) and not src_mask.is_nested:
+        above = torch.ones(t, t, dtype=torch.bool).triu(1)
+        m = src_mask.detach().to("cpu")
+        if m.dtype == torch.bool:
+            causal = bool(torch.equal(m, above))
+        elif m.is_floating_point():
+            causal = bool(torch.equal(torch.isneginf(m), above)
+                          and (m[~above] == 0).all())
+    if not causal:
+        raise ValueError(f"safemon.torch: layer {name!r} got an attention mask (src_mask) "
+                         f"that is not the causal mask of {t} tokens; masks are not "
+                         f"supported but the causal one. {fix}")
+    return True
 
 
 def encoder_spec(name: str, layer: nn.TransformerEncoderLayer) -> EncoderSpec:

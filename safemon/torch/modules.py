@@ -54,7 +54,7 @@ from safemon.torch import conv as convmath
 from safemon.torch.binding import ChainBinding, LayerSpec, linear_spec, to_numpy
 from safemon.torch.chain import Member, Regroup, Walk, walk
 from safemon.torch.checks import check_input, check_weight_dtype
-from safemon.torch.encoder import EncoderSpec, encoder_spec, mirror_encoder
+from safemon.torch.encoder import EncoderSpec, causal_mask, encoder_spec, mirror_encoder
 from safemon.torch.op import forward as safemon_forward
 from safemon.torch.op import forward_shaped as safemon_forward_shaped
 from safemon.torch.op import register_runner
@@ -320,13 +320,15 @@ def _member(name: str, module: nn.Module, act: Activation | str) -> Member:
 
 class _ShapedRunner:
     """The runner of a `ProtectedSequence` whose steps depend on the input's shape (held by
-    the module; the operator's table holds it weakly)."""
+    the module; the operator's table holds it weakly); `causal`: its encoder layers'
+    attentions are causal (`ProtectedEncoderLayer` called with the causal mask)."""
 
-    def __init__(self, module: ProtectedSequence) -> None:
+    def __init__(self, module: ProtectedSequence, causal: bool = False) -> None:
         self.module = module
+        self.causal = causal
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module._run_shaped(x)
+        return self.module._run_shaped(x, self.causal)
 
 
 class ProtectedSequence(_Protected):
@@ -373,7 +375,7 @@ class ProtectedSequence(_Protected):
                             else int(members[0].weight.shape[0]))
         self._registered: dict[int, str] = {}
         self._bindings: dict[tuple[object, ...], ChainBinding] = {}
-        self._walks: dict[tuple[int, ...], Walk] = {}
+        self._walks: dict[tuple[tuple[int, ...], bool], Walk] = {}
         #: a run of dense layers only: one model, whatever the input's shape
         self.static = all(isinstance(m, LayerSpec) for m in members)
         self.binding: ChainBinding | None = None
@@ -386,6 +388,8 @@ class ProtectedSequence(_Protected):
                 self._registered[id(spec)] = client.register_weight(spec.weight)
             self._runner = _ShapedRunner(self)
             self._key = register_runner(self._runner, label or "model")
+            self._causal_runner = _ShapedRunner(self, causal=True)
+            self._causal_key = register_runner(self._causal_runner, label or "model")
         self.client = client
         if isinstance(first, nn.TransformerEncoderLayer):
             mirror_encoder(self, first)
@@ -423,14 +427,15 @@ class ProtectedSequence(_Protected):
         for member in self.folded:
             member._check_unchanged()
 
-    def walk_of(self, shape: tuple[int, ...]) -> Walk:
-        """The run's steps for an input of `shape` (`chain.walk`, cached per shape)."""
-        found = self._walks.get(shape)
+    def walk_of(self, shape: tuple[int, ...], causal: bool = False) -> Walk:
+        """The run's steps for an input of `shape` (`chain.walk`, cached per shape and
+        `causal`)."""
+        found = self._walks.get((shape, causal))
         if found is None:
-            found = walk(self.members, shape)
+            found = walk(self.members, shape, causal=causal)
             if len(self._walks) >= 256:  # many batch sizes: start again, nothing is lost
                 self._walks.clear()
-            self._walks[shape] = found
+            self._walks[(shape, causal)] = found
         return found
 
     def binding_for(self, w: Walk) -> ChainBinding:
@@ -442,29 +447,34 @@ class ProtectedSequence(_Protected):
             self._bindings[w.signature] = found
         return found
 
-    def _run_shaped(self, x: torch.Tensor) -> torch.Tensor:
+    def _run_shaped(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
         """The runner of a shape-dependent run: x (contiguous, the run's input shape) →
         the released output in the run's output shape."""
-        w = self.walk_of(tuple(int(s) for s in x.shape))
+        w = self.walk_of(tuple(int(s) for s in x.shape), causal)
         out = self.binding_for(w)(x.reshape(-1, w.in_width))
         return out.reshape(w.out_shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
         self._checked(x, self.in_features)
         if self.binding is not None:
             return self._dense(x, self.binding)
         w = walk(self.members, tuple(x.shape), build=False)
         if math.prod(w.out_shape) == 0 or x.numel() == 0:
             return x.new_empty(w.out_shape)
-        out: torch.Tensor = safemon_forward_shaped(x.contiguous(), self._key,
-                                                   list(w.out_shape))
+        out: torch.Tensor = safemon_forward_shaped(
+            x.contiguous(), self._causal_key if causal else self._key, list(w.out_shape))
         return out
 
-    def reference(self, x: torch.Tensor, variant: VariantConfig | None = None) -> np.ndarray:
+    def reference(self, x: torch.Tensor, variant: VariantConfig | None = None,
+                  causal: bool = False) -> np.ndarray:
         """What this module must output for `x`, from `safemon.models.reference_forward`
         on the run's steps for x's shape (NumPy, on the host): a released output equals it
-        bit for bit. Arguments as `ProtectedLinear.reference`."""
-        w = walk(self.members, tuple(int(s) for s in x.shape))
+        bit for bit. Arguments as `ProtectedLinear.reference`; `causal`: as called with the
+        causal mask."""
+        w = walk(self.members, tuple(int(s) for s in x.shape), causal=causal)
         if not w.steps:
             return np.zeros(w.out_shape, dtype=np.float32)
         steps: list[Step] = [Layer(self._registered[id(s)], s.bias, s.activation)
@@ -507,12 +517,14 @@ class ProtectedEncoderLayer(ProtectedSequence):
 
     Input (N, T, d_model) or (T, d_model) float32, T at most
     `safemon.models.ops.MAX_TOKENS`; output the same shape. One model is registered per
-    sequence length met. Its `state_dict` is the layer's.
+    sequence length met (and per causal or not). Its `state_dict` is the layer's. The one
+    mask it takes is the causal one (`encoder.causal_mask`), as `src_mask`; a mask tensor
+    it has checked (same storage, same version) is not read again.
 
     Raises (construction): ValueError when `encoder_support` refuses the layer (naming it
     and why); TypeError for non-float32 weights; the client's errors.
-    Raises (call): ValueError for a mask (src_mask, src_key_padding_mask, is_causal=True)
-    or a nested tensor; see `ProtectedSequence`.
+    Raises (call): ValueError for another mask, a key padding mask, is_causal=True without
+    a mask, or a nested tensor; see `ProtectedSequence`.
     """
 
     def __init__(self, layer: nn.TransformerEncoderLayer, client: Client, *,
@@ -521,22 +533,36 @@ class ProtectedEncoderLayer(ProtectedSequence):
         spec = self.members[0]
         assert isinstance(spec, EncoderSpec)
         self.d_model, self.nhead, self.norm_first = spec.d, spec.heads, spec.norm_first
+        #: the causal masks checked: (storage, version, shape, dtype, device) → True
+        self._causal_masks: dict[tuple[object, ...], bool] = {}
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None,
                 is_causal: bool = False) -> torch.Tensor:
-        if src_mask is not None or src_key_padding_mask is not None or is_causal:
-            raise ValueError(
-                f"safemon.torch: layer {self.layer_name!r} got an attention mask (src_mask, "
-                "src_key_padding_mask or is_causal=True); masks are not supported: safemon's "
-                "attention attends to every token of each sequence. Fix: call it without a "
-                "mask (sequences of one length), or leave this layer to PyTorch (do not "
-                "protect it).")
         if src.is_nested:
             raise ValueError(
                 f"safemon.torch: layer {self.layer_name!r} got a nested tensor; safemon takes "
                 "dense (N, T, d) inputs. Fix: pad the sequences to one length (no mask).")
-        return super().forward(src)
+        causal = self._is_causal(src, src_mask, src_key_padding_mask, is_causal)
+        return self._forward(src, causal)
+
+    def _is_causal(self, src: torch.Tensor, src_mask: torch.Tensor | None,
+                   src_key_padding_mask: torch.Tensor | None, is_causal: bool) -> bool:
+        """`encoder.causal_mask` for this call, a mask already checked taken from the
+        cache (a mask written in place since has another version: checked again)."""
+        tokens = int(src.shape[-2]) if src.dim() >= 2 else 0
+        if src_mask is None or src_key_padding_mask is not None:
+            return causal_mask(self.layer_name, src_mask, src_key_padding_mask, is_causal,
+                               tokens)
+        key = (src_mask.untyped_storage().data_ptr(), src_mask.storage_offset(),
+               src_mask._version, tuple(src_mask.shape), tuple(src_mask.stride()),
+               src_mask.dtype, src_mask.device, tokens)
+        if key not in self._causal_masks:
+            causal_mask(self.layer_name, src_mask, None, is_causal, tokens)
+            if len(self._causal_masks) >= 64:
+                self._causal_masks.clear()
+            self._causal_masks[key] = True
+        return True
 
     def extra_repr(self) -> str:
         spec = self.members[0]

@@ -19,7 +19,7 @@ Two steps, so that a refused model is left untouched:
    indices. It prints the report and returns the same model.
 
 An `nn.TransformerEncoderLayer` is supported as `safemon.torch.encoder` says (batch_first,
-relu or GELU, no masks, ...) and in eval mode; it is then computed whole by safemon:
+relu or GELU, no mask but the causal one, ...) and in eval mode; it is then computed whole by safemon:
 its in-projection, output projection and feed-forward products with execution signatures,
 its layer norms, attention scores, softmax and residual adds *protected by redundancy*
 (computed in every channel and voted, no execution signature). An unsupported one is left

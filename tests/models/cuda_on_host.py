@@ -130,7 +130,7 @@ class HostKernels:
         self._ln = lib.safemon_layer_norm
         self._ln.argtypes = [p, p, p, p, u64, u64, f, f]
         self._att = lib.safemon_attention
-        self._att.argtypes = [p, p, u64, i32, i32, i32, f]
+        self._att.argtypes = [p, p, u64, i32, i32, i32, f, i32]
         self._add = lib.safemon_add
         self._add.argtypes = [p, p, p, u64]
         self._epi = lib.safemon_epilogue
@@ -145,12 +145,13 @@ class HostKernels:
                  float(np.float32(eps)))
         return out
 
-    def attention(self, h: np.ndarray, heads: int, tokens: int, scale: np.float32
-                  ) -> np.ndarray:
+    def attention(self, h: np.ndarray, heads: int, tokens: int, scale: np.float32,
+                  causal: bool = False) -> np.ndarray:
         rows, width = h.shape
         dh = width // (3 * heads)
         out = np.full((rows, heads * dh), np.nan, dtype=np.float32)
-        self._att(_ptr(h), _ptr(out), rows // tokens, tokens, heads, dh, float(scale))
+        self._att(_ptr(h), _ptr(out), rows // tokens, tokens, heads, dh, float(scale),
+                  int(causal))
         return out
 
     def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -137,9 +137,23 @@ def test_a_model_of_layers_only_keeps_the_id_it_had() -> None:
     assert model_id_of(layers) == "m" + h.hexdigest()[:23]
 
 
+def test_a_causal_attention_round_trips_and_is_another_model() -> None:
+    """`causal` travels as `"causal": true` (and only then, so a model without it keeps
+    the spec, and the id, it had): decoded back, and a different model id."""
+    steps = encoder_model()
+    causal = [Attention(s.heads, s.tokens, causal=True) if isinstance(s, Attention) else s
+              for s in steps]
+    spec, params = encode_model(causal)
+    assert b'"causal":true' in bytes(spec) and b"causal" not in bytes(encode_model(steps)[0])
+    assert decode_model(spec, params, SHAPES) == causal
+    assert model_id_of(causal) != model_id_of(steps)
+
+
 @pytest.mark.parametrize("entry", [
     {"kind": "attention", "heads": 0, "tokens": 4},
     {"kind": "attention", "heads": 2},
+    {"kind": "attention", "heads": 2, "tokens": 4, "causal": False},
+    {"kind": "attention", "heads": 2, "tokens": 4, "causal": 1},
     {"kind": "layer_norm", "width": D, "eps": "1e-5"},
     {"kind": "dropout"},
     {"kind": "reshape", "width": True},
@@ -184,6 +198,7 @@ _entries = st.one_of(
                                                     "save_residual", "add_residual", "?"])},
                           optional={"width": st.one_of(st.integers(-3, 2**40), st.text(max_size=3)),
                                     "heads": st.integers(-1, 2**33), "tokens": st.integers(-1, 99),
+                                    "causal": st.one_of(st.booleans(), st.integers(0, 1)),
                                     "eps": st.one_of(st.text(max_size=12),
                                                      st.sampled_from(["0x1p+99999", "nan",
                                                                       "0x1p+200", "0x1p-200",

@@ -53,7 +53,8 @@ def _scalar_layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) 
     return out
 
 
-def _scalar_attention(h: np.ndarray, heads: int, tokens: int) -> np.ndarray:
+def _scalar_attention(h: np.ndarray, heads: int, tokens: int,
+                      causal: bool = False) -> np.ndarray:
     r, width = h.shape
     dh = width // (3 * heads)
     d = heads * dh
@@ -67,27 +68,28 @@ def _scalar_attention(h: np.ndarray, heads: int, tokens: int) -> np.ndarray:
                 k = rows[:, d + hd * dh:d + (hd + 1) * dh]
                 v = rows[:, 2 * d + hd * dh:2 * d + (hd + 1) * dh]
                 for i in range(tokens):
+                    seen = i + 1 if causal else tokens  # keys 0 .. seen - 1
                     s = []
-                    for j in range(tokens):
+                    for j in range(seen):
                         a = f(q[i, 0] * k[j, 0])
                         for c in range(1, dh):
                             a = f(a + f(q[i, c] * k[j, c]))
                         s.append(f(a * scale))
                     m = s[0]
-                    for j in range(1, tokens):
+                    for j in range(1, seen):
                         m = s[j] if s[j] > m else m
                     e = []
-                    for j in range(tokens):
+                    for j in range(seen):
                         t = f(s[j] - m)
                         t = f(-80.0) if f(-80.0) > t else t
                         e.append(exp_f32(np.array([t], np.float32))[0])
                     z = e[0]
-                    for j in range(1, tokens):
+                    for j in range(1, seen):
                         z = f(z + e[j])
                     p = [f(ej / z) for ej in e]
                     for c in range(dh):
                         o = f(p[0] * v[0, c])
-                        for j in range(1, tokens):
+                        for j in range(1, seen):
                             o = f(o + f(p[j] * v[j, c]))
                         out[g * tokens + i, hd * dh + c] = o
     return out
@@ -117,27 +119,48 @@ def test_layer_norm_is_close_to_the_exact_math() -> None:
     np.testing.assert_allclose(layer_norm_f32(x, w, b, 1e-5), want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(("heads", "tokens", "dh"), [(1, 1, 1), (2, 3, 4), (4, 8, 16), (1, 5, 33)])
-def test_attention_equals_the_scalar_transcription(heads: int, tokens: int, dh: int) -> None:
+def test_attention_equals_the_scalar_transcription(heads: int, tokens: int, dh: int,
+                                                   causal: bool) -> None:
     """attention_f32 is the docstring's operations in its order, bit for bit, also where
-    scores lie far apart (the −80 clamp) or tie."""
+    scores lie far apart (the −80 clamp) or tie; causal: over the keys up to the query."""
     rng = np.random.default_rng(heads * 100 + tokens * 10 + dh)
     h = rng.standard_normal((2 * tokens, 3 * heads * dh)).astype(np.float32)
     h[:tokens, : heads * dh] *= np.float32(40.0)  # large scores in the first sequence
     h[tokens:, heads * dh: 2 * heads * dh] = 0.0  # every score 0 in the second: ties
-    assert _same_bits(attention_f32(h, heads, tokens), _scalar_attention(h, heads, tokens))
+    assert _same_bits(attention_f32(h, heads, tokens, causal),
+                      _scalar_attention(h, heads, tokens, causal))
 
 
-def test_attention_is_close_to_the_exact_math() -> None:
+def test_causal_attention_never_reads_a_later_token() -> None:
+    """A later key or value, however wild (infinity, NaN), changes no earlier output: the
+    causal attention skips it instead of weighting it by zero."""
+    rng = np.random.default_rng(8)
+    heads, tokens, dh = 2, 6, 3
+    h = rng.standard_normal((tokens, 3 * heads * dh)).astype(np.float32)
+    want = attention_f32(h, heads, tokens, causal=True)
+    h[4:, heads * dh:] = np.inf  # the keys and values of tokens 4 and 5
+    h[5, heads * dh] = np.nan
+    got = attention_f32(h, heads, tokens, causal=True)
+    assert _same_bits(got[:4], want[:4])
+    assert not np.isfinite(got[4:]).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_is_close_to_the_exact_math(causal: bool) -> None:
     rng = np.random.default_rng(2)
     heads, tokens, dh = 4, 8, 16
     h = rng.standard_normal((3 * tokens, 3 * heads * dh)).astype(np.float32)
     p = h.astype(np.float64).reshape(3, tokens, 3, heads, dh).transpose(2, 0, 3, 1, 4)
     s = p[0] @ p[1].swapaxes(-1, -2) / math.sqrt(dh)
+    if causal:  # PyTorch's float causal mask: -inf above the diagonal
+        s = s + np.triu(np.full((tokens, tokens), -np.inf), 1)
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     o = (e / e.sum(axis=-1, keepdims=True)) @ p[2]
     want = o.transpose(0, 2, 1, 3).reshape(3 * tokens, heads * dh)
-    np.testing.assert_allclose(attention_f32(h, heads, tokens), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(attention_f32(h, heads, tokens, causal), want, rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_one_token_attends_to_itself() -> None:

@@ -53,16 +53,18 @@ def test_layer_norm_kernel_is_bit_exact_with_the_reference(n: int, eps: float, k
 @pytest.mark.parametrize("dh", [1, 16, 33])
 @pytest.mark.parametrize("heads", [1, 4])
 @pytest.mark.parametrize("tokens", [1, 3, 8, STORED_TOKENS, STORED_TOKENS + 1, 200])
+@pytest.mark.parametrize("causal", [False, True])
 def test_attention_kernel_is_bit_exact_with_the_reference(tokens: int, heads: int, dh: int,
-                                                          spread: float) -> None:
+                                                          spread: float, causal: bool) -> None:
     """Three sequences; with `spread` 14 the scores reach well below -80 (the clamp). Up to
-    STORED_TOKENS tokens the kernel keeps its scores, above it recomputes them."""
+    STORED_TOKENS tokens the kernel keeps its scores, above it recomputes them; with and
+    without the causal mask."""
     from safemon.kernels.model_gpu import launch_attention
 
     cp = _cp()
     h = attention_case(tokens, heads, dh, spread)
-    want = attention_f32(h, heads, tokens)
-    got = launch_attention(cp.asarray(h), heads, tokens)
+    want = attention_f32(h, heads, tokens, causal)
+    got = launch_attention(cp.asarray(h), heads, tokens, causal)
     assert got.flags.c_contiguous and got.shape == (3 * tokens, heads * dh)
     _same_bits(got, want)
 

@@ -57,13 +57,16 @@ def test_layer_norm_kernel_on_the_host_is_bit_exact(kernels: HostKernels, n: int
 @pytest.mark.parametrize("dh", [1, 16, 33])
 @pytest.mark.parametrize("heads", [1, 4])
 @pytest.mark.parametrize("tokens", [1, 3, 8, STORED_TOKENS, STORED_TOKENS + 1, 100])
+@pytest.mark.parametrize("causal", [False, True])
 def test_attention_kernel_on_the_host_is_bit_exact(kernels: HostKernels, tokens: int,
-                                                  heads: int, dh: int, spread: float) -> None:
+                                                  heads: int, dh: int, spread: float,
+                                                  causal: bool) -> None:
     """Both of the kernel's paths: scores kept (up to STORED_TOKENS tokens) and recomputed
-    (more; dh 33 leaves a partial chunk of accumulators)."""
+    (more; dh 33 leaves a partial chunk of accumulators); with and without the causal
+    mask."""
     h = attention_case(tokens, heads, dh, spread)
-    got = kernels.attention(h, heads, tokens, attention_scale(dh))
-    assert_same_bits(got, attention_f32(h, heads, tokens))
+    got = kernels.attention(h, heads, tokens, attention_scale(dh), causal)
+    assert_same_bits(got, attention_f32(h, heads, tokens, causal))
 
 
 def test_attention_kernel_on_the_host_at_the_widest_head(kernels: HostKernels) -> None:

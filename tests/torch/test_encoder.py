@@ -40,7 +40,7 @@ from safemon.torch import (  # noqa: E402
 )
 from safemon.torch.binding import LayerSpec  # noqa: E402
 from safemon.torch.chain import walk  # noqa: E402
-from safemon.torch.encoder import encoder_spec, encoder_support  # noqa: E402
+from safemon.torch.encoder import causal_mask, encoder_spec, encoder_support  # noqa: E402
 from safemon.torch.report import NOT_MODULES, Status  # noqa: E402
 
 F32 = npt.NDArray[np.float32]
@@ -359,8 +359,9 @@ def test_the_sequential_runs_as_one_request_with_its_state_dict() -> None:
 
 
 def test_masks_and_nested_inputs_are_refused_naming_the_layer() -> None:
-    """src_mask, src_key_padding_mask, is_causal=True: ValueError naming the layer and
-    saying masks are not supported, before anything is sent."""
+    """A src_mask that is not the causal one, src_key_padding_mask, is_causal=True on a
+    mask that is not causal: ValueError naming the layer and saying masks are not
+    supported (but the causal one), before anything is sent."""
     client = FakeClient()
     protected = ProtectedEncoderLayer(encoder(16, 2), client, name="enc")  # type: ignore[arg-type]
     x = torch.randn(2, 4, 16)
@@ -396,6 +397,68 @@ def test_an_encoder_inside_transformer_encoder_is_protected_per_layer() -> None:
         got = stack(x)
     assert len(client.sent) == 2
     assert torch.allclose(got, pytorch_eval(plain, x), rtol=1e-4, atol=1e-4)
+
+
+def test_causal_mask_reads_the_causal_mask_and_refuses_the_rest() -> None:
+    """The causal mask, bool or float (PyTorch's generator), is causal; no mask is not;
+    a padding mask, a hint without a mask, a mask of other values or size are refused."""
+    t = 5
+    square = nn.Transformer.generate_square_subsequent_mask(t)
+    above = torch.ones(t, t, dtype=torch.bool).triu(1)
+    assert causal_mask("enc", square, None, False, t) is True
+    assert causal_mask("enc", above, None, True, t) is True
+    assert causal_mask("enc", None, None, False, t) is False
+    refused = [(None, torch.zeros(2, t, dtype=torch.bool), False),
+               (None, None, True),
+               (square.clamp(min=-1e9), None, True),  # -1e9, not -inf: another function
+               (above.T.contiguous(), None, False),  # anti-causal
+               (torch.zeros(t, t), None, True),  # a wrong hint
+               (nn.Transformer.generate_square_subsequent_mask(t + 1), None, False)]
+    for mask, padding, hint in refused:
+        with pytest.raises(ValueError, match=r"layer 'enc' got an attention mask"):
+            causal_mask("enc", mask, padding, hint, t)
+
+
+@pytest.mark.parametrize("tokens", [5, 80])
+def test_a_causal_layer_is_pytorchs_causal_layer(tokens: int) -> None:
+    """Called with the causal mask, a ProtectedEncoderLayer sends the causal model: its
+    output is the causal reference bit for bit and within 1e-4 of PyTorch's masked layer
+    (and not of its unmasked one); a mask written in place since is checked again."""
+    layer = encoder(16, 2, seed=9, activation="gelu")
+    client = FakeClient()
+    protected = ProtectedEncoderLayer(layer, client, name="enc")  # type: ignore[arg-type]
+    x = torch.randn(2, tokens, 16, generator=torch.Generator().manual_seed(10))
+    mask = nn.Transformer.generate_square_subsequent_mask(tokens)
+    with torch.inference_mode():
+        got = protected(x, src_mask=mask, is_causal=True)
+        again = protected(x, src_mask=mask)
+        want = layer(x, src_mask=mask, is_causal=True)
+        unmasked = layer(x)
+    ref = protected.reference(x, causal=True)
+    assert np.array_equal(got.numpy().view(np.uint32), ref.view(np.uint32))
+    assert torch.equal(again, got)
+    assert np.allclose(ref, want.numpy(), rtol=1e-4, atol=1e-4)
+    assert not np.allclose(ref, unmasked.numpy(), rtol=1e-4, atol=1e-4)
+    assert any(isinstance(s, Attention) and s.causal for s in client.models[client.sent[0][1]])
+    mask[0, 1] = 0.0  # no longer causal: its new version is read again
+    with torch.inference_mode(), pytest.raises(ValueError, match="not the causal mask"):
+        protected(x, src_mask=mask)
+
+
+def test_a_causal_transformer_encoder_is_protected_per_layer() -> None:
+    """nn.TransformerEncoder with a causal mask (a decoder-only stack): each layer's
+    request is causal, and the stack is within 1e-4 of PyTorch's."""
+    torch.manual_seed(7)
+    stack = nn.TransformerEncoder(encoder(16, 2), 2, enable_nested_tensor=False).eval()
+    plain = nn.TransformerEncoder(encoder(16, 2), 2, enable_nested_tensor=False).eval()
+    plain.load_state_dict(stack.state_dict())
+    protect(stack, client=FakeClient(), verbose=False)  # type: ignore[arg-type]
+    x = torch.randn(3, 6, 16)
+    mask = nn.Transformer.generate_square_subsequent_mask(6)
+    with torch.inference_mode():
+        got = stack(x, mask=mask, is_causal=True)
+        want = plain(x, mask=mask, is_causal=True)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_compile_fullgraph_keeps_one_shaped_node() -> None:

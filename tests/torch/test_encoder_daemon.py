@@ -77,13 +77,14 @@ class Expected:
         beta = np.zeros_like(gamma) if ln.bias is None else ln.bias.detach().numpy().copy()
         self.steps.append(LayerNorm(gamma, beta, ln.eps))
 
-    def encoder(self, layer: nn.TransformerEncoderLayer, tokens: int, act: str) -> None:
+    def encoder(self, layer: nn.TransformerEncoderLayer, tokens: int, act: str,
+                causal: bool = False) -> None:
         attn = layer.self_attn
         heads = int(attn.num_heads)
 
         def block() -> None:
             self.dense(attn.in_proj_weight, attn.in_proj_bias)
-            self.steps.append(Attention(heads, tokens))
+            self.steps.append(Attention(heads, tokens, causal))
             self.dense(attn.out_proj.weight, attn.out_proj.bias)
 
         def ffn() -> None:
@@ -167,6 +168,31 @@ def test_a_lone_encoder_layer_for_three_sequence_lengths(running: Running, norm_
         ref = want.forward(x.reshape(-1, 16).numpy(), cfg).reshape(2, t, 16)
         assert same_bits(got.numpy(), ref)
         assert torch.allclose(got, pytorch_eval(layer, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tokens", [6, 80])
+def test_a_causal_encoder_layer_through_the_daemon(running: Running, tokens: int) -> None:
+    """Called with PyTorch's causal mask, a ProtectedEncoderLayer is one causal request:
+    released bit for bit as the causal steps compute it, within 1e-4 of PyTorch's masked
+    layer; the next call without the mask is the other model."""
+    cfg, daemon, client = running
+    layer = encoder(16, 4, seed=12, norm_first=True, activation="gelu")
+    protected = ProtectedEncoderLayer(layer, client, name="enc", timeout=2.0)
+    x = torch.randn(2, tokens, 16, generator=torch.Generator().manual_seed(13))
+    mask = nn.Transformer.generate_square_subsequent_mask(tokens)
+    want = Expected()
+    want.encoder(layer, tokens, "gelu_erf", causal=True)
+    before = released(daemon)
+    with torch.inference_mode():
+        got = protected(x, src_mask=mask, is_causal=True)
+        plain = protected(x)
+    assert released(daemon) - before == 2
+    ref = want.forward(x.reshape(-1, 16).numpy(), cfg).reshape(2, tokens, 16)
+    assert same_bits(got.numpy(), ref)
+    with torch.inference_mode():
+        assert torch.allclose(got, layer(x, src_mask=mask, is_causal=True), rtol=1e-4,
+                              atol=1e-4)
+    assert not torch.equal(got, plain)
 
 
 def test_a_mask_is_refused_before_a_request(running: Running) -> None:

@@ -77,6 +77,7 @@ __device__ __forceinline__ float safemon_clamped_exp(float s, float m) {
 //   m = s_0, then s_j > m replaces (j order); t = max(s_j - m, floor) as `floor > t`;
 //   e_j = exp_f32(t); z = e_0 + ... (j order); p_j = e_j / z;
 //   o_c = p_0*v_0c + p_1*v_1c + ... (j order).
+// With `causal` nonzero, query i sees keys 0 .. i only: every loop over j stops after i.
 // A sequence of at most SAFEMON_STORED_TOKENS tokens keeps its s_j, then p_j, in a
 // per-thread array. A longer one (up to safemon.models.ops.MAX_TOKENS, which the launcher
 // checks) stores nothing: it recomputes s_j in each pass, and in the last pass walks the
@@ -85,7 +86,7 @@ __device__ __forceinline__ float safemon_clamped_exp(float s, float m) {
 // both paths, so are the bits.
 __global__ void safemon_attention(const float* __restrict__ h, float* __restrict__ out,
                                   unsigned long long groups, int tokens, int heads, int dh,
-                                  float scale) {
+                                  float scale, int causal) {
     if (tokens < 1 || heads < 1 || dh < 1) {
         return;
     }
@@ -108,9 +109,10 @@ __global__ void safemon_attention(const float* __restrict__ h, float* __restrict
         const float* k0 = h + row0 * width + d + col;            // k of token 0, this head
         const float* v0 = h + row0 * width + 2ull * d + col;     // v of token 0, this head
         float* o = out + (row0 + i) * d + col;
+        const int seen = causal ? (int)i + 1 : tokens;  // keys 0 .. seen - 1
         // scores s_j and their maximum
         float m = 0.0f;
-        for (int j = 0; j < tokens; ++j) {
+        for (int j = 0; j < seen; ++j) {
             const float s = safemon_score(q, k0 + (unsigned long long)j * width, dh, scale);
             if (stored) {
                 p[j] = s;
@@ -121,7 +123,7 @@ __global__ void safemon_attention(const float* __restrict__ h, float* __restrict
         }
         // e_j and their sum z
         float z = 0.0f;
-        for (int j = 0; j < tokens; ++j) {
+        for (int j = 0; j < seen; ++j) {
             const float e = safemon_clamped_exp(
                 stored ? p[j] : safemon_score(q, k0 + (unsigned long long)j * width, dh, scale),
                 m);
@@ -131,13 +133,13 @@ __global__ void safemon_attention(const float* __restrict__ h, float* __restrict
             z = (j == 0) ? e : sm_add(z, e);
         }
         if (stored) {
-            for (int j = 0; j < tokens; ++j) {
+            for (int j = 0; j < seen; ++j) {
                 p[j] = sm_div(p[j], z);
             }
             // o_c = sum_j p_j * v_jc
             for (int c = 0; c < dh; ++c) {
                 float acc = sm_mul(p[0], v0[c]);
-                for (int j = 1; j < tokens; ++j) {
+                for (int j = 1; j < seen; ++j) {
                     acc = sm_add(acc, sm_mul(p[j], v0[(unsigned long long)j * width + c]));
                 }
                 o[c] = acc;
@@ -148,7 +150,7 @@ __global__ void safemon_attention(const float* __restrict__ h, float* __restrict
         for (int c0 = 0; c0 < dh; c0 += SAFEMON_ATTENTION_CHUNK) {
             const int cn = (dh - c0 < SAFEMON_ATTENTION_CHUNK) ? dh - c0 : SAFEMON_ATTENTION_CHUNK;
             float acc[SAFEMON_ATTENTION_CHUNK];
-            for (int j = 0; j < tokens; ++j) {
+            for (int j = 0; j < seen; ++j) {
                 const float* kj = k0 + (unsigned long long)j * width;
                 const float* vj = v0 + (unsigned long long)j * width + c0;
                 const float pj = sm_div(safemon_clamped_exp(safemon_score(q, kj, dh, scale), m), z);
