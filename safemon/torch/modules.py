@@ -546,10 +546,12 @@ class ProtectedEncoderLayer(ProtectedSequence):
         causal = self._is_causal(src, src_mask, src_key_padding_mask, is_causal)
         return self._forward(src, causal)
 
+    @torch.compiler.disable  # type: ignore[untyped-decorator]  # torch is untyped to mypy here
     def _is_causal(self, src: torch.Tensor, src_mask: torch.Tensor | None,
                    src_key_padding_mask: torch.Tensor | None, is_causal: bool) -> bool:
         """`encoder.causal_mask` for this call, a mask already checked taken from the
-        cache (a mask written in place since has another version: checked again)."""
+        cache (a mask written in place since has another version: checked again). Run
+        eagerly under torch.compile (it reads the mask's values)."""
         tokens = int(src.shape[-2]) if src.dim() >= 2 else 0
         if src_mask is None or src_key_padding_mask is not None:
             return causal_mask(self.layer_name, src_mask, src_key_padding_mask, is_causal,

@@ -317,11 +317,13 @@ def test_an_encoder_model_through_inline_channels_is_bit_exact(tmp_path: Path) -
                         20.0)
 
 
+@pytest.mark.parametrize("causal", [False, True])
 def test_a_long_sequence_exact_gelu_encoder_through_inline_channels_is_bit_exact(
-        tmp_path: Path) -> None:
+        tmp_path: Path, causal: bool) -> None:
     """An encoder layer over sequences longer than the attention kernel keeps scores for
-    (`STORED_TOKENS`: it recomputes them) with the exact (erf) GELU, as device-resident
-    requests (the second one launched as a captured graph): `reference_forward`'s bits."""
+    (`STORED_TOKENS`: it recomputes them) with the exact (erf) GELU, its attention causal
+    or not, as device-resident requests (the second one launched as a captured graph):
+    `reference_forward`'s bits."""
     import cupy as cp
 
     from safemon.models import AddResidual, Attention, LayerNorm, SaveResidual, Step
@@ -339,7 +341,7 @@ def test_a_long_sequence_exact_gelu_encoder_through_inline_channels_is_bit_exact
     with _inline_daemon(tmp_path) as (client, _cfg):
         ids = {k: client.register_weight(a) for k, a in w.items()}
         steps: list[Step] = [
-            SaveResidual(), norm(), Layer(ids["qkv"]), Attention(heads, tokens),
+            SaveResidual(), norm(), Layer(ids["qkv"]), Attention(heads, tokens, causal),
             Layer(ids["o"]), AddResidual(), SaveResidual(), norm(),
             Layer(ids["f1"], rng.standard_normal(4 * d).astype(np.float32), "gelu_erf"),
             Layer(ids["f2"]), AddResidual()]

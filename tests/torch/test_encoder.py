@@ -440,6 +440,9 @@ def test_a_causal_layer_is_pytorchs_causal_layer(tokens: int) -> None:
     assert np.allclose(ref, want.numpy(), rtol=1e-4, atol=1e-4)
     assert not np.allclose(ref, unmasked.numpy(), rtol=1e-4, atol=1e-4)
     assert any(isinstance(s, Attention) and s.causal for s in client.models[client.sent[0][1]])
+    with torch.inference_mode():
+        compiled = torch.compile(protected, backend="eager")(x, src_mask=mask, is_causal=True)
+    assert torch.equal(compiled, got)
     mask[0, 1] = 0.0  # no longer causal: its new version is read again
     with torch.inference_mode(), pytest.raises(ValueError, match="not the causal mask"):
         protected(x, src_mask=mask)
