@@ -39,6 +39,7 @@ instead of calling them, unless a child has a hook; with it they call the protec
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -533,8 +534,8 @@ class ProtectedEncoderLayer(ProtectedSequence):
         spec = self.members[0]
         assert isinstance(spec, EncoderSpec)
         self.d_model, self.nhead, self.norm_first = spec.d, spec.heads, spec.norm_first
-        #: the causal masks checked: (storage, version, shape, dtype, device) → True
-        self._causal_masks: dict[tuple[object, ...], bool] = {}
+        #: the causal masks checked, by id: (the mask, weakly; its version; tokens)
+        self._causal_masks: dict[int, tuple[weakref.ref[torch.Tensor], int, int]] = {}
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None,
@@ -550,20 +551,22 @@ class ProtectedEncoderLayer(ProtectedSequence):
     def _is_causal(self, src: torch.Tensor, src_mask: torch.Tensor | None,
                    src_key_padding_mask: torch.Tensor | None, is_causal: bool) -> bool:
         """`encoder.causal_mask` for this call, a mask already checked taken from the
-        cache (a mask written in place since has another version: checked again). Run
-        eagerly under torch.compile (it reads the mask's values)."""
+        cache: the same tensor object, alive since (a weak reference, so a freed mask's id
+        or memory reused by another tensor never matches), at the same version (a mask
+        written in place since is checked again). Run eagerly under torch.compile (it
+        reads the mask's values)."""
         tokens = int(src.shape[-2]) if src.dim() >= 2 else 0
         if src_mask is None or src_key_padding_mask is not None:
             return causal_mask(self.layer_name, src_mask, src_key_padding_mask, is_causal,
                                tokens)
-        key = (src_mask.untyped_storage().data_ptr(), src_mask.storage_offset(),
-               src_mask._version, tuple(src_mask.shape), tuple(src_mask.stride()),
-               src_mask.dtype, src_mask.device, tokens)
-        if key not in self._causal_masks:
+        seen = self._causal_masks.get(id(src_mask))
+        if seen is None or seen[0]() is not src_mask or seen[1:] != (src_mask._version,
+                                                                      tokens):
             causal_mask(self.layer_name, src_mask, None, is_causal, tokens)
             if len(self._causal_masks) >= 64:
                 self._causal_masks.clear()
-            self._causal_masks[key] = True
+            self._causal_masks[id(src_mask)] = (weakref.ref(src_mask), src_mask._version,
+                                                tokens)
         return True
 
     def extra_repr(self) -> str:

@@ -448,6 +448,22 @@ def test_a_causal_layer_is_pytorchs_causal_layer(tokens: int) -> None:
         protected(x, src_mask=mask)
 
 
+def test_a_new_mask_is_read_even_where_a_checked_one_lay() -> None:
+    """A mask checked causal, then freed: a non-causal mask made after it (often at the
+    same address, often with the same id) is read, and refused."""
+    protected = ProtectedEncoderLayer(encoder(16, 2), FakeClient(), name="enc")  # type: ignore[arg-type]
+    x = torch.randn(1, 4, 16)
+    for _ in range(20):
+        mask = nn.Transformer.generate_square_subsequent_mask(4)
+        with torch.inference_mode():
+            protected(x, src_mask=mask)
+        del mask
+        other = torch.zeros(4, 4)
+        with torch.inference_mode(), pytest.raises(ValueError, match="not the causal mask"):
+            protected(x, src_mask=other)
+        del other
+
+
 def test_a_causal_transformer_encoder_is_protected_per_layer() -> None:
     """nn.TransformerEncoder with a causal mask (a decoder-only stack): each layer's
     request is causal, and the stack is within 1e-4 of PyTorch's."""
