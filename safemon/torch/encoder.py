@@ -31,6 +31,7 @@ other mask, a key padding mask, and `is_causal=True` without a mask are refused.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +63,9 @@ def encoder_activation(fn: object) -> Activation | str:
         return Activation.RELU
     if type(fn) is nn.GELU:
         assert isinstance(fn, nn.GELU)
-        return Activation.GELU if fn.approximate == "tanh" else Activation.GELU_ERF
+        if fn.approximate in ("tanh", "none"):
+            return Activation.GELU if fn.approximate == "tanh" else Activation.GELU_ERF
+        return f"activation nn.GELU(approximate={fn.approximate!r}) is neither GELU form"
     if fn is F.gelu:  # the string "gelu": PyTorch's exact form
         return Activation.GELU_ERF
     what = getattr(fn, "__name__", type(fn).__name__)
@@ -163,7 +166,9 @@ def causal_mask(name: str, src_mask: torch.Tensor | None,
     """Whether an encoder layer's call over sequences of `tokens` is causal: True for a
     `src_mask` that is exactly the causal mask ((T, T), bool True above the diagonal, or
     float −inf above it and 0 elsewhere: `nn.Transformer.generate_square_subsequent_mask`),
-    False for no mask. Reads the mask's values (a device-to-host copy for a GPU mask).
+    False for no mask. The mask's values are compared on its own device, on every call (a
+    mask can be written without PyTorch seeing it, through `.data` or DLPack): for a GPU
+    mask that is one small comparison and a wait.
 
     Raises:
         ValueError: naming layer `name`: a key padding mask; `is_causal=True` without a
@@ -183,21 +188,24 @@ def causal_mask(name: str, src_mask: torch.Tensor | None,
                              "(is_causal=True) without src_mask; masks are not supported "
                              f"without the mask itself. {fix}")
         return False
-    t = tokens
-    causal = None
-    if tuple(src_mask.shape) == (t, t) and not src_mask.is_nested:
-        above = torch.ones(t, t, dtype=torch.bool).triu(1)
-        m = src_mask.detach().to("cpu")
-        if m.dtype == torch.bool:
-            causal = bool(torch.equal(m, above))
-        elif m.is_floating_point():
-            causal = bool(torch.equal(torch.isneginf(m), above)
-                          and (m[~above] == 0).all())
-    if not causal:
+    if not (tuple(src_mask.shape) == (tokens, tokens) and not src_mask.is_nested
+            and (src_mask.dtype == torch.bool or src_mask.is_floating_point())
+            and torch.equal(src_mask.detach(),
+                            _causal_form(tokens, src_mask.dtype, src_mask.device))):
         raise ValueError(f"safemon.torch: layer {name!r} got an attention mask (src_mask) "
-                         f"that is not the causal mask of {t} tokens; masks are not "
+                         f"that is not the causal mask of {tokens} tokens; masks are not "
                          f"supported but the causal one. {fix}")
     return True
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_form(tokens: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The causal mask of `tokens` in `dtype` on `device`: bool True above the diagonal,
+    or a float −inf above it and 0 elsewhere (safemon's own tensor, never written)."""
+    above = torch.ones(tokens, tokens, dtype=torch.bool).triu(1)
+    if dtype == torch.bool:
+        return above.to(device)
+    return torch.zeros(tokens, tokens, dtype=dtype).masked_fill(above, float("-inf")).to(device)
 
 
 def encoder_spec(name: str, layer: nn.TransformerEncoderLayer) -> EncoderSpec:

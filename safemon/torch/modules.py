@@ -39,7 +39,6 @@ instead of calling them, unless a child has a hook; with it they call the protec
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -389,8 +388,6 @@ class ProtectedSequence(_Protected):
                 self._registered[id(spec)] = client.register_weight(spec.weight)
             self._runner = _ShapedRunner(self)
             self._key = register_runner(self._runner, label or "model")
-            self._causal_runner = _ShapedRunner(self, causal=True)
-            self._causal_key = register_runner(self._causal_runner, label or "model")
         self.client = client
         if isinstance(first, nn.TransformerEncoderLayer):
             mirror_encoder(self, first)
@@ -456,17 +453,17 @@ class ProtectedSequence(_Protected):
         return out.reshape(w.out_shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._forward(x)
-
-    def _forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
         self._checked(x, self.in_features)
+        return self._forward(x, self._key)
+
+    def _forward(self, x: torch.Tensor, key: str) -> torch.Tensor:
+        """The run on a checked `x` through the runner `key`."""
         if self.binding is not None:
             return self._dense(x, self.binding)
         w = walk(self.members, tuple(x.shape), build=False)
         if math.prod(w.out_shape) == 0 or x.numel() == 0:
             return x.new_empty(w.out_shape)
-        out: torch.Tensor = safemon_forward_shaped(
-            x.contiguous(), self._causal_key if causal else self._key, list(w.out_shape))
+        out: torch.Tensor = safemon_forward_shaped(x.contiguous(), key, list(w.out_shape))
         return out
 
     def reference(self, x: torch.Tensor, variant: VariantConfig | None = None,
@@ -519,8 +516,9 @@ class ProtectedEncoderLayer(ProtectedSequence):
     Input (N, T, d_model) or (T, d_model) float32, T at most
     `safemon.models.ops.MAX_TOKENS`; output the same shape. One model is registered per
     sequence length met (and per causal or not). Its `state_dict` is the layer's. The one
-    mask it takes is the causal one (`encoder.causal_mask`), as `src_mask`; a mask tensor
-    it has checked (same storage, same version) is not read again.
+    mask it takes is the causal one, as `src_mask` (`encoder.causal_mask`, which compares
+    its values on every call; under torch.compile that comparison runs eagerly, a graph
+    break, where a call without a mask compiles whole).
 
     Raises (construction): ValueError when `encoder_support` refuses the layer (naming it
     and why); TypeError for non-float32 weights; the client's errors.
@@ -534,8 +532,9 @@ class ProtectedEncoderLayer(ProtectedSequence):
         spec = self.members[0]
         assert isinstance(spec, EncoderSpec)
         self.d_model, self.nhead, self.norm_first = spec.d, spec.heads, spec.norm_first
-        #: the causal masks checked, by id: (the mask, weakly; its version; tokens)
-        self._causal_masks: dict[int, tuple[weakref.ref[torch.Tensor], int, int]] = {}
+        # The runner of calls with the causal mask (their steps' attention is causal).
+        self._causal_runner = _ShapedRunner(self, causal=True)
+        self._causal_key = register_runner(self._causal_runner, f"{name}:causal")
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None,
                 src_key_padding_mask: torch.Tensor | None = None,
@@ -544,30 +543,19 @@ class ProtectedEncoderLayer(ProtectedSequence):
             raise ValueError(
                 f"safemon.torch: layer {self.layer_name!r} got a nested tensor; safemon takes "
                 "dense (N, T, d) inputs. Fix: pad the sequences to one length (no mask).")
-        causal = self._is_causal(src, src_mask, src_key_padding_mask, is_causal)
-        return self._forward(src, causal)
+        self._checked(src, self.in_features)
+        if src_mask is None and src_key_padding_mask is None and not is_causal:
+            return self._forward(src, self._key)
+        causal = self._causal_call(src, src_mask, src_key_padding_mask, is_causal)
+        return self._forward(src, self._causal_key if causal else self._key)
 
     @torch.compiler.disable  # type: ignore[untyped-decorator]  # torch is untyped to mypy here
-    def _is_causal(self, src: torch.Tensor, src_mask: torch.Tensor | None,
-                   src_key_padding_mask: torch.Tensor | None, is_causal: bool) -> bool:
-        """`encoder.causal_mask` for this call, a mask already checked taken from the
-        cache: the same tensor object, alive since (a weak reference, so a freed mask's id
-        or memory reused by another tensor never matches), at the same version (a mask
-        written in place since is checked again). Run eagerly under torch.compile (it
-        reads the mask's values)."""
-        tokens = int(src.shape[-2]) if src.dim() >= 2 else 0
-        if src_mask is None or src_key_padding_mask is not None:
-            return causal_mask(self.layer_name, src_mask, src_key_padding_mask, is_causal,
-                               tokens)
-        seen = self._causal_masks.get(id(src_mask))
-        if seen is None or seen[0]() is not src_mask or seen[1:] != (src_mask._version,
-                                                                      tokens):
-            causal_mask(self.layer_name, src_mask, None, is_causal, tokens)
-            if len(self._causal_masks) >= 64:
-                self._causal_masks.clear()
-            self._causal_masks[id(src_mask)] = (weakref.ref(src_mask), src_mask._version,
-                                                tokens)
-        return True
+    def _causal_call(self, src: torch.Tensor, src_mask: torch.Tensor | None,
+                     src_key_padding_mask: torch.Tensor | None, is_causal: bool) -> bool:
+        """`encoder.causal_mask` for this call (run eagerly under torch.compile: it reads
+        the mask's values)."""
+        return causal_mask(self.layer_name, src_mask, src_key_padding_mask, is_causal,
+                           int(src.shape[-2]) if src.dim() >= 2 else 0)
 
     def extra_repr(self) -> str:
         spec = self.members[0]

@@ -92,7 +92,7 @@ def _activation(module: nn.Module) -> Activation | None:
     """The safemon activation `module` is, or None (an Identity/Dropout is IDENTITY)."""
     if type(module) is nn.ReLU:
         return Activation.RELU
-    if type(module) is nn.GELU:
+    if type(module) is nn.GELU and module.approximate in ("tanh", "none"):
         return Activation.GELU if module.approximate == "tanh" else Activation.GELU_ERF
     if type(module) in (nn.Identity, nn.Dropout):
         return Activation.IDENTITY

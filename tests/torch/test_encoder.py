@@ -464,6 +464,38 @@ def test_a_new_mask_is_read_even_where_a_checked_one_lay() -> None:
         del other
 
 
+def test_masks_made_in_inference_mode_and_written_behind_pytorchs_back() -> None:
+    """A causal mask made under inference_mode (no version counter) is taken, also through
+    nn.TransformerEncoder with a bool mask (it makes a float mask per call); one zeroed
+    through `.data` after a call (no version bump) is read again and refused."""
+    protected = ProtectedEncoderLayer(encoder(16, 2), FakeClient(), name="enc")  # type: ignore[arg-type]
+    x = torch.randn(1, 4, 16)
+    with torch.inference_mode():
+        mask = nn.Transformer.generate_square_subsequent_mask(4)
+        protected(x, src_mask=mask)
+    stack = nn.TransformerEncoder(encoder(16, 2), 2, enable_nested_tensor=False).eval()
+    protect(stack, client=FakeClient(), verbose=False)  # type: ignore[arg-type]
+    with torch.inference_mode():
+        stack(x, mask=torch.ones(4, 4, dtype=torch.bool).triu(1))
+    written = nn.Transformer.generate_square_subsequent_mask(4)
+    with torch.inference_mode():
+        protected(x, src_mask=written)
+    written.data.zero_()
+    with torch.inference_mode(), pytest.raises(ValueError, match="not the causal mask"):
+        protected(x, src_mask=written)
+
+
+def test_an_encoder_layer_without_a_mask_compiles_whole() -> None:
+    """torch.compile(fullgraph=True) of a ProtectedEncoderLayer called without a mask: no
+    graph break (the mask check is skipped), the eager output."""
+    protected = ProtectedEncoderLayer(encoder(16, 2), FakeClient(), name="enc")  # type: ignore[arg-type]
+    x = torch.randn(2, 5, 16)
+    with torch.inference_mode():
+        eager = protected(x)
+        compiled = torch.compile(protected, backend="eager", fullgraph=True)(x)
+    assert torch.equal(compiled, eager)
+
+
 def test_a_causal_transformer_encoder_is_protected_per_layer() -> None:
     """nn.TransformerEncoder with a causal mask (a decoder-only stack): each layer's
     request is causal, and the stack is within 1e-4 of PyTorch's."""

@@ -40,6 +40,13 @@ def test_unsupported_op_between_linears_splits_the_group() -> None:
     assert groups[1].folded == [("3", "GELU")]
 
 
+def test_a_gelu_of_neither_form_is_left_to_pytorch() -> None:
+    """nn.GELU(approximate=<neither "none" nor "tanh">), which PyTorch refuses when called,
+    is no safemon activation: it ends the group."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.GELU(approximate="erf"), nn.Linear(4, 2))
+    assert members(model) == [[("0", "identity")], [("2", "identity")]]
+
+
 def test_second_activation_ends_the_group() -> None:
     """One activation per layer: Linear-ReLU-Tanh leaves Tanh to PyTorch."""
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Tanh(), nn.Linear(4, 2))
