@@ -5,7 +5,7 @@ channels compute; `run_model` is what a channel runs)."""
 
 from __future__ import annotations
 
-from safemon.models.activations import Activation, epilogue, gelu_f32, relu_f32
+from safemon.models.activations import Activation, epilogue, gelu_erf_f32, gelu_f32, relu_f32
 from safemon.models.forward import (
     ModelResult,
     first_diverging_layer,
@@ -41,6 +41,7 @@ __all__ = [
     "encode_model",
     "epilogue",
     "first_diverging_layer",
+    "gelu_erf_f32",
     "gelu_f32",
     "model_id_of",
     "reference_forward",

@@ -2,9 +2,11 @@
 `safemon/kernels/cuda/epilogue.cu` mirrors bit for bit.
 
 Every step is one IEEE-754 float32 operation rounded to nearest even, in a fixed order,
-with no fused multiply-add: NumPy rounds each float32 ufunc result, and the CUDA side uses
-`__fadd_rn` / `__fmul_rn` / `__fdiv_rn` (which are never contracted), `rintf`, `ldexpf`
-(exact for normal results) and plain comparisons. So the two sides agree bit for bit.
+with no fused multiply-add: NumPy rounds each float32 ufunc result, and the CUDA side writes
+every operation and comparison in PTX (`safemon/kernels/cuda/float_rn.cuh`: `add.rn`,
+`mul.rn`, `div.rn`, `cvt.rni`, `setp`, without `.ftz` and never contracted) and takes ldexp
+as an exponent-field add (exact for the normal results here). So the two sides agree bit
+for bit.
 
 gelu is the tanh form, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), with tanh(u) computed as
 (e − 1)/(e + 1), e = exp(2u), u clamped to [−10, 10] (float32 tanh is exactly ±1 beyond

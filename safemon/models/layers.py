@@ -294,9 +294,10 @@ def _spec_entry(step: Step) -> dict[str, Any]:
     if isinstance(step, LayerNorm):
         return {"kind": "layer_norm", "width": step.width, "eps": float(step.eps).hex()}
     if isinstance(step, Attention):  # "causal" only when set: older models keep their ids
-        return ({"kind": "attention", "heads": step.heads, "tokens": step.tokens,
-                 "causal": True} if step.causal else
-                {"kind": "attention", "heads": step.heads, "tokens": step.tokens})
+        entry: dict[str, Any] = {"kind": "attention", "heads": step.heads, "tokens": step.tokens}
+        if step.causal:
+            entry["causal"] = True
+        return entry
     if isinstance(step, Reshape):
         return {"kind": "reshape", "width": step.width}
     if isinstance(step, SaveResidual):

@@ -81,9 +81,9 @@ MAX_HEAD_DIM = 256
 STORED_TOKENS = 64
 ATTENTION_CHUNK = 16
 #: The most float32 elements of one (sequences, heads, T, T) block the reference computes
-#: at once: `attention_f32` goes through the sequences in blocks, so that its working set
-#: stays near 5 such arrays whatever T and the row count (sequences are independent, so the
-#: bits are those of one pass over all of them).
+#: at once (one (sequence, head) pair is at most that, T being at most 2048): a block's
+#: working set is several such arrays (about 8: scores, exponentials, weights and
+#: their temporaries), so at most about 128 MiB whatever T, the heads and the rows.
 _ATTENTION_BLOCK_ELEMENTS = 1 << 22
 #: The deepest residual stack a model may build.
 MAX_RESIDUALS = 8
@@ -249,28 +249,33 @@ def attention_scale(head_dim: int) -> np.float32:
 
 def attention_f32(h: F32, heads: int, tokens: int, causal: bool = False) -> F32:
     """`Attention` of the (R, 3·heads·dh) float32 `h`; returns (R, heads·dh) (module
-    docstring). R must be a multiple of `tokens`. Computed a block of sequences at a time
-    (`_ATTENTION_BLOCK_ELEMENTS`)."""
+    docstring). R must be a multiple of `tokens`. Computed a block of (sequence, head)
+    pairs at a time (`_ATTENTION_BLOCK_ELEMENTS`); every pair is independent of the others,
+    so the bits are those of one pass over all of them."""
     h = np.ascontiguousarray(h, dtype=np.float32)
     r, width = h.shape
     dh = width // (3 * heads)
-    out: F32 = np.empty((r, heads * dh), dtype=np.float32)
-    block = max(1, _ATTENTION_BLOCK_ELEMENTS // (heads * tokens * tokens)) * tokens  # rows
-    for r0 in range(0, r, block):
-        out[r0:r0 + block] = _attention_rows(h[r0:r0 + block], heads, tokens, dh, causal)
-    return out
-
-
-def _attention_rows(h: F32, heads: int, tokens: int, dh: int, causal: bool = False) -> F32:
-    """`attention_f32` of whole sequences `h` (rows a multiple of `tokens`), all at once.
-    Causal: a step j of a scan changes the rows i ≥ j only (`sees[j]`)."""
-    r = h.shape[0]
     g = r // tokens
     parts = h.reshape(g, tokens, 3, heads, dh).transpose(2, 0, 3, 1, 4)  # (3, G, H, T, dh)
-    q, k, v = parts[0], parts[1], parts[2]
-    # sees[i, j]: query i takes key j (j <= i when causal); key 0 is seen by every query.
-    sees = (np.arange(tokens)[:, np.newaxis] >= np.arange(tokens)[np.newaxis, :]
-            if causal else np.ones((tokens, tokens), dtype=bool))
+    out = np.empty((g, tokens, heads, dh), dtype=np.float32)
+    pairs = max(1, _ATTENTION_BLOCK_ELEMENTS // (tokens * tokens))  # (sequence, head) pairs
+    hb = min(heads, pairs)
+    gb = max(1, pairs // hb)
+    for g0 in range(0, g, gb):
+        for h0 in range(0, heads, hb):
+            q, k, v = parts[:, g0:g0 + gb, h0:h0 + hb]
+            out[g0:g0 + gb, :, h0:h0 + hb] = _attention_block(q, k, v, dh,
+                                                              causal).transpose(0, 2, 1, 3)
+    result: F32 = out.reshape(r, heads * dh)
+    return result
+
+
+def _attention_block(q: F32, k: F32, v: F32, dh: int, causal: bool) -> F32:
+    """The attention of a block of (sequence, head) pairs: q, k, v (G, H, T, dh) → the
+    output (G, H, T, dh). Causal: step j of each scan changes the queries i ≥ j only
+    (`sees[:, j]`, over the query axis); the keys a query does not see are never added."""
+    tokens = q.shape[2]
+    sees = np.arange(tokens)[:, np.newaxis] >= np.arange(tokens)[np.newaxis, :]  # [i, j]
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         a = q[..., :, np.newaxis, 0] * k[..., np.newaxis, :, 0]  # (G, H, T, T)
         for c in range(1, dh):
@@ -278,21 +283,21 @@ def _attention_rows(h: F32, heads: int, tokens: int, dh: int, causal: bool = Fal
         s = a * attention_scale(dh)
         m = s[..., 0].copy()
         for j in range(1, tokens):
-            m = np.where(sees[:, j] & (s[..., j] > m), s[..., j], m)
+            later = s[..., j] > m
+            m = np.where(later & sees[:, j] if causal else later, s[..., j], m)
         t = s - m[..., np.newaxis]
         t = np.where(t < ATTENTION_EXP_FLOOR, ATTENTION_EXP_FLOOR, t).astype(np.float32)
         e = exp_f32(t)  # where a query does not see a key, unused (it may be inf)
         z = e[..., 0].copy()
         for j in range(1, tokens):
-            z = np.where(sees[:, j], z + e[..., j], z)
+            z = np.where(sees[:, j], z + e[..., j], z) if causal else z + e[..., j]
         p = e / z[..., np.newaxis]
         o = p[..., :, 0, np.newaxis] * v[..., 0:1, :]  # (G, H, T, dh)
         for j in range(1, tokens):
-            o = np.where(sees[:, j, np.newaxis], o + p[..., :, j, np.newaxis] * v[..., j:j + 1, :],
-                         o)
-    rows: F32 = np.ascontiguousarray(o.transpose(0, 2, 1, 3).reshape(r, heads * dh),
-                                     dtype=np.float32)
-    return rows
+            term = o + p[..., :, j, np.newaxis] * v[..., j:j + 1, :]
+            o = np.where(sees[:, j, np.newaxis], term, o) if causal else term
+    block: F32 = o
+    return block
 
 
 def add_f32(a: F32, b: F32) -> F32:

@@ -215,21 +215,21 @@ def test_layer_norm_keeps_a_read_only_copy() -> None:
     assert ln.weight[0] == 1.0 and not ln.weight.flags.writeable and ln.width == 3
 
 
-def test_attention_in_blocks_of_sequences_is_one_pass_over_all() -> None:
-    """attention_f32 goes through the sequences in blocks (its working set); the bits are
-    those of one pass over every sequence at once."""
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("pairs", [1, 2, 5, 7])
+def test_attention_in_blocks_of_sequences_and_heads_is_one_pass_over_all(
+        pairs: int, causal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """attention_f32 goes through (sequence, head) pairs in blocks (its working set): a
+    block of `pairs` pairs (heads split, or several sequences of all heads) gives the bits
+    of one block over everything."""
     from safemon.models import ops
 
     rng = np.random.default_rng(3)
     tokens, heads, dh = 70, 3, 5
     h = rng.standard_normal((9 * tokens, 3 * heads * dh)).astype(np.float32)
-    whole = ops._attention_rows(h, heads, tokens, dh)
-    saved = ops._ATTENTION_BLOCK_ELEMENTS
-    ops._ATTENTION_BLOCK_ELEMENTS = 2 * heads * tokens * tokens  # two sequences a block
-    try:
-        blocks = ops.attention_f32(h, heads, tokens)
-    finally:
-        ops._ATTENTION_BLOCK_ELEMENTS = saved
+    whole = attention_f32(h, heads, tokens, causal)  # 9·3 pairs of 70²: one block
+    monkeypatch.setattr(ops, "_ATTENTION_BLOCK_ELEMENTS", pairs * tokens * tokens)
+    blocks = attention_f32(h, heads, tokens, causal)
     assert np.array_equal(blocks.view(np.uint32), whole.view(np.uint32))
 
 

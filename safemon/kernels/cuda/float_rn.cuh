@@ -6,7 +6,7 @@
 // and results. The PTX below carries no .ftz, and an asm statement is never fused into an
 // FMA whatever --fmad says. ldexp (in safemon_exp_f32) is an exponent-field add, exact for
 // the normal results exp_f32 produces on its callers' ranges (p in [0.7, 1.5], and
-// k in [-119, 29]: gelu's |y| <= 20, gelu_erf's y in [-83, 0], attention's clamp at -80; see
+// k in [-120, 29]: gelu's |y| <= 20, gelu_erf's y in [-83, 0], attention's clamp at -80; see
 // safemon/models/activations.py and safemon/models/ops.py).
 #pragma once
 
