@@ -31,7 +31,6 @@ other mask, a key padding mask, and `is_causal=True` without a mask are refused.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -188,24 +187,32 @@ def causal_mask(name: str, src_mask: torch.Tensor | None,
                              "(is_causal=True) without src_mask; masks are not supported "
                              f"without the mask itself. {fix}")
         return False
-    if not (tuple(src_mask.shape) == (tokens, tokens) and not src_mask.is_nested
-            and (src_mask.dtype == torch.bool or src_mask.is_floating_point())
-            and torch.equal(src_mask.detach(),
-                            _causal_form(tokens, src_mask.dtype, src_mask.device))):
+    causal = False
+    if (tuple(src_mask.shape) == (tokens, tokens) and not src_mask.is_nested
+            and (src_mask.dtype == torch.bool or src_mask.is_floating_point())):
+        try:
+            causal = torch.equal(src_mask.detach(), _causal_form(tokens, src_mask))
+        except Exception as exc:  # a fake (traced), meta or sparse mask has no values here
+            raise ValueError(
+                f"safemon.torch: layer {name!r} got an attention mask (src_mask) whose values "
+                f"cannot be read ({type(exc).__name__}): a call with a mask cannot be traced "
+                f"or exported, and the mask must be a dense tensor. {fix}") from None
+    if not causal:
         raise ValueError(f"safemon.torch: layer {name!r} got an attention mask (src_mask) "
                          f"that is not the causal mask of {tokens} tokens; masks are not "
                          f"supported but the causal one. {fix}")
     return True
 
 
-@functools.lru_cache(maxsize=16)
-def _causal_form(tokens: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The causal mask of `tokens` in `dtype` on `device`: bool True above the diagonal,
-    or a float −inf above it and 0 elsewhere (safemon's own tensor, never written)."""
-    above = torch.ones(tokens, tokens, dtype=torch.bool).triu(1)
-    if dtype == torch.bool:
-        return above.to(device)
-    return torch.zeros(tokens, tokens, dtype=dtype).masked_fill(above, float("-inf")).to(device)
+def _causal_form(tokens: int, like: torch.Tensor) -> torch.Tensor:
+    """The causal mask of `tokens` in the dtype and on the device of `like`: bool True
+    above the diagonal, or a float −inf above it and 0 elsewhere. Made afresh for each
+    call (nothing kept that a traced call could leave behind)."""
+    above = torch.ones(tokens, tokens, dtype=torch.bool, device=like.device).triu(1)
+    if like.dtype == torch.bool:
+        return above
+    return torch.zeros(tokens, tokens, dtype=like.dtype, device=like.device).masked_fill(
+        above, float("-inf"))
 
 
 def encoder_spec(name: str, layer: nn.TransformerEncoderLayer) -> EncoderSpec:

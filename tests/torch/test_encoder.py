@@ -496,6 +496,28 @@ def test_an_encoder_layer_without_a_mask_compiles_whole() -> None:
     assert torch.equal(compiled, eager)
 
 
+def test_exporting_a_masked_call_is_refused_and_leaves_nothing_behind() -> None:
+    """torch.export of a call with a mask: a ValueError saying it cannot be traced (the
+    mask's values are fake there); eager calls with the causal mask work after it."""
+    protected = ProtectedEncoderLayer(encoder(16, 2), FakeClient(), name="enc")  # type: ignore[arg-type]
+    x = torch.randn(1, 4, 16)
+    mask = nn.Transformer.generate_square_subsequent_mask(4)
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = protected
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.layer(x, src_mask=mask)
+            return out
+
+    with pytest.raises(ValueError, match="cannot be traced"):
+        torch.export.export(Masked(), (x, mask), strict=False)
+    with torch.inference_mode():
+        assert protected(x, src_mask=mask).shape == (1, 4, 16)
+
+
 def test_a_causal_transformer_encoder_is_protected_per_layer() -> None:
     """nn.TransformerEncoder with a causal mask (a decoder-only stack): each layer's
     request is causal, and the stack is within 1e-4 of PyTorch's."""
