@@ -68,9 +68,10 @@ def _ask(sock: zmq.Socket[bytes], kind: Kind, seq: int, meta: dict[str, Any],
 def test_a_clients_short_timeout_blames_the_client_not_the_channels(tmp_path: Path) -> None:
     """timeout=0.002 s on a product the channels take about 20 ms for: the client gets
     VoteTimeoutError (without a raw clock value in the text); no channel is faulted, the
-    mode stays NORMAL, the outcome is client_timeout. (On the 8×16×12 product used until
-    2026-12-08 a fast moment of the container answered all 20 requests within the
-    timeout's grace, and the test failed.)"""
+    mode stays NORMAL, the outcome is client_timeout. (With the 8×16×12 product used until
+    2026-12-08, which the channels answer within a few ms, one CI run released all 20
+    results within the client's grace before the daemon's deadline timer answered, and
+    the test failed.)"""
     cfg = make_config(tmp_path, "2oo3", extra=_roomy())
     x, w = operands()
     rng = np.random.default_rng(5)
