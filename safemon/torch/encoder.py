@@ -161,7 +161,7 @@ class EncoderSpec:
 
 def causal_mask(name: str, src_mask: torch.Tensor | None,
                 src_key_padding_mask: torch.Tensor | None, is_causal: bool,
-                tokens: int) -> bool:
+                tokens: int, device: torch.device | None = None) -> bool:
     """Whether an encoder layer's call over sequences of `tokens` is causal: True for a
     `src_mask` that is exactly the causal mask ((T, T), bool True above the diagonal, or
     float −inf above it and 0 elsewhere: `nn.Transformer.generate_square_subsequent_mask`),
@@ -172,7 +172,8 @@ def causal_mask(name: str, src_mask: torch.Tensor | None,
     Raises:
         ValueError: naming layer `name`: a key padding mask; `is_causal=True` without a
             mask (PyTorch then attends to every token on one path and causally on another);
-            any other mask, or a causal hint on a mask that is not causal.
+            a mask on another device than `device` (the input's, when given; PyTorch
+            refuses that too); any other mask, or a causal hint on a mask that is not causal.
     """
     fix = ("Fix: call it without a mask, or with the causal mask "
            "(nn.Transformer.generate_square_subsequent_mask(T)), or leave this layer to "
@@ -187,6 +188,10 @@ def causal_mask(name: str, src_mask: torch.Tensor | None,
                              "(is_causal=True) without src_mask; masks are not supported "
                              f"without the mask itself. {fix}")
         return False
+    if device is not None and src_mask.device != device:
+        raise ValueError(f"safemon.torch: layer {name!r} got an attention mask (src_mask) on "
+                         f"{src_mask.device}, its input on {device}. Fix: put the mask on "
+                         "the input's device.")
     causal = False
     if (tuple(src_mask.shape) == (tokens, tokens) and not src_mask.is_nested
             and (src_mask.dtype == torch.bool or src_mask.is_floating_point())):

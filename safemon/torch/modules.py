@@ -555,7 +555,7 @@ class ProtectedEncoderLayer(ProtectedSequence):
         """`encoder.causal_mask` for this call (run eagerly under torch.compile: it reads
         the mask's values)."""
         return causal_mask(self.layer_name, src_mask, src_key_padding_mask, is_causal,
-                           int(src.shape[-2]) if src.dim() >= 2 else 0)
+                           int(src.shape[-2]) if src.dim() >= 2 else 0, src.device)
 
     def extra_repr(self) -> str:
         spec = self.members[0]

@@ -417,6 +417,8 @@ def test_causal_mask_reads_the_causal_mask_and_refuses_the_rest() -> None:
     for mask, padding, hint in refused:
         with pytest.raises(ValueError, match=r"layer 'enc' got an attention mask"):
             causal_mask("enc", mask, padding, hint, t)
+    with pytest.raises(ValueError, match=r"on cpu, its input on meta"):
+        causal_mask("enc", square, None, True, t, torch.device("meta"))
 
 
 @pytest.mark.parametrize("tokens", [5, 80])
