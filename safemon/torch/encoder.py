@@ -172,8 +172,8 @@ def causal_mask(name: str, src_mask: torch.Tensor | None,
     Raises:
         ValueError: naming layer `name`: a key padding mask; `is_causal=True` without a
             mask (PyTorch then attends to every token on one path and causally on another);
-            a mask on another device than `device` (the input's, when given; PyTorch
-            refuses that too); any other mask, or a causal hint on a mask that is not causal.
+            a mask on another device than `device` (the input's, when given); any other
+            mask, or a causal hint on a mask that is not causal.
     """
     fix = ("Fix: call it without a mask, or with the causal mask "
            "(nn.Transformer.generate_square_subsequent_mask(T)), or leave this layer to "
