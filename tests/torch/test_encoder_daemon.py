@@ -253,3 +253,34 @@ def test_on_cuda_through_channel_processes_with_a_fault(tmp_path: Path) -> None:
     assert clean.is_cuda and on_device, "the request went through host memory"
     assert same_bits(clean.cpu().numpy(), want.forward(x.flatten(1).numpy(), cfg))
     assert same_bits(faulty.cpu().numpy(), clean.cpu().numpy())
+
+
+@pytest.mark.gpu
+def test_a_causal_long_sequence_layer_on_cuda(tmp_path: Path) -> None:
+    """On the CuPy backend (inline channels, so the cupy build of ops.cu runs in the
+    daemon): a ProtectedEncoderLayer on CUDA, exact GELU, called over 80 tokens (past the
+    kernel's kept scores) with PyTorch's causal mask on the GPU: one request over CUDA IPC,
+    whose bits equal the causal steps written from the layer (NumPy, on the host), and
+    within 1e-4 of PyTorch's own masked layer on the GPU."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    tokens = 80
+    layer = encoder(16, 4, seed=14, norm_first=True, activation="gelu")
+    want = Expected()
+    want.encoder(layer, tokens, "gelu_erf", causal=True)
+    layer = layer.cuda()
+    x = torch.randn(2, tokens, 16, generator=torch.Generator().manual_seed(15))
+    mask = nn.Transformer.generate_square_subsequent_mask(tokens, device="cuda")
+    cfg = make_config(tmp_path, "2oo3", placement="inline", transport="ipc",
+                      extra={"backend": "cupy", "timing": TIMING})
+    with torch.inference_mode():
+        theirs = layer(x.cuda(), src_mask=mask, is_causal=True)
+    with system(cfg) as (_daemon, client):
+        protected = ProtectedEncoderLayer(layer, client, name="enc", timeout=30.0)
+        with torch.inference_mode():
+            got = protected(x.cuda(), src_mask=mask, is_causal=True)
+            on_device = client.last_request_device
+    assert got.is_cuda and on_device, "the request went through host memory"
+    ref = want.forward(x.reshape(-1, 16).numpy(), cfg).reshape(2, tokens, 16)
+    assert same_bits(got.cpu().numpy(), ref)
+    assert torch.allclose(got, theirs, rtol=1e-4, atol=1e-4)
