@@ -90,10 +90,9 @@ class Group:
 
 def _activation(module: nn.Module) -> Activation | None:
     """The safemon activation `module` is, or None (an Identity/Dropout is IDENTITY)."""
-    if type(module) is nn.ReLU:
-        return Activation.RELU
-    if type(module) is nn.GELU and module.approximate in ("tanh", "none"):
-        return Activation.GELU if module.approximate == "tanh" else Activation.GELU_ERF
+    if type(module) in (nn.ReLU, nn.GELU):  # as an encoder layer's activation reads them
+        act = encoder_activation(module)
+        return act if isinstance(act, Activation) else None
     if type(module) in (nn.Identity, nn.Dropout):
         return Activation.IDENTITY
     return None
